@@ -1,0 +1,42 @@
+#pragma once
+// Client: pushes jobs exactly as Sidekiq's Ruby client does (sidekiq-data-model §2, §3):
+// fills jid/created_at/enqueued_at/retry/queue, then SADD queues + LPUSH queue:<q> in one
+// pipeline, or ZADD schedule <at> for a job with a future "at" (stored without "at" and
+// without "enqueued_at"). Stateless apart from its configuration; shared by all threads.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kiqd/clock.hpp"
+#include "kiqd/keys.hpp"
+#include "kiqd/redis/connection.hpp"
+
+namespace kiqd {
+
+class Client {
+public:
+    Client(const Keys& keys, Compat compat) : keys_(keys), compat_(compat) {}
+
+    struct Prepared {
+        std::string queue;
+        std::string jid;
+        std::string payload;
+        std::optional<double> at;  // set: goes to "schedule" with this score
+    };
+    // Validates and completes a job hash ("class" required, "args" an array). Throws
+    // std::invalid_argument with a message naming the field.
+    Prepared prepare(nlohmann::ordered_json item) const;
+    std::vector<redis::Command> push_commands(const std::vector<Prepared>& jobs) const;
+
+    std::string push(redis::Connection& conn, nlohmann::ordered_json item) const;  // → jid
+    std::vector<std::string> push_bulk(redis::Connection& conn,
+                                       std::vector<nlohmann::ordered_json> items) const;
+
+private:
+    const Keys& keys_;
+    Compat compat_;
+};
+
+}  // namespace kiqd

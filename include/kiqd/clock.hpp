@@ -1,0 +1,27 @@
+#pragma once
+// Wall-clock timestamps in the units each Sidekiq major version expects (sidekiq-data-model §3.2):
+// 6.x/7.x payload fields are float epoch seconds *always written with a decimal point*, 8.x
+// payload fields are integer epoch milliseconds; ZSET scores are float seconds in every version.
+// Stateless; safe from any thread.
+#include <string>
+
+namespace kiqd {
+
+enum class Compat { v6 = 6, v7 = 7, v8 = 8 };
+
+double epoch_seconds();  // now, from the system clock
+
+// A payload timestamp ("created_at", "enqueued_at", "failed_at", ...) as JSON number text.
+std::string payload_timestamp(Compat compat, double epoch_secs);
+inline std::string payload_timestamp(Compat compat) {
+    return payload_timestamp(compat, epoch_seconds());
+}
+
+// A ZSET score in float seconds ("1795316341.336884"); always has a fractional part.
+std::string score_text(double epoch_secs);
+
+// Reads a payload timestamp back in seconds: a JSON float is seconds, a JSON integer is
+// milliseconds when it is too large to be seconds (Sidekiq 8 reads integers as ms).
+double timestamp_seconds(double value, bool is_integer);
+
+}  // namespace kiqd

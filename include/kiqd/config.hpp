@@ -1,0 +1,87 @@
+#pragma once
+// Config: everything kiqd reads from YAML and the command line, with Sidekiq's defaults.
+// Accepts Sidekiq's own sidekiq.yml shape (":concurrency:", ":queues:" as names or
+// [name, weight] pairs, environment sub-hashes, the common <%= ENV[...] %> ERB forms) plus
+// kiqd's keys. Every problem is a ConfigError naming the key (and the line when known);
+// main() turns it into exit code 78 (EX_CONFIG) before anything touches Redis.
+// Built once on the main thread, then read-only.
+#include <chrono>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+#include "kiqd/clock.hpp"
+#include "kiqd/queue_order.hpp"
+
+namespace kiqd {
+
+class ConfigError : public std::runtime_error {
+public:
+    ConfigError(std::string key, std::string message, int line = -1);
+    const std::string& key() const { return key_; }
+    int line() const { return line_; }  // 1-based, -1 when unknown
+
+private:
+    std::string key_;
+    int line_;
+};
+
+struct RedisConfig {
+    std::string url;         // empty: REDIS_URL, else redis://127.0.0.1:6379/0
+    std::string key_prefix;  // redis-namespace of Sidekiq 6 deployments ("ns" → "ns:queue:x")
+    std::chrono::milliseconds connect_timeout{1000};
+};
+
+struct LoggingConfig {
+    std::string level = "info";   // trace, debug, info, warn, error, off
+    std::string format = "text";  // text | json
+    std::string file;             // empty: stdout
+};
+
+struct MiddlewareSpec {
+    std::string name;
+    YAML::Node options;  // null when the entry is a plain name
+    int line = -1;
+};
+
+struct Config {
+    std::string source;  // the file it came from, for messages
+    int concurrency = 10;
+    std::chrono::milliseconds timeout{25000};  // shutdown grace period
+    std::vector<QueueWeight> queues;
+    std::string tag;
+    std::vector<std::string> labels;
+    std::string environment;
+    bool verbose = false;
+    Compat compat = Compat::v6;  // the Sidekiq major kiqd presents itself as (Debian: 6.4.1)
+    RedisConfig redis;
+    LoggingConfig logging;
+    int max_retries = 25;
+    long long dead_max_jobs = 10000;
+    long long dead_timeout_seconds = 180LL * 24 * 3600;
+    double average_scheduled_poll_interval = 5.0;
+    std::optional<double> poll_interval_average;  // set = fixed average, no scaling by processes
+    size_t max_payload_bytes = 16 * 1024 * 1024;
+    std::vector<MiddlewareSpec> server_middleware;
+};
+
+// Parses YAML text (after expanding the supported ERB forms). `environment` selects a
+// sub-hash such as production:. Throws ConfigError.
+Config parse_config(const std::string& yaml_text, const std::string& source,
+                    const std::string& environment);
+Config load_config_file(const std::string& path, const std::string& environment);
+
+// Checks ranges and combinations after command-line overrides; throws ConfigError.
+void validate_config(Config& config);
+
+// "name" or "name,weight", as `-q` takes it. Throws ConfigError.
+QueueWeight parse_queue_arg(const std::string& arg);
+
+// Expands <%= ENV['X'] %>, <%= ENV.fetch('X', 'd') %> and <%= ENV['X'] || 'd' %>; any other
+// ERB tag is a ConfigError naming its line.
+std::string expand_erb(const std::string& text);
+
+}  // namespace kiqd

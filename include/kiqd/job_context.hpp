@@ -1,0 +1,86 @@
+#pragma once
+// What a handler and each middleware see while one job runs: the job, a logger, the processor
+// thread's own Redis connection, and the cooperative stop signal of a hard shutdown.
+// A JobContext lives on the processor thread's stack for the duration of one job.
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <spdlog/logger.h>
+
+#include "kiqd/job.hpp"
+#include "kiqd/keys.hpp"
+#include "kiqd/redis/connection.hpp"
+
+namespace kiqd {
+
+struct Config;
+
+// Raised once, when the shutdown deadline has passed and running jobs have been pushed back to
+// their queues. Handlers that run long should poll stop_requested() or sleep with wait_for(),
+// and return (or throw Interrupted) when it fires. Thread-safe.
+class StopSignal {
+public:
+    void request_stop() {
+        {
+            std::lock_guard lock(mutex_);
+            stopped_ = true;
+        }
+        cv_.notify_all();
+    }
+    bool stop_requested() const {
+        std::lock_guard lock(mutex_);
+        return stopped_;
+    }
+    // Sleeps for `d` or until a stop is requested; returns true when stopped.
+    template <class Rep, class Period>
+    bool wait_for(std::chrono::duration<Rep, Period> d) const {
+        std::unique_lock lock(mutex_);
+        return cv_.wait_for(lock, d, [&] { return stopped_; });
+    }
+
+private:
+    mutable std::mutex mutex_;
+    mutable std::condition_variable cv_;
+    bool stopped_ = false;
+};
+
+struct JobContext {
+    Job& job;
+    spdlog::logger& log;
+    const StopSignal& stop;
+    redis::Connection& redis;  // this processor thread's connection
+    const Keys& keys;
+    const Config& config;
+    const std::string& identity;  // this process's Sidekiq identity
+    bool handler_ran = false;     // set by the chain; false = a middleware parked the job
+};
+
+// A failure with a chosen Sidekiq error_class (shown in the Web UI) and optional backtrace.
+class JobError : public std::runtime_error {
+public:
+    JobError(std::string error_class, const std::string& message,
+             std::vector<std::string> backtrace = {})
+        : std::runtime_error(message),
+          error_class_(std::move(error_class)),
+          backtrace_(std::move(backtrace)) {}
+    const std::string& error_class() const { return error_class_; }
+    const std::vector<std::string>& backtrace() const { return backtrace_; }
+
+private:
+    std::string error_class_;
+    std::vector<std::string> backtrace_;
+};
+
+// Thrown by a handler that gave up because of a hard shutdown. The job has already been
+// pushed back to its queue, so this is not a failure: no retry entry is written.
+class Interrupted : public std::runtime_error {
+public:
+    Interrupted() : std::runtime_error("interrupted by shutdown") {}
+};
+
+}  // namespace kiqd

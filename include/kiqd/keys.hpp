@@ -1,0 +1,42 @@
+#pragma once
+// Every Redis key name kiqd reads or writes, in one place (sidekiq-data-model §1). An optional
+// prefix reproduces redis-namespace deployments of Sidekiq 6 ("ns:queue:default"). Immutable
+// after construction; shared by all threads.
+#include <string>
+#include <string_view>
+
+#include "kiqd/clock.hpp"
+
+namespace kiqd {
+
+class Keys {
+public:
+    explicit Keys(std::string prefix = "") : prefix_(prefix.empty() ? "" : prefix + ":") {}
+
+    std::string queue(std::string_view name) const { return prefix_ + "queue:" + std::string(name); }
+    std::string queues() const { return prefix_ + "queues"; }
+    std::string schedule() const { return prefix_ + "schedule"; }
+    std::string retry() const { return prefix_ + "retry"; }
+    std::string dead() const { return prefix_ + "dead"; }
+    std::string processes() const { return prefix_ + "processes"; }
+    std::string process(std::string_view identity) const { return prefix_ + std::string(identity); }
+    // The busy-jobs hash: "<identity>:workers" up to Sidekiq 6.4, "<identity>:work" from 6.5.
+    std::string work(std::string_view identity, Compat compat) const {
+        return process(identity) + (compat == Compat::v6 ? ":workers" : ":work");
+    }
+    std::string signals(std::string_view identity) const { return process(identity) + "-signals"; }
+    std::string stat(std::string_view name) const { return prefix_ + "stat:" + std::string(name); }
+    std::string stat_daily(std::string_view name, std::string_view utc_date) const {
+        return stat(name) + ":" + std::string(utc_date);
+    }
+    // The name of a queue from its list key ("queue:x" → "x").
+    std::string_view queue_name(std::string_view key) const {
+        return key.substr(prefix_.size() + 6);
+    }
+    const std::string& prefix() const { return prefix_; }
+
+private:
+    std::string prefix_;  // "" or "ns:"
+};
+
+}  // namespace kiqd

@@ -1,0 +1,67 @@
+#pragma once
+// Launcher: wires one kiqd process together and runs it until it is stopped. It owns the
+// Manager (processor threads), the Scheduler thread and, on the calling (main) thread, an Asio
+// io_context that handles OS signals and the heartbeat timer:
+//   SIGTERM/SIGINT or a remote TERM → graceful stop (a second one: stop now, still requeueing);
+//   SIGTSTP or a remote TSTP → quiet; SIGTTIN or a remote TTIN → log every running job.
+// The stop itself runs on a separate thread so that signals and heartbeats keep being served
+// while it waits for running jobs.
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "kiqd/heartbeat.hpp"
+#include "kiqd/manager.hpp"
+#include "kiqd/process_identity.hpp"
+#include "kiqd/scheduler.hpp"
+
+namespace kiqd {
+
+class Launcher {
+public:
+    Launcher(const Config& config, const HandlerRegistry& handlers, const MiddlewareChain& chain,
+             spdlog::logger& log);
+    ~Launcher();
+    int run();  // blocks until the process has stopped; returns the exit code
+    const std::string& identity() const { return me_.identity; }
+
+private:
+    void handle_signal(const std::string& name);
+    void quiet();
+    void begin_stop();
+    void log_busy_jobs();
+    void schedule_beat(std::chrono::steady_clock::duration delay);
+
+    const Config& config_;
+    spdlog::logger& log_;
+    ProcessIdentity me_;
+    Keys keys_;
+    QueueOrder order_;
+    BasicFetcher fetcher_;
+    DeadSet dead_;
+    JobRetry retry_;
+    WorkState work_;
+    Lifecycle lifecycle_;
+    RedisHealth health_;
+    Runtime rt_;
+    Manager manager_;
+    Scheduler scheduler_;
+    Heartbeat heartbeat_;
+
+    boost::asio::io_context io_;
+    boost::asio::signal_set signals_;
+    boost::asio::steady_timer beat_timer_;
+    std::thread stop_thread_;
+    std::atomic<bool> stopping_{false};
+    std::atomic<bool> all_threads_ended_{true};
+    // Steady-clock deadline of the running stop, in ns since the clock's epoch.
+    std::atomic<std::chrono::steady_clock::rep> deadline_ns_{0};
+};
+
+}  // namespace kiqd

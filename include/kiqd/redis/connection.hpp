@@ -1,0 +1,99 @@
+#pragma once
+// One synchronous Redis connection (hiredis), owned by exactly one thread at a time.
+// It connects lazily, runs AUTH/SELECT after every (re)connect, and after an I/O error
+// drops the socket so that the next command reconnects: callers never see a half-dead
+// connection, only typed errors (redis/errors.hpp). On READONLY / NOREPLICAS / UNBLOCKED
+// it reconnects and retries the command once, which follows a fail-over (Sidekiq does the same).
+#include <hiredis/hiredis.h>
+
+#include <chrono>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiqd/redis/endpoint.hpp"
+#include "kiqd/redis/errors.hpp"
+
+namespace kiqd::redis {
+
+// A non-owning view of a (possibly nested) reply.
+class ReplyRef {
+public:
+    explicit ReplyRef(const redisReply* r) : r_(r) {}
+    bool is_nil() const { return r_->type == REDIS_REPLY_NIL; }
+    bool is_array() const { return r_->type == REDIS_REPLY_ARRAY; }
+    bool is_string() const {
+        return r_->type == REDIS_REPLY_STRING || r_->type == REDIS_REPLY_STATUS;
+    }
+    bool is_integer() const { return r_->type == REDIS_REPLY_INTEGER; }
+    // Throws ProtocolError when the reply has another type than asked for.
+    std::string_view str() const;
+    long long integer() const;
+    size_t size() const;  // array length (0 for nil)
+    ReplyRef operator[](size_t i) const;
+    std::optional<std::string> optional_str() const;  // nil → nullopt
+
+private:
+    const redisReply* r_;
+};
+
+// Owns a top-level reply.
+class Reply : public ReplyRef {
+public:
+    explicit Reply(redisReply* r) : ReplyRef(r), owner_(r) {}
+
+private:
+    struct Free {
+        void operator()(redisReply* r) const { freeReplyObject(r); }
+    };
+    std::unique_ptr<redisReply, Free> owner_;
+};
+
+using Command = std::vector<std::string>;
+
+struct ConnectionOptions {
+    Endpoint endpoint;
+    std::chrono::milliseconds connect_timeout{1000};
+    // Must exceed the timeout of any blocking command sent on this connection (BRPOP: 2 s).
+    std::chrono::milliseconds socket_timeout{5000};
+    std::string client_name;  // CLIENT SETNAME after connect, when not empty
+};
+
+class Connection {
+public:
+    explicit Connection(ConnectionOptions options);
+    Connection(const Connection&) = delete;
+    Connection& operator=(const Connection&) = delete;
+    ~Connection();
+
+    Reply command(std::initializer_list<std::string_view> argv);
+    Reply command(const std::vector<std::string_view>& argv);
+    Reply command(const Command& argv);
+
+    // Sends all commands in one write and reads all replies. If any reply is an error, every
+    // reply is still read (the connection stays in sync) and the first error is thrown.
+    std::vector<Reply> pipeline(const std::vector<Command>& commands);
+
+    // Connects now (normally lazy). Throws IoError when the server cannot be reached.
+    void connect();
+    void disconnect() noexcept;
+    bool connected() const { return ctx_ != nullptr; }
+    const ConnectionOptions& options() const { return options_; }
+
+private:
+    Reply run(int argc, const char** argv, const size_t* lens);
+    Reply run_once(int argc, const char** argv, const size_t* lens);
+    [[noreturn]] void fail_context(const char* what);
+
+    ConnectionOptions options_;
+    redisContext* ctx_ = nullptr;
+};
+
+// True for the reply errors after which Sidekiq reconnects and retries (fail-over in progress).
+bool is_failover_error(const ReplyError& e);
+
+}  // namespace kiqd::redis

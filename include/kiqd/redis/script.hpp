@@ -1,0 +1,30 @@
+#pragma once
+// A Lua script run with EVALSHA. The SHA1 is learnt from the first SCRIPT LOAD and shared by
+// every thread; on NOSCRIPT (a restarted or failed-over Redis has an empty script cache) the
+// script is loaded again and the call retried once, as Sidekiq's scheduler does.
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "kiqd/redis/connection.hpp"
+
+namespace kiqd::redis {
+
+class Script {
+public:
+    explicit Script(std::string source) : source_(std::move(source)) {}
+    Reply run(Connection& conn, const std::vector<std::string>& keys,
+              const std::vector<std::string>& args) const;
+    // The EVALSHA command, for pipelining; callers that pipeline must call load() first.
+    Command evalsha_command(const std::vector<std::string>& keys,
+                            const std::vector<std::string>& args) const;
+    std::string load(Connection& conn) const;  // SCRIPT LOAD; returns the SHA1
+
+private:
+    std::string sha() const;
+    std::string source_;
+    mutable std::mutex mutex_;
+    mutable std::string sha_;  // guarded by mutex_
+};
+
+}  // namespace kiqd::redis

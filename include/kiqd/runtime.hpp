@@ -1,0 +1,69 @@
+#pragma once
+// Runtime: the shared, long-lived parts every worker component needs, built once by the
+// Launcher and outliving all threads. Everything reachable from here is either immutable after
+// start (config, keys, registries, chain, fetcher) or thread-safe (work state, lifecycle,
+// health, logger).
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include <spdlog/logger.h>
+
+#include "kiqd/config.hpp"
+#include "kiqd/dead_set.hpp"
+#include "kiqd/fetcher.hpp"
+#include "kiqd/handler_registry.hpp"
+#include "kiqd/job_retry.hpp"
+#include "kiqd/keys.hpp"
+#include "kiqd/middleware_chain.hpp"
+#include "kiqd/redis/connection.hpp"
+#include "kiqd/redis_health.hpp"
+#include "kiqd/work_state.hpp"
+
+namespace kiqd {
+
+// Quiet (stop fetching) and hard stop (the deadline passed), observable and awaitable.
+class Lifecycle {
+public:
+    void quiet() {
+        {
+            std::lock_guard lock(mutex_);
+            quiet_ = true;
+        }
+        cv_.notify_all();
+    }
+    bool is_quiet() const { return quiet_.load(); }
+    // Sleeps for `d` unless quieted first; returns true when quiet.
+    bool wait_quiet_for(std::chrono::milliseconds d) {
+        std::unique_lock lock(mutex_);
+        return cv_.wait_for(lock, d, [&] { return quiet_.load(); });
+    }
+    StopSignal hard_stop;  // raised when running jobs have been pushed back at the deadline
+
+private:
+    std::atomic<bool> quiet_{false};
+    std::mutex mutex_;
+    std::condition_variable cv_;
+};
+
+struct Runtime {
+    const Config& config;
+    const Keys& keys;
+    std::string identity;
+    spdlog::logger& log;
+    redis::ConnectionOptions connection_options;
+    const Fetcher& fetcher;
+    const HandlerRegistry& handlers;
+    const MiddlewareChain& chain;
+    const DeadSet& dead;
+    const JobRetry& retry;
+    WorkState& work;
+    Lifecycle& lifecycle;
+    RedisHealth& health;
+    JobLimits limits;
+};
+
+}  // namespace kiqd

@@ -1,0 +1,131 @@
+// The kiqd command line: the daemon (default) and `check-config`. Parses flags with CLI11,
+// loads and validates the configuration (exit 78 naming the key on any problem, before Redis is
+// touched), builds the logger, registry and middleware chain, and hands over to the Launcher.
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include "kiqd/kiqd.hpp"
+#include "kiqd/launcher.hpp"
+#include "kiqd/logging.hpp"
+
+namespace kiqd {
+namespace {
+
+struct CliOptions {
+    std::string config_path;
+    std::string environment;
+    std::optional<int> concurrency;
+    std::vector<std::string> queues;
+    std::optional<double> timeout;
+    std::optional<std::string> tag;
+    bool verbose = false;
+};
+
+void add_common(CLI::App& app, CliOptions& o) {
+    app.add_option("-C,--config", o.config_path, "YAML config file (sidekiq.yml works too)");
+    app.add_option("-e,--environment", o.environment,
+                   "environment sub-hash to apply (default: $RAILS_ENV, $APP_ENV, $RACK_ENV)");
+    app.add_option("-c,--concurrency", o.concurrency, "processor threads");
+    app.add_option("-q,--queue", o.queues, "queue to process, NAME or NAME,WEIGHT (repeatable)");
+    app.add_option("-t,--timeout", o.timeout, "shutdown timeout in seconds");
+    app.add_option("-g,--tag", o.tag, "process tag shown in the Web UI");
+    app.add_flag("-v,--verbose", o.verbose, "debug logging");
+}
+
+Config build_config(const CliOptions& o) {
+    std::string env = o.environment;
+    for (const char* var : {"RAILS_ENV", "APP_ENV", "RACK_ENV"}) {
+        if (!env.empty()) break;
+        if (const char* v = std::getenv(var)) env = v;
+    }
+    if (env.empty()) env = "development";
+    Config c = o.config_path.empty() ? Config{} : load_config_file(o.config_path, env);
+    c.environment = env;
+    if (o.concurrency) {
+        if (*o.concurrency < 1) throw ConfigError("-c", "must be at least 1");
+        c.concurrency = *o.concurrency;
+    }
+    if (!o.queues.empty()) {
+        c.queues.clear();
+        for (const auto& q : o.queues) c.queues.push_back(parse_queue_arg(q));
+    }
+    if (o.config_path.empty() && c.queues.empty()) c.queues.push_back({"default", 0});
+    if (o.timeout) {
+        if (*o.timeout <= 0) throw ConfigError("-t", "must be greater than 0");
+        c.timeout = std::chrono::milliseconds(static_cast<long long>(*o.timeout * 1000));
+    }
+    if (o.tag) c.tag = *o.tag;
+    if (o.verbose) c.verbose = true;
+    validate_config(c);
+    return c;
+}
+
+int config_error(const ConfigError& e, const std::string& source) {
+    std::cerr << "kiqd: configuration error in " << (source.empty() ? "command line" : source)
+              << ": " << e.what() << std::endl;
+    return kExitConfig;
+}
+
+}  // namespace
+
+int run(int argc, char** argv, HandlerRegistry& handlers, MiddlewareRegistry& middleware) {
+    CLI::App app{"kiqd: a Sidekiq-compatible job processor"};
+    app.set_version_flag("--version", std::string("kiqd ") + KIQD_VERSION);
+    CliOptions opts;
+    add_common(app, opts);
+    auto* check = app.add_subcommand("check-config", "validate the configuration and exit");
+    CliOptions check_opts;
+    add_common(*check, check_opts);
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::CallForHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::CallForVersion& e) {
+        return app.exit(e);
+    } catch (const CLI::ParseError& e) {
+        app.exit(e);
+        return kExitUsage;
+    }
+
+    register_builtin_handlers(handlers);
+    const CliOptions& o = check->parsed() ? check_opts : opts;
+    Config config;
+    MiddlewareChain chain;
+    try {
+        config = build_config(o);
+        chain = middleware.build(config.server_middleware);
+    } catch (const ConfigError& e) {
+        return config_error(e, o.config_path);
+    }
+    if (check->parsed()) {
+        std::cout << "kiqd: " << (o.config_path.empty() ? "command line" : o.config_path)
+                  << " is valid: concurrency=" << config.concurrency << ", "
+                  << config.queues.size() << " queue(s), redis "
+                  << redis::parse_redis_url(config.redis.url).describe() << std::endl;
+        return 0;
+    }
+    std::shared_ptr<spdlog::logger> logger;
+    try {
+        logger = make_logger(config.logging, config.verbose);
+    } catch (const spdlog::spdlog_ex& e) {
+        return config_error(ConfigError("logging.file", e.what()), o.config_path);
+    }
+    int code = 0;
+    {
+        Launcher launcher(config, handlers, chain, *logger);
+        code = launcher.run();
+    }
+    logger->flush();
+    spdlog::shutdown();
+    return code;
+}
+
+int run(int argc, char** argv) {
+    HandlerRegistry handlers;
+    MiddlewareRegistry middleware;
+    return run(argc, argv, handlers, middleware);
+}
+
+}  // namespace kiqd

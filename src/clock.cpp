@@ -1,0 +1,29 @@
+#include "kiqd/clock.hpp"
+
+#include <chrono>
+#include <cmath>
+
+#include <fmt/format.h>
+
+namespace kiqd {
+
+double epoch_seconds() {
+    using namespace std::chrono;
+    return duration<double>(system_clock::now().time_since_epoch()).count();
+}
+
+std::string score_text(double epoch_secs) { return fmt::format("{:.6f}", epoch_secs); }
+
+std::string payload_timestamp(Compat compat, double epoch_secs) {
+    if (compat == Compat::v8)
+        return fmt::format("{}", static_cast<long long>(std::llround(epoch_secs * 1000.0)));
+    return score_text(epoch_secs);
+}
+
+double timestamp_seconds(double value, bool is_integer) {
+    // 1e11 s is the year 5138: any integer above it is a millisecond timestamp.
+    if (is_integer && value > 1e11) return value / 1000.0;
+    return value;
+}
+
+}  // namespace kiqd

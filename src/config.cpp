@@ -1,0 +1,331 @@
+#include "kiqd/config.hpp"
+
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "kiqd/redis/endpoint.hpp"
+
+namespace kiqd {
+namespace {
+
+int line_of(const YAML::Node& n) { return n.Mark().line >= 0 ? n.Mark().line + 1 : -1; }
+
+// Sidekiq symbolises keys, so ":concurrency:" and "concurrency:" mean the same.
+std::string normalize_key(std::string key) {
+    if (!key.empty() && key.front() == ':') key.erase(0, 1);
+    return key;
+}
+
+[[noreturn]] void type_error(const std::string& key, const YAML::Node& n, const char* expected) {
+    throw ConfigError(key, std::string("must be ") + expected, line_of(n));
+}
+
+std::string as_string(const std::string& key, const YAML::Node& n) {
+    if (!n.IsScalar()) type_error(key, n, "a string");
+    return n.Scalar();
+}
+
+long long as_int(const std::string& key, const YAML::Node& n) {
+    if (!n.IsScalar()) type_error(key, n, "an integer");
+    try {
+        size_t used = 0;
+        long long v = std::stoll(n.Scalar(), &used);
+        if (used != n.Scalar().size()) throw std::invalid_argument("trailing");
+        return v;
+    } catch (const std::exception&) {
+        type_error(key, n, "an integer");
+    }
+}
+
+double as_number(const std::string& key, const YAML::Node& n) {
+    if (!n.IsScalar()) type_error(key, n, "a number");
+    try {
+        size_t used = 0;
+        double v = std::stod(n.Scalar(), &used);
+        if (used != n.Scalar().size()) throw std::invalid_argument("trailing");
+        return v;
+    } catch (const std::exception&) {
+        type_error(key, n, "a number");
+    }
+}
+
+bool as_bool(const std::string& key, const YAML::Node& n) {
+    if (!n.IsScalar()) type_error(key, n, "true or false");
+    const auto& s = n.Scalar();
+    if (s == "true" || s == "yes" || s == "on") return true;
+    if (s == "false" || s == "no" || s == "off") return false;
+    type_error(key, n, "true or false");
+}
+
+std::string strip_symbol(std::string s) {
+    if (!s.empty() && s.front() == ':') s.erase(0, 1);
+    return s;
+}
+
+std::vector<QueueWeight> parse_queues(const YAML::Node& n) {
+    if (!n.IsSequence()) type_error("queues", n, "a list of names or [name, weight] pairs");
+    std::vector<QueueWeight> out;
+    for (size_t i = 0; i < n.size(); ++i) {
+        const auto& item = n[i];
+        const std::string key = "queues[" + std::to_string(i) + "]";
+        QueueWeight q;
+        if (item.IsScalar()) {
+            q.name = strip_symbol(item.Scalar());
+        } else if (item.IsSequence() && (item.size() == 1 || item.size() == 2)) {
+            q.name = strip_symbol(as_string(key, item[0]));
+            if (item.size() == 2) {
+                long long w = as_int(key + ".weight", item[1]);
+                if (w < 1) throw ConfigError(key, "weight must be at least 1", line_of(item[1]));
+                if (w > 1000) throw ConfigError(key, "weight must be at most 1000", line_of(item[1]));
+                q.weight = static_cast<int>(w);
+            }
+        } else {
+            type_error(key, item, "a queue name or a [name, weight] pair");
+        }
+        out.push_back(std::move(q));
+    }
+    if (out.empty()) throw ConfigError("queues", "is empty: list at least one queue", line_of(n));
+    return out;
+}
+
+long long seconds_to_ms(const std::string& key, const YAML::Node& n) {
+    return static_cast<long long>(as_number(key, n) * 1000.0);
+}
+
+void parse_redis(const YAML::Node& n, RedisConfig& r) {
+    if (n.IsScalar()) {  // redis: redis://host:6379/0
+        r.url = n.Scalar();
+        return;
+    }
+    if (!n.IsMap()) type_error("redis", n, "a URL or a map");
+    for (const auto& kv : n) {
+        const std::string k = normalize_key(kv.first.Scalar());
+        const std::string key = "redis." + k;
+        if (k == "url") r.url = as_string(key, kv.second);
+        else if (k == "key_prefix" || k == "namespace") r.key_prefix = as_string(key, kv.second);
+        else if (k == "connect_timeout")
+            r.connect_timeout = std::chrono::milliseconds(seconds_to_ms(key, kv.second));
+        else throw ConfigError(key, "unknown key", line_of(kv.first));
+    }
+}
+
+void parse_logging(const YAML::Node& n, LoggingConfig& l) {
+    if (!n.IsMap()) type_error("logging", n, "a map");
+    for (const auto& kv : n) {
+        const std::string k = normalize_key(kv.first.Scalar());
+        const std::string key = "logging." + k;
+        if (k == "level") l.level = as_string(key, kv.second);
+        else if (k == "format") l.format = as_string(key, kv.second);
+        else if (k == "file") l.file = as_string(key, kv.second);
+        else throw ConfigError(key, "unknown key", line_of(kv.first));
+    }
+}
+
+std::vector<MiddlewareSpec> parse_middleware(const YAML::Node& n) {
+    if (!n.IsSequence()) type_error("server_middleware", n, "a list");
+    std::vector<MiddlewareSpec> out;
+    for (size_t i = 0; i < n.size(); ++i) {
+        const auto& item = n[i];
+        const std::string key = "server_middleware[" + std::to_string(i) + "]";
+        if (item.IsScalar()) {
+            out.push_back({item.Scalar(), YAML::Node(), line_of(item)});
+        } else if (item.IsMap() && item.size() == 1) {
+            auto it = item.begin();
+            out.push_back({it->first.Scalar(), it->second, line_of(item)});
+        } else {
+            type_error(key, item, "a middleware name or {name: options}");
+        }
+    }
+    return out;
+}
+
+const std::set<std::string>& environment_names() {
+    static const std::set<std::string> k{"development", "test", "staging", "production"};
+    return k;
+}
+
+void apply_map(const YAML::Node& root, Config& c, const std::string& environment,
+               bool top_level) {
+    for (const auto& kv : root) {
+        if (!kv.first.IsScalar()) throw ConfigError("?", "keys must be strings", line_of(kv.first));
+        const std::string k = normalize_key(kv.first.Scalar());
+        const YAML::Node& v = kv.second;
+        if (k == "concurrency") {
+            c.concurrency = static_cast<int>(as_int(k, v));
+            if (c.concurrency < 1) throw ConfigError(k, "must be at least 1", line_of(v));
+        } else if (k == "timeout") {
+            c.timeout = std::chrono::milliseconds(seconds_to_ms(k, v));
+            if (c.timeout.count() <= 0) throw ConfigError(k, "must be greater than 0", line_of(v));
+        } else if (k == "queues") {
+            c.queues = parse_queues(v);
+        } else if (k == "tag") {
+            c.tag = as_string(k, v);
+        } else if (k == "labels") {
+            if (!v.IsSequence()) type_error(k, v, "a list of strings");
+            c.labels.clear();
+            for (const auto& l : v) c.labels.push_back(as_string(k, l));
+        } else if (k == "verbose") {
+            c.verbose = as_bool(k, v);
+        } else if (k == "strict" || k == "require" || k == "pidfile" || k == "logfile" ||
+                   k == "environment") {
+            // Ruby-only or legacy Sidekiq keys: accepted so an existing sidekiq.yml loads
+            // unchanged; kiqd has nothing to do with them (strict/weighted follows the weights,
+            // as in Sidekiq 6.4.1).
+        } else if (k == "compat") {
+            long long v6 = as_int(k, v);
+            if (v6 != 6 && v6 != 7 && v6 != 8) throw ConfigError(k, "must be 6, 7 or 8", line_of(v));
+            c.compat = static_cast<Compat>(v6);
+        } else if (k == "redis") {
+            parse_redis(v, c.redis);
+        } else if (k == "logging") {
+            parse_logging(v, c.logging);
+        } else if (k == "max_retries") {
+            c.max_retries = static_cast<int>(as_int(k, v));
+            if (c.max_retries < 0) throw ConfigError(k, "must not be negative", line_of(v));
+        } else if (k == "dead_max_jobs") {
+            c.dead_max_jobs = as_int(k, v);
+            if (c.dead_max_jobs < 1) throw ConfigError(k, "must be at least 1", line_of(v));
+        } else if (k == "dead_timeout_in_seconds") {
+            c.dead_timeout_seconds = as_int(k, v);
+            if (c.dead_timeout_seconds < 1) throw ConfigError(k, "must be at least 1", line_of(v));
+        } else if (k == "average_scheduled_poll_interval") {
+            c.average_scheduled_poll_interval = as_number(k, v);
+            if (c.average_scheduled_poll_interval <= 0)
+                throw ConfigError(k, "must be greater than 0", line_of(v));
+        } else if (k == "poll_interval_average") {
+            c.poll_interval_average = as_number(k, v);
+            if (*c.poll_interval_average <= 0)
+                throw ConfigError(k, "must be greater than 0", line_of(v));
+        } else if (k == "max_payload_bytes") {
+            long long b = as_int(k, v);
+            if (b < 1024) throw ConfigError(k, "must be at least 1024", line_of(v));
+            c.max_payload_bytes = static_cast<size_t>(b);
+        } else if (k == "server_middleware") {
+            c.server_middleware = parse_middleware(v);
+        } else if (top_level && (environment_names().count(k) || k == environment) && v.IsMap()) {
+            if (k == environment) apply_map(v, c, environment, false);
+        } else {
+            throw ConfigError(k, "unknown key", line_of(kv.first));
+        }
+    }
+}
+
+}  // namespace
+
+ConfigError::ConfigError(std::string key, std::string message, int line)
+    : std::runtime_error(key + (line > 0 ? " (line " + std::to_string(line) + ")" : "") + ": " +
+                         message),
+      key_(std::move(key)),
+      line_(line) {}
+
+std::string expand_erb(const std::string& text) {
+    static const std::regex tag(R"(<%(=?)([\s\S]*?)%>)");
+    static const std::regex env_index(R"(^\s*ENV\[\s*['"]([A-Za-z_0-9]+)['"]\s*\]\s*$)");
+    static const std::regex env_or(
+        R"(^\s*ENV\[\s*['"]([A-Za-z_0-9]+)['"]\s*\]\s*\|\|\s*(?:['"]([^'"]*)['"]|(-?[0-9.]+))\s*$)");
+    static const std::regex env_fetch(
+        R"(^\s*ENV\.fetch\(\s*['"]([A-Za-z_0-9]+)['"]\s*,\s*(?:['"]([^'"]*)['"]|(-?[0-9.]+))\s*\)\s*$)");
+    std::string out;
+    auto begin = text.cbegin();
+    std::smatch m;
+    while (std::regex_search(begin, text.cend(), m, tag)) {
+        out.append(begin, m[0].first);
+        const int line = 1 + static_cast<int>(std::count(text.cbegin(), m[0].first, '\n'));
+        const std::string body = m[2].str();
+        std::smatch e;
+        auto env = [](const std::string& name) -> std::optional<std::string> {
+            const char* v = std::getenv(name.c_str());
+            return v ? std::optional<std::string>(v) : std::nullopt;
+        };
+        if (m[1].str() != "=") {
+            throw ConfigError("<% %>", "only <%= ENV[...] %> forms are supported, not Ruby code",
+                              line);
+        } else if (std::regex_match(body, e, env_index)) {
+            out += env(e[1]).value_or("");
+        } else if (std::regex_match(body, e, env_or) || std::regex_match(body, e, env_fetch)) {
+            auto v = env(e[1]);
+            out += v && !v->empty() ? *v : (e[2].matched ? e[2].str() : e[3].str());
+        } else {
+            throw ConfigError("<%= %>", "unsupported ERB expression '" + body + "'", line);
+        }
+        begin = m[0].second;
+    }
+    out.append(begin, text.cend());
+    return out;
+}
+
+Config parse_config(const std::string& yaml_text, const std::string& source,
+                    const std::string& environment) {
+    Config c;
+    c.source = source;
+    c.environment = environment;
+    YAML::Node root;
+    try {
+        root = YAML::Load(expand_erb(yaml_text));
+    } catch (const YAML::Exception& e) {
+        throw ConfigError("(yaml)", e.msg, e.mark.line >= 0 ? e.mark.line + 1 : -1);
+    }
+    if (root.IsNull()) return c;  // an empty file is all defaults
+    if (!root.IsMap()) throw ConfigError("(top level)", "must be a map of settings", line_of(root));
+    apply_map(root, c, environment, true);
+    return c;
+}
+
+Config load_config_file(const std::string& path, const std::string& environment) {
+    std::ifstream in(path);
+    if (!in) throw ConfigError("--config", "cannot read '" + path + "'");
+    std::stringstream buf;
+    buf << in.rdbuf();
+    return parse_config(buf.str(), path, environment);
+}
+
+QueueWeight parse_queue_arg(const std::string& arg) {
+    QueueWeight q;
+    auto comma = arg.find(',');
+    q.name = arg.substr(0, comma);
+    if (comma != std::string::npos) {
+        try {
+            size_t used = 0;
+            q.weight = std::stoi(arg.substr(comma + 1), &used);
+            if (used != arg.size() - comma - 1) throw std::invalid_argument("x");
+        } catch (const std::exception&) {
+            throw ConfigError("-q", "weight in '" + arg + "' is not an integer");
+        }
+        if (q.weight < 1) throw ConfigError("-q", "weight in '" + arg + "' must be at least 1");
+    }
+    return q;
+}
+
+void validate_config(Config& c) {
+    static const std::regex queue_name(R"(^[A-Za-z0-9_:.\-]+$)");
+    std::set<std::string> seen;
+    for (const auto& q : c.queues) {
+        if (!std::regex_match(q.name, queue_name))
+            throw ConfigError("queues", "invalid queue name '" + q.name +
+                                            "' (letters, digits, _ : . - only)");
+        if (!seen.insert(q.name).second)
+            throw ConfigError("queues", "queue '" + q.name + "' is listed twice");
+    }
+    if (c.queues.empty()) throw ConfigError("queues", "no queues configured");
+    if (c.concurrency < 1 || c.concurrency > 1000)
+        throw ConfigError("concurrency", "must be between 1 and 1000");
+    static const std::set<std::string> levels{"trace", "debug", "info", "warn", "error", "off"};
+    if (!levels.count(c.logging.level))
+        throw ConfigError("logging.level", "must be one of trace, debug, info, warn, error, off");
+    if (c.logging.format != "text" && c.logging.format != "json")
+        throw ConfigError("logging.format", "must be text or json");
+    if (c.redis.url.empty()) {
+        const char* env = std::getenv("REDIS_URL");
+        c.redis.url = env && *env ? env : "redis://127.0.0.1:6379/0";
+    }
+    try {
+        redis::parse_redis_url(c.redis.url);
+    } catch (const std::invalid_argument& e) {
+        throw ConfigError("redis.url", e.what());
+    }
+}
+
+}  // namespace kiqd

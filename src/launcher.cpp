@@ -1,0 +1,142 @@
+#include "kiqd/launcher.hpp"
+
+#include <csignal>
+
+#include <boost/asio/post.hpp>
+
+namespace kiqd {
+
+Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
+                   const MiddlewareChain& chain, spdlog::logger& log)
+    : config_(config),
+      log_(log),
+      me_(ProcessIdentity::create()),
+      keys_(config.redis.key_prefix),
+      order_(config.queues),
+      fetcher_(keys_, order_),
+      dead_(keys_, config.dead_max_jobs, config.dead_timeout_seconds, config.compat),
+      retry_(config.compat, config.max_retries, keys_, dead_),
+      work_(static_cast<size_t>(config.concurrency)),
+      health_(log),
+      rt_{config,
+          keys_,
+          me_.identity,
+          log,
+          redis::ConnectionOptions{redis::parse_redis_url(config.redis.url),
+                                   config.redis.connect_timeout, std::chrono::milliseconds(5000),
+                                   ""},
+          fetcher_,
+          handlers,
+          chain,
+          dead_,
+          retry_,
+          work_,
+          lifecycle_,
+          health_,
+          JobLimits{config.max_payload_bytes, 256}},
+      manager_(rt_),
+      scheduler_(rt_),
+      heartbeat_(rt_, me_, me_.info_json(config, order_)),
+      signals_(io_, SIGINT, SIGTERM),
+      beat_timer_(io_) {
+    signals_.add(SIGTSTP);
+    signals_.add(SIGTTIN);
+}
+
+Launcher::~Launcher() {
+    if (stop_thread_.joinable()) stop_thread_.join();
+}
+
+void Launcher::schedule_beat(std::chrono::steady_clock::duration delay) {
+    beat_timer_.expires_after(delay);
+    beat_timer_.async_wait([this](const boost::system::error_code& ec) {
+        if (ec) return;
+        if (auto signal = heartbeat_.beat()) {
+            log_.info("received remote signal {}", *signal);
+            handle_signal(*signal);
+        }
+        schedule_beat(heartbeat_.period());
+    });
+}
+
+void Launcher::handle_signal(const std::string& name) {
+    if (name == "TSTP") quiet();
+    else if (name == "TTIN") log_busy_jobs();
+    else if (name == "TERM" || name == "INT") begin_stop();
+    else log_.warn("ignoring unknown signal {}", name);
+}
+
+void Launcher::quiet() {
+    if (lifecycle_.is_quiet()) return;
+    log_.info("Terminating quiet threads: no new jobs will be fetched");
+    manager_.quiet();
+}
+
+void Launcher::log_busy_jobs() {
+    const auto running = work_.snapshot();
+    log_.warn("TTIN: {} of {} threads busy", running.size(), work_.slots());
+    const auto now = std::chrono::steady_clock::now();
+    for (const auto& e : running) {
+        log_.warn("tid={} class={} jid={} queue={} running for {:.3f} s", *e.tid,
+                  e.job.display_class, e.job.jid, e.job.queue,
+                  std::chrono::duration<double>(now - e.job.started).count());
+    }
+}
+
+void Launcher::begin_stop() {
+    using Clock = std::chrono::steady_clock;
+    if (stopping_.exchange(true)) {
+        log_.warn("second stop request: stopping now, running jobs go back to their queues");
+        deadline_ns_ = Clock::now().time_since_epoch().count();
+        return;
+    }
+    log_.info("Shutting down: waiting up to {:.1f} s for running jobs",
+              std::chrono::duration<double>(config_.timeout).count());
+    deadline_ns_ = (Clock::now() + config_.timeout).time_since_epoch().count();
+    stop_thread_ = std::thread([this] {
+        const bool ended = manager_.stop([this] {
+            return Clock::time_point(Clock::duration(deadline_ns_.load()));
+        });
+        all_threads_ended_ = ended;
+        scheduler_.stop();
+        boost::asio::post(io_, [this] {
+            beat_timer_.cancel();
+            signals_.cancel();
+            heartbeat_.clear();
+            log_.info("Bye!");
+            io_.stop();
+        });
+    });
+}
+
+int Launcher::run() {
+    log_.info("kiqd {} starting: identity={} concurrency={} queues={} ({}) redis={}",
+              KIQD_VERSION, me_.identity, config_.concurrency, fmt::join(order_.names(), ","),
+              order_.strict() ? "strict" : "weighted", rt_.connection_options.endpoint.describe());
+    std::function<void(const boost::system::error_code&, int)> on_signal =
+        [&](const boost::system::error_code& ec, int signo) {
+            if (ec) return;
+            switch (signo) {
+                case SIGTSTP: handle_signal("TSTP"); break;
+                case SIGTTIN: handle_signal("TTIN"); break;
+                default: handle_signal("TERM"); break;
+            }
+            signals_.async_wait(on_signal);
+        };
+    signals_.async_wait(on_signal);
+    manager_.start();
+    scheduler_.start();
+    schedule_beat(std::chrono::steady_clock::duration::zero());  // first beat at once
+    io_.run();
+    if (stop_thread_.joinable()) stop_thread_.join();
+    log_.flush();
+    if (!all_threads_ended_) {
+        // Handlers ignored the stop signal; their jobs are already back in Redis.
+        log_.warn("exiting with {} handler threads still running", work_.slots());
+        log_.flush();
+        std::_Exit(0);
+    }
+    return 0;
+}
+
+}  // namespace kiqd

@@ -1,0 +1,182 @@
+#include "kiqd/processor.hpp"
+
+#include <cxxabi.h>
+
+#include <typeinfo>
+
+namespace kiqd {
+namespace {
+
+std::string demangle(const char* name) {
+    int status = 0;
+    char* out = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+    std::string result = status == 0 && out ? out : name;
+    std::free(out);
+    return result;
+}
+
+double ms_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+        .count();
+}
+
+}  // namespace
+
+Processor::Processor(Runtime& rt, size_t slot, std::function<void()> on_exit)
+    : rt_(rt), slot_(slot), on_exit_(std::move(on_exit)), rng_(std::random_device{}()) {}
+
+Processor::~Processor() {
+    if (thread_.joinable()) thread_.detach();
+}
+
+void Processor::start() {
+    running_ = true;
+    thread_ = std::thread([this] { run(); });
+}
+
+void Processor::join() {
+    if (thread_.joinable()) thread_.join();
+}
+
+void Processor::detach() {
+    if (thread_.joinable()) thread_.detach();
+}
+
+void Processor::run() noexcept {
+    redis::Connection conn(rt_.connection_options);
+    std::chrono::milliseconds backoff{0};
+    while (!rt_.lifecycle.is_quiet()) {
+        try {
+            auto unit = rt_.fetcher.retrieve_work(conn, rng_);
+            rt_.health.succeeded();
+            backoff = std::chrono::milliseconds{0};
+            if (!unit) continue;
+            if (rt_.lifecycle.is_quiet()) {
+                // Fetched after quiet: push it straight back to the front of its queue.
+                write_until_done(conn, rt_.fetcher.requeue_commands({*unit}), "requeue",
+                                 unit->payload);
+                break;
+            }
+            process(conn, std::move(*unit));
+        } catch (const redis::Error& e) {
+            rt_.health.failed(e);
+            backoff = std::min(std::chrono::milliseconds(5000),
+                               std::max(std::chrono::milliseconds(250), backoff * 2));
+            rt_.lifecycle.wait_quiet_for(backoff);
+        } catch (const std::exception& e) {
+            // A bug, not an input problem: log it and keep the thread alive.
+            rt_.log.critical("processor {} error: {}", rt_.work.tid(slot_), e.what());
+            rt_.lifecycle.wait_quiet_for(std::chrono::milliseconds(1000));
+        }
+    }
+    running_ = false;
+    if (on_exit_) on_exit_();
+}
+
+void Processor::write_until_done(redis::Connection& conn,
+                                 const std::vector<redis::Command>& commands,
+                                 const std::string& what, const std::string& payload) {
+    if (commands.empty()) return;
+    std::chrono::milliseconds backoff{250};
+    for (;;) {
+        try {
+            conn.pipeline(commands);
+            rt_.health.succeeded();
+            return;
+        } catch (const redis::ReplyError& e) {
+            rt_.log.error("Redis refused the {} of a job ({}); payload: {}", what, e.what(),
+                          payload);
+            return;  // retrying a refused command cannot help; the payload is in the log
+        } catch (const redis::Error& e) {
+            rt_.health.failed(e);
+            if (rt_.lifecycle.hard_stop.wait_for(backoff)) {
+                rt_.log.error("shutdown while Redis is down: could not record the {} of: {}",
+                              what, payload);
+                return;
+            }
+            backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+        }
+    }
+}
+
+Failure Processor::failure_from_current_exception(const Job& job) const {
+    try {
+        throw;
+    } catch (const JobError& e) {
+        auto bt = e.backtrace();
+        if (bt.empty()) bt.push_back("kiqd:in `" + job.handler_name() + "'");
+        return {e.error_class(), e.what(), std::move(bt)};
+    } catch (const std::exception& e) {
+        return {demangle(typeid(e).name()), e.what(), {"kiqd:in `" + job.handler_name() + "'"}};
+    } catch (...) {
+        return {"Exception", "unknown exception", {"kiqd:in `" + job.handler_name() + "'"}};
+    }
+}
+
+void Processor::process(redis::Connection& conn, UnitOfWork unit) {
+    auto parsed = parse_job(unit.payload, unit.queue, rt_.limits);
+    if (auto* invalid = std::get_if<InvalidJob>(&parsed)) {
+        rt_.log.error("queue={} unrunnable payload sent to the dead set: {}: {}", unit.queue,
+                      invalid->error_class, invalid->error_message);
+        auto cmds = rt_.dead.kill_commands(
+            rt_.dead.invalid_entry(unit.payload, unit.queue, *invalid), epoch_seconds());
+        for (auto& c : rt_.fetcher.acknowledge_commands(unit)) cmds.push_back(std::move(c));
+        write_until_done(conn, cmds, "dead-set entry", unit.payload);
+        return;
+    }
+    Job& job = std::get<Job>(parsed);
+    const auto started = std::chrono::steady_clock::now();
+    rt_.work.begin(slot_, RunningJob{job.queue, job.raw, job.display_class(), job.jid,
+                                     static_cast<long long>(epoch_seconds()), started});
+    rt_.log.info("class={} jid={} queue={} start", job.display_class(), job.jid, job.queue);
+
+    JobContext ctx{job,          rt_.log,    rt_.lifecycle.hard_stop, conn, rt_.keys,
+                   rt_.config,   rt_.identity};
+    std::optional<Failure> failure;
+    bool interrupted = false;
+    try {
+        rt_.chain.invoke(ctx, [&] {
+            const Handler* handler = rt_.handlers.find(job.handler_name());
+            if (!handler)
+                throw JobError("NameError", "uninitialized constant " + job.handler_name() +
+                                                " (no kiqd handler is registered for it)");
+            (*handler)(job, ctx);
+        });
+    } catch (const Interrupted&) {
+        interrupted = true;
+    } catch (...) {
+        failure = failure_from_current_exception(job);
+    }
+    if (!rt_.work.finish(slot_)) {
+        // The shutdown deadline passed while it ran: the manager already pushed the original
+        // payload back (and counted it, as Sidekiq does), so nothing more is recorded here.
+        rt_.log.info("class={} jid={} interrupted by shutdown; it is back in queue:{}",
+                     job.display_class(), job.jid, job.queue);
+        return;
+    }
+    if (interrupted && !failure)
+        failure = Failure{"Kiqd::Interrupted", "handler raised Interrupted without a shutdown",
+                          {"kiqd:in `" + job.handler_name() + "'"}};
+    const double elapsed = ms_since(started);
+    auto ack = rt_.fetcher.acknowledge_commands(unit);
+    if (!failure) {
+        if (ctx.handler_ran) rt_.work.processed.fetch_add(1, std::memory_order_relaxed);
+        rt_.log.info("class={} jid={} queue={} done: {:.3f} ms", job.display_class(), job.jid,
+                     job.queue, elapsed);
+        write_until_done(conn, ack, "acknowledgement", job.raw);
+        return;
+    }
+    rt_.work.processed.fetch_add(1, std::memory_order_relaxed);
+    rt_.work.failed.fetch_add(1, std::memory_order_relaxed);
+    const RetryPlan plan = rt_.retry.plan(job, *failure, epoch_seconds(), rng_);
+    static constexpr const char* kOutcome[] = {"retry scheduled", "sent to the dead set",
+                                               "discarded (retry: false)"};
+    rt_.log.warn("class={} jid={} queue={} fail: {:.3f} ms: {}: {} ({})", job.display_class(),
+                 job.jid, job.queue, elapsed, failure->error_class, failure->message,
+                 kOutcome[static_cast<int>(plan.outcome)]);
+    auto cmds = rt_.retry.commands(plan);
+    for (auto& c : ack) cmds.push_back(std::move(c));
+    write_until_done(conn, cmds, "failure", plan.payload.empty() ? job.raw : plan.payload);
+}
+
+}  // namespace kiqd

@@ -1,0 +1,182 @@
+#include "kiqd/redis/connection.hpp"
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+
+namespace kiqd::redis {
+namespace {
+
+timeval to_timeval(std::chrono::milliseconds ms) {
+    timeval tv{};
+    tv.tv_sec = static_cast<time_t>(ms.count() / 1000);
+    tv.tv_usec = static_cast<suseconds_t>((ms.count() % 1000) * 1000);
+    return tv;
+}
+
+}  // namespace
+
+std::string_view ReplyRef::str() const {
+    if (r_->type == REDIS_REPLY_STRING || r_->type == REDIS_REPLY_STATUS)
+        return {r_->str, r_->len};
+    throw ProtocolError("expected a string reply, got type " + std::to_string(r_->type));
+}
+
+long long ReplyRef::integer() const {
+    if (r_->type == REDIS_REPLY_INTEGER) return r_->integer;
+    throw ProtocolError("expected an integer reply, got type " + std::to_string(r_->type));
+}
+
+size_t ReplyRef::size() const {
+    if (r_->type == REDIS_REPLY_NIL) return 0;
+    if (r_->type != REDIS_REPLY_ARRAY)
+        throw ProtocolError("expected an array reply, got type " + std::to_string(r_->type));
+    return r_->elements;
+}
+
+ReplyRef ReplyRef::operator[](size_t i) const {
+    if (i >= size()) throw ProtocolError("reply array index out of range");
+    return ReplyRef(r_->element[i]);
+}
+
+std::optional<std::string> ReplyRef::optional_str() const {
+    if (is_nil()) return std::nullopt;
+    return std::string(str());
+}
+
+bool is_failover_error(const ReplyError& e) {
+    return e.starts_with("READONLY") || e.starts_with("NOREPLICAS") || e.starts_with("UNBLOCKED");
+}
+
+Connection::Connection(ConnectionOptions options) : options_(std::move(options)) {}
+
+Connection::~Connection() { disconnect(); }
+
+void Connection::disconnect() noexcept {
+    if (ctx_) redisFree(ctx_);
+    ctx_ = nullptr;
+}
+
+void Connection::fail_context(const char* what) {
+    const int err = ctx_ ? ctx_->err : REDIS_ERR_IO;
+    const int saved_errno = errno;
+    std::string msg = std::string(what) + " (" + options_.endpoint.describe() + "): " +
+                      (ctx_ && ctx_->errstr[0] ? ctx_->errstr : std::strerror(saved_errno));
+    disconnect();  // never reuse a context after an error: hiredis leaves it unusable
+    if (err == REDIS_ERR_EOF) throw ClosedError(msg);
+    if (err == REDIS_ERR_PROTOCOL) throw ProtocolError(msg);
+    if (err == REDIS_ERR_IO && (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK ||
+                                saved_errno == ETIMEDOUT || saved_errno == EINPROGRESS))
+        throw TimeoutError(msg);
+    throw IoError(msg);
+}
+
+void Connection::connect() {
+    disconnect();
+    const auto& ep = options_.endpoint;
+    const timeval ct = to_timeval(options_.connect_timeout);
+    ctx_ = ep.unix_path.empty() ? redisConnectWithTimeout(ep.host.c_str(), ep.port, ct)
+                                : redisConnectUnixWithTimeout(ep.unix_path.c_str(), ct);
+    if (!ctx_) throw IoError("cannot allocate a Redis context");
+    if (ctx_->err) fail_context("cannot connect to Redis");
+    if (redisSetTimeout(ctx_, to_timeval(options_.socket_timeout)) != REDIS_OK)
+        fail_context("cannot set the Redis socket timeout");
+    // TCP keep-alive notices a peer that vanished without a FIN (host lost).
+    if (ep.unix_path.empty()) redisEnableKeepAlive(ctx_);
+    try {
+        if (!ep.password.empty()) {
+            if (ep.username.empty())
+                run_once(2, std::array<const char*, 2>{"AUTH", ep.password.c_str()}.data(),
+                         std::array<size_t, 2>{4, ep.password.size()}.data());
+            else
+                run_once(3,
+                         std::array<const char*, 3>{"AUTH", ep.username.c_str(),
+                                                    ep.password.c_str()}
+                             .data(),
+                         std::array<size_t, 3>{4, ep.username.size(), ep.password.size()}.data());
+        }
+        if (ep.db != 0) {
+            const std::string db = std::to_string(ep.db);
+            run_once(2, std::array<const char*, 2>{"SELECT", db.c_str()}.data(),
+                     std::array<size_t, 2>{6, db.size()}.data());
+        }
+        if (!options_.client_name.empty()) {
+            const auto& n = options_.client_name;
+            run_once(3, std::array<const char*, 3>{"CLIENT", "SETNAME", n.c_str()}.data(),
+                     std::array<size_t, 3>{6, 7, n.size()}.data());
+        }
+    } catch (const ReplyError& e) {
+        disconnect();
+        // AUTH failures must not leak the password: hiredis never echoes it, and neither do we.
+        throw IoError(std::string("Redis refused the connection setup (") +
+                      options_.endpoint.describe() + "): " + e.what());
+    }
+}
+
+Reply Connection::run_once(int argc, const char** argv, const size_t* lens) {
+    if (!ctx_) connect();
+    auto* raw = static_cast<redisReply*>(redisCommandArgv(ctx_, argc, argv, lens));
+    if (!raw) fail_context("Redis command failed");
+    Reply reply(raw);
+    if (raw->type == REDIS_REPLY_ERROR) throw ReplyError(std::string(raw->str, raw->len));
+    return reply;
+}
+
+Reply Connection::run(int argc, const char** argv, const size_t* lens) {
+    try {
+        return run_once(argc, argv, lens);
+    } catch (const ReplyError& e) {
+        if (!is_failover_error(e)) throw;
+        disconnect();  // the server we talk to is no longer the primary: reconnect, retry once
+        return run_once(argc, argv, lens);
+    }
+}
+
+Reply Connection::command(std::initializer_list<std::string_view> argv) {
+    return command(std::vector<std::string_view>(argv));
+}
+
+Reply Connection::command(const std::vector<std::string_view>& argv) {
+    std::vector<const char*> ptrs;
+    std::vector<size_t> lens;
+    ptrs.reserve(argv.size());
+    lens.reserve(argv.size());
+    for (auto a : argv) {
+        ptrs.push_back(a.data());
+        lens.push_back(a.size());
+    }
+    return run(static_cast<int>(argv.size()), ptrs.data(), lens.data());
+}
+
+Reply Connection::command(const Command& argv) {
+    return command(std::vector<std::string_view>(argv.begin(), argv.end()));
+}
+
+std::vector<Reply> Connection::pipeline(const std::vector<Command>& commands) {
+    if (!ctx_) connect();
+    for (const auto& cmd : commands) {
+        std::vector<const char*> ptrs;
+        std::vector<size_t> lens;
+        for (const auto& a : cmd) {
+            ptrs.push_back(a.data());
+            lens.push_back(a.size());
+        }
+        if (redisAppendCommandArgv(ctx_, static_cast<int>(cmd.size()), ptrs.data(),
+                                   lens.data()) != REDIS_OK)
+            fail_context("cannot queue a pipelined Redis command");
+    }
+    std::vector<Reply> replies;
+    replies.reserve(commands.size());
+    std::optional<std::string> first_error;
+    for (size_t i = 0; i < commands.size(); ++i) {
+        void* raw = nullptr;
+        if (redisGetReply(ctx_, &raw) != REDIS_OK || !raw) fail_context("Redis pipeline failed");
+        auto* r = static_cast<redisReply*>(raw);
+        if (r->type == REDIS_REPLY_ERROR && !first_error) first_error.emplace(r->str, r->len);
+        replies.emplace_back(r);
+    }
+    if (first_error) throw ReplyError(*first_error);
+    return replies;
+}
+
+}  // namespace kiqd::redis
