@@ -1,0 +1,48 @@
+// kiqd_test_daemon: the stock daemon plus handlers that leave evidence in Redis, for tests that
+// need to know exactly which jobs ran, where and when. Built with the public API (kiqd::run).
+//   Test::Record — RPUSH kiqd-test:ran {"jid","class","queue","args","retry_count","pid",
+//                  "started","ended"}; args[0] may be a number of seconds to sleep first.
+//   Test::FailOnce — fails on its first attempt (no retry_count yet), then records like Record.
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "kiqd/clock.hpp"
+#include "kiqd/kiqd.hpp"
+
+namespace {
+
+void record(const kiqd::Job& job, kiqd::JobContext& ctx, double started) {
+    nlohmann::json entry{{"jid", job.jid},
+                         {"class", job.handler_name()},
+                         {"queue", job.queue},
+                         {"args", job.args()},
+                         {"retry_count", job.retry_count() ? *job.retry_count() : -1},
+                         {"pid", static_cast<int>(getpid())},
+                         {"started", started},
+                         {"ended", kiqd::epoch_seconds()}};
+    ctx.redis.command({"RPUSH", "kiqd-test:ran", entry.dump()});
+}
+
+void record_handler(const kiqd::Job& job, kiqd::JobContext& ctx) {
+    const double started = kiqd::epoch_seconds();
+    const auto& args = job.args();
+    if (!args.empty() && args[0].is_number() && args[0].get<double>() > 0) {
+        if (ctx.stop.wait_for(std::chrono::duration<double>(args[0].get<double>())))
+            throw kiqd::Interrupted();
+    }
+    record(job, ctx, started);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    kiqd::HandlerRegistry handlers;
+    handlers.add("Test::Record", record_handler);
+    handlers.add("Test::FailOnce", [](const kiqd::Job& job, kiqd::JobContext& ctx) {
+        if (!job.retry_count()) throw kiqd::JobError("Test::FirstAttempt", "first attempt fails");
+        record(job, ctx, kiqd::epoch_seconds());
+    });
+    kiqd::MiddlewareRegistry middleware;
+    return kiqd::run(argc, argv, handlers, middleware);
+}
