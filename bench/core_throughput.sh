@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# Core throughput benchmark: how fast does kiqd drain a queue of no-op Sidekiq
+# jobs, and how does that compare with Ruby Sidekiq on the same machine?
+#
+#   bench/core_throughput.sh                      # JOBS=100000, CONCURRENCIES="10 25"
+#   JOBS=2000 bench/core_throughput.sh            # smoke mode (a few seconds; CI)
+#
+# Environment:
+#   JOBS=100000            jobs per run
+#   CONCURRENCIES="10 25"  worker concurrencies (-c)
+#   RUNS=1                 runs per (system, concurrency); the median run is reported
+#   KIQD=build/kiqd        kiqd binary
+#   SIDEKIQ=auto           path of the `sidekiq` executable; "none" skips Sidekiq
+#   WORKER_LOG=file        where worker stdout goes: "file" (a temp file, deleted
+#                          afterwards) or "null" (/dev/null)
+#   RESULTS=...            where the report is written; default
+#                          bench/results/core_throughput.md when JOBS >= 100000,
+#                          else bench/results/core_throughput-smoke.md
+#   POLL_MS=20             LLEN polling interval
+#
+# Method, per system and concurrency: FLUSHALL; push JOBS Kiqd::Noop payloads
+# (Sidekiq 6.4.1 shape, unique jids, LPUSH in batches of 1000 via redis-cli --pipe);
+# start the worker; poll LLEN queue:default every POLL_MS on one connection until
+# it is 0; drain seconds = worker start -> queue empty (includes process start-up);
+# read VmHWM (peak RSS) and CPU time from /proc/<pid> before sending SIGTERM; wait
+# for exit (code must be 0); then stat:processed must equal JOBS and
+# stat:failed/retry/dead must be empty. The Redis server is private to this
+# script (127.0.0.1, free port, no persistence) and is stopped by PID on exit.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/.." && pwd)
+helper=("python3" "$here/lib/kiqbench.py")
+
+JOBS=${JOBS:-100000}
+CONCURRENCIES=${CONCURRENCIES:-"10 25"}
+RUNS=${RUNS:-1}
+KIQD=${KIQD:-$repo/build/kiqd}
+SIDEKIQ=${SIDEKIQ:-auto}
+WORKER_LOG=${WORKER_LOG:-file}
+if ((JOBS >= 100000)); then default_results=$here/results/core_throughput.md
+else default_results=$here/results/core_throughput-smoke.md; fi  # smoke runs keep the real report
+RESULTS=${RESULTS:-$default_results}
+POLL_MS=${POLL_MS:-20}
+QUEUE=default
+
+die() { echo "core_throughput: $*" >&2; exit 1; }
+
+[[ -x $KIQD ]] || die "no kiqd binary at $KIQD (build: cmake -S $repo -B $repo/build && make -C $repo/build -j2 kiqd)"
+command -v redis-server >/dev/null || die "redis-server not found"
+command -v redis-cli >/dev/null || die "redis-cli not found"
+command -v python3 >/dev/null || die "python3 not found"
+[[ $WORKER_LOG == file || $WORKER_LOG == null ]] || die "WORKER_LOG must be file or null"
+
+sidekiq_bin=""
+sidekiq_version=""
+if [[ $SIDEKIQ != none ]]; then
+    if ruby -e 'require "sidekiq"' >/dev/null 2>&1; then
+        if [[ $SIDEKIQ == auto ]]; then
+            sidekiq_bin=$(command -v sidekiq || true)
+            if [[ -z $sidekiq_bin ]]; then
+                gemdir=$(ruby -e 'print Gem.loaded_specs["sidekiq"]&.full_gem_path.to_s' -rsidekiq 2>/dev/null || true)
+                [[ -n $gemdir && -x $gemdir/bin/sidekiq ]] && sidekiq_bin=$gemdir/bin/sidekiq
+            fi
+        else
+            sidekiq_bin=$SIDEKIQ
+        fi
+        sidekiq_version=$(ruby -rsidekiq -e 'print Sidekiq::VERSION')
+    fi
+    [[ -n $sidekiq_bin ]] || echo "core_throughput: Ruby Sidekiq not available; kiqd rows only" >&2
+fi
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/kiqd-bench.XXXXXX")
+redis_pid=""
+drain_pid=""
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM
+    if [[ -n $drain_pid ]] && kill -0 "$drain_pid" 2>/dev/null; then
+        kill -TERM "$drain_pid" 2>/dev/null || true   # the helper stops its worker by PID
+        wait "$drain_pid" 2>/dev/null || true
+    fi
+    if [[ -n $redis_pid ]] && kill -0 "$redis_pid" 2>/dev/null; then
+        kill -TERM "$redis_pid" 2>/dev/null || true
+        wait "$redis_pid" 2>/dev/null || true
+    fi
+    rm -rf "$work"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# ------------------------------------------------------------------ redis
+port=$("${helper[@]}" freeport)
+redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
+    --dir "$work" --logfile "$work/redis.log" &
+redis_pid=$!
+rcli() { redis-cli -h 127.0.0.1 -p "$port" "$@"; }
+for _ in $(seq 100); do
+    [[ $(rcli ping 2>/dev/null || true) == PONG ]] && break
+    kill -0 "$redis_pid" 2>/dev/null || die "redis-server exited; log: $(cat "$work/redis.log")"
+    sleep 0.05
+done
+[[ $(rcli ping 2>/dev/null || true) == PONG ]] || die "redis-server did not answer on port $port"
+redis_url="redis://127.0.0.1:$port/0"
+
+printf 'redis: {url: "%s"}\n' "$redis_url" >"$work/kiqd.yml"
+printf 'redis: {url: "%s"}\nlogging: {level: warn}\n' "$redis_url" >"$work/kiqd-warn.yml"
+
+results_jsonl="$work/results.jsonl"
+: >"$results_jsonl"
+
+prepare_queue() {
+    rcli flushall >/dev/null
+    "${helper[@]}" push --jobs "$JOBS" --queue "$QUEUE" |
+        rcli --pipe >"$work/pipe.out" 2>&1 || die "redis-cli --pipe failed: $(cat "$work/pipe.out")"
+    grep -q 'errors: 0' "$work/pipe.out" || die "push errors: $(cat "$work/pipe.out")"
+    local n
+    n=$(rcli llen "queue:$QUEUE")
+    [[ $n == "$JOBS" ]] || die "expected $JOBS queued jobs, found $n"
+}
+
+# run_one LABEL CONCURRENCY ENV... -- CMD...
+run_one() {
+    local label=$1 c=$2 logf
+    shift 2
+    local envs=()
+    while [[ $1 != -- ]]; do envs+=("$1"); shift; done
+    shift
+    if [[ $WORKER_LOG == file ]]; then logf="$work/worker.log"; : >"$logf"; else logf=/dev/null; fi
+    prepare_queue
+    env "${envs[@]}" "${helper[@]}" drain --port "$port" --jobs "$JOBS" --queue "$QUEUE" \
+        --label "$label" --concurrency "$c" --log "$logf" --cwd "$work" --poll-ms "$POLL_MS" \
+        -- "$@" >"$work/one.json" &
+    drain_pid=$!
+    if ! wait "$drain_pid"; then
+        drain_pid=""
+        [[ $logf == /dev/null ]] || { echo "--- last worker log lines:" >&2; tail -n 20 "$logf" >&2; }
+        die "run failed: $label c=$c"
+    fi
+    drain_pid=""
+    cat "$work/one.json" >>"$results_jsonl"
+    local lines=""
+    [[ $logf == /dev/null ]] || lines=", $(wc -l <"$logf") log lines / $(du -h "$logf" | cut -f1)"
+    python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("  %-26s c=%-3d %8.3f s %9.0f jobs/s  peak RSS %6.1f MB  cpu %.2f s (redis %.2f s), first job %.2f s, stop %.2f s%s" % (r["system"], r["concurrency"], r["seconds"], r["jobs_per_s"], r["peak_rss_mb"], r["worker_cpu_s"], r["redis_cpu_s"], r["first_take_s"] or 0, r["stop_s"], sys.argv[2]))' \
+        "$work/one.json" "$lines" >&2
+}
+
+sidekiq_label="sidekiq $sidekiq_version (log warn)"
+echo "core_throughput: JOBS=$JOBS CONCURRENCIES=\"$CONCURRENCIES\" RUNS=$RUNS redis=127.0.0.1:$port worker log -> $WORKER_LOG" >&2
+for c in $CONCURRENCIES; do
+    for ((run = 1; run <= RUNS; run++)); do
+        run_one "kiqd" "$c" -- "$KIQD" -C "$work/kiqd.yml" -c "$c" -q "$QUEUE"
+        run_one "kiqd (log warn)" "$c" -- "$KIQD" -C "$work/kiqd-warn.yml" -c "$c" -q "$QUEUE"
+        if [[ -n $sidekiq_bin ]]; then
+            run_one "$sidekiq_label" "$c" REDIS_URL="$redis_url" -- \
+                "$sidekiq_bin" -r "$here/sidekiq_noop.rb" -c "$c" -q "$QUEUE"
+        fi
+    done
+done
+
+# ------------------------------------------------------------------ report
+cpu_model=$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//' || true)
+redis_version=$(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')
+kiqd_version=$("$KIQD" --version 2>/dev/null | head -n1 || true)
+git_rev=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)
+[[ -n $(git -C "$repo" status --porcelain --untracked-files=no 2>/dev/null) ]] && git_rev="$git_rev (dirty tree)"
+if [[ $WORKER_LOG == file ]]; then log_note="a file in \$TMPDIR"; else log_note="/dev/null"; fi
+
+table=$("${helper[@]}" table --results "$results_jsonl" --baseline "$sidekiq_label")
+report=$(
+    cat <<EOF
+## kiqd core throughput (Kiqd::Noop, drain of a pre-filled queue)
+
+$table
+
+- ratio: jobs/s relative to ${sidekiq_label:+"$sidekiq_label"} at the same concurrency (n/a: Sidekiq not run)
+- seconds: worker process start -> \`LLEN queue:$QUEUE\` = 0 (polled every $POLL_MS ms), so it includes start-up; "first job s" is when the queue first shrank
+- peak RSS: VmHWM of the worker process, read just before SIGTERM; CPU: utime+stime of the worker / Redis (INFO cpu) over the drain
+- every run: worker exited 0 on SIGTERM and stat:processed = $JOBS, nothing failed/retried/dead
+- "kiqd" logs one line per job start and finish (default level info); "(log warn)" runs use \`logging: {level: warn}\`; worker stdout went to $log_note
+- machine: $(nproc) CPUs, ${cpu_model:-unknown CPU}, $(uname -sr); redis-server $redis_version (same host, loopback)
+- kiqd: ${kiqd_version:-?} at git $git_rev; $(ruby -v 2>/dev/null | cut -d' ' -f1-2 || echo "no ruby")
+- command: \`JOBS=$JOBS CONCURRENCIES="$CONCURRENCIES" RUNS=$RUNS bench/core_throughput.sh\` ($(date -u +%Y-%m-%dT%H:%MZ))
+EOF
+)
+echo
+echo "$report"
+mkdir -p "$(dirname "$RESULTS")"
+echo "$report" >"$RESULTS"
+echo >&2
+echo "core_throughput: written to $RESULTS" >&2

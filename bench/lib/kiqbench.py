@@ -1,0 +1,307 @@
+#!/usr/bin/env python3
+"""Helpers for bench/core_throughput.sh (standard library only).
+
+Subcommands:
+  freeport                      print a free TCP port on 127.0.0.1
+  push  --jobs N --batch B      write RESP for SADD queues + LPUSH of N
+                                Sidekiq-shaped Kiqd::Noop payloads to stdout
+                                (pipe into `redis-cli --pipe`)
+  drain --port P --jobs N ...   start a worker command, time how long it takes
+        -- CMD ARGS...          to empty queue:<q>, sample its peak RSS/CPU,
+                                stop it by PID with SIGTERM, check the stats;
+                                print one JSON object
+  table --results F ...         render the JSON lines of F as a markdown table
+"""
+
+import argparse
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+
+# ---------------------------------------------------------------- RESP client
+
+class Redis:
+    """Just enough RESP2 for LLEN/GET/INFO/ZCARD on one persistent socket."""
+
+    def __init__(self, host, port):
+        self.sock = socket.create_connection((host, port), timeout=10)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = b""
+
+    def _line(self):
+        while b"\r\n" not in self.buf:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("redis closed the connection")
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def _exact(self, n):
+        while len(self.buf) < n + 2:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("redis closed the connection")
+            self.buf += chunk
+        data, self.buf = self.buf[:n], self.buf[n + 2:]
+        return data
+
+    def _reply(self):
+        line = self._line()
+        kind, rest = line[:1], line[1:]
+        if kind == b"+":
+            return rest.decode()
+        if kind == b"-":
+            raise RuntimeError("redis error: " + rest.decode())
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            n = int(rest)
+            return None if n < 0 else self._exact(n).decode()
+        if kind == b"*":
+            n = int(rest)
+            return None if n < 0 else [self._reply() for _ in range(n)]
+        raise RuntimeError("bad RESP reply: %r" % line)
+
+    def call(self, *args):
+        self.sock.sendall(resp(*args))
+        return self._reply()
+
+    def cpu_seconds(self):
+        info = self.call("INFO", "cpu")
+        fields = dict(l.split(":", 1) for l in info.splitlines() if ":" in l)
+        return float(fields["used_cpu_sys"]) + float(fields["used_cpu_user"])
+
+
+def resp(*args):
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        b = a if isinstance(a, bytes) else str(a).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(b), b))
+    return b"".join(out)
+
+
+# ------------------------------------------------------------------ freeport
+
+def cmd_freeport(_args):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        print(s.getsockname()[1])
+
+
+# ---------------------------------------------------------------------- push
+
+def cmd_push(args):
+    """Payloads exactly as Sidekiq 6.4.1's Client#push produces them for a
+    `class Noop; include Sidekiq::Worker; end` with default options."""
+    out = sys.stdout.buffer
+    out.write(resp("SADD", "queues", args.queue))
+    key = "queue:" + args.queue
+    left = args.jobs
+    while left > 0:
+        n = min(args.batch, left)
+        now = time.time()
+        payloads = []
+        for _ in range(n):
+            payloads.append(json.dumps(
+                {"retry": True, "queue": args.queue, "class": args.job_class,
+                 "args": [], "jid": os.urandom(12).hex(),
+                 "created_at": now, "enqueued_at": now},
+                separators=(",", ":")))
+        out.write(resp("LPUSH", key, *payloads))
+        left -= n
+    out.flush()
+
+
+# --------------------------------------------------------------------- drain
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_status_kb(pid, field):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return None
+
+
+def proc_cpu_seconds(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        stat = f.read()
+    fields = stat[stat.rindex(")") + 2:].split()
+    # fields[0] is field 3 (state); utime/stime are fields 14/15
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def stop_child(child, timeout):
+    if child.poll() is None:
+        child.send_signal(signal.SIGTERM)
+    try:
+        return child.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        child.kill()  # by PID, after a graceful stop failed
+        child.wait()
+        return None
+
+
+def cmd_drain(args):
+    r = Redis("127.0.0.1", args.port)
+    key = "queue:" + args.queue
+    queued = r.call("LLEN", key)
+    if queued != args.jobs:
+        sys.exit("drain: expected %d jobs in %s, found %d" % (args.jobs, key, queued))
+    cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
+    log = open(args.log, "ab")
+
+    child = None
+
+    def on_signal(signo, _frame):
+        if child is not None:
+            stop_child(child, 30)
+        sys.exit(128 + signo)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    redis_cpu0 = r.cpu_seconds()
+    t0 = time.monotonic()
+    child = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=args.cwd,
+                             stdin=subprocess.DEVNULL)
+    poll = args.poll_ms / 1000.0
+    first_take = None
+    hwm_kb = None
+    while True:
+        n = r.call("LLEN", key)
+        now = time.monotonic()
+        if first_take is None and n < args.jobs:
+            first_take = now - t0
+        if n == 0:
+            drained = now - t0
+            break
+        if child.poll() is not None:
+            sys.exit("drain: worker exited with %s before the queue was empty (%d left); see %s"
+                     % (child.returncode, n, args.log))
+        if now - t0 > args.timeout:
+            stop_child(child, 30)
+            sys.exit("drain: timeout after %.0f s with %d jobs left" % (args.timeout, n))
+        time.sleep(poll)
+    # Sample before SIGTERM, as asked: VmHWM is the peak RSS over the process life.
+    hwm_kb = proc_status_kb(child.pid, "VmHWM")
+    threads = proc_status_kb(child.pid, "Threads")
+    worker_cpu = proc_cpu_seconds(child.pid)
+    redis_cpu = r.cpu_seconds() - redis_cpu0
+    t_stop = time.monotonic()
+    rc = stop_child(child, args.stop_timeout)
+    stop_s = time.monotonic() - t_stop
+    log.close()
+
+    processed = int(r.call("GET", "stat:processed") or 0)
+    failed = int(r.call("GET", "stat:failed") or 0)
+    result = {
+        "system": args.label, "concurrency": args.concurrency, "jobs": args.jobs,
+        "seconds": round(drained, 4), "jobs_per_s": round(args.jobs / drained, 1),
+        "first_take_s": None if first_take is None else round(first_take, 4),
+        "peak_rss_mb": round(hwm_kb / 1024.0, 1), "threads": threads,
+        "worker_cpu_s": round(worker_cpu, 2), "redis_cpu_s": round(redis_cpu, 2),
+        "stop_s": round(stop_s, 3), "exit_code": rc,
+        "stat_processed": processed, "stat_failed": failed,
+        "retry": r.call("ZCARD", "retry"), "dead": r.call("ZCARD", "dead"),
+        "left": r.call("LLEN", key),
+    }
+    problems = []
+    if rc != 0:
+        problems.append("exit code %s (expected 0 after SIGTERM)" % rc)
+    if processed != args.jobs:
+        problems.append("stat:processed=%d, expected %d" % (processed, args.jobs))
+    if failed or result["retry"] or result["dead"] or result["left"]:
+        problems.append("failed=%d retry=%d dead=%d left=%d" % (
+            failed, result["retry"], result["dead"], result["left"]))
+    result["problems"] = problems
+    print(json.dumps(result))
+    if problems:
+        print("drain: %s: %s (log: %s)" % (args.label, "; ".join(problems), args.log),
+              file=sys.stderr)
+        sys.exit(3)
+
+
+# --------------------------------------------------------------------- table
+
+def cmd_table(args):
+    rows = [json.loads(l) for l in open(args.results) if l.strip()]
+    # Median run (by seconds) per (system, concurrency) when RUNS > 1.
+    groups = {}
+    for row in rows:
+        groups.setdefault((row["system"], row["concurrency"]), []).append(row)
+    picked = {}
+    for k, runs in groups.items():
+        runs.sort(key=lambda r: r["seconds"])
+        picked[k] = runs[(len(runs) - 1) // 2]
+        picked[k]["runs"] = len(runs)
+        picked[k]["spread"] = (
+            "%.0f–%.0f" % (min(r["jobs_per_s"] for r in runs), max(r["jobs_per_s"] for r in runs))
+            if len(runs) > 1 else "")
+    order = []
+    for row in rows:
+        k = (row["system"], row["concurrency"])
+        if k not in order:
+            order.append(k)
+    order.sort(key=lambda k: (k[1], [r["system"] for r in rows].index(k[0])))
+    base = {c: picked[(s, c)]["jobs_per_s"] for (s, c) in picked if s == args.baseline}
+    multi = any(p["runs"] > 1 for p in picked.values())
+    head = ["system", "concurrency", "jobs", "seconds", "jobs/s", "peak RSS MB", "ratio",
+            "first job s", "worker CPU s", "redis CPU s", "threads"]
+    if multi:
+        head += ["runs", "jobs/s range"]
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    for k in order:
+        p = picked[k]
+        b = base.get(p["concurrency"])
+        ratio = "%.2f" % (p["jobs_per_s"] / b) if b else "n/a"
+        cells = [p["system"], p["concurrency"], p["jobs"], "%.3f" % p["seconds"],
+                 "%.0f" % p["jobs_per_s"], "%.1f" % p["peak_rss_mb"], ratio,
+                 "%.3f" % p["first_take_s"] if p["first_take_s"] is not None else "n/a",
+                 "%.2f" % p["worker_cpu_s"], "%.2f" % p["redis_cpu_s"], p["threads"]]
+        if multi:
+            cells += [p["runs"], p["spread"]]
+        out.append("| " + " | ".join(str(c) for c in cells) + " |")
+    print("\n".join(out))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("freeport")
+    p = sub.add_parser("push")
+    p.add_argument("--jobs", type=int, required=True)
+    p.add_argument("--batch", type=int, default=1000)
+    p.add_argument("--queue", default="default")
+    p.add_argument("--job-class", default="Kiqd::Noop")
+    d = sub.add_parser("drain")
+    d.add_argument("--port", type=int, required=True)
+    d.add_argument("--jobs", type=int, required=True)
+    d.add_argument("--queue", default="default")
+    d.add_argument("--label", required=True)
+    d.add_argument("--concurrency", type=int, required=True)
+    d.add_argument("--log", required=True)
+    d.add_argument("--cwd", default=None)
+    d.add_argument("--poll-ms", type=float, default=20)
+    d.add_argument("--timeout", type=float, default=1800)
+    d.add_argument("--stop-timeout", type=float, default=60)
+    d.add_argument("command", nargs=argparse.REMAINDER)
+    t = sub.add_parser("table")
+    t.add_argument("--results", required=True)
+    t.add_argument("--baseline", default="sidekiq")
+    args = ap.parse_args()
+    {"freeport": cmd_freeport, "push": cmd_push, "drain": cmd_drain,
+     "table": cmd_table}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()

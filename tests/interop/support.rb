@@ -1,0 +1,279 @@
+# Shared helpers for the Ruby interoperability suite: free ports, a private redis-server per test,
+# kiqd / kiqd_test_daemon / Ruby processes started with Process.spawn and stopped by PID, and a
+# polling wait_until. Everything listens on 127.0.0.1 only.
+#
+# Run by hand from the repository root:
+#   KIQD_BIN=build/kiqd KIQD_TEST_BIN=build/tests/kiqd_test_daemon \
+#     ruby -I tests/interop tests/interop/run_all.rb
+# (both variables default to those build/ paths). KIQD_INTEROP_SLOW=1 enables the checks that
+# have to wait for a 60 s Redis TTL to run out.
+require "minitest"
+require "socket"
+require "tmpdir"
+require "fileutils"
+require "json"
+require "yaml"
+require "securerandom"
+require "rbconfig"
+
+require "redis"
+# Sidekiq 6.4.1 predates redis-rb 4.8's deprecations (SADD's boolean reply, pipelining on the
+# client object, ...); keep their warnings out of the test output.
+Redis.sadd_returns_boolean = false if Redis.respond_to?(:sadd_returns_boolean=)
+Redis.silence_deprecations = true if Redis.respond_to?(:silence_deprecations=)
+
+require "sidekiq"
+require "sidekiq/api"
+Sidekiq.logger.level = Logger::WARN
+
+# Worker classes used only to *push* jobs from Ruby; kiqd_test_daemon has the handlers.
+module Test
+  class Record
+    include Sidekiq::Worker
+    sidekiq_options queue: "default", retry: 3
+  end
+
+  class FailOnce
+    include Sidekiq::Worker
+  end
+end
+
+module KiqdInterop
+  ROOT = File.expand_path("../..", __dir__)
+  KIQD_BIN = File.expand_path(ENV["KIQD_BIN"] || "build/kiqd", ROOT)
+  KIQD_TEST_BIN = File.expand_path(ENV["KIQD_TEST_BIN"] || "build/tests/kiqd_test_daemon", ROOT)
+  RUBY = RbConfig.ruby
+  SLOW = ENV["KIQD_INTEROP_SLOW"] == "1"
+
+  def self.sidekiq_gem_dir
+    Gem::Specification.find_by_name("sidekiq").gem_dir
+  end
+
+  # The `sidekiq` and `sidekiqmon` executables: Debian's /usr/bin wrappers if present, else the
+  # gem's bin/ scripts (run with the current ruby).
+  def self.sidekiq_command(name)
+    wrapper = "/usr/bin/#{name}"
+    return [wrapper] if File.executable?(wrapper)
+    [RUBY, File.join(sidekiq_gem_dir, "bin", name)]
+  end
+
+  def self.free_port
+    server = TCPServer.new("127.0.0.1", 0)
+    server.addr[1]
+  ensure
+    server&.close
+  end
+
+  # A child process started with Process.spawn; stopped by its PID only.
+  class Child
+    attr_reader :pid, :name, :log_path
+    attr_accessor :status
+
+    def initialize(name, pid, log_path)
+      @name = name
+      @pid = pid
+      @log_path = log_path
+      @status = nil
+    end
+
+    def alive?
+      return false if @status
+      done = Process.waitpid2(@pid, Process::WNOHANG)
+      if done
+        @status = done[1]
+        false
+      else
+        true
+      end
+    rescue Errno::ECHILD
+      false
+    end
+
+    def signal(sig)
+      Process.kill(sig, @pid) if alive?
+    end
+
+    # Waits up to `timeout` seconds for the process to exit; returns its Process::Status or nil.
+    def wait(timeout)
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
+      while alive?
+        return nil if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+        sleep 0.02
+      end
+      @status
+    end
+
+    # TERM, then KILL if it does not go away: used by teardown.
+    def stop(timeout = 10)
+      return @status unless alive?
+      signal("TERM")
+      st = wait(timeout)
+      return st if st
+      signal("KILL")
+      wait(5)
+    end
+
+    def log
+      File.exist?(@log_path.to_s) ? File.read(@log_path) : ""
+    end
+  end
+
+  class KiqdProcess < Child
+    attr_reader :config_path, :out_path, :redis
+
+    def initialize(name, pid, log_path, out_path, config_path, redis)
+      super(name, pid, log_path)
+      @out_path = out_path
+      @config_path = config_path
+      @redis = redis
+    end
+
+    def log
+      [super, (File.exist?(@out_path) ? File.read(@out_path) : "")].join
+    end
+
+    # "<hostname>:<pid>:<nonce>", read from the `processes` set once the first beat is in.
+    def identity
+      @identity ||= @redis.smembers("processes").find { |id| id.split(":")[-2] == pid.to_s }
+    end
+  end
+
+  module Helpers
+    # Polls the block every 25 ms until it returns a truthy value (which is returned); fails the
+    # test after `timeout` seconds.
+    def wait_until(timeout = 10, message = nil, interval: 0.025)
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
+      loop do
+        result = yield
+        return result if result
+        if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+          msg = "timed out after #{timeout} s waiting for #{message || "a condition"}"
+          flunk(msg + diagnostics)
+        end
+        sleep interval
+      end
+    end
+
+    def tmpdir
+      @tmpdir ||= Dir.mktmpdir("kiqd-interop-")
+    end
+
+    def children
+      @children ||= []
+    end
+
+    # Starts a private redis-server and points Sidekiq's client (and REDIS_URL for children) at it.
+    def start_redis
+      port = KiqdInterop.free_port
+      log = File.join(tmpdir, "redis-#{port}.log")
+      pid = Process.spawn("redis-server", "--port", port.to_s, "--bind", "127.0.0.1",
+                          "--save", "", "--appendonly", "no",
+                          in: File::NULL, out: log, err: [:child, :out])
+      @redis_server = Child.new("redis-server", pid, log)
+      children << @redis_server
+      @redis_url = "redis://127.0.0.1:#{port}/0"
+      @redis = Redis.new(url: @redis_url)
+      wait_until(10, "redis-server on port #{port}") do
+        @redis.ping == "PONG"
+      rescue Redis::CannotConnectError
+        false
+      end
+      old_pool = Sidekiq.instance_variable_get(:@redis)
+      Sidekiq.configure_client { |c| c.redis = { url: @redis_url, size: 5 } }
+      old_pool&.shutdown(&:close) rescue nil
+      @redis
+    end
+
+    attr_reader :redis, :redis_url
+
+    # Starts kiqd (or kiqd_test_daemon with test_daemon: true) with a temporary YAML config.
+    # `config` is merged over the defaults; `args` are extra command-line flags.
+    def start_kiqd(config = {}, args: [], test_daemon: false, name: "kiqd")
+      bin = test_daemon ? KiqdInterop::KIQD_TEST_BIN : KiqdInterop::KIQD_BIN
+      skip "#{bin} is not built (set KIQD_BIN / KIQD_TEST_BIN)" unless File.executable?(bin)
+      n = children.count { |c| c.is_a?(KiqdProcess) }
+      log_path = File.join(tmpdir, "#{name}-#{n}.log")
+      out_path = File.join(tmpdir, "#{name}-#{n}.out")
+      config_path = File.join(tmpdir, "#{name}-#{n}.yml")
+      full = {
+        "concurrency" => 2,
+        "queues" => ["default"],
+        "poll_interval_average" => 1,
+        "redis" => { "url" => redis_url },
+        "logging" => { "level" => "debug", "file" => log_path },
+      }.merge(config)
+      File.write(config_path, full.to_yaml)
+      pid = Process.spawn(bin, "-C", config_path, *args,
+                          in: File::NULL, out: out_path, err: [:child, :out])
+      proc = KiqdProcess.new(name, pid, log_path, out_path, config_path, redis)
+      children << proc
+      wait_until(10, "#{name} (pid #{pid}) to register in `processes`") do
+        flunk("#{name} exited early: #{proc.status.inspect}#{diagnostics}") unless proc.alive?
+        proc.identity
+      end
+      proc
+    end
+
+    # Spawns any command with REDIS_URL pointing at this test's Redis; output goes to a log file.
+    def spawn_child(name, cmd, env: {}, chdir: tmpdir)
+      log = File.join(tmpdir, "#{name}-#{children.size}.log")
+      pid = Process.spawn({ "REDIS_URL" => redis_url }.merge(env), *cmd,
+                          in: File::NULL, out: log, err: [:child, :out], chdir: chdir)
+      child = Child.new(name, pid, log)
+      children << child
+      child
+    end
+
+    # Records of Test::Record / Test::FailOnce runs (kiqd_test_daemon), oldest first.
+    def ran_records
+      redis.lrange("kiqd-test:ran", 0, -1).map { |s| JSON.parse(s) }
+    end
+
+    def process_for(kiqd)
+      Sidekiq::ProcessSet.new.find { |p| p.identity == kiqd.identity }
+    end
+
+    # The `beat` value of a process; useful to wait for "one more heartbeat".
+    def beat_of(kiqd)
+      redis.hget(kiqd.identity, "beat").to_f
+    end
+
+    # Waits until kiqd has written `count` more heartbeats than it had when called.
+    def wait_for_beats(kiqd, count = 1, timeout: 6 * count + 2)
+      last = beat_of(kiqd)
+      seen = 0
+      wait_until(timeout, "#{count} heartbeat(s) of #{kiqd.identity}") do
+        b = beat_of(kiqd)
+        if b > last
+          seen += 1
+          last = b
+        end
+        seen >= count
+      end
+    end
+
+    def diagnostics
+      out = +""
+      children.each do |c|
+        next if c.name == "redis-server"
+        text = c.log
+        text = text[-4000..] if text.size > 4000
+        out << "\n---- #{c.name} pid #{c.pid} (#{c.log_path}) ----\n#{text}"
+      end
+      out
+    end
+
+    def teardown
+      # Stop everything but Redis first (they may want to write to it on the way out).
+      children.reject { |c| c.name == "redis-server" }.reverse_each { |c| c.stop(10) }
+      children.select { |c| c.name == "redis-server" }.each { |c| c.stop(5) }
+      @redis&.close rescue nil
+      if failures.empty? && !ENV["KIQD_INTEROP_KEEP"]
+        FileUtils.rm_rf(@tmpdir) if @tmpdir
+      elsif @tmpdir
+        puts "\n[interop] logs of #{name} kept in #{@tmpdir}"
+      end
+      super
+    end
+  end
+end

@@ -1,0 +1,67 @@
+#include <catch2/catch.hpp>
+
+#include "kiqd/backtrace_codec.hpp"
+#include "kiqd/clock.hpp"
+#include "kiqd/raw_json_object.hpp"
+#include "kiqd/redis/endpoint.hpp"
+
+using namespace kiqd;
+
+TEST_CASE("backtraces round-trip, and Ruby's MIME Base64 output decodes", "[codec]") {
+    std::vector<std::string> lines{"app/x.rb:1:in `perform'", "caf\xc3\xa9", ""};
+    auto enc = encode_backtrace(lines);
+    CHECK(enc.find('\n') == std::string::npos);  // strict Base64
+    CHECK(decode_backtrace(enc) == lines);
+    // Produced by Ruby: Base64.encode64(Zlib::Deflate.deflate(JSON.generate([...] * 4)))
+    const std::string ruby =
+        "eJyLVkosKNDPyk8q1q/QK0qyMjSwysxTSChILUrLL8pVV9JRyslM0q8ESRmD\n"
+        "ZZITc3JAwkNAWywA5sVG6Q==\n";
+    auto decoded = decode_backtrace(ruby);
+    REQUIRE(decoded);
+    REQUIRE(decoded->size() == 8);
+    CHECK((*decoded)[0] == "app/jobs/x.rb:10:in `perform'");
+    CHECK_FALSE(decode_backtrace("not base64!"));
+    CHECK(base64_encode("ab") == "YWI=");
+    CHECK(base64_decode("YWI=") == std::string("ab"));
+}
+
+TEST_CASE("RawJsonObject edits top-level members only", "[codec]") {
+    auto obj = RawJsonObject::parse(R"( {"a" : [1, {"queue":"x"}], "queue":"q", "n":1.0E5} )");
+    REQUIRE(obj);
+    CHECK(*obj->find("a") == R"([1, {"queue":"x"}])");
+    obj->set_string("queue", "retry_me");
+    obj->set("retry_count", "0");
+    CHECK(obj->dump() ==
+          R"({"a":[1, {"queue":"x"}],"queue":"retry_me","n":1.0E5,"retry_count":0})");
+    obj->erase("n");
+    CHECK_FALSE(obj->contains("n"));
+    CHECK_FALSE(RawJsonObject::parse("[1,2]"));
+    CHECK_FALSE(RawJsonObject::parse("{\"a\":"));
+    CHECK(RawJsonObject::parse("{}")->dump() == "{}");
+    CHECK(json_nesting_depth(R"({"a":[[["]]]]]"]]]})") == 4);
+    CHECK(json_string("\xff") == "\"\xef\xbf\xbd\"");  // invalid UTF-8 becomes U+FFFD
+}
+
+TEST_CASE("payload timestamps per Sidekiq major", "[codec]") {
+    CHECK(payload_timestamp(Compat::v6, 1700000000.0) == "1700000000.000000");  // always a point
+    CHECK(payload_timestamp(Compat::v7, 1700000000.123456) == "1700000000.123456");
+    CHECK(payload_timestamp(Compat::v8, 1700000000.1234) == "1700000000123");
+    CHECK(timestamp_seconds(1700000000123.0, true) == Approx(1700000000.123));
+    CHECK(timestamp_seconds(1700000000.5, false) == 1700000000.5);
+}
+
+TEST_CASE("Redis URLs", "[codec]") {
+    auto e = redis::parse_redis_url("redis://user:p%40ss@10.0.0.5:6380/3");
+    CHECK(e.host == "10.0.0.5");
+    CHECK(e.port == 6380);
+    CHECK(e.db == 3);
+    CHECK(e.username == "user");
+    CHECK(e.password == "p@ss");
+    CHECK(e.describe().find("p@ss") == std::string::npos);
+    CHECK(redis::parse_redis_url("redis://:secret@localhost").password == "secret");
+    CHECK(redis::parse_redis_url("redis://[::1]:7000").host == "::1");
+    CHECK(redis::parse_redis_url("unix:///run/redis.sock?db=2").unix_path == "/run/redis.sock");
+    CHECK_THROWS_AS(redis::parse_redis_url("rediss://x"), std::invalid_argument);
+    CHECK_THROWS_AS(redis::parse_redis_url("redis://x:99999"), std::invalid_argument);
+    CHECK_THROWS_AS(redis::parse_redis_url("http://x"), std::invalid_argument);
+}

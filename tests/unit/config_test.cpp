@@ -1,0 +1,131 @@
+#include <catch2/catch.hpp>
+
+#include "kiqd/config.hpp"
+
+using kiqd::ConfigError;
+using kiqd::parse_config;
+
+namespace {
+
+// The error a config text produces, or "" when it loads.
+std::string error_of(const std::string& yaml) {
+    try {
+        auto c = parse_config(yaml, "test.yml", "production");
+        kiqd::validate_config(c);
+        return "";
+    } catch (const ConfigError& e) {
+        return e.what();
+    }
+}
+
+}  // namespace
+
+TEST_CASE("a real sidekiq.yml loads unchanged", "[config]") {
+    // The shape of config/sidekiq.yml in Sidekiq's own docs: symbol keys, weighted pairs,
+    // an environment sub-hash.
+    const char* yaml = R"(
+---
+:concurrency: 5
+:timeout: 8
+:verbose: false
+:tag: billing
+:labels:
+  - canary
+:queues:
+  - [critical, 6]
+  - [default, 3]
+  - [low, 1]
+production:
+  :concurrency: 20
+staging:
+  :concurrency: 10
+)";
+    auto c = parse_config(yaml, "sidekiq.yml", "production");
+    CHECK(c.concurrency == 20);
+    CHECK(c.timeout == std::chrono::seconds(8));
+    CHECK(c.tag == "billing");
+    CHECK(c.labels == std::vector<std::string>{"canary"});
+    REQUIRE(c.queues.size() == 3);
+    CHECK(c.queues[0].name == "critical");
+    CHECK(c.queues[0].weight == 6);
+    CHECK(c.queues[2].weight == 1);
+    auto staging = parse_config(yaml, "sidekiq.yml", "staging");
+    CHECK(staging.concurrency == 10);
+}
+
+TEST_CASE("plain queue names without colons give strict order", "[config]") {
+    auto c = parse_config("queues: [critical, default]\nconcurrency: 3\n", "x", "development");
+    REQUIRE(c.queues.size() == 2);
+    CHECK(c.queues[0].weight == 0);
+    CHECK(kiqd::QueueOrder(c.queues).strict());
+}
+
+TEST_CASE("kiqd's own keys", "[config]") {
+    auto c = parse_config(R"(
+redis:
+  url: redis://127.0.0.1:7000/2
+  key_prefix: myapp
+logging: {level: warn, format: json}
+compat: 7
+max_payload_bytes: 4096
+queues: [default]
+server_middleware: [timing, {throttle: {limit: 3}}]
+)",
+                          "x", "development");
+    CHECK(c.redis.url == "redis://127.0.0.1:7000/2");
+    CHECK(c.redis.key_prefix == "myapp");
+    CHECK(c.logging.format == "json");
+    CHECK(c.compat == kiqd::Compat::v7);
+    CHECK(c.max_payload_bytes == 4096);
+    REQUIRE(c.server_middleware.size() == 2);
+    CHECK(c.server_middleware[1].name == "throttle");
+    CHECK(c.server_middleware[1].options["limit"].as<int>() == 3);
+}
+
+TEST_CASE("bad configs name the key and the line", "[config]") {
+    CHECK_THAT(error_of("queues: [default]\nconcurency: 5\n"),
+               Catch::Contains("concurency (line 2): unknown key"));
+    CHECK_THAT(error_of("queues: [default]\nconcurrency: lots\n"),
+               Catch::Contains("concurrency (line 2): must be an integer"));
+    CHECK_THAT(error_of("queues:\n  - [critical, 0]\n"),
+               Catch::Contains("queues[0] (line 2): weight must be at least 1"));
+    CHECK_THAT(error_of("queues: []\n"), Catch::Contains("queues (line 1): is empty"));
+    CHECK_THAT(error_of("concurrency: 5\n"), Catch::Contains("queues: no queues configured"));
+    CHECK_THAT(error_of("queues: [default, default]\n"), Catch::Contains("listed twice"));
+    CHECK_THAT(error_of("queues: ['bad name']\n"), Catch::Contains("invalid queue name"));
+    CHECK_THAT(error_of("queues: [a]\nredis: {url: http://x}\n"), Catch::Contains("redis.url"));
+    CHECK_THAT(error_of("queues: [a]\nlogging: {format: xml}\n"),
+               Catch::Contains("logging.format"));
+    CHECK_THAT(error_of("queues: [a]\nredis: {bogus: 1}\n"),
+               Catch::Contains("redis.bogus (line 2): unknown key"));
+    CHECK_THAT(error_of("queues: [a\n"), Catch::Contains("(yaml)"));
+    CHECK_THAT(error_of("- just\n- a list\n"), Catch::Contains("must be a map"));
+    CHECK_THAT(error_of("queues: [a]\ncompat: 5\n"), Catch::Contains("compat (line 2)"));
+    CHECK(error_of("queues: [a]\n") == "");
+}
+
+TEST_CASE("ERB: the ENV forms sidekiq.yml files use", "[config]") {
+    setenv("KIQD_TEST_CONC", "7", 1);
+    unsetenv("KIQD_TEST_MISSING");
+    auto c = parse_config(
+        "concurrency: <%= ENV['KIQD_TEST_CONC'] %>\n"
+        "timeout: <%= ENV.fetch('KIQD_TEST_MISSING', 9) %>\n"
+        "tag: <%= ENV[\"KIQD_TEST_MISSING\"] || 'fallback' %>\n"
+        "queues: [a]\n",
+        "x", "development");
+    CHECK(c.concurrency == 7);
+    CHECK(c.timeout == std::chrono::seconds(9));
+    CHECK(c.tag == "fallback");
+    CHECK_THAT(error_of("queues: [a]\ntag: <%= `rm -rf /` %>\n"),
+               Catch::Contains("unsupported ERB expression"));
+    CHECK_THAT(error_of("queues: [a]\n<% require 'x' %>\n"), Catch::Contains("line 2"));
+}
+
+TEST_CASE("-q NAME,WEIGHT", "[config]") {
+    auto q = kiqd::parse_queue_arg("critical,3");
+    CHECK(q.name == "critical");
+    CHECK(q.weight == 3);
+    CHECK(kiqd::parse_queue_arg("default").weight == 0);
+    CHECK_THROWS_AS(kiqd::parse_queue_arg("x,0"), ConfigError);
+    CHECK_THROWS_AS(kiqd::parse_queue_arg("x,abc"), ConfigError);
+}

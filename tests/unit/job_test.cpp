@@ -1,0 +1,90 @@
+#include <catch2/catch.hpp>
+
+#include "kiqd/client.hpp"
+#include "kiqd/dead_set.hpp"
+#include "kiqd/job.hpp"
+
+using namespace kiqd;
+
+namespace {
+InvalidJob invalid(const std::string& raw, JobLimits limits = {}) {
+    auto parsed = parse_job(raw, "default", limits);
+    REQUIRE(std::holds_alternative<InvalidJob>(parsed));
+    return std::get<InvalidJob>(parsed);
+}
+}  // namespace
+
+TEST_CASE("a Sidekiq payload parses; ActiveJob dispatches on wrapped", "[job]") {
+    auto parsed = parse_job(
+        R"({"class":"ActiveJob::QueueAdapters::SidekiqAdapter::JobWrapper","wrapped":"ReportJob",)"
+        R"("queue":"default","args":[{"job_class":"ReportJob","arguments":[7]}],"jid":"j1",)"
+        R"("retry_count":2,"enqueued_at":1795312741.5})",
+        "default");
+    REQUIRE(std::holds_alternative<Job>(parsed));
+    auto& job = std::get<Job>(parsed);
+    CHECK(job.handler_name() == "ReportJob");
+    CHECK(job.display_class() == "ReportJob");
+    CHECK(job.jid == "j1");
+    CHECK(job.retry_count() == 2);
+    REQUIRE(job.active_job_arguments());
+    CHECK((*job.active_job_arguments())[0] == 7);
+    CHECK(job.enqueued_at() == Approx(1795312741.5));
+}
+
+TEST_CASE("bad payloads are refused with a reason", "[job]") {
+    CHECK(invalid("not json").error_class == "JSON::ParserError");
+    CHECK(invalid("[1,2]").error_message == "payload is not a JSON object");
+    CHECK(invalid(R"({"args":[]})").error_message == "missing \"class\"");
+    CHECK(invalid(R"({"class":7})").error_message == "\"class\" is not a string");
+    CHECK(invalid(R"({"class":""})").error_message == "\"class\" is empty");
+    CHECK(invalid(R"({"class":"W","args":{}})").error_message == "\"args\" is not an array");
+    CHECK(invalid(R"({"class":"W","jid":5})").error_message == "\"jid\" is not a string");
+    CHECK(invalid("{\"class\":\"W\",\"args\":[\"\xff\"]}").error_class == "JSON::ParserError");
+    CHECK(invalid(std::string(300, '[') + std::string(300, ']')).error_message ==
+          "payload nests deeper than 256 levels");
+    CHECK(invalid(R"({"class":"W","args":[]})", JobLimits{10, 256}).error_class ==
+          "Kiqd::PayloadTooLarge");
+}
+
+TEST_CASE("dead-set entries for unrunnable payloads keep the original", "[job]") {
+    Keys keys;
+    DeadSet dead(keys, 10000, 100, Compat::v6);
+    auto wrapped = nlohmann::json::parse(dead.invalid_entry("not json", "q", {"E", "why"}));
+    CHECK(wrapped["class"] == "Kiqd::InvalidJob");
+    CHECK(wrapped["args"][0] == "not json");
+    CHECK(wrapped["error_message"] == "why");
+    CHECK(wrapped["jid"].get<std::string>().size() == 24);
+    auto binary = nlohmann::json::parse(dead.invalid_entry("\xff\xfe", "q", {"E", "why"}));
+    CHECK(binary["kiqd_raw_base64"] == true);
+    CHECK(binary["args"][0] == "//4=");
+    auto obj = dead.invalid_entry(R"({"args":[1],"zz":true})", "q", {"Kiqd::InvalidJob", "no"});
+    CHECK_THAT(obj, Catch::StartsWith(R"({"args":[1],"zz":true,"jid":)"));
+    auto cmds = dead.kill_commands("x", 1000.0);
+    REQUIRE(cmds.size() == 5);
+    CHECK(cmds[3] == redis::Command{"ZREMRANGEBYRANK", "dead", "0", "-10000"});
+}
+
+TEST_CASE("the client fills what Sidekiq's client fills", "[job]") {
+    Keys keys("ns");
+    Client client(keys, Compat::v6);
+    auto p = client.prepare({{"class", "HardWorker"}, {"args", {1, "two"}}});
+    auto j = nlohmann::json::parse(p.payload);
+    CHECK(j["queue"] == "default");
+    CHECK(j["retry"] == true);
+    CHECK(j["jid"].get<std::string>().size() == 24);
+    CHECK(j["created_at"].is_number_float());
+    CHECK(j["enqueued_at"].is_number_float());
+    CHECK_FALSE(p.at);
+    auto cmds = client.push_commands({p});
+    REQUIRE(cmds.size() == 2);
+    CHECK(cmds[0] == redis::Command{"SADD", "ns:queues", "default"});
+    CHECK(cmds[1][1] == "ns:queue:default");
+
+    auto later = client.prepare({{"class", "W"}, {"at", epoch_seconds() + 60}});
+    REQUIRE(later.at);
+    CHECK_FALSE(nlohmann::json::parse(later.payload).contains("at"));
+    CHECK_FALSE(nlohmann::json::parse(later.payload).contains("enqueued_at"));
+    CHECK(client.push_commands({later})[0][0] == "ZADD");
+    CHECK_THROWS_AS(client.prepare({{"args", nlohmann::json::array()}}), std::invalid_argument);
+    CHECK_THROWS_AS(client.prepare({{"class", "W"}, {"args", 1}}), std::invalid_argument);
+}
