@@ -1,0 +1,61 @@
+#pragma once
+// TestRuntime: a complete kiqd Runtime against a test Redis, for driving Processor, Scheduler
+// and Manager directly in-process (no daemon), as Sidekiq's own tests call the processor.
+#include <memory>
+
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+
+#include "kiqd/runtime.hpp"
+#include "support/redis_server.hpp"
+
+namespace kiqd::test {
+
+struct TestRuntime {
+    explicit TestRuntime(const RedisServer& server, std::vector<QueueWeight> queues = {{"default", 0}},
+                         int concurrency = 2)
+        : config(make_config(server, std::move(queues), concurrency)),
+          order(config.queues),
+          fetcher(keys, order),
+          dead(keys, config.dead_max_jobs, config.dead_timeout_seconds, config.compat),
+          retry(config.compat, config.max_retries, keys, dead),
+          work(static_cast<size_t>(concurrency)),
+          log_sink(std::make_shared<spdlog::sinks::ostream_sink_mt>(log_stream)),
+          log(std::make_shared<spdlog::logger>("test", log_sink)),
+          health(*log),
+          rt{config, keys,     "testhost:1:abcdef012345", *log, server.options(), fetcher,
+             handlers, chain, dead, retry, work, lifecycle, health, JobLimits{}} {
+        register_builtin_handlers(handlers);
+        log->set_level(spdlog::level::debug);
+    }
+    static Config make_config(const RedisServer& server, std::vector<QueueWeight> queues,
+                              int concurrency) {
+        Config c;
+        c.queues = std::move(queues);
+        c.concurrency = concurrency;
+        c.redis.url = server.url();
+        return c;
+    }
+    std::string logs() {
+        log->flush();
+        return log_stream.str();
+    }
+
+    Config config;
+    Keys keys;
+    QueueOrder order;
+    BasicFetcher fetcher;
+    DeadSet dead;
+    JobRetry retry;
+    WorkState work;
+    Lifecycle lifecycle;
+    HandlerRegistry handlers;
+    MiddlewareChain chain;
+    std::ostringstream log_stream;
+    std::shared_ptr<spdlog::sinks::ostream_sink_mt> log_sink;
+    std::shared_ptr<spdlog::logger> log;
+    RedisHealth health;
+    Runtime rt;
+};
+
+}  // namespace kiqd::test
