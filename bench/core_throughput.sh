@@ -148,6 +148,7 @@ run_one() {
 }
 
 sidekiq_label="sidekiq $sidekiq_version (log warn)"
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "core_throughput: JOBS=$JOBS CONCURRENCIES=\"$CONCURRENCIES\" RUNS=$RUNS redis=127.0.0.1:$port worker log -> $WORKER_LOG" >&2
 for c in $CONCURRENCIES; do
     for ((run = 1; run <= RUNS; run++)); do
@@ -161,13 +162,18 @@ for c in $CONCURRENCIES; do
 done
 
 # ------------------------------------------------------------------ report
+load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 cpu_model=$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//' || true)
 redis_version=$(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')
 kiqd_version=$("$KIQD" --version 2>/dev/null | head -n1 || true)
+kiqd_built=$(date -u -r "$KIQD" +%Y-%m-%dT%H:%MZ)
+kiqd_sha=$(sha1sum "$KIQD" | cut -c1-12)
 git_rev=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)
 [[ -n $(git -C "$repo" status --porcelain --untracked-files=no 2>/dev/null) ]] && git_rev="$git_rev (dirty tree)"
 if [[ $WORKER_LOG == file ]]; then log_note="a file in \$TMPDIR"; else log_note="/dev/null"; fi
 
+sidekiq_note="- Sidekiq: not installed or SIDEKIQ=none, not run"
+[[ -n $sidekiq_bin ]] && sidekiq_note="- Sidekiq runs \`bench/sidekiq_noop.rb\` via $sidekiq_bin: logger at warn, redis-rb deprecation warnings silenced (redis-rb 4.8 warns on every BRPOP that Sidekiq 6.4.1 issues)"
 table=$("${helper[@]}" table --results "$results_jsonl" --baseline "$sidekiq_label")
 report=$(
     cat <<EOF
@@ -177,11 +183,12 @@ $table
 
 - ratio: jobs/s relative to ${sidekiq_label:+"$sidekiq_label"} at the same concurrency (n/a: Sidekiq not run)
 - seconds: worker process start -> \`LLEN queue:$QUEUE\` = 0 (polled every $POLL_MS ms), so it includes start-up; "first job s" is when the queue first shrank
-- peak RSS: VmHWM of the worker process, read just before SIGTERM; CPU: utime+stime of the worker / Redis (INFO cpu) over the drain
+- peak RSS: VmHWM of the worker process, read just before SIGTERM; CPU: utime+stime of the worker / Redis (INFO cpu) over the drain; stop s: SIGTERM -> exit
 - every run: worker exited 0 on SIGTERM and stat:processed = $JOBS, nothing failed/retried/dead
 - "kiqd" logs one line per job start and finish (default level info); "(log warn)" runs use \`logging: {level: warn}\`; worker stdout went to $log_note
-- machine: $(nproc) CPUs, ${cpu_model:-unknown CPU}, $(uname -sr); redis-server $redis_version (same host, loopback)
-- kiqd: ${kiqd_version:-?} at git $git_rev; $(ruby -v 2>/dev/null | cut -d' ' -f1-2 || echo "no ruby")
+${sidekiq_note}
+- machine: $(nproc) CPUs, ${cpu_model:-unknown CPU}, $(uname -sr); redis-server $redis_version (same host, loopback); load average $load_start at start, $load_end at end
+- kiqd: ${kiqd_version:-?}, binary sha1 $kiqd_sha built $kiqd_built, git $git_rev; $(ruby -v 2>/dev/null | cut -d' ' -f1-2 || echo "no ruby")
 - command: \`JOBS=$JOBS CONCURRENCIES="$CONCURRENCIES" RUNS=$RUNS bench/core_throughput.sh\` ($(date -u +%Y-%m-%dT%H:%MZ))
 EOF
 )

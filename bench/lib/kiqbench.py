@@ -256,7 +256,7 @@ def cmd_table(args):
     base = {c: picked[(s, c)]["jobs_per_s"] for (s, c) in picked if s == args.baseline}
     multi = any(p["runs"] > 1 for p in picked.values())
     head = ["system", "concurrency", "jobs", "seconds", "jobs/s", "peak RSS MB", "ratio",
-            "first job s", "worker CPU s", "redis CPU s", "threads"]
+            "first job s", "stop s", "worker CPU s", "redis CPU s", "threads"]
     if multi:
         head += ["runs", "jobs/s range"]
     out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
@@ -267,6 +267,7 @@ def cmd_table(args):
         cells = [p["system"], p["concurrency"], p["jobs"], "%.3f" % p["seconds"],
                  "%.0f" % p["jobs_per_s"], "%.1f" % p["peak_rss_mb"], ratio,
                  "%.3f" % p["first_take_s"] if p["first_take_s"] is not None else "n/a",
+                 "%.2f" % p["stop_s"],
                  "%.2f" % p["worker_cpu_s"], "%.2f" % p["redis_cpu_s"], p["threads"]]
         if multi:
             cells += [p["runs"], p["spread"]]

@@ -7,7 +7,7 @@
 #     ruby -I tests/interop tests/interop/run_all.rb
 # (both variables default to those build/ paths). KIQD_INTEROP_FAST=1 skips the one check that
 # waits ~60 s for a Redis TTL to run out; KIQD_INTEROP_KEEP=1 keeps every test's logs.
-require "minitest"
+require "minitest/autorun"
 require "socket"
 require "tmpdir"
 require "fileutils"
@@ -64,6 +64,17 @@ module KiqdInterop
     server&.close
   end
 
+  # Every child started by this suite, so that an interrupted run (Ctrl-C, a ctest timeout's
+  # TERM) still kills what it started, by PID.
+  CHILDREN = []
+  Minitest.after_run do
+    CHILDREN.each do |c|
+      next unless c.alive?
+      Process.kill("KILL", c.pid) rescue nil
+      Process.wait(c.pid) rescue nil
+    end
+  end
+
   # A child process started with Process.spawn; stopped by its PID only.
   class Child
     attr_reader :pid, :name, :log_path
@@ -74,6 +85,7 @@ module KiqdInterop
       @pid = pid
       @log_path = log_path
       @status = nil
+      CHILDREN << self
     end
 
     def alive?
@@ -168,7 +180,7 @@ module KiqdInterop
       log = File.join(tmpdir, "redis-#{port}.log")
       pid = Process.spawn("redis-server", "--port", port.to_s, "--bind", "127.0.0.1",
                           "--save", "", "--appendonly", "no",
-                          in: File::NULL, out: log, err: [:child, :out])
+                          in: File::NULL, out: log, err: [:child, :out], chdir: tmpdir)
       @redis_server = Child.new("redis-server", pid, log)
       children << @redis_server
       @redis_url = "redis://127.0.0.1:#{port}/0"
@@ -269,7 +281,7 @@ module KiqdInterop
       children.reject { |c| c.name == "redis-server" }.reverse_each { |c| c.stop(10) }
       children.select { |c| c.name == "redis-server" }.each { |c| c.stop(5) }
       @redis&.close rescue nil
-      if failures.empty? && !ENV["KIQD_INTEROP_KEEP"]
+      if (passed? || skipped?) && !ENV["KIQD_INTEROP_KEEP"]
         FileUtils.rm_rf(@tmpdir) if @tmpdir
       elsif @tmpdir
         puts "\n[interop] logs of #{name} kept in #{@tmpdir}"

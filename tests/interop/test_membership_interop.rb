@@ -171,9 +171,19 @@ class MembershipInteropTest < Minitest::Test
 
   # 9. The Sidekiq 6.4.1 Web UI shows kiqd on /busy (HTML, and rendered by headless Chromium).
   def test_web_ui_busy_page
+    # Also give the Retries and Dead pages something kiqd wrote: a failure with a compressed
+    # backtrace and two unrunnable payloads.
+    fail_jid = Sidekiq::Client.push("class" => "Kiqd::Fail", "args" => ["web <boom>"],
+                                    "retry" => 2, "backtrace" => true)
+    no_class_jid = SecureRandom.hex(12)
+    redis.lpush("queue:default", JSON.generate("jid" => no_class_jid, "args" => [1]))
+    redis.lpush("queue:default", "not json")
     jid = sleep_job(90)
     kiqd = start_kiqd({ "tag" => "web-tag", "labels" => ["ui"] })
     wait_for_running(kiqd, jid)
+    wait_until(10, "the retry and dead entries") do
+      Sidekiq::RetrySet.new.size == 1 && Sidekiq::DeadSet.new.size == 2
+    end
 
     base = start_web_ui
     html = http_get(base + "/busy")
@@ -184,9 +194,10 @@ class MembershipInteropTest < Minitest::Test
     assert_includes body, "Kiqd::Sleep"
     assert_includes body, jid
     assert_includes body, "web-tag"
-    %w[/ /queues /retries /scheduled /morgue /queues/default].each do |path|
+    %w[/ /queues /retries /scheduled /morgue /queues/default /stats].each do |path|
       assert_equal "200", http_get(base + path).code, "GET #{path}"
     end
+    check_retry_and_dead_pages(base, fail_jid, no_class_jid)
 
     browser_checks(base, kiqd, jid) if chromium_path
 
@@ -202,6 +213,29 @@ class MembershipInteropTest < Minitest::Test
   end
 
   private
+
+  # Follows the links the UI itself renders on /retries and /morgue to each entry's page.
+  def check_retry_and_dead_pages(base, fail_jid, no_class_jid)
+    retries = http_get(base + "/retries").body
+    link = retries[%r{/retries/([0-9.]+-#{fail_jid})"}, 1]
+    refute_nil link, "no link to the retry entry on /retries"
+    page = http_get(base + "/retries/" + link)
+    assert_equal "200", page.code
+    assert_includes page.body, "RuntimeError"
+    assert_includes page.body, "web &lt;boom&gt;"
+    assert_match(/kiqd:in .Kiqd::Fail/, page.body, "the decoded error_backtrace must be shown")
+
+    morgue = http_get(base + "/morgue").body
+    links = morgue.scan(%r{/morgue/([0-9.]+-\h{24})"}).flatten.uniq
+    assert_equal 2, links.size, "two dead entries must be linked on /morgue"
+    bodies = links.map do |l|
+      res = http_get(base + "/morgue/" + l)
+      assert_equal "200", res.code, "GET /morgue/#{l}"
+      res.body
+    end
+    assert(bodies.any? { |b| b.include?(no_class_jid) && b.include?("Kiqd::InvalidJob") })
+    assert(bodies.any? { |b| b.include?("JSON::ParserError") && b.include?("not json") })
+  end
 
   def start_web_ui
     port = KiqdInterop.free_port
@@ -245,7 +279,7 @@ class MembershipInteropTest < Minitest::Test
   def post_quiet_via_ui(base, identity)
     page = http_get(base + "/busy")
     cookie = page.get_fields("set-cookie").map { |c| c.split(";").first }.join("; ")
-    token = page.body[/name="authenticity_token" value="([^"]+)"/, 1]
+    token = page.body[/name=['"]authenticity_token['"] value=['"]([^'"]+)['"]/, 1]
     refute_nil token, "no CSRF token on /busy"
     uri = URI(base + "/busy")
     res = Net::HTTP.start(uri.host, uri.port) do |http|
@@ -256,8 +290,10 @@ class MembershipInteropTest < Minitest::Test
     assert_equal "302", res.code, "POST /busy (quiet) was refused: #{res.code} #{res.body[0, 300]}"
   end
 
+  # $CHROMIUM if set (CHROMIUM=none simulates a machine without a browser), else Debian's path.
   def chromium_path
-    ENV["CHROMIUM"] || %w[/usr/bin/chromium /usr/bin/chromium-browser].find { |p| File.executable?(p) }
+    candidates = ENV["CHROMIUM"] ? [ENV["CHROMIUM"]] : %w[/usr/bin/chromium /usr/bin/chromium-browser]
+    candidates.find { |p| File.file?(p) && File.executable?(p) }
   end
 
   def chromium(url, *mode)
