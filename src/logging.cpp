@@ -4,7 +4,10 @@
 #include <spdlog/spdlog.h>
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/basic_file_sink.h>
-#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/sinks/base_sink.h>
+
+#include <cstdio>
+#include <mutex>
 
 namespace kiqd {
 namespace {
@@ -37,13 +40,26 @@ public:
     }
 };
 
+// Writes to stdout through stdio's buffer and flushes only when asked (every second, on warn and
+// above, at exit). spdlog's stdout sink flushes after every line, which cost a write(2) per log
+// line — a quarter of the throughput of a no-op job.
+class BufferedStdoutSink final : public spdlog::sinks::base_sink<std::mutex> {
+protected:
+    void sink_it_(const spdlog::details::log_msg& msg) override {
+        spdlog::memory_buf_t formatted;
+        formatter_->format(msg, formatted);
+        std::fwrite(formatted.data(), 1, formatted.size(), stdout);
+    }
+    void flush_() override { std::fflush(stdout); }
+};
+
 }  // namespace
 
 std::shared_ptr<spdlog::logger> make_logger(const LoggingConfig& config, bool verbose) {
     if (!spdlog::thread_pool()) spdlog::init_thread_pool(8192, 1);
     spdlog::sink_ptr sink;
     if (config.file.empty())
-        sink = std::make_shared<spdlog::sinks::stdout_sink_mt>();
+        sink = std::make_shared<BufferedStdoutSink>();
     else
         sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(config.file);
     // Blocking when the queue is full: slower, but no log line of a job is ever dropped.

@@ -17,7 +17,7 @@ namespace kiqd {
 
 class Client {
 public:
-    Client(const Keys& keys, Compat compat) : keys_(keys), compat_(compat) {}
+    Client(Keys keys, Compat compat) : keys_(std::move(keys)), compat_(compat) {}
 
     struct Prepared {
         std::string queue;
@@ -35,7 +35,7 @@ public:
                                        std::vector<nlohmann::ordered_json> items) const;
 
 private:
-    const Keys& keys_;
+    Keys keys_;  // a copy: a Client may outlive the Keys it was given
     Compat compat_;
 };
 
