@@ -111,6 +111,18 @@ std::optional<std::string> Heartbeat::beat() {
     return std::nullopt;
 }
 
+void Heartbeat::publish_quiet() {
+    try {
+        // Only when the hash exists: HSET alone would create a record without "info" or a TTL.
+        conn_.command({"EVAL",
+                       "if redis.call('exists', KEYS[1]) == 1 then "
+                       "redis.call('hset', KEYS[1], 'quiet', 'true') end return 0",
+                       "1", rt_.keys.process(me_.identity)});
+    } catch (const redis::Error& e) {
+        rt_.health.failed(e);  // the next beat writes it anyway
+    }
+}
+
 void Heartbeat::clear() {
     long long processed = rt_.work.processed.exchange(0);
     long long failed = rt_.work.failed.exchange(0);

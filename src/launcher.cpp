@@ -70,6 +70,7 @@ void Launcher::quiet() {
     if (lifecycle_.is_quiet()) return;
     log_.info("Terminating quiet threads: no new jobs will be fetched");
     manager_.quiet();
+    heartbeat_.publish_quiet();  // quiet() always runs on the io thread, which owns the heartbeat
 }
 
 void Launcher::log_busy_jobs() {

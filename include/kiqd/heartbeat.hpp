@@ -24,6 +24,8 @@ public:
     // Flushes the counters (retrying a few times) and removes this process from "processes".
     void clear();
     std::chrono::seconds period() const;
+    // Writes quiet=true at once, so the Web UI shows a quieted process without waiting a beat.
+    void publish_quiet();
 
 private:
     void flush_and_publish_work(long long processed, long long failed);
