@@ -133,7 +133,7 @@ int Launcher::run() {
     log_.flush();
     if (!all_threads_ended_) {
         // Handlers ignored the stop signal; their jobs are already back in Redis.
-        log_.warn("exiting with {} handler threads still running", work_.slots());
+        log_.warn("exiting while some handlers ignore the stop signal; their jobs were requeued");
         log_.flush();
         std::_Exit(0);
     }

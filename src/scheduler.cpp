@@ -47,8 +47,11 @@ size_t Scheduler::enqueue_due(redis::Connection& conn, double now) {
                                      std::to_string(kBatch)});
             const size_t n = due.size();
             if (n == 0) break;
-            move_script_.load(conn);
-            kill_script_.load(conn);
+            if (!scripts_loaded_) {
+                move_script_.load(conn);
+                kill_script_.load(conn);
+                scripts_loaded_ = true;
+            }
             std::vector<redis::Command> moves;
             for (size_t i = 0; i < n; ++i) {
                 const std::string member(due[i].str());
@@ -73,7 +76,16 @@ size_t Scheduler::enqueue_due(redis::Connection& conn, double now) {
                 moves.push_back(move_script_.evalsha_command(
                     {set, rt_.keys.queues(), rt_.keys.queue(queue)}, {member, queue, obj->dump()}));
             }
-            auto replies = conn.pipeline(moves);
+            std::vector<redis::Reply> replies;
+            try {
+                replies = conn.pipeline(moves);
+            } catch (const redis::ReplyError& e) {
+                // A restarted Redis has an empty script cache. Every move is guarded by its ZREM,
+                // so running the batch again after reloading cannot enqueue anything twice.
+                if (!e.starts_with("NOSCRIPT")) throw;
+                scripts_loaded_ = false;
+                continue;
+            }
             for (const auto& r : replies) moved += r.integer() == 1 ? 1 : 0;
             if (n < kBatch || rt_.lifecycle.is_quiet()) break;
         }

@@ -43,6 +43,7 @@ private:
     boost::asio::steady_timer timer_;
     std::thread thread_;
     std::unique_ptr<redis::Connection> conn_;  // only the scheduler thread uses it
+    bool scripts_loaded_ = false;  // per Scheduler; reset on NOSCRIPT
     long long polls_ = 0;
     long long process_count_ = 1;
 };
