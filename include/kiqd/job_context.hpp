@@ -2,6 +2,7 @@
 // What a handler and each middleware see while one job runs: the job, a logger, the processor
 // thread's own Redis connection, and the cooperative stop signal of a hard shutdown.
 // A JobContext lives on the processor thread's stack for the duration of one job.
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -32,21 +33,19 @@ public:
         }
         cv_.notify_all();
     }
-    bool stop_requested() const {
-        std::lock_guard lock(mutex_);
-        return stopped_;
-    }
+    // Lock-free: processors ask this on every fetch.
+    bool stop_requested() const { return stopped_.load(std::memory_order_acquire); }
     // Sleeps for `d` or until a stop is requested; returns true when stopped.
     template <class Rep, class Period>
     bool wait_for(std::chrono::duration<Rep, Period> d) const {
         std::unique_lock lock(mutex_);
-        return cv_.wait_for(lock, d, [&] { return stopped_; });
+        return cv_.wait_for(lock, d, [&] { return stopped_.load(); });
     }
 
 private:
     mutable std::mutex mutex_;
     mutable std::condition_variable cv_;
-    bool stopped_ = false;
+    std::atomic<bool> stopped_{false};  // written under mutex_ so that waiters never miss it
 };
 
 struct JobContext {

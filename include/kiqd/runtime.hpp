@@ -3,11 +3,8 @@
 // Launcher and outliving all threads. Everything reachable from here is either immutable after
 // start (config, keys, registries, chain, fetcher) or thread-safe (work state, lifecycle,
 // health, logger).
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include <spdlog/logger.h>
@@ -28,25 +25,14 @@ namespace kiqd {
 // Quiet (stop fetching) and hard stop (the deadline passed), observable and awaitable.
 class Lifecycle {
 public:
-    void quiet() {
-        {
-            std::lock_guard lock(mutex_);
-            quiet_ = true;
-        }
-        cv_.notify_all();
-    }
-    bool is_quiet() const { return quiet_.load(); }
+    void quiet() { quiet_.request_stop(); }
+    bool is_quiet() const { return quiet_.stop_requested(); }
     // Sleeps for `d` unless quieted first; returns true when quiet.
-    bool wait_quiet_for(std::chrono::milliseconds d) {
-        std::unique_lock lock(mutex_);
-        return cv_.wait_for(lock, d, [&] { return quiet_.load(); });
-    }
+    bool wait_quiet_for(std::chrono::milliseconds d) const { return quiet_.wait_for(d); }
     StopSignal hard_stop;  // raised when running jobs have been pushed back at the deadline
 
 private:
-    std::atomic<bool> quiet_{false};
-    std::mutex mutex_;
-    std::condition_variable cv_;
+    StopSignal quiet_;
 };
 
 struct Runtime {
