@@ -1,14 +1,17 @@
 // The kiqd command line: the daemon (default) and `check-config`. Parses flags with CLI11,
 // loads and validates the configuration (exit 78 naming the key on any problem, before Redis is
 // touched), builds the logger, registry and middleware chain, and hands over to the Launcher.
+#include <csignal>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include "kiqd/exec_handler.hpp"
 #include "kiqd/kiqd.hpp"
 #include "kiqd/launcher.hpp"
 #include "kiqd/logging.hpp"
+#include "kiqd/plugin_loader.hpp"
 
 namespace kiqd {
 namespace {
@@ -89,20 +92,38 @@ int run(int argc, char** argv, HandlerRegistry& handlers, MiddlewareRegistry& mi
         return kExitUsage;
     }
 
+    // A write to a socket the peer closed (Redis restarted, a child exited before reading its
+    // stdin) must fail with EPIPE, not kill the daemon.
+    std::signal(SIGPIPE, SIG_IGN);
     register_builtin_handlers(handlers);
     const CliOptions& o = check->parsed() ? check_opts : opts;
     Config config;
     MiddlewareChain chain;
+    std::vector<LoadedPlugin> plugins;
     try {
         config = build_config(o);
+        // Plugins first: they may add middleware that server_middleware: names. Exec handlers
+        // from the YAML come last and win over a C++ or plugin handler of the same class.
+        plugins = load_plugins(config, handlers, middleware);
         chain = middleware.build(config.server_middleware);
+        register_exec_handlers(config, handlers);
     } catch (const ConfigError& e) {
         return config_error(e, o.config_path);
     }
+    // An exec command that cannot be started is not fatal (it may be installed later, and the
+    // job is retried), but it is worth a warning.
+    std::vector<std::string> warnings;
+    for (const auto& spec : config.exec_handlers) {
+        if (auto problem = exec_command_problem(spec))
+            warnings.push_back("handlers." + spec.job_class + " (line " +
+                               std::to_string(spec.line) + "): cannot be started: " + *problem);
+    }
     if (check->parsed()) {
+        for (const auto& w : warnings) std::cerr << "kiqd: warning: " << w << std::endl;
         std::cout << "kiqd: " << (o.config_path.empty() ? "command line" : o.config_path)
-                  << " is valid: concurrency=" << config.concurrency << ", "
-                  << config.queues.size() << " queue(s), redis "
+                  << " is valid: concurrency=" << config.concurrency << ", " << config.queues.size()
+                  << " queue(s), " << config.exec_handlers.size() << " exec handler(s), "
+                  << config.plugins.size() << " plugin(s), redis "
                   << redis::parse_redis_url(config.redis.url).describe() << std::endl;
         return 0;
     }
@@ -112,6 +133,9 @@ int run(int argc, char** argv, HandlerRegistry& handlers, MiddlewareRegistry& mi
     } catch (const spdlog::spdlog_ex& e) {
         return config_error(ConfigError("logging.file", e.what()), o.config_path);
     }
+    for (const auto& p : plugins)
+        logger->info("loaded plugin {} ({} new handler(s))", p.path, p.handlers_added);
+    for (const auto& w : warnings) logger->warn("{}", w);
     int code = 0;
     {
         Launcher launcher(config, handlers, chain, *logger);

@@ -142,6 +142,60 @@ std::vector<MiddlewareSpec> parse_middleware(const YAML::Node& n) {
     return out;
 }
 
+std::vector<ExecHandlerSpec> parse_handlers(const YAML::Node& n) {
+    if (!n.IsMap()) type_error("handlers", n, "a map of job class → {exec: [command, args...]}");
+    std::vector<ExecHandlerSpec> out;
+    for (const auto& kv : n) {
+        if (!kv.first.IsScalar())
+            throw ConfigError("handlers", "job class names must be strings", line_of(kv.first));
+        ExecHandlerSpec spec;
+        spec.job_class = kv.first.Scalar();
+        spec.line = line_of(kv.first);
+        const std::string base = "handlers." + spec.job_class;
+        if (spec.job_class.empty()) throw ConfigError(base, "empty job class name", spec.line);
+        if (!kv.second.IsMap()) type_error(base, kv.second, "a map with exec:");
+        bool have_exec = false;
+        for (const auto& e : kv.second) {
+            const std::string k = normalize_key(e.first.Scalar());
+            const std::string key = base + "." + k;
+            const YAML::Node& v = e.second;
+            if (k == "exec") {
+                if (!v.IsSequence() || v.size() == 0)
+                    type_error(key, v, "a non-empty list: [command, args...] (no shell)");
+                for (const auto& a : v) spec.argv.push_back(as_string(key, a));
+                if (spec.argv[0].empty())
+                    throw ConfigError(key, "the command must not be empty", line_of(v));
+                have_exec = true;
+            } else if (k == "timeout") {
+                spec.timeout = std::chrono::milliseconds(seconds_to_ms(key, v));
+                if (spec.timeout->count() <= 0)
+                    throw ConfigError(key, "must be greater than 0", line_of(v));
+            } else if (k == "grace") {
+                spec.grace = std::chrono::milliseconds(seconds_to_ms(key, v));
+                if (spec.grace.count() < 0)
+                    throw ConfigError(key, "must not be negative", line_of(v));
+            } else {
+                throw ConfigError(key, "unknown key", line_of(e.first));
+            }
+        }
+        if (!have_exec) throw ConfigError(base + ".exec", "is required", spec.line);
+        out.push_back(std::move(spec));
+    }
+    return out;
+}
+
+std::vector<PluginSpec> parse_plugins(const YAML::Node& n) {
+    if (!n.IsSequence()) type_error("plugins", n, "a list of shared-object paths");
+    std::vector<PluginSpec> out;
+    for (size_t i = 0; i < n.size(); ++i) {
+        const std::string key = "plugins[" + std::to_string(i) + "]";
+        PluginSpec p{as_string(key, n[i]), line_of(n[i])};
+        if (p.path.empty()) throw ConfigError(key, "empty path", p.line);
+        out.push_back(std::move(p));
+    }
+    return out;
+}
+
 const std::set<std::string>& environment_names() {
     static const std::set<std::string> k{"development", "test", "staging", "production"};
     return k;
@@ -205,6 +259,10 @@ void apply_map(const YAML::Node& root, Config& c, const std::string& environment
             c.max_payload_bytes = static_cast<size_t>(b);
         } else if (k == "server_middleware") {
             c.server_middleware = parse_middleware(v);
+        } else if (k == "handlers") {
+            c.exec_handlers = parse_handlers(v);
+        } else if (k == "plugins") {
+            c.plugins = parse_plugins(v);
         } else if (top_level && (environment_names().count(k) || k == environment) && v.IsMap()) {
             if (k == environment) apply_map(v, c, environment, false);
         } else {

@@ -47,6 +47,22 @@ struct MiddlewareSpec {
     int line = -1;
 };
 
+// `handlers: {ClassName: {exec: [argv...], timeout: s, grace: s}}`: a job class run by an
+// external command (see exec_handler.hpp).
+struct ExecHandlerSpec {
+    std::string job_class;
+    std::vector<std::string> argv;  // argv[0]: a path, or a name looked up in PATH
+    std::optional<std::chrono::milliseconds> timeout;  // unset: the shutdown timeout
+    std::chrono::milliseconds grace{5000};             // SIGTERM → SIGKILL after a timeout
+    int line = -1;
+};
+
+// `plugins: [path/to/libmyjobs.so, ...]`: shared objects loaded at start (see plugin.hpp).
+struct PluginSpec {
+    std::string path;
+    int line = -1;
+};
+
 struct Config {
     std::string source;  // the file it came from, for messages
     int concurrency = 10;
@@ -66,6 +82,8 @@ struct Config {
     std::optional<double> poll_interval_average;  // set = fixed average, no scaling by processes
     size_t max_payload_bytes = 16 * 1024 * 1024;
     std::vector<MiddlewareSpec> server_middleware;
+    std::vector<ExecHandlerSpec> exec_handlers;  // in file order
+    std::vector<PluginSpec> plugins;             // in file order
 };
 
 // Parses YAML text (after expanding the supported ERB forms). `environment` selects a

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Exec-handler throughput: how many jobs per second kiqd runs when every job starts an external
+# command (`handlers: {Bench::True: {exec: [/bin/true]}}`), i.e. the cost of posix_spawn, the
+# stdin/stdout/stderr pipes, the payload write and waitpid per job.
+#
+#   bench/exec_throughput.sh                 # JOBS=10000 CONCURRENCY=10 RUNS=3
+#   JOBS=1000 RUNS=1 bench/exec_throughput.sh   # smoke mode
+#
+# Environment: JOBS, CONCURRENCY, RUNS (median reported), KIQD (default build/kiqd),
+# COMMAND (default /bin/true).
+# Method, per run: FLUSHALL; LPUSH JOBS Sidekiq-6.4.1-shaped payloads (unique jids) via
+# redis-cli --pipe; start kiqd (logging at warn); poll LLEN queue:default every 20 ms until 0;
+# SIGTERM (a clean stop waits for the jobs still running); seconds = kiqd start → exit, so
+# process start-up is included. stat:processed must equal JOBS and stat:failed must be 0.
+# The redis-server is private (127.0.0.1, free port, no persistence) and stopped by PID.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/.." && pwd)
+JOBS=${JOBS:-10000}
+CONCURRENCY=${CONCURRENCY:-10}
+RUNS=${RUNS:-3}
+KIQD=${KIQD:-$repo/build/kiqd}
+COMMAND=${COMMAND:-/bin/true}
+
+die() { echo "exec_throughput: $*" >&2; exit 1; }
+[[ -x $KIQD ]] || die "no kiqd binary at $KIQD"
+command -v redis-server >/dev/null || die "redis-server not found"
+command -v python3 >/dev/null || die "python3 not found"
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/kiqd-exec-bench.XXXXXX")
+redis_pid=""
+kiqd_pid=""
+cleanup() {
+    [[ -n $kiqd_pid ]] && kill -KILL "$kiqd_pid" 2>/dev/null || true
+    [[ -n $redis_pid ]] && kill -TERM "$redis_pid" 2>/dev/null && wait "$redis_pid" 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT INT TERM
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --daemonize no \
+    >"$work/redis.log" 2>&1 &
+redis_pid=$!
+cli=(redis-cli -p "$port")
+for _ in $(seq 100); do "${cli[@]}" ping >/dev/null 2>&1 && break; sleep 0.05; done
+"${cli[@]}" ping >/dev/null || die "redis-server did not start"
+
+cat >"$work/kiqd.yml" <<YAML
+redis: {url: "redis://127.0.0.1:$port/0"}
+concurrency: $CONCURRENCY
+queues: [default]
+logging: {level: warn}
+handlers:
+  Bench::True:
+    exec: ["$COMMAND"]
+YAML
+
+python3 - "$JOBS" >"$work/push.resp" <<'PY'
+import json, os, sys, time
+n = int(sys.argv[1])
+out = sys.stdout.buffer
+def cmd(*parts):
+    out.write(b"*%d\r\n" % len(parts))
+    for p in parts:
+        p = p.encode()
+        out.write(b"$%d\r\n%s\r\n" % (len(p), p))
+now = time.time()
+cmd("SADD", "queues", "default")
+for i in range(n):
+    job = {"retry": True, "queue": "default", "class": "Bench::True", "args": [i, "x"],
+           "jid": os.urandom(12).hex(), "created_at": now, "enqueued_at": now}
+    cmd("LPUSH", "queue:default", json.dumps(job, separators=(",", ":")))
+PY
+
+rates=()
+for run in $(seq "$RUNS"); do
+    "${cli[@]}" flushall >/dev/null
+    "${cli[@]}" --pipe <"$work/push.resp" >/dev/null
+    [[ $("${cli[@]}" llen queue:default) == "$JOBS" ]] || die "push failed"
+    start=$(date +%s.%N)
+    "$KIQD" -C "$work/kiqd.yml" >"$work/kiqd.log" 2>&1 &
+    kiqd_pid=$!
+    while [[ $("${cli[@]}" llen queue:default) != 0 ]]; do sleep 0.02; done
+    kill -TERM "$kiqd_pid"
+    wait "$kiqd_pid" || die "kiqd exited with $? (log: $(tail -5 "$work/kiqd.log"))"
+    end=$(date +%s.%N)
+    kiqd_pid=""
+    processed=$("${cli[@]}" get stat:processed)
+    failed=$("${cli[@]}" get stat:failed)
+    [[ $processed == "$JOBS" ]] || die "stat:processed=$processed, expected $JOBS"
+    [[ -z $failed || $failed == 0 ]] || die "stat:failed=$failed"
+    rate=$(python3 -c "print(round($JOBS / ($end - $start)))")
+    echo "run $run: $JOBS jobs in $(python3 -c "print(round($end - $start, 2))") s = $rate jobs/s"
+    rates+=("$rate")
+done
+median=$(printf '%s\n' "${rates[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+echo "exec_throughput: $COMMAND, concurrency $CONCURRENCY, $JOBS jobs, median of $RUNS: $median jobs/s"

@@ -1,0 +1,359 @@
+// Exec handlers (`handlers: {Class: {exec: [...]}}`) in the real kiqd binary: payload on stdin
+// and KIQD_* environment, failures and retries, timeouts (SIGTERM and SIGKILL), commands that
+// cannot start, shell metacharacters, hard shutdown, and 1,000 jobs without zombies or fd leaks.
+#include <dirent.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "kiqd/client.hpp"
+#include "support/kiqd_process.hpp"
+#include "support/redis_server.hpp"
+
+using namespace kiqd;
+using kiqd::test::KiqdProcess;
+using kiqd::test::RedisServer;
+using kiqd::test::wait_until;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A temporary directory removed at the end of the test.
+struct TempDir {
+    TempDir() {
+        std::string tmpl = (fs::temp_directory_path() / "kiqd-exec-XXXXXX").string();
+        path = ::mkdtemp(tmpl.data());
+    }
+    ~TempDir() {
+        std::error_code ec;
+        fs::remove_all(path, ec);
+    }
+    std::string file(const std::string& name) const { return path + "/" + name; }
+    // Writes an executable /bin/sh script and returns its path.
+    std::string script(const std::string& name, const std::string& body) const {
+        const std::string p = file(name);
+        std::ofstream(p) << "#!/bin/sh\n" << body << "\n";
+        fs::permissions(p, fs::perms::owner_all);
+        return p;
+    }
+    std::string path;
+};
+
+std::string slurp(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+bool exists(const std::string& path) {
+    return fs::exists(path);
+}
+
+std::string config_for(const RedisServer& server, const std::string& extra) {
+    return "redis: {url: " + server.url() + "}\npoll_interval_average: 0.5\nqueues: [default]\n" +
+           extra;
+}
+
+// The single entry of the retry set, parsed.
+nlohmann::json only_retry(redis::Connection& conn) {
+    auto all = conn.command({"ZRANGE", "retry", "0", "-1"});
+    REQUIRE(all.size() == 1);
+    return nlohmann::json::parse(all[0].str());
+}
+
+bool process_gone(pid_t pid) {
+    return ::kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+size_t fd_count(pid_t pid) {
+    size_t n = 0;
+    for ([[maybe_unused]] const auto& e :
+         fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd"))
+        ++n;
+    return n;
+}
+
+// Children of `pid` (any state), and how many of them are zombies.
+std::pair<int, int> children_of(pid_t pid) {
+    int children = 0, zombies = 0;
+    for (const auto& e : fs::directory_iterator("/proc")) {
+        const std::string name = e.path().filename().string();
+        if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+        std::string stat = slurp(e.path().string() + "/stat");
+        auto close = stat.rfind(')');
+        if (close == std::string::npos) continue;
+        std::istringstream rest(stat.substr(close + 2));
+        char state = 0;
+        long ppid = 0;
+        rest >> state >> ppid;
+        if (ppid != pid) continue;
+        ++children;
+        if (state == 'Z') ++zombies;
+    }
+    return {children, zombies};
+}
+
+long long stat_processed(redis::Connection& conn) {
+    auto v = conn.command({"GET", "stat:processed"}).optional_str();
+    return v ? std::stoll(*v) : 0;
+}
+
+}  // namespace
+
+TEST_CASE("exec: payload on stdin, KIQD_* environment, stdout logged with the jid", "[exec]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    TempDir dir;
+    const std::string script =
+        dir.script("record.sh",
+                   "cat > \"$OUT/$KIQD_JID.stdin\"\n"
+                   "printf '%s|%s|%s|%s' \"$KIQD_JID\" \"$KIQD_CLASS\" \"$KIQD_QUEUE\" "
+                   "\"$KIQD_RETRY_COUNT\" > \"$OUT/$KIQD_JID.env\"\n"
+                   "echo \"hello from $KIQD_CLASS\"\necho 'to stderr' >&2\n");
+    // A big payload (more than a pipe buffer) must arrive whole.
+    const std::string big(300000, 'x');
+    const std::string payload =
+        R"({"class":"ResizeImage","args":[")" + big +
+        R"(",2],"jid":"0123456789abcdef01234567","queue":"default","retry":false})";
+    conn.command({"LPUSH", "queue:default", payload});
+    KiqdProcess kiqd(KIQD_BINARY,
+                     config_for(server, "handlers:\n  ResizeImage:\n    exec: [\"/bin/sh\", \"" +
+                                            script + "\"]\n    timeout: 30\n"),
+                     {}, {{"OUT", dir.path}});
+    const std::string env_file = dir.file("0123456789abcdef01234567.env");
+    REQUIRE(wait_until([&] { return exists(env_file) && !slurp(env_file).empty(); }));
+    CHECK(slurp(env_file) == "0123456789abcdef01234567|ResizeImage|default|");
+    CHECK(slurp(dir.file("0123456789abcdef01234567.stdin")) == payload);
+    REQUIRE(wait_until([&] {
+        return kiqd.output().find("jid=0123456789abcdef01234567 queue=default done") !=
+               std::string::npos;
+    }));
+    CHECK_THAT(kiqd.output(),
+               Catch::Contains("class=ResizeImage jid=0123456789abcdef01234567 stdout: hello "
+                               "from ResizeImage"));
+    CHECK_THAT(kiqd.output(), Catch::Contains("jid=0123456789abcdef01234567 stderr: to stderr"));
+    kiqd.signal(SIGTERM);
+    CHECK(kiqd.wait_exit() == 0);
+    CHECK(conn.command({"ZCARD", "retry"}).integer() == 0);
+}
+
+TEST_CASE("exec: shell metacharacters in args reach stdin unchanged and run nothing", "[exec]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    TempDir dir;
+    const std::string pwned = dir.file("pwned");
+    const std::string script = dir.script("capture.sh", "cat > \"$OUT/$KIQD_JID.stdin\"");
+    nlohmann::json args = nlohmann::json::array(
+        {"$(touch " + pwned + ")", "`touch " + pwned + "`", "; touch " + pwned, "| touch " + pwned,
+         "&& touch " + pwned + " &", "'\"\\ \n$HOME * ?", "> " + pwned});
+    Client client(Keys{}, Compat::v6);
+    const std::string jid = client.push(conn, {{"class", "Shelly"}, {"args", args}});
+    const std::string raw(conn.command({"LINDEX", "queue:default", "0"}).str());
+    KiqdProcess kiqd(KIQD_BINARY,
+                     config_for(server, "handlers:\n  Shelly:\n    exec: [\"" + script +
+                                            "\", \"$(touch " + pwned + ")\"]\n"),
+                     {}, {{"OUT", dir.path}});
+    REQUIRE(wait_until([&] {
+        return kiqd.output().find("jid=" + jid + " queue=default done") != std::string::npos;
+    }));
+    CHECK(slurp(dir.file(jid + ".stdin")) == raw);
+    CHECK(nlohmann::json::parse(slurp(dir.file(jid + ".stdin")))["args"] == args);
+    CHECK_FALSE(exists(pwned));
+    kiqd.signal(SIGTERM);
+    CHECK(kiqd.wait_exit() == 0);
+}
+
+TEST_CASE("exec: a failing command becomes a retry with status and stderr; the retry runs",
+          "[exec]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    TempDir dir;
+    // Fails on the first attempt (no retry_count yet), succeeds on the retry.
+    const std::string script =
+        dir.script("flaky.sh",
+                   "cat > /dev/null\n"
+                   "if [ -z \"$KIQD_RETRY_COUNT\" ]; then\n"
+                   "  for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 "
+                   "25 26 27 28 29 30; do echo \"noise $i\" >&2; done\n"
+                   "  echo 'cannot resize: corrupt image' >&2; exit 3\nfi\n"
+                   "echo \"$KIQD_RETRY_COUNT\" > \"$OUT/retried\"\n");
+    Client client(Keys{}, Compat::v6);
+    const std::string jid = client.push(conn, {{"class", "Flaky"}, {"args", {1}}});
+    KiqdProcess kiqd(KIQD_BINARY,
+                     config_for(server, "handlers:\n  Flaky:\n    exec: [\"" + script + "\"]\n"),
+                     {}, {{"OUT", dir.path}});
+    REQUIRE(wait_until([&] { return conn.command({"ZCARD", "retry"}).integer() == 1; }));
+    auto entry = only_retry(conn);
+    CHECK(entry["jid"] == jid);
+    CHECK(entry["error_class"] == "Kiqd::ExecError");
+    const std::string msg = entry["error_message"];
+    CHECK_THAT(msg, Catch::Contains(script + " exited with status 3"));
+    CHECK_THAT(msg, Catch::Contains("cannot resize: corrupt image"));
+    CHECK_THAT(msg, Catch::Contains("noise 30"));
+    CHECK_THAT(msg, !Catch::Contains("noise 1\n"));  // only the last lines are kept
+    CHECK(entry["retry_count"] == 0);
+    // Make the retry due now; the scheduler moves it and the command succeeds.
+    conn.command(
+        {"ZADD", "retry", "0", std::string(conn.command({"ZRANGE", "retry", "0", "0"})[0].str())});
+    REQUIRE(wait_until(
+        [&] { return exists(dir.file("retried")) && !slurp(dir.file("retried")).empty(); }));
+    CHECK(slurp(dir.file("retried")) == "0\n");
+    kiqd.signal(SIGTERM);
+    CHECK(kiqd.wait_exit() == 0);
+    CHECK(conn.command({"ZCARD", "retry"}).integer() == 0);
+}
+
+TEST_CASE("exec: timeouts send SIGTERM, then SIGKILL after the grace period", "[exec]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    TempDir dir;
+    const std::string polite =
+        dir.script("polite.sh", "echo $$ > \"$OUT/polite.pid\"\nexec sleep 60");
+    const std::string stubborn =
+        dir.script("stubborn.sh", "trap '' TERM\necho $$ > \"$OUT/stubborn.pid\"\nsleep 60\n");
+    Client client(Keys{}, Compat::v6);
+    const std::string jid1 = client.push(conn, {{"class", "Polite"}});
+    const std::string jid2 = client.push(conn, {{"class", "Stubborn"}});
+    KiqdProcess kiqd(KIQD_BINARY,
+                     config_for(server,
+                                "concurrency: 2\nhandlers:\n"
+                                "  Polite:\n    exec: [\"" +
+                                    polite +
+                                    "\"]\n"
+                                    "    timeout: 0.5\n"
+                                    "  Stubborn:\n    exec: [\"" +
+                                    stubborn +
+                                    "\"]\n"
+                                    "    timeout: 0.5\n    grace: 0.5\n"),
+                     {}, {{"OUT", dir.path}});
+    REQUIRE(wait_until([&] { return conn.command({"ZCARD", "retry"}).integer() == 2; }));
+    auto all = conn.command({"ZRANGE", "retry", "0", "-1"});
+    for (size_t i = 0; i < all.size(); ++i) {
+        auto e = nlohmann::json::parse(all[i].str());
+        INFO(e.dump());
+        CHECK(e["error_class"] == "Kiqd::Timeout");
+        const std::string msg = e["error_message"];
+        CHECK_THAT(msg, Catch::Contains("did not finish within 0.5s"));
+        if (e["jid"] == jid2)
+            CHECK_THAT(msg, Catch::Contains("then SIGKILL after 0.5s"));
+        else
+            CHECK_THAT(msg, !Catch::Contains("SIGKILL"));
+    }
+    // Both scripts and the sleep they started (same process group) are gone.
+    for (const std::string f : {"polite.pid", "stubborn.pid"})
+        CHECK(process_gone(std::stoi(slurp(dir.file(f)))));
+    CHECK(wait_until([&] { return children_of(kiqd.pid()).first == 0; }));
+    kiqd.signal(SIGTERM);
+    CHECK(kiqd.wait_exit() == 0);
+}
+
+TEST_CASE("exec: a command that cannot start fails the job; check-config warns", "[exec]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    TempDir dir;
+    const std::string not_exec = dir.file("plain.txt");
+    std::ofstream(not_exec) << "echo hi\n";
+    const std::string yaml =
+        config_for(server,
+                   "handlers:\n  Missing:\n    exec: [\"/nonexistent/bin/job\", \"x\"]\n"
+                   "  NotExec:\n    exec: [\"" +
+                       not_exec +
+                       "\"]\n"
+                       "  NoSuchName:\n    exec: [\"kiqd-no-such-command\"]\n"
+                       "  Fine:\n    exec: [\"true\"]\n");
+    KiqdProcess holder(KIQD_BINARY, yaml, {"check-config"});
+    auto [code, out] =
+        kiqd::test::run_command({KIQD_BINARY, "check-config", "-C", holder.config_path()});
+    CHECK(code == 0);
+    CHECK_THAT(out, Catch::Contains("warning: handlers.Missing (line 5): cannot be started: "
+                                    "/nonexistent/bin/job: No such file or directory"));
+    CHECK_THAT(out, Catch::Contains("handlers.NotExec (line 7): cannot be started: " + not_exec +
+                                    ": not executable"));
+    CHECK_THAT(out, Catch::Contains("kiqd-no-such-command: not found in PATH"));
+    CHECK_THAT(out, !Catch::Contains("handlers.Fine"));
+    CHECK_THAT(out, Catch::Contains("4 exec handler(s)"));
+
+    Client client(Keys{}, Compat::v6);
+    client.push(conn, {{"class", "Missing"}});
+    client.push(conn, {{"class", "NotExec"}});
+    client.push(conn, {{"class", "Fine"}});
+    KiqdProcess kiqd(KIQD_BINARY, yaml);
+    REQUIRE(wait_until([&] { return conn.command({"ZCARD", "retry"}).integer() == 2; }));
+    std::map<std::string, std::string> messages;
+    auto all = conn.command({"ZRANGE", "retry", "0", "-1"});
+    for (size_t i = 0; i < all.size(); ++i) {
+        auto e = nlohmann::json::parse(all[i].str());
+        CHECK(e["error_class"] == "Kiqd::ExecError");
+        messages[e["class"]] = e["error_message"];
+    }
+    CHECK(messages["Missing"] == "cannot start /nonexistent/bin/job: No such file or directory");
+    CHECK(messages["NotExec"] == "cannot start " + not_exec + ": Permission denied");
+    CHECK_THAT(kiqd.output(), Catch::Contains("handlers.Missing (line 5): cannot be started"));
+    kiqd.signal(SIGTERM);
+    CHECK(kiqd.wait_exit() == 0);
+}
+
+TEST_CASE("exec: kiqd's hard shutdown stops running commands and requeues their jobs", "[exec]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    TempDir dir;
+    const std::string script = dir.script("long.sh", "echo $$ > \"$OUT/long.pid\"\nexec sleep 60");
+    Client client(Keys{}, Compat::v6);
+    client.push(conn, {{"class", "Long"}});
+    const std::string original(conn.command({"LINDEX", "queue:default", "0"}).str());
+    KiqdProcess kiqd(KIQD_BINARY,
+                     config_for(server, "timeout: 1\nhandlers:\n  Long:\n    exec: [\"" + script +
+                                            "\"]\n    timeout: 60\n"),
+                     {}, {{"OUT", dir.path}});
+    REQUIRE(wait_until([&] { return !slurp(dir.file("long.pid")).empty(); }));
+    const pid_t child = std::stoi(slurp(dir.file("long.pid")));
+    kiqd.signal(SIGTERM);
+    CHECK(kiqd.wait_exit() == 0);
+    CHECK(process_gone(child));
+    auto queue = conn.command({"LRANGE", "queue:default", "0", "-1"});
+    REQUIRE(queue.size() == 1);
+    CHECK(queue[0].str() == original);
+    CHECK(conn.command({"ZCARD", "retry"}).integer() == 0);
+    CHECK_THAT(kiqd.output(), Catch::Contains("stopped by shutdown"));
+}
+
+TEST_CASE("exec: 1,000 quick jobs at concurrency 10 leave no zombies and no leaked fds",
+          "[exec][load]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    Client client(Keys{}, Compat::v6);
+    auto push = [&](int n) {
+        std::vector<nlohmann::ordered_json> jobs(
+            n, {{"class", "Quick"}, {"args", nlohmann::json::array({1, "two"})}});
+        client.push_bulk(conn, jobs);
+    };
+    KiqdProcess kiqd(KIQD_BINARY, config_for(server,
+                                             "concurrency: 10\nlogging: {level: warn}\n"
+                                             "handlers:\n  Quick:\n    exec: [\"/bin/true\"]\n"));
+    // Warm up: every processor thread has its Redis connection, the heartbeat has run.
+    push(50);
+    REQUIRE(wait_until([&] { return stat_processed(conn) == 50; }, std::chrono::seconds(30)));
+    const size_t fds_before = fd_count(kiqd.pid());
+    push(1000);
+    REQUIRE(wait_until([&] { return stat_processed(conn) == 1050; }, std::chrono::seconds(120)));
+    CHECK(conn.command({"GET", "stat:failed"}).optional_str().value_or("0") == "0");
+    CHECK(conn.command({"ZCARD", "retry"}).integer() == 0);
+    CHECK(children_of(kiqd.pid()) == std::pair<int, int>{0, 0});
+    CHECK(fd_count(kiqd.pid()) == fds_before);
+    kiqd.signal(SIGTERM);
+    CHECK(kiqd.wait_exit() == 0);
+}
