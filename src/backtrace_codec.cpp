@@ -17,8 +17,8 @@ std::string base64_encode(std::string_view in) {
     out.reserve((in.size() + 2) / 3 * 4);
     size_t i = 0;
     for (; i + 2 < in.size(); i += 3) {
-        unsigned v = (unsigned char)in[i] << 16 | (unsigned char)in[i + 1] << 8 |
-                     (unsigned char)in[i + 2];
+        unsigned v =
+            (unsigned char)in[i] << 16 | (unsigned char)in[i + 1] << 8 | (unsigned char)in[i + 2];
         for (int s = 18; s >= 0; s -= 6) out += kAlphabet[(v >> s) & 63];
     }
     if (i < in.size()) {

@@ -1,6 +1,6 @@
-#include "kiqd/fetcher.hpp"
-
 #include <map>
+
+#include "kiqd/fetcher.hpp"
 
 namespace kiqd {
 

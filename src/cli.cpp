@@ -1,11 +1,11 @@
 // The kiqd command line: the daemon (default) and `check-config`. Parses flags with CLI11,
 // loads and validates the configuration (exit 78 naming the key on any problem, before Redis is
 // touched), builds the logger, registry and middleware chain, and hands over to the Launcher.
-#include <csignal>
-#include <iostream>
+#include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
-#include <spdlog/spdlog.h>
+#include <csignal>
+#include <iostream>
 
 #include "kiqd/exec_handler.hpp"
 #include "kiqd/kiqd.hpp"

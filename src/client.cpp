@@ -43,7 +43,8 @@ Client::Prepared Client::prepare(nlohmann::ordered_json item) const {
 
 std::vector<redis::Command> Client::push_commands(const std::vector<Prepared>& jobs) const {
     std::vector<redis::Command> cmds;
-    std::map<std::string, redis::Command> lpush_by_queue;  // one LPUSH per queue, as Ruby's bulk push
+    std::map<std::string, redis::Command>
+        lpush_by_queue;  // one LPUSH per queue, as Ruby's bulk push
     redis::Command zadd{"ZADD", keys_.schedule()};
     for (const auto& j : jobs) {
         if (j.at) {

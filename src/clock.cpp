@@ -1,9 +1,9 @@
 #include "kiqd/clock.hpp"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cmath>
-
-#include <fmt/format.h>
 
 namespace kiqd {
 
@@ -12,7 +12,9 @@ double epoch_seconds() {
     return duration<double>(system_clock::now().time_since_epoch()).count();
 }
 
-std::string score_text(double epoch_secs) { return fmt::format("{:.6f}", epoch_secs); }
+std::string score_text(double epoch_secs) {
+    return fmt::format("{:.6f}", epoch_secs);
+}
 
 std::string payload_timestamp(Compat compat, double epoch_secs) {
     if (compat == Compat::v8)

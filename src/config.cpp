@@ -11,7 +11,9 @@
 namespace kiqd {
 namespace {
 
-int line_of(const YAML::Node& n) { return n.Mark().line >= 0 ? n.Mark().line + 1 : -1; }
+int line_of(const YAML::Node& n) {
+    return n.Mark().line >= 0 ? n.Mark().line + 1 : -1;
+}
 
 // Sidekiq symbolises keys, so ":concurrency:" and "concurrency:" mean the same.
 std::string normalize_key(std::string key) {
@@ -79,7 +81,8 @@ std::vector<QueueWeight> parse_queues(const YAML::Node& n) {
             if (item.size() == 2) {
                 long long w = as_int(key + ".weight", item[1]);
                 if (w < 1) throw ConfigError(key, "weight must be at least 1", line_of(item[1]));
-                if (w > 1000) throw ConfigError(key, "weight must be at most 1000", line_of(item[1]));
+                if (w > 1000)
+                    throw ConfigError(key, "weight must be at most 1000", line_of(item[1]));
                 q.weight = static_cast<int>(w);
             }
         } else {
@@ -104,11 +107,14 @@ void parse_redis(const YAML::Node& n, RedisConfig& r) {
     for (const auto& kv : n) {
         const std::string k = normalize_key(kv.first.Scalar());
         const std::string key = "redis." + k;
-        if (k == "url") r.url = as_string(key, kv.second);
-        else if (k == "key_prefix" || k == "namespace") r.key_prefix = as_string(key, kv.second);
+        if (k == "url")
+            r.url = as_string(key, kv.second);
+        else if (k == "key_prefix" || k == "namespace")
+            r.key_prefix = as_string(key, kv.second);
         else if (k == "connect_timeout")
             r.connect_timeout = std::chrono::milliseconds(seconds_to_ms(key, kv.second));
-        else throw ConfigError(key, "unknown key", line_of(kv.first));
+        else
+            throw ConfigError(key, "unknown key", line_of(kv.first));
     }
 }
 
@@ -117,10 +123,14 @@ void parse_logging(const YAML::Node& n, LoggingConfig& l) {
     for (const auto& kv : n) {
         const std::string k = normalize_key(kv.first.Scalar());
         const std::string key = "logging." + k;
-        if (k == "level") l.level = as_string(key, kv.second);
-        else if (k == "format") l.format = as_string(key, kv.second);
-        else if (k == "file") l.file = as_string(key, kv.second);
-        else throw ConfigError(key, "unknown key", line_of(kv.first));
+        if (k == "level")
+            l.level = as_string(key, kv.second);
+        else if (k == "format")
+            l.format = as_string(key, kv.second);
+        else if (k == "file")
+            l.file = as_string(key, kv.second);
+        else
+            throw ConfigError(key, "unknown key", line_of(kv.first));
     }
 }
 
@@ -201,8 +211,7 @@ const std::set<std::string>& environment_names() {
     return k;
 }
 
-void apply_map(const YAML::Node& root, Config& c, const std::string& environment,
-               bool top_level) {
+void apply_map(const YAML::Node& root, Config& c, const std::string& environment, bool top_level) {
     for (const auto& kv : root) {
         if (!kv.first.IsScalar()) throw ConfigError("?", "keys must be strings", line_of(kv.first));
         const std::string k = normalize_key(kv.first.Scalar());
@@ -230,7 +239,8 @@ void apply_map(const YAML::Node& root, Config& c, const std::string& environment
             // as in Sidekiq 6.4.1).
         } else if (k == "compat") {
             long long v6 = as_int(k, v);
-            if (v6 != 6 && v6 != 7 && v6 != 8) throw ConfigError(k, "must be 6, 7 or 8", line_of(v));
+            if (v6 != 6 && v6 != 7 && v6 != 8)
+                throw ConfigError(k, "must be 6, 7 or 8", line_of(v));
             c.compat = static_cast<Compat>(v6);
         } else if (k == "redis") {
             parse_redis(v, c.redis);
@@ -362,8 +372,8 @@ void validate_config(Config& c) {
     std::set<std::string> seen;
     for (const auto& q : c.queues) {
         if (!std::regex_match(q.name, queue_name))
-            throw ConfigError("queues", "invalid queue name '" + q.name +
-                                            "' (letters, digits, _ : . - only)");
+            throw ConfigError(
+                "queues", "invalid queue name '" + q.name + "' (letters, digits, _ : . - only)");
         if (!seen.insert(q.name).second)
             throw ConfigError("queues", "queue '" + q.name + "' is listed twice");
     }

@@ -1,9 +1,9 @@
 #include "kiqd/dead_set.hpp"
 
-#include <random>
-
 #include <fmt/format.h>
+
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "kiqd/backtrace_codec.hpp"
 #include "kiqd/raw_json_object.hpp"

@@ -1,10 +1,10 @@
 #include "kiqd/heartbeat.hpp"
 
-#include <ctime>
-#include <thread>
-
 #include <fmt/format.h>
+
+#include <ctime>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "kiqd/raw_json_object.hpp"
 
@@ -35,8 +35,8 @@ void Heartbeat::flush_and_publish_work(long long processed, long long failed) {
     const auto& k = rt_.keys;
     const std::string date = utc_date();
     std::vector<redis::Command> cmds{{"MULTI"}};
-    for (auto [name, n] : {std::pair<const char*, long long>{"processed", processed},
-                           {"failed", failed}}) {
+    for (auto [name, n] :
+         {std::pair<const char*, long long>{"processed", processed}, {"failed", failed}}) {
         cmds.push_back({"INCRBY", k.stat(name), std::to_string(n)});
         cmds.push_back({"INCRBY", k.stat_daily(name, date), std::to_string(n)});
         cmds.push_back({"EXPIRE", k.stat_daily(name, date), kStatsTtl});
@@ -142,8 +142,8 @@ void Heartbeat::clear() {
             std::this_thread::sleep_for(std::chrono::milliseconds(200));
         }
     }
-    rt_.log.error("gave up clearing the heartbeat; lost stats: processed={} failed={}",
-                  processed, failed);
+    rt_.log.error("gave up clearing the heartbeat; lost stats: processed={} failed={}", processed,
+                  failed);
 }
 
 }  // namespace kiqd

@@ -50,9 +50,9 @@ std::variant<Job, InvalidJob> parse_job(std::string raw, std::string queue,
                           "payload of " + std::to_string(raw.size()) + " bytes exceeds the " +
                               std::to_string(limits.max_payload_bytes) + "-byte limit"};
     if (json_nesting_depth(raw) > limits.max_nesting_depth)
-        return InvalidJob{"Kiqd::InvalidJob", "payload nests deeper than " +
-                                                  std::to_string(limits.max_nesting_depth) +
-                                                  " levels"};
+        return InvalidJob{
+            "Kiqd::InvalidJob",
+            "payload nests deeper than " + std::to_string(limits.max_nesting_depth) + " levels"};
     Job job;
     try {
         job.payload = nlohmann::json::parse(raw);

@@ -77,7 +77,7 @@ RetryPlan JobRetry::plan(const Job& job, const Failure& failure, double now,
     if (exhausted) {
         auto dead = p.find("dead");
         plan.outcome = dead != p.end() && dead->is_boolean() && !*dead ? FailureOutcome::Discarded
-                                                                        : FailureOutcome::Dead;
+                                                                       : FailureOutcome::Dead;
         plan.score = now;
     } else {
         plan.outcome = FailureOutcome::Retried;

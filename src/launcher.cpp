@@ -1,8 +1,7 @@
 #include "kiqd/launcher.hpp"
 
-#include <csignal>
-
 #include <boost/asio/post.hpp>
+#include <csignal>
 
 namespace kiqd {
 
@@ -60,10 +59,14 @@ void Launcher::schedule_beat(std::chrono::steady_clock::duration delay) {
 }
 
 void Launcher::handle_signal(const std::string& name) {
-    if (name == "TSTP") quiet();
-    else if (name == "TTIN") log_busy_jobs();
-    else if (name == "TERM" || name == "INT") begin_stop();
-    else log_.warn("ignoring unknown signal {}", name);
+    if (name == "TSTP")
+        quiet();
+    else if (name == "TTIN")
+        log_busy_jobs();
+    else if (name == "TERM" || name == "INT")
+        begin_stop();
+    else
+        log_.warn("ignoring unknown signal {}", name);
 }
 
 void Launcher::quiet() {
@@ -95,9 +98,8 @@ void Launcher::begin_stop() {
               std::chrono::duration<double>(config_.timeout).count());
     deadline_ns_ = (Clock::now() + config_.timeout).time_since_epoch().count();
     stop_thread_ = std::thread([this] {
-        const bool ended = manager_.stop([this] {
-            return Clock::time_point(Clock::duration(deadline_ns_.load()));
-        });
+        const bool ended = manager_.stop(
+            [this] { return Clock::time_point(Clock::duration(deadline_ns_.load())); });
         all_threads_ended_ = ended;
         scheduler_.stop();
         boost::asio::post(io_, [this] {
@@ -111,16 +113,22 @@ void Launcher::begin_stop() {
 }
 
 int Launcher::run() {
-    log_.info("kiqd {} starting: identity={} concurrency={} queues={} ({}) redis={}",
-              KIQD_VERSION, me_.identity, config_.concurrency, fmt::join(order_.names(), ","),
+    log_.info("kiqd {} starting: identity={} concurrency={} queues={} ({}) redis={}", KIQD_VERSION,
+              me_.identity, config_.concurrency, fmt::join(order_.names(), ","),
               order_.strict() ? "strict" : "weighted", rt_.connection_options.endpoint.describe());
     std::function<void(const boost::system::error_code&, int)> on_signal =
         [&](const boost::system::error_code& ec, int signo) {
             if (ec) return;
             switch (signo) {
-                case SIGTSTP: handle_signal("TSTP"); break;
-                case SIGTTIN: handle_signal("TTIN"); break;
-                default: handle_signal("TERM"); break;
+                case SIGTSTP:
+                    handle_signal("TSTP");
+                    break;
+                case SIGTTIN:
+                    handle_signal("TTIN");
+                    break;
+                default:
+                    handle_signal("TERM");
+                    break;
             }
             signals_.async_wait(on_signal);
         };

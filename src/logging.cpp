@@ -1,10 +1,10 @@
 #include "kiqd/logging.hpp"
 
 #include <spdlog/async.h>
-#include <spdlog/spdlog.h>
 #include <spdlog/pattern_formatter.h>
-#include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/base_sink.h>
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <cstdio>
 #include <mutex>
@@ -14,17 +14,27 @@ namespace {
 
 // %* in a pattern: the message, escaped for use inside a JSON string.
 class JsonEscapedMessage final : public spdlog::custom_flag_formatter {
-public:
+  public:
     void format(const spdlog::details::log_msg& msg, const std::tm&,
                 spdlog::memory_buf_t& dest) override {
         static const char* hex = "0123456789abcdef";
         for (char c : std::string_view(msg.payload.data(), msg.payload.size())) {
             switch (c) {
-                case '"': dest.append(std::string_view("\\\"")); break;
-                case '\\': dest.append(std::string_view("\\\\")); break;
-                case '\n': dest.append(std::string_view("\\n")); break;
-                case '\r': dest.append(std::string_view("\\r")); break;
-                case '\t': dest.append(std::string_view("\\t")); break;
+                case '"':
+                    dest.append(std::string_view("\\\""));
+                    break;
+                case '\\':
+                    dest.append(std::string_view("\\\\"));
+                    break;
+                case '\n':
+                    dest.append(std::string_view("\\n"));
+                    break;
+                case '\r':
+                    dest.append(std::string_view("\\r"));
+                    break;
+                case '\t':
+                    dest.append(std::string_view("\\t"));
+                    break;
                 default:
                     if (static_cast<unsigned char>(c) < 0x20) {
                         const char esc[] = {'\\', 'u', '0', '0', hex[(c >> 4) & 0xf], hex[c & 0xf]};
@@ -44,7 +54,7 @@ public:
 // above, at exit). spdlog's stdout sink flushes after every line, which cost a write(2) per log
 // line — a quarter of the throughput of a no-op job.
 class BufferedStdoutSink final : public spdlog::sinks::base_sink<std::mutex> {
-protected:
+  protected:
     void sink_it_(const spdlog::details::log_msg& msg) override {
         spdlog::memory_buf_t formatted;
         formatter_->format(msg, formatted);
@@ -63,8 +73,8 @@ std::shared_ptr<spdlog::logger> make_logger(const LoggingConfig& config, bool ve
     else
         sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(config.file);
     // Blocking when the queue is full: slower, but no log line of a job is ever dropped.
-    auto logger = std::make_shared<spdlog::async_logger>(
-        "kiqd", sink, spdlog::thread_pool(), spdlog::async_overflow_policy::block);
+    auto logger = std::make_shared<spdlog::async_logger>("kiqd", sink, spdlog::thread_pool(),
+                                                         spdlog::async_overflow_policy::block);
     auto formatter = std::make_unique<spdlog::pattern_formatter>(spdlog::pattern_time_type::utc);
     if (config.format == "json") {
         formatter->add_flag<JsonEscapedMessage>('*').set_pattern(

@@ -16,8 +16,10 @@ Manager::Manager(Runtime& rt) : rt_(rt) {
 
 Manager::~Manager() {
     for (auto& p : processors_) {
-        if (p->running()) p->detach();  // stuck in a handler; the process is exiting anyway
-        else p->join();
+        if (p->running())
+            p->detach();  // stuck in a handler; the process is exiting anyway
+        else
+            p->join();
     }
 }
 
@@ -29,7 +31,9 @@ void Manager::start() {
     for (auto& p : processors_) p->start();
 }
 
-void Manager::quiet() noexcept { rt_.lifecycle.quiet(); }
+void Manager::quiet() noexcept {
+    rt_.lifecycle.quiet();
+}
 
 bool Manager::wait_all_until(Clock::time_point until,
                              const std::function<Clock::time_point()>* moving) {

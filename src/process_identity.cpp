@@ -1,13 +1,12 @@
 #include "kiqd/process_identity.hpp"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
-#include <random>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "kiqd/clock.hpp"
 

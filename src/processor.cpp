@@ -90,8 +90,8 @@ void Processor::write_until_done(redis::Connection& conn,
         } catch (const redis::Error& e) {
             rt_.health.failed(e);
             if (rt_.lifecycle.hard_stop.wait_for(backoff)) {
-                rt_.log.error("shutdown while Redis is down: could not record the {} of: {}",
-                              what, payload);
+                rt_.log.error("shutdown while Redis is down: could not record the {} of: {}", what,
+                              payload);
                 return;
             }
             backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
@@ -130,8 +130,7 @@ void Processor::process(redis::Connection& conn, UnitOfWork unit) {
                                      static_cast<long long>(epoch_seconds()), started});
     rt_.log.info("class={} jid={} queue={} start", job.display_class(), job.jid, job.queue);
 
-    JobContext ctx{job,          rt_.log,    rt_.lifecycle.hard_stop, conn, rt_.keys,
-                   rt_.config,   rt_.identity};
+    JobContext ctx{job, rt_.log, rt_.lifecycle.hard_stop, conn, rt_.keys, rt_.config, rt_.identity};
     std::optional<Failure> failure;
     bool interrupted = false;
     try {
@@ -155,7 +154,8 @@ void Processor::process(redis::Connection& conn, UnitOfWork unit) {
         return;
     }
     if (interrupted && !failure)
-        failure = Failure{"Kiqd::Interrupted", "handler raised Interrupted without a shutdown",
+        failure = Failure{"Kiqd::Interrupted",
+                          "handler raised Interrupted without a shutdown",
                           {"kiqd:in `" + job.handler_name() + "'"}};
     const double elapsed = ms_since(started);
     auto ack = rt_.fetcher.acknowledge_commands(unit);

@@ -13,8 +13,10 @@ size_t skip_ws(std::string_view s, size_t i) {
 // s[i] is '"'; returns the index just past the closing quote.
 size_t skip_string(std::string_view s, size_t i) {
     for (++i; i < s.size(); ++i) {
-        if (s[i] == '\\') ++i;
-        else if (s[i] == '"') return i + 1;
+        if (s[i] == '\\')
+            ++i;
+        else if (s[i] == '"')
+            return i + 1;
     }
     return s.size();
 }

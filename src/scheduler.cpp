@@ -36,15 +36,17 @@ Scheduler::Scheduler(Runtime& rt)
       rng_(std::random_device{}()),
       timer_(io_) {}
 
-Scheduler::~Scheduler() { stop(); }
+Scheduler::~Scheduler() {
+    stop();
+}
 
 size_t Scheduler::enqueue_due(redis::Connection& conn, double now) {
     size_t moved = 0;
     const std::string now_score = score_text(now);
     for (const auto& set : {rt_.keys.retry(), rt_.keys.schedule()}) {
         for (;;) {
-            auto due = conn.command({"ZRANGEBYSCORE", set, "-inf", now_score, "LIMIT", "0",
-                                     std::to_string(kBatch)});
+            auto due = conn.command(
+                {"ZRANGEBYSCORE", set, "-inf", now_score, "LIMIT", "0", std::to_string(kBatch)});
             const size_t n = due.size();
             if (n == 0) break;
             if (!scripts_loaded_) {
@@ -63,8 +65,7 @@ size_t Scheduler::enqueue_due(redis::Connection& conn, double now) {
                     moves.push_back(kill_script_.evalsha_command(
                         {set, rt_.keys.dead()},
                         {member, now_score,
-                         rt_.dead.invalid_entry(member, "default",
-                                                {"JSON::ParserError", error})}));
+                         rt_.dead.invalid_entry(member, "default", {"JSON::ParserError", error})}));
                     continue;
                 }
                 std::string queue = "default";
@@ -118,7 +119,8 @@ void Scheduler::poll() {
     try {
         const size_t moved = enqueue_due(*conn_, epoch_seconds());
         if (moved) rt_.log.debug("scheduler enqueued {} due jobs", moved);
-        if (++polls_ % 10 == 1) process_count_ = conn_->command({"SCARD", rt_.keys.processes()}).integer();
+        if (++polls_ % 10 == 1)
+            process_count_ = conn_->command({"SCARD", rt_.keys.processes()}).integer();
         rt_.health.succeeded();
     } catch (const redis::Error& e) {
         rt_.health.failed(e);

@@ -3,11 +3,10 @@
 // fills jid/created_at/enqueued_at/retry/queue, then SADD queues + LPUSH queue:<q> in one
 // pipeline, or ZADD schedule <at> for a job with a future "at" (stored without "at" and
 // without "enqueued_at"). Stateless apart from its configuration; shared by all threads.
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "kiqd/clock.hpp"
 #include "kiqd/keys.hpp"
@@ -16,7 +15,7 @@
 namespace kiqd {
 
 class Client {
-public:
+  public:
     Client(Keys keys, Compat compat) : keys_(std::move(keys)), compat_(compat) {}
 
     struct Prepared {
@@ -34,7 +33,7 @@ public:
     std::vector<std::string> push_bulk(redis::Connection& conn,
                                        std::vector<nlohmann::ordered_json> items) const;
 
-private:
+  private:
     Keys keys_;  // a copy: a Client may outlive the Keys it was given
     Compat compat_;
 };

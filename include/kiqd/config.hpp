@@ -5,13 +5,13 @@
 // kiqd's keys. Every problem is a ConfigError naming the key (and the line when known);
 // main() turns it into exit code 78 (EX_CONFIG) before anything touches Redis.
 // Built once on the main thread, then read-only.
+#include <yaml-cpp/yaml.h>
+
 #include <chrono>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#include <yaml-cpp/yaml.h>
 
 #include "kiqd/clock.hpp"
 #include "kiqd/queue_order.hpp"
@@ -19,12 +19,12 @@
 namespace kiqd {
 
 class ConfigError : public std::runtime_error {
-public:
+  public:
     ConfigError(std::string key, std::string message, int line = -1);
     const std::string& key() const { return key_; }
     int line() const { return line_; }  // 1-based, -1 when unknown
 
-private:
+  private:
     std::string key_;
     int line_;
 };

@@ -14,7 +14,7 @@
 namespace kiqd {
 
 class DeadSet {
-public:
+  public:
     DeadSet(const Keys& keys, long long max_jobs, long long timeout_seconds, Compat compat)
         : keys_(keys), max_jobs_(max_jobs), timeout_seconds_(timeout_seconds), compat_(compat) {}
 
@@ -28,7 +28,7 @@ public:
     std::string invalid_entry(const std::string& raw, const std::string& queue,
                               const InvalidJob& why) const;
 
-private:
+  private:
     const Keys& keys_;
     long long max_jobs_;
     long long timeout_seconds_;

@@ -21,22 +21,20 @@ struct UnitOfWork {
 };
 
 class Fetcher {
-public:
+  public:
     virtual ~Fetcher() = default;
     // Blocks for at most ~2 s; nullopt when every queue stayed empty. Throws redis::Error.
     virtual std::optional<UnitOfWork> retrieve_work(redis::Connection& conn,
                                                     std::mt19937_64& rng) const = 0;
     // Commands to send together with the job's outcome (none for basic fetch).
-    virtual std::vector<redis::Command> acknowledge_commands(const UnitOfWork&) const {
-        return {};
-    }
+    virtual std::vector<redis::Command> acknowledge_commands(const UnitOfWork&) const { return {}; }
     // Puts jobs back at the front of their queues, grouped into one RPUSH per queue.
     virtual std::vector<redis::Command> requeue_commands(
         const std::vector<UnitOfWork>& units) const = 0;
 };
 
 class BasicFetcher final : public Fetcher {
-public:
+  public:
     static constexpr int kTimeoutSeconds = 2;  // Sidekiq's BasicFetch::TIMEOUT
 
     BasicFetcher(const Keys& keys, const QueueOrder& order) : keys_(keys), order_(order) {}
@@ -45,7 +43,7 @@ public:
     std::vector<redis::Command> requeue_commands(
         const std::vector<UnitOfWork>& units) const override;
 
-private:
+  private:
     const Keys& keys_;
     const QueueOrder& order_;
 };

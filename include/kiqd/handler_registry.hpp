@@ -16,14 +16,14 @@ namespace kiqd {
 using Handler = std::function<void(const Job& job, JobContext& ctx)>;
 
 class HandlerRegistry {
-public:
+  public:
     // Registers (or replaces) the handler for a class name, e.g. "HardWorker" or
     // "Admin::ReportJob". For ActiveJob payloads, register the job class ("wrapped").
     void add(std::string job_class, Handler handler);
     const Handler* find(const std::string& job_class) const;  // nullptr when unknown
     size_t size() const { return handlers_.size(); }
 
-private:
+  private:
     std::unordered_map<std::string, Handler> handlers_;
 };
 

@@ -16,7 +16,7 @@
 namespace kiqd {
 
 class Heartbeat {
-public:
+  public:
     Heartbeat(Runtime& rt, const ProcessIdentity& me, std::string info_json);
 
     // One beat. Returns the remote signal popped from <identity>-signals, if any.
@@ -27,7 +27,7 @@ public:
     // Writes quiet=true at once, so the Web UI shows a quieted process without waiting a beat.
     void publish_quiet();
 
-private:
+  private:
     void flush_and_publish_work(long long processed, long long failed);
 
     Runtime& rt_;

@@ -4,21 +4,20 @@
 // `payload` is its parsed, read-only JSON for handlers and middleware. Built on the processor
 // thread that fetched it and never shared with another thread while it runs.
 #include <cstddef>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <variant>
 
-#include <nlohmann/json.hpp>
-
 namespace kiqd {
 
 struct Job {
-    std::string raw;          // the original JSON string, never modified
-    std::string queue;        // the queue it was fetched from (no "queue:" prefix)
-    nlohmann::json payload;   // parsed raw; handlers read args etc. from here
-    std::string job_class;    // "class"
-    std::string wrapped;      // "wrapped" (ActiveJob), empty when absent
-    std::string jid;          // "jid" (empty when the producer left it out)
+    std::string raw;         // the original JSON string, never modified
+    std::string queue;       // the queue it was fetched from (no "queue:" prefix)
+    nlohmann::json payload;  // parsed raw; handlers read args etc. from here
+    std::string job_class;   // "class"
+    std::string wrapped;     // "wrapped" (ActiveJob), empty when absent
+    std::string jid;         // "jid" (empty when the producer left it out)
 
     // The class name handlers are registered under: "wrapped" for ActiveJob payloads.
     const std::string& handler_name() const { return wrapped.empty() ? job_class : wrapped; }
@@ -36,7 +35,7 @@ struct Job {
 
 // Why a payload cannot be run. It goes to the dead set with this reason.
 struct InvalidJob {
-    std::string error_class;    // "JSON::ParserError", "Kiqd::InvalidJob", "Kiqd::PayloadTooLarge"
+    std::string error_class;  // "JSON::ParserError", "Kiqd::InvalidJob", "Kiqd::PayloadTooLarge"
     std::string error_message;
 };
 

@@ -2,6 +2,8 @@
 // What a handler and each middleware see while one job runs: the job, a logger, the processor
 // thread's own Redis connection, and the cooperative stop signal of a hard shutdown.
 // A JobContext lives on the processor thread's stack for the duration of one job.
+#include <spdlog/logger.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -10,8 +12,6 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#include <spdlog/logger.h>
 
 #include "kiqd/job.hpp"
 #include "kiqd/keys.hpp"
@@ -25,7 +25,7 @@ struct Config;
 // their queues. Handlers that run long should poll stop_requested() or sleep with wait_for(),
 // and return (or throw Interrupted) when it fires. Thread-safe.
 class StopSignal {
-public:
+  public:
     void request_stop() {
         {
             std::lock_guard lock(mutex_);
@@ -42,7 +42,7 @@ public:
         return cv_.wait_for(lock, d, [&] { return stopped_.load(); });
     }
 
-private:
+  private:
     mutable std::mutex mutex_;
     mutable std::condition_variable cv_;
     std::atomic<bool> stopped_{false};  // written under mutex_ so that waiters never miss it
@@ -61,7 +61,7 @@ struct JobContext {
 
 // A failure with a chosen Sidekiq error_class (shown in the Web UI) and optional backtrace.
 class JobError : public std::runtime_error {
-public:
+  public:
     JobError(std::string error_class, const std::string& message,
              std::vector<std::string> backtrace = {})
         : std::runtime_error(message),
@@ -70,7 +70,7 @@ public:
     const std::string& error_class() const { return error_class_; }
     const std::vector<std::string>& backtrace() const { return backtrace_; }
 
-private:
+  private:
     std::string error_class_;
     std::vector<std::string> backtrace_;
 };
@@ -78,7 +78,7 @@ private:
 // Thrown by a handler that gave up because of a hard shutdown. The job has already been
 // pushed back to its queue, so this is not a failure: no retry entry is written.
 class Interrupted : public std::runtime_error {
-public:
+  public:
     Interrupted() : std::runtime_error("interrupted by shutdown") {}
 };
 

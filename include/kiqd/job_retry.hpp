@@ -30,17 +30,16 @@ struct RetryPlan {
 };
 
 class JobRetry {
-public:
+  public:
     JobRetry(Compat compat, int max_retries, const Keys& keys, const DeadSet& dead)
         : compat_(compat), max_retries_(max_retries), keys_(keys), dead_(dead) {}
 
-    RetryPlan plan(const Job& job, const Failure& failure, double now,
-                   std::mt19937_64& rng) const;
+    RetryPlan plan(const Job& job, const Failure& failure, double now, std::mt19937_64& rng) const;
     std::vector<redis::Command> commands(const RetryPlan& plan) const;
     // Seconds until the next attempt after the failure numbered `count` (0 = first failure).
     static long long delay_seconds(long long count, Compat compat, std::mt19937_64& rng);
 
-private:
+  private:
     Compat compat_;
     int max_retries_;
     const Keys& keys_;

@@ -10,10 +10,12 @@
 namespace kiqd {
 
 class Keys {
-public:
+  public:
     explicit Keys(std::string prefix = "") : prefix_(prefix.empty() ? "" : prefix + ":") {}
 
-    std::string queue(std::string_view name) const { return prefix_ + "queue:" + std::string(name); }
+    std::string queue(std::string_view name) const {
+        return prefix_ + "queue:" + std::string(name);
+    }
     std::string queues() const { return prefix_ + "queues"; }
     std::string schedule() const { return prefix_ + "schedule"; }
     std::string retry() const { return prefix_ + "retry"; }
@@ -35,7 +37,7 @@ public:
     }
     const std::string& prefix() const { return prefix_; }
 
-private:
+  private:
     std::string prefix_;  // "" or "ns:"
 };
 

@@ -7,14 +7,13 @@
 // The stop itself runs on a separate thread so that signals and heartbeats keep being served
 // while it waits for running jobs.
 #include <atomic>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
-
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/signal_set.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include "kiqd/heartbeat.hpp"
 #include "kiqd/manager.hpp"
@@ -24,14 +23,14 @@
 namespace kiqd {
 
 class Launcher {
-public:
+  public:
     Launcher(const Config& config, const HandlerRegistry& handlers, const MiddlewareChain& chain,
              spdlog::logger& log);
     ~Launcher();
     int run();  // blocks until the process has stopped; returns the exit code
     const std::string& identity() const { return me_.identity; }
 
-private:
+  private:
     void handle_signal(const std::string& name);
     void quiet();
     void begin_stop();

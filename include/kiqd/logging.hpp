@@ -2,9 +2,9 @@
 // Builds kiqd's logger: asynchronous (a bounded queue drained by one background thread, so a
 // log line per job costs the processor a queue push, not a write), text or JSON lines, UTC
 // timestamps, to stdout or a file. The returned logger is thread-safe.
-#include <memory>
-
 #include <spdlog/logger.h>
+
+#include <memory>
 
 #include "kiqd/config.hpp"
 

@@ -18,7 +18,7 @@
 namespace kiqd {
 
 class Manager {
-public:
+  public:
     using Clock = std::chrono::steady_clock;
     explicit Manager(Runtime& rt);
     ~Manager();
@@ -30,7 +30,7 @@ public:
     bool stop(const std::function<Clock::time_point()>& deadline);
     size_t requeued() const { return requeued_; }
 
-private:
+  private:
     bool wait_all_until(Clock::time_point until, const std::function<Clock::time_point()>* moving);
     void requeue_running_jobs();
 

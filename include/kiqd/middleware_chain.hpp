@@ -3,14 +3,14 @@
 // of Sidekiq's server middleware). One chain is built at startup from `server_middleware:` in
 // the YAML and shared by all processor threads, so a middleware must be const-callable and keep
 // per-job state in the JobContext, never in members.
+#include <yaml-cpp/yaml.h>
+
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <yaml-cpp/yaml.h>
 
 #include "kiqd/job_context.hpp"
 
@@ -19,7 +19,7 @@ namespace kiqd {
 using Next = std::function<void()>;
 
 class ServerMiddleware {
-public:
+  public:
     virtual ~ServerMiddleware() = default;
     virtual std::string_view name() const = 0;
     // Run code before and after next(). Call next() at most once. Returning without calling it
@@ -29,7 +29,7 @@ public:
 };
 
 class MiddlewareChain {
-public:
+  public:
     void add(std::shared_ptr<const ServerMiddleware> m) { entries_.push_back(std::move(m)); }
     void prepend(std::shared_ptr<const ServerMiddleware> m) {
         entries_.insert(entries_.begin(), std::move(m));
@@ -39,7 +39,7 @@ public:
     std::vector<std::string> names() const;
     bool empty() const { return entries_.empty(); }
 
-private:
+  private:
     void invoke_from(size_t i, JobContext& ctx, const std::function<void()>& handler) const;
     std::vector<std::shared_ptr<const ServerMiddleware>> entries_;
 };
@@ -50,14 +50,14 @@ using MiddlewareFactory =
     std::function<std::shared_ptr<const ServerMiddleware>(const YAML::Node& options)>;
 
 class MiddlewareRegistry {
-public:
+  public:
     void add(std::string name, MiddlewareFactory factory);
     // Builds the chain for a `server_middleware:` list; throws ConfigError for unknown names
     // or bad options (factories throw ConfigError themselves).
     MiddlewareChain build(const std::vector<struct MiddlewareSpec>& specs) const;
     bool contains(const std::string& name) const { return factories_.count(name) > 0; }
 
-private:
+  private:
     std::map<std::string, MiddlewareFactory> factories_;
 };
 

@@ -15,7 +15,7 @@
 namespace kiqd {
 
 class Processor {
-public:
+  public:
     Processor(Runtime& rt, size_t slot, std::function<void()> on_exit);
     ~Processor();
     void start();
@@ -26,7 +26,7 @@ public:
     // Runs one fetched unit to its recorded outcome. Public so tests can drive it directly.
     void process(redis::Connection& conn, UnitOfWork unit);
 
-private:
+  private:
     void run() noexcept;
     Failure failure_from_current_exception(const Job& job) const;
     void write_until_done(redis::Connection& conn, const std::vector<redis::Command>& commands,

@@ -16,7 +16,7 @@ struct QueueWeight {
 };
 
 class QueueOrder {
-public:
+  public:
     // Strict when no queue has a weight (Sidekiq 6.4.1's rule); weighted otherwise, with
     // unweighted queues counting as weight 1.
     explicit QueueOrder(std::vector<QueueWeight> queues);
@@ -27,7 +27,7 @@ public:
     // Fills `out` with the queue names for one fetch.
     void order(std::mt19937_64& rng, std::vector<const std::string*>& out) const;
 
-private:
+  private:
     bool strict_ = true;
     std::vector<std::string> names_;
     std::vector<size_t> expanded_;  // indices into names_, each repeated weight times

@@ -12,7 +12,7 @@
 namespace kiqd {
 
 class RawJsonObject {
-public:
+  public:
     // Returns nullopt and sets *error when the text is not a JSON object.
     static std::optional<RawJsonObject> parse(std::string_view text, std::string* error = nullptr);
 
@@ -26,7 +26,7 @@ public:
     void erase(std::string_view key);
     std::string dump() const;  // compact, in the original member order
 
-private:
+  private:
     struct Member {
         std::string key;        // decoded
         std::string raw_key;    // as written, with quotes

@@ -3,11 +3,11 @@
 // Launcher and outliving all threads. Everything reachable from here is either immutable after
 // start (config, keys, registries, chain, fetcher) or thread-safe (work state, lifecycle,
 // health, logger).
+#include <spdlog/logger.h>
+
 #include <chrono>
 #include <memory>
 #include <string>
-
-#include <spdlog/logger.h>
 
 #include "kiqd/config.hpp"
 #include "kiqd/dead_set.hpp"
@@ -24,14 +24,14 @@ namespace kiqd {
 
 // Quiet (stop fetching) and hard stop (the deadline passed), observable and awaitable.
 class Lifecycle {
-public:
+  public:
     void quiet() { quiet_.request_stop(); }
     bool is_quiet() const { return quiet_.stop_requested(); }
     // Sleeps for `d` unless quieted first; returns true when quiet.
     bool wait_quiet_for(std::chrono::milliseconds d) const { return quiet_.wait_for(d); }
     StopSignal hard_stop;  // raised when running jobs have been pushed back at the deadline
 
-private:
+  private:
     StopSignal quiet_;
 };
 

@@ -7,12 +7,11 @@
 // A member that is not a JSON object moves to "dead" the same way. Runs on its own thread
 // (an Asio steady_timer) at Sidekiq's randomised interval, which grows with the process count.
 #include <atomic>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <memory>
 #include <random>
 #include <thread>
-
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include "kiqd/redis/script.hpp"
 #include "kiqd/runtime.hpp"
@@ -20,7 +19,7 @@
 namespace kiqd {
 
 class Scheduler {
-public:
+  public:
     explicit Scheduler(Runtime& rt);
     ~Scheduler();
     void start();
@@ -31,7 +30,7 @@ public:
     // Seconds until the next poll (Sidekiq's random_poll_interval).
     double random_poll_interval(long long process_count);
 
-private:
+  private:
     void schedule_next(std::chrono::duration<double> delay);
     void poll();
 
@@ -43,7 +42,7 @@ private:
     boost::asio::steady_timer timer_;
     std::thread thread_;
     std::unique_ptr<redis::Connection> conn_;  // only the scheduler thread uses it
-    bool scripts_loaded_ = false;  // per Scheduler; reset on NOSCRIPT
+    bool scripts_loaded_ = false;              // per Scheduler; reset on NOSCRIPT
     long long polls_ = 0;
     long long process_count_ = 1;
 };

@@ -25,7 +25,7 @@ struct RunningJob {
 };
 
 class WorkState {
-public:
+  public:
     explicit WorkState(size_t slots);
 
     void begin(size_t slot, RunningJob job);
@@ -48,7 +48,7 @@ public:
     std::atomic<long long> processed{0};  // every job that ran, failed ones included
     std::atomic<long long> failed{0};
 
-private:
+  private:
     struct Slot {
         mutable std::mutex mutex;
         std::optional<RunningJob> job;

@@ -17,8 +17,7 @@ timeval to_timeval(std::chrono::milliseconds ms) {
 }  // namespace
 
 std::string_view ReplyRef::str() const {
-    if (r_->type == REDIS_REPLY_STRING || r_->type == REDIS_REPLY_STATUS)
-        return {r_->str, r_->len};
+    if (r_->type == REDIS_REPLY_STRING || r_->type == REDIS_REPLY_STATUS) return {r_->str, r_->len};
     throw ProtocolError("expected a string reply, got type " + std::to_string(r_->type));
 }
 
@@ -50,7 +49,9 @@ bool is_failover_error(const ReplyError& e) {
 
 Connection::Connection(ConnectionOptions options) : options_(std::move(options)) {}
 
-Connection::~Connection() { disconnect(); }
+Connection::~Connection() {
+    disconnect();
+}
 
 void Connection::disconnect() noexcept {
     if (ctx_) redisFree(ctx_);
@@ -60,8 +61,8 @@ void Connection::disconnect() noexcept {
 void Connection::fail_context(const char* what) {
     const int err = ctx_ ? ctx_->err : REDIS_ERR_IO;
     const int saved_errno = errno;
-    std::string msg = std::string(what) + " (" + options_.endpoint.describe() + "): " +
-                      (ctx_ && ctx_->errstr[0] ? ctx_->errstr : std::strerror(saved_errno));
+    std::string msg = std::string(what) + " (" + options_.endpoint.describe() +
+                      "): " + (ctx_ && ctx_->errstr[0] ? ctx_->errstr : std::strerror(saved_errno));
     disconnect();  // never reuse a context after an error: hiredis leaves it unusable
     if (err == REDIS_ERR_EOF) throw ClosedError(msg);
     if (err == REDIS_ERR_PROTOCOL) throw ProtocolError(msg);
@@ -89,11 +90,11 @@ void Connection::connect() {
                 run_once(2, std::array<const char*, 2>{"AUTH", ep.password.c_str()}.data(),
                          std::array<size_t, 2>{4, ep.password.size()}.data());
             else
-                run_once(3,
-                         std::array<const char*, 3>{"AUTH", ep.username.c_str(),
-                                                    ep.password.c_str()}
-                             .data(),
-                         std::array<size_t, 3>{4, ep.username.size(), ep.password.size()}.data());
+                run_once(
+                    3,
+                    std::array<const char*, 3>{"AUTH", ep.username.c_str(), ep.password.c_str()}
+                        .data(),
+                    std::array<size_t, 3>{4, ep.username.size(), ep.password.size()}.data());
         }
         if (ep.db != 0) {
             const std::string db = std::to_string(ep.db);
@@ -161,8 +162,8 @@ std::vector<Reply> Connection::pipeline(const std::vector<Command>& commands) {
             ptrs.push_back(a.data());
             lens.push_back(a.size());
         }
-        if (redisAppendCommandArgv(ctx_, static_cast<int>(cmd.size()), ptrs.data(),
-                                   lens.data()) != REDIS_OK)
+        if (redisAppendCommandArgv(ctx_, static_cast<int>(cmd.size()), ptrs.data(), lens.data()) !=
+            REDIS_OK)
             fail_context("cannot queue a pipelined Redis command");
     }
     std::vector<Reply> replies;

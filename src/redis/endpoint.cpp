@@ -88,7 +88,8 @@ Endpoint parse_redis_url(const std::string& url) {
         ep.host = std::string(rest);
     }
     if (ep.host.empty()) ep.host = "127.0.0.1";
-    if (ep.port <= 0 || ep.port > 65535) throw std::invalid_argument("port out of range in Redis URL");
+    if (ep.port <= 0 || ep.port > 65535)
+        throw std::invalid_argument("port out of range in Redis URL");
     return ep;
 }
 

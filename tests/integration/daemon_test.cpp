@@ -90,10 +90,10 @@ TEST_CASE("daemon: weighted 6/3/1 shares over 10,000 jobs are 60/30/10 within 2 
             client.push_bulk(conn, jobs);
         }
     }
-    KiqdProcess kiqd(KIQD_TEST_DAEMON,
-                     config_for(server, "concurrency: 5\nlogging: {level: warn}\n"
-                                        "queues:\n  - [critical, 6]\n  - [default, 3]\n"
-                                        "  - [low, 1]\n"));
+    KiqdProcess kiqd(KIQD_TEST_DAEMON, config_for(server,
+                                                  "concurrency: 5\nlogging: {level: warn}\n"
+                                                  "queues:\n  - [critical, 6]\n  - [default, 3]\n"
+                                                  "  - [low, 1]\n"));
     REQUIRE(wait_until([&] { return llen(conn, "kiqd-test:ran") >= 10000; },
                        std::chrono::seconds(120)));
     kiqd.signal(SIGTERM);
@@ -116,9 +116,9 @@ TEST_CASE("daemon: heartbeat contract, quiet on SIGTSTP, requeue on SIGTERM", "[
     Client client(Keys{}, Compat::v6);
     client.push(conn, {{"class", "Kiqd::Sleep"}, {"args", {60}}, {"queue", "slow"}});
     const std::string original(conn.command({"LINDEX", "queue:slow", "0"}).str());
-    KiqdProcess kiqd(KIQD_BINARY,
-                     config_for(server, "concurrency: 3\ntimeout: 1\ntag: billing\n"
-                                        "labels: [canary]\nqueues: [slow, default]\n"));
+    KiqdProcess kiqd(KIQD_BINARY, config_for(server,
+                                             "concurrency: 3\ntimeout: 1\ntag: billing\n"
+                                             "labels: [canary]\nqueues: [slow, default]\n"));
     const std::string id = registered_identity(conn);
     REQUIRE_THAT(id, Catch::Contains(":" + std::to_string(kiqd.pid()) + ":"));
 
@@ -155,8 +155,9 @@ TEST_CASE("daemon: heartbeat contract, quiet on SIGTSTP, requeue on SIGTERM", "[
     client.push(conn, {{"class", "Kiqd::Noop"}});
     // A quiet process runs nothing new. A BRPOP already in flight may still pop the job; it is
     // then pushed straight back (as in Sidekiq), so watch the log, not the queue length.
-    CHECK_FALSE(wait_until([&] { return kiqd.output().find("class=Kiqd::Noop") != std::string::npos; },
-                           std::chrono::milliseconds(2500)));
+    CHECK_FALSE(
+        wait_until([&] { return kiqd.output().find("class=Kiqd::Noop") != std::string::npos; },
+                   std::chrono::milliseconds(2500)));
     REQUIRE(wait_until([&] { return llen(conn, "queue:default") == 1; }));
 
     kiqd.signal(SIGTERM);
@@ -217,19 +218,18 @@ TEST_CASE("daemon: survives a Redis outage, one log line each way", "[daemon][ou
     auto conn = server.connect();
     Client client(Keys{}, Compat::v6);
     for (int i = 0; i < 20; ++i) client.push(conn, {{"class", "Test::Record"}});
-    KiqdProcess kiqd(KIQD_TEST_DAEMON,
-                     config_for(server, "concurrency: 4\nqueues: [default]\n"
-                                        "logging: {level: warn}\n"));
+    KiqdProcess kiqd(KIQD_TEST_DAEMON, config_for(server,
+                                                  "concurrency: 4\nqueues: [default]\n"
+                                                  "logging: {level: warn}\n"));
     REQUIRE(wait_until([&] { return llen(conn, "kiqd-test:ran") == 20; }));
     server.stop();
-    REQUIRE(wait_until([&] {
-        return kiqd.output().find("Redis is unreachable") != std::string::npos;
-    }));
+    REQUIRE(wait_until(
+        [&] { return kiqd.output().find("Redis is unreachable") != std::string::npos; }));
     server.start();  // same port, empty data set
     auto conn2 = server.connect();
     for (int i = 0; i < 20; ++i) client.push(conn2, {{"class", "Test::Record"}});
-    REQUIRE(wait_until([&] { return llen(conn2, "kiqd-test:ran") == 20; },
-                       std::chrono::seconds(30)));
+    REQUIRE(
+        wait_until([&] { return llen(conn2, "kiqd-test:ran") == 20; }, std::chrono::seconds(30)));
     CHECK(kiqd.running());
     kiqd.signal(SIGTERM);
     CHECK(kiqd.wait_exit() == 0);

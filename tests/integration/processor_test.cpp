@@ -1,7 +1,8 @@
+#include "kiqd/processor.hpp"
+
 #include <catch2/catch.hpp>
 
 #include "kiqd/client.hpp"
-#include "kiqd/processor.hpp"
 #include "support/test_runtime.hpp"
 
 using namespace kiqd;
@@ -11,7 +12,7 @@ using kiqd::test::TestRuntime;
 namespace {
 
 class Park final : public ServerMiddleware {
-public:
+  public:
     std::string_view name() const override { return "park"; }
     void call(JobContext& ctx, const Next&) const override {
         ctx.redis.command({"RPUSH", "parked", ctx.job.raw});
@@ -20,8 +21,7 @@ public:
 
 }  // namespace
 
-TEST_CASE("processor: fetch → handler → counters; failures become Sidekiq retries",
-          "[processor]") {
+TEST_CASE("processor: fetch → handler → counters; failures become Sidekiq retries", "[processor]") {
     auto& server = RedisServer::shared();
     server.flushall();
     TestRuntime t(server);

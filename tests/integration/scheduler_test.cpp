@@ -1,8 +1,9 @@
+#include "kiqd/scheduler.hpp"
+
 #include <catch2/catch.hpp>
 #include <thread>
 
 #include "kiqd/client.hpp"
-#include "kiqd/scheduler.hpp"
 #include "support/test_runtime.hpp"
 
 using namespace kiqd;
@@ -28,7 +29,9 @@ TEST_CASE("scheduler: due jobs move to their queues with a fresh enqueued_at", "
     auto j = nlohmann::json::parse(mail[0].str());
     CHECK(j["jid"] == "d1");
     CHECK(j["enqueued_at"].get<double>() == Approx(now));
-    CHECK_THAT(std::string(mail[0].str()), Catch::StartsWith(R"({"class":"W","args":[1],"queue":"mail","jid":"d1","x":[1.50])"));
+    CHECK_THAT(
+        std::string(mail[0].str()),
+        Catch::StartsWith(R"({"class":"W","args":[1],"queue":"mail","jid":"d1","x":[1.50])"));
     CHECK(conn.command({"SISMEMBER", "queues", "mail"}).integer() == 1);
     CHECK(conn.command({"LLEN", "queue:default"}).integer() == 1);
     CHECK(conn.command({"ZCARD", "schedule"}).integer() == 1);  // the future one stays

@@ -72,7 +72,9 @@ KiqdProcess::~KiqdProcess() {
     std::filesystem::remove_all(dir_, ec);
 }
 
-void KiqdProcess::signal(int signo) const { ::kill(pid_, signo); }
+void KiqdProcess::signal(int signo) const {
+    ::kill(pid_, signo);
+}
 
 bool KiqdProcess::running() {
     if (status_ != -1) return false;

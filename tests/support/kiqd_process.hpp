@@ -11,7 +11,7 @@
 namespace kiqd::test {
 
 class KiqdProcess {
-public:
+  public:
     // `yaml` is written to a temporary config file passed with -C (empty: no -C).
     KiqdProcess(const std::string& binary, const std::string& yaml,
                 std::vector<std::string> extra_args = {},
@@ -26,7 +26,7 @@ public:
     std::string output() const;  // everything the process printed so far
     const std::string& config_path() const { return config_path_; }
 
-private:
+  private:
     pid_t pid_ = -1;
     std::string dir_;
     std::string config_path_;

@@ -34,9 +34,13 @@ bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds tim
     return pred();
 }
 
-RedisServer::RedisServer() : port_(free_port()) { start(); }
+RedisServer::RedisServer() : port_(free_port()) {
+    start();
+}
 
-RedisServer::~RedisServer() { stop(); }
+RedisServer::~RedisServer() {
+    stop();
+}
 
 redis::ConnectionOptions RedisServer::options() const {
     redis::ConnectionOptions o;

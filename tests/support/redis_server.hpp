@@ -3,18 +3,18 @@
 // test and stopped (by its PID) when the object goes away. Also used to simulate outages
 // (stop()/start() keep the port). shared() is one server per test binary; call flushall() at the
 // start of each test. wait_until() polls a predicate with a deadline instead of sleeping.
+#include <sys/types.h>
+
 #include <chrono>
 #include <functional>
 #include <string>
-
-#include <sys/types.h>
 
 #include "kiqd/redis/connection.hpp"
 
 namespace kiqd::test {
 
 class RedisServer {
-public:
+  public:
     RedisServer();
     ~RedisServer();
     RedisServer(const RedisServer&) = delete;
@@ -30,7 +30,7 @@ public:
 
     static RedisServer& shared();
 
-private:
+  private:
     int port_;
     pid_t pid_ = -1;
 };

@@ -1,10 +1,10 @@
 #pragma once
 // TestRuntime: a complete kiqd Runtime against a test Redis, for driving Processor, Scheduler
 // and Manager directly in-process (no daemon), as Sidekiq's own tests call the processor.
-#include <memory>
-
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
+
+#include <memory>
 
 #include "kiqd/runtime.hpp"
 #include "support/redis_server.hpp"
@@ -12,8 +12,8 @@
 namespace kiqd::test {
 
 struct TestRuntime {
-    explicit TestRuntime(const RedisServer& server, std::vector<QueueWeight> queues = {{"default", 0}},
-                         int concurrency = 2)
+    explicit TestRuntime(const RedisServer& server,
+                         std::vector<QueueWeight> queues = {{"default", 0}}, int concurrency = 2)
         : config(make_config(server, std::move(queues), concurrency)),
           order(config.queues),
           fetcher(keys, order),
@@ -23,8 +23,20 @@ struct TestRuntime {
           log_sink(std::make_shared<spdlog::sinks::ostream_sink_mt>(log_stream)),
           log(std::make_shared<spdlog::logger>("test", log_sink)),
           health(*log),
-          rt{config, keys,     "testhost:1:abcdef012345", *log, server.options(), fetcher,
-             handlers, chain, dead, retry, work, lifecycle, health, JobLimits{}} {
+          rt{config,
+             keys,
+             "testhost:1:abcdef012345",
+             *log,
+             server.options(),
+             fetcher,
+             handlers,
+             chain,
+             dead,
+             retry,
+             work,
+             lifecycle,
+             health,
+             JobLimits{}} {
         register_builtin_handlers(handlers);
         log->set_level(spdlog::level::debug);
     }

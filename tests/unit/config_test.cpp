@@ -1,6 +1,6 @@
-#include <catch2/catch.hpp>
-
 #include "kiqd/config.hpp"
+
+#include <catch2/catch.hpp>
 
 using kiqd::ConfigError;
 using kiqd::parse_config;

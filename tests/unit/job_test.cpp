@@ -1,8 +1,9 @@
+#include "kiqd/job.hpp"
+
 #include <catch2/catch.hpp>
 
 #include "kiqd/client.hpp"
 #include "kiqd/dead_set.hpp"
-#include "kiqd/job.hpp"
 
 using namespace kiqd;
 

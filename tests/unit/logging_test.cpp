@@ -1,10 +1,11 @@
+#include "kiqd/logging.hpp"
+
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "kiqd/logging.hpp"
 #include "support/redis_server.hpp"  // wait_until
 
 TEST_CASE("JSON log lines are valid JSON, whatever the message holds", "[logging]") {

@@ -1,16 +1,18 @@
-#include <catch2/catch.hpp>
+#include "kiqd/middleware_chain.hpp"
+
 #include <spdlog/sinks/null_sink.h>
 #include <spdlog/spdlog.h>
 
+#include <catch2/catch.hpp>
+
 #include "kiqd/config.hpp"
-#include "kiqd/middleware_chain.hpp"
 
 using namespace kiqd;
 
 namespace {
 
 class Recorder final : public ServerMiddleware {
-public:
+  public:
     Recorder(std::string name, std::vector<std::string>& log, bool call_next = true)
         : name_(std::move(name)), log_(log), call_next_(call_next) {}
     std::string_view name() const override { return name_; }
@@ -20,7 +22,7 @@ public:
         log_.push_back("<" + name_);
     }
 
-private:
+  private:
     std::string name_;
     std::vector<std::string>& log_;
     bool call_next_;
@@ -75,7 +77,8 @@ TEST_CASE("middleware is built by name from the YAML list", "[middleware]") {
     registry.add("rec", [&](const YAML::Node& opts) {
         return std::make_shared<Recorder>(opts.IsMap() ? opts["as"].as<std::string>() : "rec", log);
     });
-    auto config = parse_config("queues: [a]\nserver_middleware: [rec, {rec: {as: two}}]\n", "x", "");
+    auto config =
+        parse_config("queues: [a]\nserver_middleware: [rec, {rec: {as: two}}]\n", "x", "");
     auto chain = registry.build(config.server_middleware);
     CHECK(chain.names() == std::vector<std::string>{"rec", "two"});
     config = parse_config("queues: [a]\nserver_middleware:\n  - nope\n", "x", "");

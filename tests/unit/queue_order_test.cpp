@@ -1,7 +1,7 @@
+#include "kiqd/queue_order.hpp"
+
 #include <catch2/catch.hpp>
 #include <map>
-
-#include "kiqd/queue_order.hpp"
 
 using kiqd::QueueOrder;
 

@@ -94,8 +94,9 @@ TEST_CASE("retry: false, 0, N, dead: false, retry_queue, backtrace", "[retry]") 
               .outcome == FailureOutcome::Retried);
     CHECK(f.retry.plan(job_from(R"({"class":"W","retry":2,"retry_count":1})"), f.failure, 1, f.rng)
               .outcome == FailureOutcome::Dead);
-    CHECK(f.retry.plan(job_from(R"({"class":"W","retry_count":24})"), f.failure, 1, f.rng)
-              .outcome == FailureOutcome::Dead);  // default max 25
+    CHECK(
+        f.retry.plan(job_from(R"({"class":"W","retry_count":24})"), f.failure, 1, f.rng).outcome ==
+        FailureOutcome::Dead);  // default max 25
     CHECK(f.retry.plan(job_from(R"({"class":"W","retry":0,"dead":false})"), f.failure, 1, f.rng)
               .outcome == FailureOutcome::Discarded);
 
@@ -112,11 +113,13 @@ TEST_CASE("retry: false, 0, N, dead: false, retry_queue, backtrace", "[retry]") 
 
 TEST_CASE("retry_for: retried until failed_at + retry_for", "[retry]") {
     Fixture f;
-    CHECK(f.retry.plan(job_from(R"({"class":"W","retry_for":60,"failed_at":100.0,"retry_count":0})"),
-                       f.failure, 150, f.rng)
+    CHECK(f.retry
+              .plan(job_from(R"({"class":"W","retry_for":60,"failed_at":100.0,"retry_count":0})"),
+                    f.failure, 150, f.rng)
               .outcome == FailureOutcome::Retried);
-    CHECK(f.retry.plan(job_from(R"({"class":"W","retry_for":60,"failed_at":100.0,"retry_count":0})"),
-                       f.failure, 161, f.rng)
+    CHECK(f.retry
+              .plan(job_from(R"({"class":"W","retry_for":60,"failed_at":100.0,"retry_count":0})"),
+                    f.failure, 161, f.rng)
               .outcome == FailureOutcome::Dead);
 }
 

@@ -22,7 +22,7 @@ namespace kiqd::redis {
 
 // A non-owning view of a (possibly nested) reply.
 class ReplyRef {
-public:
+  public:
     explicit ReplyRef(const redisReply* r) : r_(r) {}
     bool is_nil() const { return r_->type == REDIS_REPLY_NIL; }
     bool is_array() const { return r_->type == REDIS_REPLY_ARRAY; }
@@ -37,16 +37,16 @@ public:
     ReplyRef operator[](size_t i) const;
     std::optional<std::string> optional_str() const;  // nil → nullopt
 
-private:
+  private:
     const redisReply* r_;
 };
 
 // Owns a top-level reply.
 class Reply : public ReplyRef {
-public:
+  public:
     explicit Reply(redisReply* r) : ReplyRef(r), owner_(r) {}
 
-private:
+  private:
     struct Free {
         void operator()(redisReply* r) const { freeReplyObject(r); }
     };
@@ -64,7 +64,7 @@ struct ConnectionOptions {
 };
 
 class Connection {
-public:
+  public:
     explicit Connection(ConnectionOptions options);
     Connection(const Connection&) = delete;
     Connection& operator=(const Connection&) = delete;
@@ -84,7 +84,7 @@ public:
     bool connected() const { return ctx_ != nullptr; }
     const ConnectionOptions& options() const { return options_; }
 
-private:
+  private:
     Reply run(int argc, const char** argv, const size_t* lens);
     Reply run_once(int argc, const char** argv, const size_t* lens);
     [[noreturn]] void fail_context(const char* what);

@@ -24,7 +24,7 @@ class ProtocolError : public IoError {  // garbage on the wire or an unexpected 
     using IoError::IoError;
 };
 class ReplyError : public Error {  // "-ERR …", "-NOSCRIPT …": the connection stays usable
-public:
+  public:
     using Error::Error;
     bool starts_with(std::string_view prefix) const {
         return std::string_view(what()).substr(0, prefix.size()) == prefix;

@@ -11,7 +11,7 @@
 namespace kiqd::redis {
 
 class Script {
-public:
+  public:
     explicit Script(std::string source) : source_(std::move(source)) {}
     Reply run(Connection& conn, const std::vector<std::string>& keys,
               const std::vector<std::string>& args) const;
@@ -20,7 +20,7 @@ public:
                             const std::vector<std::string>& args) const;
     std::string load(Connection& conn) const;  // SCRIPT LOAD; returns the SHA1
 
-private:
+  private:
     std::string sha() const;
     std::string source_;
     mutable std::mutex mutex_;
