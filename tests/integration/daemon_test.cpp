@@ -17,7 +17,7 @@ using kiqd::test::wait_until;
 namespace {
 
 std::string config_for(const RedisServer& server, const std::string& extra) {
-    return "redis: {url: " + server.url() + "}\npoll_interval_average: 0.5\n" + extra;
+    return kiqd::test::kiqd_config(server, extra);
 }
 
 long long llen(redis::Connection& c, const std::string& key) {
@@ -72,6 +72,11 @@ TEST_CASE("daemon: check-config and --version", "[daemon]") {
         kiqd::test::run_command({KIQD_BINARY, "check-config", "-C", good.config_path()});
     CHECK(code == 0);
     CHECK_THAT(out, Catch::Contains("is valid: concurrency=4, 2 queue(s)"));
+    // The example config shipped in config/ validates as it stands.
+    auto [ecode, eout] = kiqd::test::run_command(
+        {KIQD_BINARY, "check-config", "-C", KIQD_SOURCE_DIR "/config/kiqd.yml"});
+    CHECK(ecode == 0);
+    CHECK_THAT(eout, Catch::Contains("is valid"));
     auto [vcode, vout] = kiqd::test::run_command({KIQD_BINARY, "--version"});
     CHECK(vcode == 0);
     CHECK_THAT(vout, Catch::StartsWith("kiqd "));

@@ -57,8 +57,7 @@ bool exists(const std::string& path) {
 }
 
 std::string config_for(const RedisServer& server, const std::string& extra) {
-    return "redis: {url: " + server.url() + "}\npoll_interval_average: 0.5\nqueues: [default]\n" +
-           extra;
+    return kiqd::test::kiqd_config(server, "queues: [default]\n" + extra);
 }
 
 // The single entry of the retry set, parsed.

@@ -19,8 +19,7 @@ using kiqd::test::wait_until;
 namespace {
 
 std::string config_for(const RedisServer& server, const std::string& extra) {
-    return "redis: {url: " + server.url() + "}\npoll_interval_average: 0.5\nqueues: [default]\n" +
-           extra;
+    return kiqd::test::kiqd_config(server, "queues: [default]\n" + extra);
 }
 
 }  // namespace

@@ -25,6 +25,10 @@ int free_port() {
     return ntohs(addr.sin_port);
 }
 
+std::string kiqd_config(const RedisServer& server, const std::string& extra) {
+    return "redis: {url: " + server.url() + "}\npoll_interval_average: 0.5\n" + extra;
+}
+
 bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     while (std::chrono::steady_clock::now() < deadline) {

@@ -37,6 +37,9 @@ class RedisServer {
 
 int free_port();
 
+// A kiqd YAML config pointing at `server`, with a fast scheduler poll, followed by `extra`.
+std::string kiqd_config(const RedisServer& server, const std::string& extra);
+
 // Polls `pred` every 10 ms until it is true or `timeout` passes; returns its last value.
 bool wait_until(const std::function<bool()>& pred,
                 std::chrono::milliseconds timeout = std::chrono::seconds(10));
