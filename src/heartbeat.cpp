@@ -1,3 +1,5 @@
+// Heartbeat: the process record, busy hash and stats flush of a Sidekiq cluster member (see
+// heartbeat.hpp for the keys and the idempotent flush).
 #include "kiqd/heartbeat.hpp"
 
 #include <fmt/format.h>
@@ -21,8 +23,43 @@ std::string utc_date() {
 }
 
 constexpr const char* kStatsTtl = "157680000";  // 5 years, as Sidekiq sets on the daily keys
+// How long the last applied sequence number is remembered: a retry of a flush whose reply was
+// lost later than this could count twice. Outages are far shorter; one small key per process.
+constexpr const char* kFlushMarkerTtl = "604800";  // a week
+
+// KEYS: marker, stat:processed, stat:processed:<date>, stat:failed, stat:failed:<date>.
+// ARGV: seq, processed, failed, stats TTL, marker TTL. Returns 1 when applied, 0 for a repeat.
+constexpr const char* kFlushScript = R"lua(
+local last = tonumber(redis.call('get', KEYS[1]) or '0')
+if tonumber(ARGV[1]) <= last then return 0 end
+redis.call('set', KEYS[1], ARGV[1], 'EX', ARGV[5])
+redis.call('incrby', KEYS[2], ARGV[2])
+redis.call('incrby', KEYS[3], ARGV[2])
+redis.call('expire', KEYS[3], ARGV[4])
+redis.call('incrby', KEYS[4], ARGV[3])
+redis.call('incrby', KEYS[5], ARGV[3])
+redis.call('expire', KEYS[5], ARGV[4])
+return 1
+)lua";
 
 }  // namespace
+
+redis::Command stats_flush_command(const Keys& keys, const std::string& identity, long long seq,
+                                   long long processed, long long failed, const std::string& date) {
+    return {"EVAL",
+            kFlushScript,
+            "5",
+            keys.process(identity) + ":flushed",
+            keys.stat("processed"),
+            keys.stat_daily("processed", date),
+            keys.stat("failed"),
+            keys.stat_daily("failed", date),
+            std::to_string(seq),
+            std::to_string(processed),
+            std::to_string(failed),
+            kStatsTtl,
+            kFlushMarkerTtl};
+}
 
 Heartbeat::Heartbeat(Runtime& rt, const ProcessIdentity& me, std::string info_json)
     : rt_(rt), me_(me), info_json_(std::move(info_json)), conn_(rt.connection_options) {}
@@ -31,16 +68,18 @@ std::chrono::seconds Heartbeat::period() const {
     return std::chrono::seconds(rt_.config.compat == Compat::v6 ? 5 : 10);
 }
 
-void Heartbeat::flush_and_publish_work(long long processed, long long failed) {
+void Heartbeat::flush_and_publish_work() {
     const auto& k = rt_.keys;
-    const std::string date = utc_date();
-    std::vector<redis::Command> cmds{{"MULTI"}};
-    for (auto [name, n] :
-         {std::pair<const char*, long long>{"processed", processed}, {"failed", failed}}) {
-        cmds.push_back({"INCRBY", k.stat(name), std::to_string(n)});
-        cmds.push_back({"INCRBY", k.stat_daily(name, date), std::to_string(n)});
-        cmds.push_back({"EXPIRE", k.stat_daily(name, date), kStatsTtl});
-    }
+    // A batch that failed before stays as it was (same numbers, same seq): Redis may already
+    // have applied it. Counts made since then wait in the counters for the next batch.
+    if (!pending_)
+        pending_ =
+            StatsBatch{++flush_seq_, rt_.work.processed.exchange(0), rt_.work.failed.exchange(0)};
+    // The date of the daily keys is the date of the first attempt's send, as near as matters.
+    std::vector<redis::Command> cmds{
+        {"MULTI"},
+        stats_flush_command(k, me_.identity, pending_->seq, pending_->processed, pending_->failed,
+                            utc_date())};
     // The busy hash: one field per running job, {"queue","payload" (a JSON *string*),"run_at"}.
     // 6.4 readers use :workers, 6.5+ and the unique-jobs reaper use :work; in 6 mode write both.
     std::vector<std::string> work_keys{k.work(me_.identity, rt_.config.compat)};
@@ -61,17 +100,14 @@ void Heartbeat::flush_and_publish_work(long long processed, long long failed) {
     }
     cmds.push_back({"EXEC"});
     conn_.pipeline(cmds);
+    pending_.reset();
 }
 
 std::optional<std::string> Heartbeat::beat() {
-    const long long processed = rt_.work.processed.exchange(0);
-    const long long failed = rt_.work.failed.exchange(0);
     try {
-        flush_and_publish_work(processed, failed);
+        flush_and_publish_work();
     } catch (const redis::Error& e) {
-        rt_.work.processed.fetch_add(processed);  // keep the counts for the next beat
-        rt_.work.failed.fetch_add(failed);
-        rt_.health.failed(e);
+        rt_.health.failed(e);  // the batch stays pending for the next beat
         return std::nullopt;
     }
     try {
@@ -124,14 +160,11 @@ void Heartbeat::publish_quiet() {
 }
 
 void Heartbeat::clear() {
-    long long processed = rt_.work.processed.exchange(0);
-    long long failed = rt_.work.failed.exchange(0);
     for (int attempt = 0; attempt < 5; ++attempt) {
         try {
-            if (processed || failed) {
-                flush_and_publish_work(processed, failed);
-                processed = failed = 0;  // flushed: a retry of the SREM must not count them again
-            }
+            // A pending batch first, then whatever the counters hold (normally nothing by now).
+            while (pending_ || rt_.work.processed.load() || rt_.work.failed.load())
+                flush_and_publish_work();
             std::vector<redis::Command> cmds{{"SREM", rt_.keys.processes(), me_.identity}};
             cmds.push_back({"UNLINK", rt_.keys.work(me_.identity, rt_.config.compat)});
             cmds.push_back({"UNLINK", rt_.keys.work(me_.identity, Compat::v7)});
@@ -142,8 +175,10 @@ void Heartbeat::clear() {
             std::this_thread::sleep_for(std::chrono::milliseconds(200));
         }
     }
-    rt_.log.error("gave up clearing the heartbeat; lost stats: processed={} failed={}", processed,
-                  failed);
+    const long long processed = rt_.work.processed.load() + (pending_ ? pending_->processed : 0);
+    const long long failed = rt_.work.failed.load() + (pending_ ? pending_->failed : 0);
+    rt_.log.error("gave up clearing the heartbeat; stats possibly lost: processed={} failed={}",
+                  processed, failed);
 }
 
 }  // namespace kiqd

@@ -5,11 +5,17 @@
 //   <identity>:workers (6.x; 7+: :work, and 6 mode writes both) = running jobs, TTL 60 s;
 //   SADD processes; HSET <identity> info/busy/beat/quiet/rss/rtt_us (8: concurrency), TTL 60 s;
 //   RPOP <identity>-signals (remote TSTP/TERM/TTIN).
-// On a Redis error the counts are kept for the next beat. clear() leaves "processes" and
-// deletes the busy hash at shutdown. Runs on the launcher's io thread only.
+// The stats flush is idempotent: each batch of counts carries a per-process sequence number and
+// one Lua script applies it only if <identity>:flushed (the last applied number) is lower. When a
+// flush reaches Redis but its reply is lost (connection dropped, timeout), the batch is retried
+// with the same number and is not counted twice; new counts wait for the next batch.
+// clear() leaves "processes" and deletes the busy hash at shutdown. Runs on the launcher's io
+// thread only.
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "kiqd/keys.hpp"
 #include "kiqd/process_identity.hpp"
 #include "kiqd/runtime.hpp"
 
@@ -28,12 +34,25 @@ class Heartbeat {
     void publish_quiet();
 
   private:
-    void flush_and_publish_work(long long processed, long long failed);
+    struct StatsBatch {
+        long long seq, processed, failed;
+    };
+    // Flushes the pending batch (or a new one from the counters) and the busy hash. Throws
+    // redis::Error; the batch then stays pending and is retried with its sequence number.
+    void flush_and_publish_work();
 
     Runtime& rt_;
     const ProcessIdentity& me_;
     std::string info_json_;
     redis::Connection conn_;
+    long long flush_seq_ = 0;
+    std::optional<StatsBatch> pending_;
 };
+
+// The EVAL command of one stats flush: stat:processed/failed and their daily keys += the counts,
+// applied only when `seq` is above the last one applied for `identity` (kept in
+// <identity>:flushed for a week). Sending it again — a retry after a lost reply — is a no-op.
+redis::Command stats_flush_command(const Keys& keys, const std::string& identity, long long seq,
+                                   long long processed, long long failed, const std::string& date);
 
 }  // namespace kiqd
