@@ -5,7 +5,7 @@
 namespace kiqd {
 
 std::optional<UnitOfWork> BasicFetcher::retrieve_work(redis::Connection& conn,
-                                                      std::mt19937_64& rng) const {
+                                                      std::mt19937_64& rng, size_t) const {
     thread_local std::vector<const std::string*> names;
     thread_local std::vector<std::string> argv_storage;
     order_.order(rng, names);

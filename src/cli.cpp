@@ -23,6 +23,7 @@ struct CliOptions {
     std::vector<std::string> queues;
     std::optional<double> timeout;
     std::optional<std::string> tag;
+    std::optional<std::string> fetch;
     bool verbose = false;
 };
 
@@ -34,6 +35,7 @@ void add_common(CLI::App& app, CliOptions& o) {
     app.add_option("-q,--queue", o.queues, "queue to process, NAME or NAME,WEIGHT (repeatable)");
     app.add_option("-t,--timeout", o.timeout, "shutdown timeout in seconds");
     app.add_option("-g,--tag", o.tag, "process tag shown in the Web UI");
+    app.add_option("--fetch", o.fetch, "basic (Sidekiq's BasicFetch) or reliable (no job lost)");
     app.add_flag("-v,--verbose", o.verbose, "debug logging");
 }
 
@@ -60,6 +62,7 @@ Config build_config(const CliOptions& o) {
         c.timeout = std::chrono::milliseconds(static_cast<long long>(*o.timeout * 1000));
     }
     if (o.tag) c.tag = *o.tag;
+    if (o.fetch) c.fetch = parse_fetch_mode("--fetch", *o.fetch);
     if (o.verbose) c.verbose = true;
     validate_config(c);
     return c;

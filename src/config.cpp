@@ -118,6 +118,33 @@ void parse_redis(const YAML::Node& n, RedisConfig& r) {
     }
 }
 
+std::chrono::milliseconds positive_seconds(const std::string& key, const YAML::Node& n) {
+    const long long ms = seconds_to_ms(key, n);
+    if (ms <= 0) throw ConfigError(key, "must be greater than 0", line_of(n));
+    return std::chrono::milliseconds(ms);
+}
+
+void parse_reliable_fetch(const YAML::Node& n, ReliableFetchConfig& r) {
+    if (!n.IsMap()) type_error("reliable_fetch", n, "a map");
+    for (const auto& kv : n) {
+        const std::string k = normalize_key(kv.first.Scalar());
+        const std::string key = "reliable_fetch." + k;
+        if (k == "orphan_check_interval") {
+            r.orphan_check_interval = positive_seconds(key, kv.second);
+        } else if (k == "liveness_ttl") {
+            r.liveness_ttl = positive_seconds(key, kv.second);
+            if (r.liveness_ttl < std::chrono::seconds(3))
+                throw ConfigError(key, "must be at least 3 seconds", line_of(kv.second));
+        } else if (k == "max_interruptions") {
+            r.max_interruptions = static_cast<int>(as_int(key, kv.second));
+            if (r.max_interruptions < 1)
+                throw ConfigError(key, "must be at least 1", line_of(kv.second));
+        } else {
+            throw ConfigError(key, "unknown key", line_of(kv.first));
+        }
+    }
+}
+
 void parse_logging(const YAML::Node& n, LoggingConfig& l) {
     if (!n.IsMap()) type_error("logging", n, "a map");
     for (const auto& kv : n) {
@@ -224,6 +251,10 @@ void apply_map(const YAML::Node& root, Config& c, const std::string& environment
             if (c.timeout.count() <= 0) throw ConfigError(k, "must be greater than 0", line_of(v));
         } else if (k == "queues") {
             c.queues = parse_queues(v);
+        } else if (k == "fetch") {
+            c.fetch = parse_fetch_mode(k, as_string(k, v), line_of(v));
+        } else if (k == "reliable_fetch") {
+            parse_reliable_fetch(v, c.reliable_fetch);
         } else if (k == "tag") {
             c.tag = as_string(k, v);
         } else if (k == "labels") {
@@ -348,6 +379,12 @@ Config load_config_file(const std::string& path, const std::string& environment)
     std::stringstream buf;
     buf << in.rdbuf();
     return parse_config(buf.str(), path, environment);
+}
+
+FetchMode parse_fetch_mode(const std::string& key, const std::string& value, int line) {
+    if (value == "basic") return FetchMode::basic;
+    if (value == "reliable") return FetchMode::reliable;
+    throw ConfigError(key, "must be basic or reliable, not '" + value + "'", line);
 }
 
 QueueWeight parse_queue_arg(const std::string& arg) {

@@ -4,6 +4,16 @@
 #include <csignal>
 
 namespace kiqd {
+namespace {
+
+std::unique_ptr<Fetcher> make_fetcher(const Config& config, const Keys& keys,
+                                      const QueueOrder& order, const std::string& identity) {
+    if (config.fetch == FetchMode::reliable)
+        return std::make_unique<ReliableFetcher>(keys, order, identity);
+    return std::make_unique<BasicFetcher>(keys, order);
+}
+
+}  // namespace
 
 Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
                    const MiddlewareChain& chain, spdlog::logger& log)
@@ -12,7 +22,8 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
       me_(ProcessIdentity::create()),
       keys_(config.redis.key_prefix),
       order_(config.queues),
-      fetcher_(keys_, order_),
+      fetcher_(make_fetcher(config, keys_, order_, me_.identity)),
+      reliable_(dynamic_cast<const ReliableFetcher*>(fetcher_.get())),
       dead_(keys_, config.dead_max_jobs, config.dead_timeout_seconds, config.compat),
       retry_(config.compat, config.max_retries, keys_, dead_),
       work_(static_cast<size_t>(config.concurrency)),
@@ -24,7 +35,7 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
           redis::ConnectionOptions{redis::parse_redis_url(config.redis.url),
                                    config.redis.connect_timeout, std::chrono::milliseconds(5000),
                                    ""},
-          fetcher_,
+          *fetcher_,
           handlers,
           chain,
           dead_,
@@ -40,6 +51,7 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
       beat_timer_(io_) {
     signals_.add(SIGTSTP);
     signals_.add(SIGTTIN);
+    if (reliable_) recovery_ = std::make_unique<OrphanRecovery>(rt_, *reliable_);
 }
 
 Launcher::~Launcher() {
@@ -102,6 +114,7 @@ void Launcher::begin_stop() {
             [this] { return Clock::time_point(Clock::duration(deadline_ns_.load())); });
         all_threads_ended_ = ended;
         scheduler_.stop();
+        if (recovery_) recovery_->stop(ended);
         boost::asio::post(io_, [this] {
             beat_timer_.cancel();
             signals_.cancel();
@@ -113,9 +126,10 @@ void Launcher::begin_stop() {
 }
 
 int Launcher::run() {
-    log_.info("kiqd {} starting: identity={} concurrency={} queues={} ({}) redis={}", KIQD_VERSION,
-              me_.identity, config_.concurrency, fmt::join(order_.names(), ","),
-              order_.strict() ? "strict" : "weighted", rt_.connection_options.endpoint.describe());
+    log_.info("kiqd {} starting: identity={} concurrency={} queues={} ({}) fetch={} redis={}",
+              KIQD_VERSION, me_.identity, config_.concurrency, fmt::join(order_.names(), ","),
+              order_.strict() ? "strict" : "weighted", reliable_ ? "reliable" : "basic",
+              rt_.connection_options.endpoint.describe());
     std::function<void(const boost::system::error_code&, int)> on_signal =
         [&](const boost::system::error_code& ec, int signo) {
             if (ec) return;
@@ -133,6 +147,7 @@ int Launcher::run() {
             signals_.async_wait(on_signal);
         };
     signals_.async_wait(on_signal);
+    if (recovery_) recovery_->start();  // processors fetch once it has registered this process
     manager_.start();
     scheduler_.start();
     schedule_beat(std::chrono::steady_clock::duration::zero());  // first beat at once

@@ -47,7 +47,7 @@ void Processor::run() noexcept {
     std::chrono::milliseconds backoff{0};
     while (!rt_.lifecycle.is_quiet()) {
         try {
-            auto unit = rt_.fetcher.retrieve_work(conn, rng_);
+            auto unit = rt_.fetcher.retrieve_work(conn, rng_, slot_);
             rt_.health.succeeded();
             backoff = std::chrono::milliseconds{0};
             if (!unit) continue;
@@ -118,9 +118,9 @@ void Processor::process(redis::Connection& conn, UnitOfWork unit) {
     if (auto* invalid = std::get_if<InvalidJob>(&parsed)) {
         rt_.log.error("queue={} unrunnable payload sent to the dead set: {}: {}", unit.queue,
                       invalid->error_class, invalid->error_message);
-        auto cmds = rt_.dead.kill_commands(
-            rt_.dead.invalid_entry(unit.payload, unit.queue, *invalid), epoch_seconds());
-        for (auto& c : rt_.fetcher.acknowledge_commands(unit)) cmds.push_back(std::move(c));
+        auto cmds = rt_.fetcher.with_acknowledgement(
+            unit, rt_.dead.kill_commands(
+                      rt_.dead.invalid_entry(unit.payload, unit.queue, *invalid), epoch_seconds()));
         write_until_done(conn, cmds, "dead-set entry", unit.payload);
         return;
     }
@@ -158,12 +158,12 @@ void Processor::process(redis::Connection& conn, UnitOfWork unit) {
                           "handler raised Interrupted without a shutdown",
                           {"kiqd:in `" + job.handler_name() + "'"}};
     const double elapsed = ms_since(started);
-    auto ack = rt_.fetcher.acknowledge_commands(unit);
     if (!failure) {
         if (ctx.handler_ran) rt_.work.processed.fetch_add(1, std::memory_order_relaxed);
         rt_.log.info("class={} jid={} queue={} done: {:.3f} ms", job.display_class(), job.jid,
                      job.queue, elapsed);
-        write_until_done(conn, ack, "acknowledgement", job.raw);
+        write_until_done(conn, rt_.fetcher.with_acknowledgement(unit, {}), "acknowledgement",
+                         job.raw);
         return;
     }
     rt_.work.processed.fetch_add(1, std::memory_order_relaxed);
@@ -174,8 +174,7 @@ void Processor::process(redis::Connection& conn, UnitOfWork unit) {
     rt_.log.warn("class={} jid={} queue={} fail: {:.3f} ms: {}: {} ({})", job.display_class(),
                  job.jid, job.queue, elapsed, failure->error_class, failure->message,
                  kOutcome[static_cast<int>(plan.outcome)]);
-    auto cmds = rt_.retry.commands(plan);
-    for (auto& c : ack) cmds.push_back(std::move(c));
+    auto cmds = rt_.fetcher.with_acknowledgement(unit, rt_.retry.commands(plan));
     write_until_done(conn, cmds, "failure", plan.payload.empty() ? job.raw : plan.payload);
 }
 

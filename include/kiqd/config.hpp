@@ -63,11 +63,26 @@ struct PluginSpec {
     int line = -1;
 };
 
+// `fetch: reliable` and its `reliable_fetch:` options (see reliable_fetcher.hpp and
+// orphan_recovery.hpp).
+enum class FetchMode { basic, reliable };
+
+struct ReliableFetchConfig {
+    // How often each process tries to recover orphaned working lists (one process at a time).
+    std::chrono::milliseconds orphan_check_interval{60000};
+    // A process whose liveness key is older than this is dead and its working lists orphans.
+    std::chrono::milliseconds liveness_ttl{60000};
+    // A job interrupted this many times by dying processes goes to the dead set (poison pill).
+    int max_interruptions = 3;
+};
+
 struct Config {
     std::string source;  // the file it came from, for messages
     int concurrency = 10;
     std::chrono::milliseconds timeout{25000};  // shutdown grace period
     std::vector<QueueWeight> queues;
+    FetchMode fetch = FetchMode::basic;
+    ReliableFetchConfig reliable_fetch;
     std::string tag;
     std::vector<std::string> labels;
     std::string environment;
@@ -94,6 +109,9 @@ Config load_config_file(const std::string& path, const std::string& environment)
 
 // Checks ranges and combinations after command-line overrides; throws ConfigError.
 void validate_config(Config& config);
+
+// "basic" or "reliable" (the `fetch:` key and `--fetch`). Throws ConfigError naming `key`.
+FetchMode parse_fetch_mode(const std::string& key, const std::string& value, int line = -1);
 
 // "name" or "name,weight", as `-q` takes it. Throws ConfigError.
 QueueWeight parse_queue_arg(const std::string& arg);

@@ -1,9 +1,10 @@
 #pragma once
 // Fetchers take jobs off the queues. BasicFetcher is Sidekiq's BasicFetch: BRPOP over the
 // queue order of this fetch with a 2 s timeout (so threads notice quiet/stop), acknowledge does
-// nothing, requeue is RPUSH of the original string to the front of the line. The interface
-// leaves room for a reliable fetcher whose acknowledge/requeue are real Redis commands.
-// A fetcher is shared by all processor threads; each thread passes its own connection and RNG.
+// nothing, requeue is RPUSH of the original string to the front of the line. ReliableFetcher
+// (reliable_fetcher.hpp) keeps every fetched job in a working list until its outcome is written.
+// A fetcher is shared by all processor threads; each thread passes its own connection, RNG and
+// slot number.
 #include <optional>
 #include <random>
 #include <string>
@@ -24,11 +25,17 @@ class Fetcher {
   public:
     virtual ~Fetcher() = default;
     // Blocks for at most ~2 s; nullopt when every queue stayed empty. Throws redis::Error.
-    virtual std::optional<UnitOfWork> retrieve_work(redis::Connection& conn,
-                                                    std::mt19937_64& rng) const = 0;
-    // Commands to send together with the job's outcome (none for basic fetch).
-    virtual std::vector<redis::Command> acknowledge_commands(const UnitOfWork&) const { return {}; }
-    // Puts jobs back at the front of their queues, grouped into one RPUSH per queue.
+    // `slot` is the calling processor's number (0..concurrency-1).
+    virtual std::optional<UnitOfWork> retrieve_work(redis::Connection& conn, std::mt19937_64& rng,
+                                                    size_t slot) const = 0;
+    // The commands that record a job's outcome (`outcome`: retry/dead entries, or nothing for a
+    // success) together with its acknowledgement. Basic fetch has nothing to acknowledge.
+    virtual std::vector<redis::Command> with_acknowledgement(
+        const UnitOfWork&, std::vector<redis::Command> outcome) const {
+        return outcome;
+    }
+    // Puts jobs back at the front (the popping end) of their queues, RPUSHed in the given order
+    // as Sidekiq's bulk_requeue does, and acknowledges them.
     virtual std::vector<redis::Command> requeue_commands(
         const std::vector<UnitOfWork>& units) const = 0;
 };
@@ -38,8 +45,8 @@ class BasicFetcher final : public Fetcher {
     static constexpr int kTimeoutSeconds = 2;  // Sidekiq's BasicFetch::TIMEOUT
 
     BasicFetcher(const Keys& keys, const QueueOrder& order) : keys_(keys), order_(order) {}
-    std::optional<UnitOfWork> retrieve_work(redis::Connection& conn,
-                                            std::mt19937_64& rng) const override;
+    std::optional<UnitOfWork> retrieve_work(redis::Connection& conn, std::mt19937_64& rng,
+                                            size_t slot) const override;
     std::vector<redis::Command> requeue_commands(
         const std::vector<UnitOfWork>& units) const override;
 

@@ -31,6 +31,22 @@ class Keys {
     std::string stat_daily(std::string_view name, std::string_view utc_date) const {
         return stat(name) + ":" + std::string(utc_date);
     }
+    // Reliable fetch (sidekiq-data-model §10): a working list per process and queue, named as
+    // Sidekiq Pro's super_fetch names its private queues, so tools that look for in-flight jobs
+    // in "queue:*" lists (the sidekiq-unique-jobs reaper) see them.
+    std::string working(std::string_view identity, std::string_view queue) const {
+        return this->queue("sq|" + std::string(identity) + "|" + std::string(queue));
+    }
+    // The set of every working list, so orphan recovery never scans the keyspace.
+    std::string working_lists() const { return prefix_ + "kiqd:reliable:working"; }
+    // Exists while the process is alive (SET EX liveness_ttl, refreshed at a third of it).
+    std::string alive(std::string_view identity) const {
+        return prefix_ + "kiqd:reliable:alive:" + std::string(identity);
+    }
+    std::string recovery_lock() const { return prefix_ + "kiqd:reliable:recovery-lock"; }
+    // HASH jid → how many times a dying process interrupted the job (the poison-pill guard).
+    std::string interruptions() const { return prefix_ + "kiqd:reliable:interruptions"; }
+
     // The name of a queue from its list key ("queue:x" → "x").
     std::string_view queue_name(std::string_view key) const {
         return key.substr(prefix_.size() + 6);

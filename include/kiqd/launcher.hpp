@@ -1,6 +1,7 @@
 #pragma once
 // Launcher: wires one kiqd process together and runs it until it is stopped. It owns the
-// Manager (processor threads), the Scheduler thread and, on the calling (main) thread, an Asio
+// Manager (processor threads), the Scheduler thread, with `fetch: reliable` the OrphanRecovery
+// thread, and, on the calling (main) thread, an Asio
 // io_context that handles OS signals and the heartbeat timer:
 //   SIGTERM/SIGINT or a remote TERM → graceful stop (a second one: stop now, still requeueing);
 //   SIGTSTP or a remote TSTP → quiet; SIGTTIN or a remote TTIN → log every running job.
@@ -17,6 +18,7 @@
 
 #include "kiqd/heartbeat.hpp"
 #include "kiqd/manager.hpp"
+#include "kiqd/orphan_recovery.hpp"
 #include "kiqd/process_identity.hpp"
 #include "kiqd/scheduler.hpp"
 
@@ -42,7 +44,8 @@ class Launcher {
     ProcessIdentity me_;
     Keys keys_;
     QueueOrder order_;
-    BasicFetcher fetcher_;
+    std::unique_ptr<Fetcher> fetcher_;
+    const ReliableFetcher* reliable_ = nullptr;  // fetcher_, when `fetch: reliable`
     DeadSet dead_;
     JobRetry retry_;
     WorkState work_;
@@ -52,6 +55,7 @@ class Launcher {
     Manager manager_;
     Scheduler scheduler_;
     Heartbeat heartbeat_;
+    std::unique_ptr<OrphanRecovery> recovery_;  // with `fetch: reliable` only
 
     boost::asio::io_context io_;
     boost::asio::signal_set signals_;

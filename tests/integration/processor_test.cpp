@@ -33,7 +33,7 @@ TEST_CASE("processor: fetch → handler → counters; failures become Sidekiq re
     Processor p(t.rt, 0, {});
     std::mt19937_64 rng(1);
     for (int i = 0; i < 3; ++i) {
-        auto unit = t.fetcher.retrieve_work(conn, rng);
+        auto unit = t.fetcher.retrieve_work(conn, rng, 0);
         REQUIRE(unit);
         p.process(conn, std::move(*unit));
     }
@@ -97,7 +97,7 @@ TEST_CASE("fetch: weights decide the order, requeue goes to the front", "[fetch]
     conn.command({"LPUSH", "queue:b", "b1"});
     conn.command({"LPUSH", "queue:a", "a1", "a2"});
     std::mt19937_64 rng(1);
-    auto u = t.fetcher.retrieve_work(conn, rng);
+    auto u = t.fetcher.retrieve_work(conn, rng, 0);
     REQUIRE(u);
     CHECK(u->queue == "a");  // strict: a before b
     CHECK(u->payload == "a1");

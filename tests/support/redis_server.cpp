@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <stdexcept>
 #include <thread>
 
@@ -38,28 +39,43 @@ bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds tim
     return pred();
 }
 
-RedisServer::RedisServer() : port_(free_port()) {
+RedisServer::RedisServer(std::vector<std::string> extra_args)
+    : port_(free_port()), extra_args_(std::move(extra_args)) {
+    for (size_t i = 0; i + 1 < extra_args_.size(); ++i)
+        if (extra_args_[i] == "--requirepass") password_ = extra_args_[i + 1];
+    char tmpl[] = "/tmp/kiqd-redis-XXXXXX";
+    if (!::mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
+    dir_ = tmpl;
     start();
 }
 
 RedisServer::~RedisServer() {
     stop();
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
 }
 
 redis::ConnectionOptions RedisServer::options() const {
     redis::ConnectionOptions o;
     o.endpoint.host = "127.0.0.1";
     o.endpoint.port = port_;
+    o.endpoint.password = password_;
     return o;
 }
 
 void RedisServer::start() {
     const std::string port = std::to_string(port_);
+    std::vector<std::string> args = {"redis-server", "--port",    port,         "--bind",
+                                      "127.0.0.1",    "--dir",     dir_,         "--save",
+                                      "",             "--appendonly", "no",     "--loglevel",
+                                      "warning",      "--logfile", "/dev/null"};
+    args.insert(args.end(), extra_args_.begin(), extra_args_.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
     pid_ = ::fork();
     if (pid_ == 0) {
-        ::execlp("redis-server", "redis-server", "--port", port.c_str(), "--bind", "127.0.0.1",
-                 "--save", "", "--appendonly", "no", "--loglevel", "warning", "--logfile",
-                 "/dev/null", static_cast<char*>(nullptr));
+        ::execvp("redis-server", argv.data());
         ::_exit(127);
     }
     if (pid_ < 0) throw std::runtime_error("fork failed");
@@ -79,6 +95,16 @@ void RedisServer::start() {
 void RedisServer::stop() {
     if (pid_ <= 0) return;
     ::kill(pid_, SIGTERM);
+    wait_exit();
+}
+
+void RedisServer::kill9() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    wait_exit();
+}
+
+void RedisServer::wait_exit() {
     int status = 0;
     ::waitpid(pid_, &status, 0);
     pid_ = -1;

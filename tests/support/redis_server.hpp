@@ -1,13 +1,18 @@
 #pragma once
-// RedisServer: a private, non-persistent redis-server on a free loopback port, started by the
-// test and stopped (by its PID) when the object goes away. Also used to simulate outages
-// (stop()/start() keep the port). shared() is one server per test binary; call flushall() at the
-// start of each test. wait_until() polls a predicate with a deadline instead of sleeping.
+// RedisServer: a private redis-server on a free loopback port, started by the test and stopped
+// (by its PID) when the object goes away. Non-persistent unless `extra_args` say otherwise
+// (e.g. {"--appendonly", "yes"}); it runs in its own temporary directory, so AOF/RDB files and
+// replica state stay private. Also used to simulate outages (stop()/start() keep the port and
+// the directory; kill9() is a crash). shared() is one server per test binary; call flushall() at
+// the start of each test. wait_until() polls a predicate with a deadline instead of sleeping.
+// With "--requirepass PW" among `extra_args`, options()/connect() (and so the readiness check
+// and flushall()) authenticate with PW; url() never contains it.
 #include <sys/types.h>
 
 #include <chrono>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "kiqd/redis/connection.hpp"
 
@@ -15,15 +20,20 @@ namespace kiqd::test {
 
 class RedisServer {
   public:
-    RedisServer();
+    // `extra_args` are appended to the redis-server command line (they win over the defaults).
+    explicit RedisServer(std::vector<std::string> extra_args = {});
     ~RedisServer();
     RedisServer(const RedisServer&) = delete;
     RedisServer& operator=(const RedisServer&) = delete;
 
     void start();
-    void stop();
+    void stop();   // SIGTERM, then waits for the exit
+    void kill9();  // SIGKILL, then waits for the exit: a crash
     int port() const { return port_; }
+    pid_t pid() const { return pid_; }
+    const std::string& dir() const { return dir_; }
     std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_) + "/0"; }
+    const std::string& password() const { return password_; }  // from --requirepass, or ""
     redis::ConnectionOptions options() const;
     redis::Connection connect() const { return redis::Connection(options()); }
     void flushall() const;
@@ -31,7 +41,12 @@ class RedisServer {
     static RedisServer& shared();
 
   private:
+    void wait_exit();
+
     int port_;
+    std::vector<std::string> extra_args_;
+    std::string dir_;
+    std::string password_;
     pid_t pid_ = -1;
 };
 

@@ -6,17 +6,24 @@
 
 #include <memory>
 
+#include "kiqd/reliable_fetcher.hpp"
 #include "kiqd/runtime.hpp"
 #include "support/redis_server.hpp"
 
 namespace kiqd::test {
 
 struct TestRuntime {
+    static constexpr const char* kIdentity = "testhost:1:abcdef012345";
+
     explicit TestRuntime(const RedisServer& server,
-                         std::vector<QueueWeight> queues = {{"default", 0}}, int concurrency = 2)
+                         std::vector<QueueWeight> queues = {{"default", 0}}, int concurrency = 2,
+                         FetchMode fetch = FetchMode::basic)
         : config(make_config(server, std::move(queues), concurrency)),
           order(config.queues),
-          fetcher(keys, order),
+          fetcher_owner(fetch == FetchMode::reliable
+                            ? std::unique_ptr<Fetcher>(new ReliableFetcher(keys, order, kIdentity))
+                            : std::unique_ptr<Fetcher>(new BasicFetcher(keys, order))),
+          fetcher(*fetcher_owner),
           dead(keys, config.dead_max_jobs, config.dead_timeout_seconds, config.compat),
           retry(config.compat, config.max_retries, keys, dead),
           work(static_cast<size_t>(concurrency)),
@@ -25,7 +32,7 @@ struct TestRuntime {
           health(*log),
           rt{config,
              keys,
-             "testhost:1:abcdef012345",
+             kIdentity,
              *log,
              server.options(),
              fetcher,
@@ -56,7 +63,14 @@ struct TestRuntime {
     Config config;
     Keys keys;
     QueueOrder order;
-    BasicFetcher fetcher;
+    std::unique_ptr<Fetcher> fetcher_owner;
+    Fetcher& fetcher;
+    // The reliable fetcher, when built with FetchMode::reliable (already marked ready).
+    const ReliableFetcher* reliable() const {
+        auto* r = dynamic_cast<const ReliableFetcher*>(fetcher_owner.get());
+        if (r) r->set_ready();
+        return r;
+    }
     DeadSet dead;
     JobRetry retry;
     WorkState work;

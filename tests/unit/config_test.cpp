@@ -129,3 +129,30 @@ TEST_CASE("-q NAME,WEIGHT", "[config]") {
     CHECK_THROWS_AS(kiqd::parse_queue_arg("x,0"), ConfigError);
     CHECK_THROWS_AS(kiqd::parse_queue_arg("x,abc"), ConfigError);
 }
+
+TEST_CASE("fetch: basic by default, reliable with its options", "[config]") {
+    auto basic = parse_config("queues: [a]\n", "t.yml", "production");
+    CHECK(basic.fetch == kiqd::FetchMode::basic);
+    CHECK(basic.reliable_fetch.orphan_check_interval == std::chrono::seconds(60));
+    CHECK(basic.reliable_fetch.liveness_ttl == std::chrono::seconds(60));
+    CHECK(basic.reliable_fetch.max_interruptions == 3);
+    auto c = parse_config(
+        "queues: [a]\nfetch: reliable\nreliable_fetch:\n  orphan_check_interval: 5\n"
+        "  liveness_ttl: 15\n  max_interruptions: 5\n",
+        "t.yml", "production");
+    CHECK(c.fetch == kiqd::FetchMode::reliable);
+    CHECK(c.reliable_fetch.orphan_check_interval == std::chrono::seconds(5));
+    CHECK(c.reliable_fetch.liveness_ttl == std::chrono::seconds(15));
+    CHECK(c.reliable_fetch.max_interruptions == 5);
+
+    CHECK(error_of("queues: [a]\nfetch: super\n") ==
+          "fetch (line 2): must be basic or reliable, not 'super'");
+    CHECK(error_of("queues: [a]\nreliable_fetch: {liveness_ttl: 1}\n") ==
+          "reliable_fetch.liveness_ttl (line 2): must be at least 3 seconds");
+    CHECK(error_of("queues: [a]\nreliable_fetch: {max_interruptions: 0}\n") ==
+          "reliable_fetch.max_interruptions (line 2): must be at least 1");
+    CHECK(error_of("queues: [a]\nreliable_fetch: {orphan_check_interval: -1}\n") ==
+          "reliable_fetch.orphan_check_interval (line 2): must be greater than 0");
+    CHECK(error_of("queues: [a]\nreliable_fetch: {orphan_interval: 1}\n") ==
+          "reliable_fetch.orphan_interval (line 2): unknown key");
+}

@@ -1,0 +1,57 @@
+#pragma once
+// ReliableFetcher (`fetch: reliable`): no job is lost when a process dies. A fetch moves a job
+// atomically from its queue into this process's working list for that queue (RPOPLPUSH, the
+// same move as LMOVE RIGHT LEFT, inside one Lua script that tries the queues in this fetch's
+// weighted or strict order), and the job leaves the working list only in the same MULTI that
+// records its outcome (acknowledge, retry, dead) or puts it back (requeue). If the process
+// dies, its working lists stay in Redis and OrphanRecovery (orphan_recovery.hpp) returns them.
+//
+// When every queue is empty the thread blocks (BRPOPLPUSH, 2 s) on one queue; idle threads
+// spread over the queues (thread i waits on queue (i + round) mod n), so with concurrency >=
+// the number of queues a new job in any queue is taken at once.
+//
+// Shared by all processor threads (immutable except the ready latch). Processors do not fetch
+// until the process has registered its working lists and liveness key (set_ready), so that no
+// other process's recovery can take a freshly fetched job for an orphan.
+#include <string>
+#include <vector>
+
+#include "kiqd/fetcher.hpp"
+#include "kiqd/job_context.hpp"
+#include "kiqd/redis/script.hpp"
+
+namespace kiqd {
+
+class ReliableFetcher final : public Fetcher {
+  public:
+    static constexpr int kBlockSeconds = 2;
+
+    ReliableFetcher(const Keys& keys, const QueueOrder& order, std::string identity);
+
+    std::optional<UnitOfWork> retrieve_work(redis::Connection& conn, std::mt19937_64& rng,
+                                            size_t slot) const override;
+    std::vector<redis::Command> with_acknowledgement(
+        const UnitOfWork& unit, std::vector<redis::Command> outcome) const override;
+    std::vector<redis::Command> requeue_commands(
+        const std::vector<UnitOfWork>& units) const override;
+
+    // This process's working lists, one per configured queue (queue name, list key).
+    const std::vector<std::pair<std::string, std::string>>& working_lists() const {
+        return working_;
+    }
+    const std::string& identity() const { return identity_; }
+    // Called once the working lists and the liveness key are in Redis.
+    void set_ready() const { ready_.request_stop(); }
+
+  private:
+    const Keys& keys_;
+    const QueueOrder& order_;
+    std::string identity_;
+    std::vector<std::string> queue_keys_;                       // by index in order_.names()
+    std::vector<std::pair<std::string, std::string>> working_;  // by index in order_.names()
+    redis::Script fetch_script_;
+    // A one-shot latch (StopSignal's shape: set once, awaitable), not a stop request.
+    mutable StopSignal ready_;
+};
+
+}  // namespace kiqd

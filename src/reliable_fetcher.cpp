@@ -1,0 +1,88 @@
+#include "kiqd/reliable_fetcher.hpp"
+
+namespace kiqd {
+namespace {
+
+// KEYS[1..n] queue lists in this fetch's order, KEYS[n+1..2n] their working lists.
+// Moves the job at the popping end of the first non-empty queue into its working list and
+// returns {index, payload}; nil when every queue is empty.
+constexpr const char* kFetchScript = R"lua(
+local n = #KEYS / 2
+for i = 1, n do
+  local job = redis.call('rpoplpush', KEYS[i], KEYS[n + i])
+  if job then return {i, job} end
+end
+return nil
+)lua";
+
+}  // namespace
+
+ReliableFetcher::ReliableFetcher(const Keys& keys, const QueueOrder& order, std::string identity)
+    : keys_(keys), order_(order), identity_(std::move(identity)), fetch_script_(kFetchScript) {
+    for (const auto& name : order_.names()) {
+        queue_keys_.push_back(keys_.queue(name));
+        working_.emplace_back(name, keys_.working(identity_, name));
+    }
+}
+
+std::optional<UnitOfWork> ReliableFetcher::retrieve_work(redis::Connection& conn,
+                                                         std::mt19937_64& rng,
+                                                         size_t slot) const {
+    if (!ready_.stop_requested()) {
+        ready_.wait_for(std::chrono::seconds(kBlockSeconds));
+        return std::nullopt;
+    }
+    thread_local std::vector<const std::string*> names;
+    thread_local std::vector<std::string> keys;
+    thread_local unsigned idle_rounds = 0;
+    order_.order(rng, names);
+    const std::string* first = order_.names().data();
+    keys.resize(2 * names.size());
+    for (size_t i = 0; i < names.size(); ++i) {
+        const auto index = static_cast<size_t>(names[i] - first);
+        keys[i] = queue_keys_[index];
+        keys[names.size() + i] = working_[index].second;
+    }
+    auto reply = fetch_script_.run(conn, keys, {});
+    if (!reply.is_nil()) {
+        if (reply.size() != 2) throw redis::ProtocolError("fetch script: unexpected reply");
+        const auto i = static_cast<size_t>(reply[0].integer() - 1);
+        if (i >= names.size()) throw redis::ProtocolError("fetch script: index out of range");
+        return UnitOfWork{*names[i], std::string(reply[1].str())};
+    }
+    // Everything was empty: wait on one queue, a different one per idle thread and round.
+    const size_t index = (slot + idle_rounds++) % queue_keys_.size();
+    auto blocked = conn.command({"BRPOPLPUSH", queue_keys_[index], working_[index].second,
+                                 std::to_string(kBlockSeconds)});
+    if (blocked.is_nil()) return std::nullopt;
+    return UnitOfWork{working_[index].first, std::string(blocked.str())};
+}
+
+std::vector<redis::Command> ReliableFetcher::with_acknowledgement(
+    const UnitOfWork& unit, std::vector<redis::Command> outcome) const {
+    redis::Command ack{"LREM", keys_.working(identity_, unit.queue), "1", unit.payload};
+    if (outcome.empty()) return {std::move(ack)};
+    // The outcome and the acknowledgement land together or not at all.
+    std::vector<redis::Command> out;
+    out.reserve(outcome.size() + 3);
+    out.push_back({"MULTI"});
+    for (auto& c : outcome) out.push_back(std::move(c));
+    out.push_back(std::move(ack));
+    out.push_back({"EXEC"});
+    return out;
+}
+
+std::vector<redis::Command> ReliableFetcher::requeue_commands(
+    const std::vector<UnitOfWork>& units) const {
+    if (units.empty()) return {};
+    std::vector<redis::Command> out;
+    out.push_back({"MULTI"});
+    for (const auto& u : units) {
+        out.push_back({"RPUSH", keys_.queue(u.queue), u.payload});
+        out.push_back({"LREM", keys_.working(identity_, u.queue), "1", u.payload});
+    }
+    out.push_back({"EXEC"});
+    return out;
+}
+
+}  // namespace kiqd
