@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "kiqd/client.hpp"
 #include "kiqd/orphan_recovery.hpp"
@@ -317,4 +318,48 @@ TEST_CASE("reliable fetch daemon: weighted 6/3/1 shares match basic fetch's",
     CHECK(std::abs(shares["critical"] / 100.0 - 60) <= 2);
     CHECK(std::abs(shares["default"] / 100.0 - 30) <= 2);
     CHECK(std::abs(shares["low"] / 100.0 - 10) <= 2);
+}
+
+TEST_CASE("reliable fetch daemon: Redis restarted (AOF) mid-run: every job once, nothing left "
+          "in a working list",
+          "[reliable][daemon][outage]") {
+    RedisServer server({"--appendonly", "yes"});
+    auto conn = server.connect();
+    Client client(Keys{}, Compat::v6);
+    constexpr int kJobs = 3000;
+    for (int batch = 0; batch < kJobs / 1000; ++batch) {
+        std::vector<nlohmann::ordered_json> jobs(1000,
+                                                 {{"class", "Kiqd::Sleep"}, {"args", {0.005}}});
+        client.push_bulk(conn, jobs);
+    }
+    KiqdProcess kiqd(KIQD_BINARY, kiqd::test::kiqd_config(
+                                      server, "concurrency: 5\nqueues: [default]\n"
+                                              "logging: {level: warn}\nfetch: reliable\n"));
+    const pid_t pid = kiqd.pid();
+    REQUIRE(wait_until([&] { return llen(conn, "queue:default") <= 2000; },
+                       std::chrono::seconds(60)));
+    server.stop();
+    // The outage is the point: Redis stays down for a while, and comes back with an empty
+    // script cache, so the fetch script must be loaded again (NOSCRIPT).
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    server.start();
+    auto after = server.connect();
+    CHECK(llen(after, "queue:default") > 0);  // AOF kept the queue
+    auto processed = [&] {
+        auto v = after.command({"GET", "stat:processed"});
+        return v.is_nil() ? 0LL : std::stoll(std::string(v.str()));
+    };
+    REQUIRE(wait_until([&] { return processed() >= kJobs; }, std::chrono::seconds(120)));
+    CHECK(kiqd.pid() == pid);
+    CHECK(kiqd.running());
+    auto working = after.command({"SMEMBERS", "kiqd:reliable:working"});
+    REQUIRE(working.size() == 1);
+    CHECK(llen(after, std::string(working[0].str())) == 0);
+    kiqd.signal(SIGTERM);
+    CHECK(kiqd.wait_exit() == 0);
+    CHECK(processed() == kJobs);
+    CHECK(llen(after, "queue:default") == 0);
+    CHECK(after.command({"ZCARD", "retry"}).integer() == 0);
+    CHECK(after.command({"ZCARD", "dead"}).integer() == 0);
+    CHECK(after.command({"SCARD", "kiqd:reliable:working"}).integer() == 0);
 }
