@@ -1,5 +1,8 @@
 #include "kiqd/job_retry.hpp"
 
+#include <algorithm>
+#include <limits>
+
 #include "kiqd/backtrace_codec.hpp"
 #include "kiqd/clock.hpp"
 #include "kiqd/raw_json_object.hpp"
@@ -18,6 +21,9 @@ std::string truncate_utf8(const std::string& text, size_t max_chars) {
 }
 
 long long JobRetry::delay_seconds(long long count, Compat compat, std::mt19937_64& rng) {
+    // retry_count comes from the payload: clamp it so that count⁴ cannot overflow (50,000⁴ s is
+    // 2·10¹¹ years, "never" either way) and a negative count cannot invert the jitter range.
+    count = std::clamp(count, 0LL, 50000LL);
     const long long base = count * count * count * count + 15;
     if (compat == Compat::v8) {
         std::uniform_int_distribution<long long> jitter(0, 10 * (count + 1) - 1);
@@ -50,7 +56,8 @@ RetryPlan JobRetry::plan(const Job& job, const Failure& failure, double now,
     long long count = 0;
     const std::string now_ts = payload_timestamp(compat_, now);
     if (auto previous = job.retry_count()) {
-        count = *previous + 1;
+        // Saturating: a payload may carry any retry_count, even the largest long long.
+        count = *previous < std::numeric_limits<long long>::max() ? *previous + 1 : *previous;
         obj->set("retried_at", now_ts);
     } else {
         obj->set("failed_at", now_ts);

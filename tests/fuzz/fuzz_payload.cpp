@@ -56,9 +56,10 @@ void check_job(const kiqd::Job& job, const kiqd::JobRetry& retry, const kiqd::De
     require(obj.has_value(), "a valid Job is not a RawJsonObject");
     require(parse_object(obj->dump(), "RawJsonObject dump") == job.payload,
             "RawJsonObject round trip changed the payload");
+    static const char kHostile[] = "bad \xff\xfe \"quoted\" \0 nul";
     // A failure with hostile text: invalid UTF-8, quotes, a NUL, a long message.
     kiqd::Failure failure{"RuntimeError",
-                          std::string("bad \xff\xfe \"quoted\" \0 nul", 24),
+                          std::string(kHostile, sizeof kHostile - 1),
                           {"a.rb:1:in `x'", "\xc3"}};
     failure.message += std::string(job.raw.size() % 97, 'x');
     std::mt19937_64 rng(42);

@@ -1,0 +1,37 @@
+// Regression tests for bugs found by the libFuzzer targets (tests/fuzz/): each input is the
+// (minimised) one the fuzzer found, checked against the contract it broke.
+#include <catch2/catch.hpp>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "kiqd/job_retry.hpp"
+
+using namespace kiqd;
+
+TEST_CASE("fuzz: retry_count at the limits of long long does not overflow", "[fuzz][retry]") {
+    Keys keys;
+    DeadSet dead{keys, 10000, 15552000, Compat::v6};
+    JobRetry retry{Compat::v6, 25, keys, dead};
+    std::mt19937_64 rng{42};
+    Failure failure{"RuntimeError", "boom", {}};
+    // Found by fuzz_payload: retry_count + 1 was a signed overflow (UBSan), and any count above
+    // ~55,000 overflowed count⁴ in the delay.
+    for (const std::string count :
+         {"9223372036854775807", "100000", "-9223372036854775808", "-5"}) {
+        auto parsed = parse_job(
+            R"({"class":"A","args":[],"retry":1000000,"retry_count":)" + count + "}", "default");
+        REQUIRE(std::holds_alternative<Job>(parsed));
+        auto plan = retry.plan(std::get<Job>(parsed), failure, 1.7e9, rng);
+        auto edited = nlohmann::json::parse(plan.payload);
+        INFO("retry_count " << count);
+        CHECK(edited["retry_count"].is_number_integer());
+        CHECK(plan.score >= 1.7e9);
+    }
+    for (long long count : {std::numeric_limits<long long>::min(), -1LL, 55109LL,
+                            std::numeric_limits<long long>::max()}) {
+        for (Compat compat : {Compat::v6, Compat::v8}) {
+            const long long d = JobRetry::delay_seconds(count, compat, rng);
+            CHECK(d >= 15);
+        }
+    }
+}
