@@ -321,27 +321,38 @@ ConfigError::ConfigError(std::string key, std::string message, int line)
       line_(line) {}
 
 std::string expand_erb(const std::string& text) {
-    static const std::regex tag(R"(<%(=?)([\s\S]*?)%>)");
+    // Tags are found by plain string search, not std::regex: libstdc++'s regex engine recurses
+    // once per character, so a long unterminated "<%=" overflowed the stack (found by
+    // fuzz_config). For the same reason a tag body is matched only when it is short; every
+    // supported form fits in kMaxBody.
+    constexpr size_t kMaxBody = 1024;
     static const std::regex env_index(R"(^\s*ENV\[\s*['"]([A-Za-z_0-9]+)['"]\s*\]\s*$)");
     static const std::regex env_or(
         R"(^\s*ENV\[\s*['"]([A-Za-z_0-9]+)['"]\s*\]\s*\|\|\s*(?:['"]([^'"]*)['"]|(-?[0-9.]+))\s*$)");
     static const std::regex env_fetch(
         R"(^\s*ENV\.fetch\(\s*['"]([A-Za-z_0-9]+)['"]\s*,\s*(?:['"]([^'"]*)['"]|(-?[0-9.]+))\s*\)\s*$)");
     std::string out;
-    auto begin = text.cbegin();
-    std::smatch m;
-    while (std::regex_search(begin, text.cend(), m, tag)) {
-        out.append(begin, m[0].first);
-        const int line = 1 + static_cast<int>(std::count(text.cbegin(), m[0].first, '\n'));
-        const std::string body = m[2].str();
+    size_t pos = 0;
+    for (;;) {
+        const size_t open = text.find("<%", pos);
+        if (open == std::string::npos) break;
+        const size_t close = text.find("%>", open + 2);
+        if (close == std::string::npos) break;  // unterminated: left as text
+        out.append(text, pos, open - pos);
+        const int line = 1 + static_cast<int>(std::count(text.begin(), text.begin() + open, '\n'));
+        const bool print = open + 2 < close && text[open + 2] == '=';
+        const size_t body_at = open + 2 + (print ? 1 : 0);
+        const std::string body = text.substr(body_at, close - body_at);
         std::smatch e;
         auto env = [](const std::string& name) -> std::optional<std::string> {
             const char* v = std::getenv(name.c_str());
             return v ? std::optional<std::string>(v) : std::nullopt;
         };
-        if (m[1].str() != "=") {
+        if (!print) {
             throw ConfigError("<% %>", "only <%= ENV[...] %> forms are supported, not Ruby code",
                               line);
+        } else if (body.size() > kMaxBody) {
+            throw ConfigError("<%= %>", "unsupported ERB expression (too long)", line);
         } else if (std::regex_match(body, e, env_index)) {
             out += env(e[1]).value_or("");
         } else if (std::regex_match(body, e, env_or) || std::regex_match(body, e, env_fetch)) {
@@ -350,9 +361,9 @@ std::string expand_erb(const std::string& text) {
         } else {
             throw ConfigError("<%= %>", "unsupported ERB expression '" + body + "'", line);
         }
-        begin = m[0].second;
+        pos = close + 2;
     }
-    out.append(begin, text.cend());
+    out.append(text, pos, std::string::npos);
     return out;
 }
 

@@ -4,6 +4,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "kiqd/config.hpp"
 #include "kiqd/job_retry.hpp"
 
 using namespace kiqd;
@@ -34,4 +35,25 @@ TEST_CASE("fuzz: retry_count at the limits of long long does not overflow", "[fu
             CHECK(d >= 15);
         }
     }
+}
+
+TEST_CASE("fuzz: a long unterminated or oversized ERB tag is an error or text, not a crash",
+          "[fuzz][config]") {
+    // Found by fuzz_config: std::regex recursed once per character of "<%= …" and overflowed the
+    // stack. The text after an unterminated tag is plain YAML text.
+    const std::string unterminated = "queues: [a]\ntag: <%= " + std::string(300000, 'x') + "\n";
+    auto c = parse_config(unterminated, "x.yml", "");
+    CHECK(c.tag.size() > 300000);
+    const std::string long_body =
+        "queues: [a]\ntag: <%= " + std::string(300000, ' ') + "ENV['HOME'] %>\n";
+    try {
+        parse_config(long_body, "x.yml", "");
+        FAIL("no ConfigError");
+    } catch (const ConfigError& e) {
+        CHECK(e.key() == "<%= %>");
+        CHECK(e.line() == 2);
+    }
+    setenv("KIQD_FUZZ_REGRESSION", "v", 1);
+    CHECK(expand_erb("a <%= ENV['KIQD_FUZZ_REGRESSION'] %> b <%= ENV.fetch('KIQD_NOPE', 'd') %>"
+                     "<%= ENV['KIQD_NOPE'] || 5 %> <%>") == "a v b d5 <%>");
 }
