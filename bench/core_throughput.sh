@@ -154,6 +154,8 @@ for c in $CONCURRENCIES; do
     for ((run = 1; run <= RUNS; run++)); do
         run_one "kiqd" "$c" -- "$KIQD" -C "$work/kiqd.yml" -c "$c" -q "$QUEUE"
         run_one "kiqd (log warn)" "$c" -- "$KIQD" -C "$work/kiqd-warn.yml" -c "$c" -q "$QUEUE"
+        run_one "kiqd reliable (log warn)" "$c" -- "$KIQD" -C "$work/kiqd-warn.yml" -c "$c" \
+            -q "$QUEUE" --fetch reliable
         if [[ -n $sidekiq_bin ]]; then
             run_one "$sidekiq_label" "$c" REDIS_URL="$redis_url" -- \
                 "$sidekiq_bin" -r "$here/sidekiq_noop.rb" -c "$c" -q "$QUEUE"
@@ -185,7 +187,7 @@ $table
 - seconds: worker process start -> \`LLEN queue:$QUEUE\` = 0 (polled every $POLL_MS ms), so it includes start-up; "first job s" is when the queue first shrank
 - peak RSS: VmHWM of the worker process, read just before SIGTERM; CPU: utime+stime of the worker / Redis (INFO cpu) over the drain; stop s: SIGTERM -> exit
 - every run: worker exited 0 on SIGTERM and stat:processed = $JOBS, nothing failed/retried/dead
-- "kiqd" logs one line per job start and finish (default level info); "(log warn)" runs use \`logging: {level: warn}\`; worker stdout went to $log_note
+- "kiqd" logs one line per job start and finish (default level info); "(log warn)" runs use \`logging: {level: warn}\`; "reliable" runs use \`--fetch reliable\` (one fetch script and one LREM per job); worker stdout went to $log_note
 ${sidekiq_note}
 - machine: $(nproc) CPUs, ${cpu_model:-unknown CPU}, $(uname -sr); redis-server $redis_version (same host, loopback); load average $load_start at start, $load_end at end
 - kiqd: ${kiqd_version:-?}, binary sha1 $kiqd_sha built $kiqd_built, git $git_rev; $(ruby -v 2>/dev/null | cut -d' ' -f1-2 || echo "no ruby")

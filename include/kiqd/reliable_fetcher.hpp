@@ -1,8 +1,9 @@
 #pragma once
 // ReliableFetcher (`fetch: reliable`): no job is lost when a process dies. A fetch moves a job
 // atomically from its queue into this process's working list for that queue (RPOPLPUSH, the
-// same move as LMOVE RIGHT LEFT, inside one Lua script that tries the queues in this fetch's
-// weighted or strict order), and the job leaves the working list only in the same MULTI that
+// same move as LMOVE RIGHT LEFT: first on the first queue of this fetch's weighted or strict
+// order, then by one Lua script over the rest), and the job leaves the working list only in the
+// same MULTI that
 // records its outcome (acknowledge, retry, dead) or puts it back (requeue). If the process
 // dies, its working lists stay in Redis and OrphanRecovery (orphan_recovery.hpp) returns them.
 //
