@@ -32,9 +32,8 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
           keys_,
           me_.identity,
           log,
-          redis::ConnectionOptions{redis::parse_redis_url(config.redis.url),
-                                   config.redis.connect_timeout, std::chrono::milliseconds(5000),
-                                   ""},
+          redis::ConnectionOptions{config.redis.endpoint, config.redis.connect_timeout,
+                                   std::chrono::milliseconds(5000), "", config.redis.sentinel},
           *fetcher_,
           handlers,
           chain,
@@ -129,7 +128,7 @@ int Launcher::run() {
     log_.info("kiqd {} starting: identity={} concurrency={} queues={} ({}) fetch={} redis={}",
               KIQD_VERSION, me_.identity, config_.concurrency, fmt::join(order_.names(), ","),
               order_.strict() ? "strict" : "weighted", reliable_ ? "reliable" : "basic",
-              rt_.connection_options.endpoint.describe());
+              rt_.connection_options.describe());
     std::function<void(const boost::system::error_code&, int)> on_signal =
         [&](const boost::system::error_code& ec, int signo) {
             if (ec) return;

@@ -15,6 +15,8 @@
 
 #include "kiqd/clock.hpp"
 #include "kiqd/queue_order.hpp"
+#include "kiqd/redis/endpoint.hpp"
+#include "kiqd/redis/sentinel.hpp"
 
 namespace kiqd {
 
@@ -33,6 +35,19 @@ struct RedisConfig {
     std::string url;         // empty: REDIS_URL, else redis://127.0.0.1:6379/0
     std::string key_prefix;  // redis-namespace of Sidekiq 6 deployments ("ns" → "ns:queue:x")
     std::chrono::milliseconds connect_timeout{1000};
+    // AUTH. The password has exactly one source: the URL, `password`, `password_file` (its
+    // first line, read when the config is loaded) or `password_env` (read then too).
+    std::string username;      // `username`: ACL user; empty = the URL's, else "default"
+    std::string password;      // from the key named by password_key; never logged
+    std::string password_key;  // "redis.password", "redis.password_file", ... ("" = none)
+    int password_line = -1;
+    int username_line = -1;
+    // Sentinel: `sentinels`, `master_name`, `sentinel_username`, `sentinel_password`.
+    redis::SentinelOptions sentinel;
+    int sentinel_line = -1;
+    // Filled by validate_config: the URL (or REDIS_URL) with username/password applied.
+    // With sentinels its host/port are unused: the sentinels name the master.
+    redis::Endpoint endpoint;
 };
 
 struct LoggingConfig {

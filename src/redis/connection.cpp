@@ -47,7 +47,13 @@ bool is_failover_error(const ReplyError& e) {
     return e.starts_with("READONLY") || e.starts_with("NOREPLICAS") || e.starts_with("UNBLOCKED");
 }
 
-Connection::Connection(ConnectionOptions options) : options_(std::move(options)) {}
+std::string ConnectionOptions::describe() const {
+    if (!sentinel.enabled()) return endpoint.describe();
+    return sentinel.describe() + ", db " + std::to_string(endpoint.db);
+}
+
+Connection::Connection(ConnectionOptions options)
+    : options_(std::move(options)), current_(options_.endpoint) {}
 
 Connection::~Connection() {
     disconnect();
@@ -61,7 +67,7 @@ void Connection::disconnect() noexcept {
 void Connection::fail_context(const char* what) {
     const int err = ctx_ ? ctx_->err : REDIS_ERR_IO;
     const int saved_errno = errno;
-    std::string msg = std::string(what) + " (" + options_.endpoint.describe() +
+    std::string msg = std::string(what) + " (" + current_.describe() +
                       "): " + (ctx_ && ctx_->errstr[0] ? ctx_->errstr : std::strerror(saved_errno));
     disconnect();  // never reuse a context after an error: hiredis leaves it unusable
     if (err == REDIS_ERR_EOF) throw ClosedError(msg);
@@ -72,9 +78,33 @@ void Connection::fail_context(const char* what) {
     throw IoError(msg);
 }
 
-void Connection::connect() {
+void Connection::auth_failed(const std::string& reply) {
     disconnect();
-    const auto& ep = options_.endpoint;
+    // The server's text never contains the password we sent (WRONGPASS, NOAUTH and
+    // "ERR AUTH <password> called without ..." are fixed strings), but redact it anyway.
+    std::string text = reply;
+    if (const auto& pw = current_.password; !pw.empty())
+        for (auto at = text.find(pw); at != std::string::npos; at = text.find(pw, at))
+            text.replace(at, pw.size(), "[redacted]");
+    if (current_.password.empty())
+        throw AuthError("Redis at " + current_.describe() + " requires a password (" + text +
+                        "): set redis.password, redis.password_file, redis.password_env or a "
+                        "password in redis.url");
+    throw AuthError("Redis at " + current_.describe() + " rejected the credentials of user '" +
+                    (current_.username.empty() ? "default" : current_.username) + "' (" + text +
+                    "): check redis.username and the password source");
+}
+
+void Connection::connect() {
+    if (options_.sentinel.enabled())
+        connect_via_sentinel();
+    else
+        open(options_.endpoint);
+}
+
+void Connection::open(const Endpoint& ep) {
+    disconnect();
+    current_ = ep;
     const timeval ct = to_timeval(options_.connect_timeout);
     ctx_ = ep.unix_path.empty() ? redisConnectWithTimeout(ep.host.c_str(), ep.port, ct)
                                 : redisConnectUnixWithTimeout(ep.unix_path.c_str(), ct);
@@ -86,15 +116,19 @@ void Connection::connect() {
     if (ep.unix_path.empty()) redisEnableKeepAlive(ctx_);
     try {
         if (!ep.password.empty()) {
-            if (ep.username.empty())
-                run_once(2, std::array<const char*, 2>{"AUTH", ep.password.c_str()}.data(),
-                         std::array<size_t, 2>{4, ep.password.size()}.data());
-            else
-                run_once(
-                    3,
-                    std::array<const char*, 3>{"AUTH", ep.username.c_str(), ep.password.c_str()}
-                        .data(),
-                    std::array<size_t, 3>{4, ep.username.size(), ep.password.size()}.data());
+            try {
+                if (ep.username.empty())
+                    run_once(2, std::array<const char*, 2>{"AUTH", ep.password.c_str()}.data(),
+                             std::array<size_t, 2>{4, ep.password.size()}.data());
+                else
+                    run_once(
+                        3,
+                        std::array<const char*, 3>{"AUTH", ep.username.c_str(), ep.password.c_str()}
+                            .data(),
+                        std::array<size_t, 3>{4, ep.username.size(), ep.password.size()}.data());
+            } catch (const ReplyError& e) {
+                auth_failed(e.what());  // any refusal of AUTH is a credentials problem
+            }
         }
         if (ep.db != 0) {
             const std::string db = std::to_string(ep.db);
@@ -108,10 +142,69 @@ void Connection::connect() {
         }
     } catch (const ReplyError& e) {
         disconnect();
-        // AUTH failures must not leak the password: hiredis never echoes it, and neither do we.
-        throw IoError(std::string("Redis refused the connection setup (") +
-                      options_.endpoint.describe() + "): " + e.what());
+        throw IoError(std::string("Redis refused the connection setup (") + current_.describe() +
+                      "): " + e.what());
     }
+}
+
+bool Connection::is_master() {
+    try {
+        auto role =
+            run_once(1, std::array<const char*, 1>{"ROLE"}.data(), std::array<size_t, 1>{4}.data());
+        return role.size() > 0 && role[0].str() == "master";
+    } catch (const ReplyError& e) {
+        // An ACL user without ROLE permission (@admin) cannot check: trust the sentinel then.
+        return e.starts_with("NOPERM");
+    }
+}
+
+void Connection::connect_via_sentinel() {
+    disconnect();
+    const auto& s = options_.sentinel;
+    std::string problems;
+    auto note = [&](const std::string& p) {
+        if (!problems.empty()) problems += "; ";
+        problems += p;
+    };
+    // Ask each sentinel once, starting with the one that answered last time; the caller's
+    // reconnect backoff is the retry loop (during a fail-over the answer changes within seconds).
+    for (size_t k = 0; k < s.sentinels.size(); ++k) {
+        const size_t i = (preferred_sentinel_ + k) % s.sentinels.size();
+        const auto& sentinel = s.sentinels[i];
+        std::optional<MasterAddress> master;
+        try {
+            master = ask_sentinel(s, sentinel);
+        } catch (const Error& e) {
+            note("sentinel " + sentinel.describe() + ": " + e.what());
+            continue;
+        }
+        if (!master) {
+            note("sentinel " + sentinel.describe() + " does not know master '" + s.master_name +
+                 "'");
+            continue;
+        }
+        Endpoint ep = options_.endpoint;
+        ep.unix_path.clear();
+        ep.host = master->host;
+        ep.port = master->port;
+        try {
+            open(ep);
+            if (!is_master()) {
+                disconnect();
+                note(ep.describe() + " (named by sentinel " + sentinel.describe() +
+                     ") is not a master");
+                continue;
+            }
+        } catch (const AuthError&) {
+            throw;  // the master refuses our credentials: asking other sentinels will not help
+        } catch (const IoError& e) {
+            note(e.what());
+            continue;
+        }
+        preferred_sentinel_ = i;
+        return;
+    }
+    throw IoError("cannot find the Redis " + s.describe() + ": " + problems);
 }
 
 Reply Connection::run_once(int argc, const char** argv, const size_t* lens) {
@@ -119,7 +212,11 @@ Reply Connection::run_once(int argc, const char** argv, const size_t* lens) {
     auto* raw = static_cast<redisReply*>(redisCommandArgv(ctx_, argc, argv, lens));
     if (!raw) fail_context("Redis command failed");
     Reply reply(raw);
-    if (raw->type == REDIS_REPLY_ERROR) throw ReplyError(std::string(raw->str, raw->len));
+    if (raw->type == REDIS_REPLY_ERROR) {
+        std::string msg(raw->str, raw->len);
+        if (msg.rfind("NOAUTH", 0) == 0) auth_failed(msg);  // it wants a password we lack
+        throw ReplyError(msg);
+    }
     return reply;
 }
 
@@ -176,6 +273,7 @@ std::vector<Reply> Connection::pipeline(const std::vector<Command>& commands) {
         if (r->type == REDIS_REPLY_ERROR && !first_error) first_error.emplace(r->str, r->len);
         replies.emplace_back(r);
     }
+    if (first_error && first_error->rfind("NOAUTH", 0) == 0) auth_failed(*first_error);
     if (first_error) throw ReplyError(*first_error);
     return replies;
 }

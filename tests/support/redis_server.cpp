@@ -65,10 +65,10 @@ redis::ConnectionOptions RedisServer::options() const {
 
 void RedisServer::start() {
     const std::string port = std::to_string(port_);
-    std::vector<std::string> args = {"redis-server", "--port",    port,         "--bind",
-                                      "127.0.0.1",    "--dir",     dir_,         "--save",
-                                      "",             "--appendonly", "no",     "--loglevel",
-                                      "warning",      "--logfile", "/dev/null"};
+    std::vector<std::string> args = {
+        "redis-server", "--port",     port,      "--bind",    "127.0.0.1",
+        "--dir",        dir_,         "--save",  "",          "--appendonly",
+        "no",           "--loglevel", "warning", "--logfile", "/dev/null"};
     args.insert(args.end(), extra_args_.begin(), extra_args_.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());

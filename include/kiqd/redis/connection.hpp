@@ -4,6 +4,9 @@
 // drops the socket so that the next command reconnects: callers never see a half-dead
 // connection, only typed errors (redis/errors.hpp). On READONLY / NOREPLICAS / UNBLOCKED
 // it reconnects and retries the command once, which follows a fail-over (Sidekiq does the same).
+// With Sentinel (ConnectionOptions::sentinel), every connect asks the sentinels in turn for the
+// master, connects to it and checks with ROLE that it is a master, so a reconnect after a
+// fail-over finds the promoted replica.
 #include <hiredis/hiredis.h>
 
 #include <chrono>
@@ -17,6 +20,7 @@
 
 #include "kiqd/redis/endpoint.hpp"
 #include "kiqd/redis/errors.hpp"
+#include "kiqd/redis/sentinel.hpp"
 
 namespace kiqd::redis {
 
@@ -61,6 +65,12 @@ struct ConnectionOptions {
     // Must exceed the timeout of any blocking command sent on this connection (BRPOP: 2 s).
     std::chrono::milliseconds socket_timeout{5000};
     std::string client_name;  // CLIENT SETNAME after connect, when not empty
+    // When enabled, host/port of `endpoint` are ignored: the sentinels name the master; db,
+    // username and password still come from `endpoint`.
+    SentinelOptions sentinel;
+
+    // For log lines: the endpoint, or the master name and sentinels; never credentials.
+    std::string describe() const;
 };
 
 class Connection {
@@ -83,13 +93,21 @@ class Connection {
     void disconnect() noexcept;
     bool connected() const { return ctx_ != nullptr; }
     const ConnectionOptions& options() const { return options_; }
+    // The server of the current (or last attempted) connection: with Sentinel, the master found.
+    const Endpoint& endpoint() const { return current_; }
 
   private:
     Reply run(int argc, const char** argv, const size_t* lens);
     Reply run_once(int argc, const char** argv, const size_t* lens);
     [[noreturn]] void fail_context(const char* what);
+    void open(const Endpoint& ep);  // connect + AUTH/SELECT/SETNAME to exactly this server
+    void connect_via_sentinel();
+    bool is_master();  // ROLE says master (or ROLE is not allowed for this ACL user)
+    [[noreturn]] void auth_failed(const std::string& reply);
 
     ConnectionOptions options_;
+    Endpoint current_;
+    size_t preferred_sentinel_ = 0;  // the sentinel that answered last: asked first next time
     redisContext* ctx_ = nullptr;
 };
 

@@ -1,7 +1,7 @@
 #pragma once
 // Typed Redis errors. Connection maps every hiredis failure to one of these in
 // one place (throw_context_error), so callers choose a policy by type:
-// IoError/ClosedError/ProtocolError mean "this connection is broken, reconnect";
+// IoError/ClosedError/ProtocolError/AuthError mean "this connection is broken, reconnect";
 // ReplyError means "the server said no" and the connection is still usable.
 #include <stdexcept>
 #include <string>
@@ -21,6 +21,12 @@ class ClosedError : public IoError {  // the server closed the socket
     using IoError::IoError;
 };
 class ProtocolError : public IoError {  // garbage on the wire or an unexpected reply type
+    using IoError::IoError;
+};
+// The server refused kiqd's credentials (WRONGPASS, or NOAUTH: it wants a password kiqd does
+// not send). An IoError, so callers keep their reconnect-with-backoff policy (the password may
+// be fixed on the server side); the message says what to check and never contains a password.
+class AuthError : public IoError {
     using IoError::IoError;
 };
 class ReplyError : public Error {  // "-ERR …", "-NOSCRIPT …": the connection stays usable
