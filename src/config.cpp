@@ -1,6 +1,7 @@
 #include "kiqd/config.hpp"
 
 #include <cstdlib>
+#include <map>
 #include <fstream>
 #include <regex>
 #include <set>
@@ -277,8 +278,43 @@ std::vector<MiddlewareSpec> parse_middleware(const YAML::Node& n) {
     return out;
 }
 
-std::vector<ExecHandlerSpec> parse_handlers(const YAML::Node& n) {
-    if (!n.IsMap()) type_error("handlers", n, "a map of job class → {exec: [command, args...]}");
+void parse_lock_option(const std::string& k, const std::string& key, const YAML::Node& v,
+                       LockDefaults& lock) {
+    if (k == "lock") {
+        lock.lock = canonical_lock_type(as_string(key, v));
+        if (lock.lock.empty())
+            throw ConfigError(key,
+                              "must be until_and_while_executing, while_executing, "
+                              "until_executing, until_executed or until_expired",
+                              line_of(v));
+    } else if (k == "lock_args") {
+        if (!v.IsSequence()) type_error(key, v, "a list of argument indexes, e.g. [0, 2]");
+        std::vector<int> indexes;
+        for (const auto& i : v) {
+            const long long index = as_int(key, i);
+            if (index < 0) throw ConfigError(key, "indexes must not be negative", line_of(i));
+            indexes.push_back(static_cast<int>(index));
+        }
+        lock.lock_args = std::move(indexes);
+    } else if (k == "lock_ttl") {
+        lock.lock_ttl = std::chrono::milliseconds(seconds_to_ms(key, v));
+        if (lock.lock_ttl->count() < 1000)
+            throw ConfigError(key, "must be at least 1 second", line_of(v));
+    } else if (k == "lock_timeout") {
+        lock.lock_timeout = std::chrono::milliseconds(seconds_to_ms(key, v));
+        if (lock.lock_timeout->count() < 0)
+            throw ConfigError(key, "must not be negative", line_of(v));
+    } else {  // on_conflict
+        lock.on_conflict = as_string(key, v);
+        if (lock.on_conflict != "reject" && lock.on_conflict != "reschedule" &&
+            lock.on_conflict != "log")
+            throw ConfigError(key, "must be reject, reschedule or log", line_of(v));
+    }
+}
+
+std::vector<ExecHandlerSpec> parse_handlers(const YAML::Node& n,
+                                            std::map<std::string, ClassSpec>& classes) {
+    if (!n.IsMap()) type_error("handlers", n, "a map of job class → {exec: [...], lock: ...}");
     std::vector<ExecHandlerSpec> out;
     for (const auto& kv : n) {
         if (!kv.first.IsScalar())
@@ -288,8 +324,10 @@ std::vector<ExecHandlerSpec> parse_handlers(const YAML::Node& n) {
         spec.line = line_of(kv.first);
         const std::string base = "handlers." + spec.job_class;
         if (spec.job_class.empty()) throw ConfigError(base, "empty job class name", spec.line);
-        if (!kv.second.IsMap()) type_error(base, kv.second, "a map with exec:");
+        if (!kv.second.IsMap()) type_error(base, kv.second, "a map (exec:, lock:, ...)");
+        ClassSpec cls{spec.job_class, {}, spec.line};
         bool have_exec = false;
+        int exec_option_line = -1;  // timeout/grace only mean something with exec
         for (const auto& e : kv.second) {
             const std::string k = normalize_key(e.first.Scalar());
             const std::string key = base + "." + k;
@@ -305,18 +343,50 @@ std::vector<ExecHandlerSpec> parse_handlers(const YAML::Node& n) {
                 spec.timeout = std::chrono::milliseconds(seconds_to_ms(key, v));
                 if (spec.timeout->count() <= 0)
                     throw ConfigError(key, "must be greater than 0", line_of(v));
+                exec_option_line = line_of(e.first);
             } else if (k == "grace") {
                 spec.grace = std::chrono::milliseconds(seconds_to_ms(key, v));
                 if (spec.grace.count() < 0)
                     throw ConfigError(key, "must not be negative", line_of(v));
+                exec_option_line = line_of(e.first);
+            } else if (k == "lock" || k == "lock_args" || k == "lock_ttl" ||
+                       k == "lock_timeout" || k == "on_conflict") {
+                parse_lock_option(k, key, v, cls.lock);
             } else {
                 throw ConfigError(key, "unknown key", line_of(e.first));
             }
         }
-        if (!have_exec) throw ConfigError(base + ".exec", "is required", spec.line);
-        out.push_back(std::move(spec));
+        if (!have_exec && exec_option_line > 0)
+            throw ConfigError(base + ".exec", "is required with timeout/grace", exec_option_line);
+        if (cls.lock.lock.empty() &&
+            (cls.lock.lock_args || cls.lock.lock_ttl || cls.lock.lock_timeout ||
+             !cls.lock.on_conflict.empty()))
+            throw ConfigError(base + ".lock",
+                              "is required with lock_args/lock_ttl/lock_timeout/on_conflict",
+                              spec.line);
+        if (have_exec) out.push_back(std::move(spec));
+        classes[cls.job_class] = std::move(cls);
     }
     return out;
+}
+
+void parse_unique_jobs(const YAML::Node& n, UniqueJobsConfig& u) {
+    if (!n.IsMap()) type_error("unique_jobs", n, "a map");
+    for (const auto& kv : n) {
+        const std::string k = normalize_key(kv.first.Scalar());
+        const std::string key = "unique_jobs." + k;
+        if (k == "default_lock_ttl") {
+            u.default_lock_ttl = positive_seconds(key, kv.second);
+            if (u.default_lock_ttl < std::chrono::seconds(1))
+                throw ConfigError(key, "must be at least 1 second", line_of(kv.second));
+        } else if (k == "reaper_interval") {
+            u.reaper_interval = positive_seconds(key, kv.second);
+        } else if (k == "wait_interval") {
+            u.wait_interval = positive_seconds(key, kv.second);
+        } else {
+            throw ConfigError(key, "unknown key", line_of(kv.first));
+        }
+    }
 }
 
 std::vector<PluginSpec> parse_plugins(const YAML::Node& n) {
@@ -399,7 +469,9 @@ void apply_map(const YAML::Node& root, Config& c, const std::string& environment
         } else if (k == "server_middleware") {
             c.server_middleware = parse_middleware(v);
         } else if (k == "handlers") {
-            c.exec_handlers = parse_handlers(v);
+            c.exec_handlers = parse_handlers(v, c.classes);
+        } else if (k == "unique_jobs") {
+            parse_unique_jobs(v, c.unique_jobs);
         } else if (k == "plugins") {
             c.plugins = parse_plugins(v);
         } else if (top_level && (environment_names().count(k) || k == environment) && v.IsMap()) {
@@ -488,6 +560,27 @@ Config load_config_file(const std::string& path, const std::string& environment)
     std::stringstream buf;
     buf << in.rdbuf();
     return parse_config(buf.str(), path, environment);
+}
+
+std::string canonical_lock_type(const std::string& name) {
+    // sidekiq-unique-jobs v8's names and aliases (sidekiq-data-model §12.1).
+    static const std::map<std::string, std::string> types{
+        {"until_and_while_executing", "until_and_while_executing"},
+        {"while_executing", "while_executing"},
+        {"around_perform", "while_executing"},
+        {"while_busy", "while_executing"},
+        {"while_working", "while_executing"},
+        {"until_executing", "until_executing"},
+        {"while_enqueued", "until_executing"},
+        {"until_executed", "until_executed"},
+        {"until_completed", "until_executed"},
+        {"until_performed", "until_executed"},
+        {"until_processed", "until_executed"},
+        {"until_successfully_completed", "until_executed"},
+        {"until_expired", "until_expired"},
+    };
+    auto it = types.find(strip_symbol(name));
+    return it == types.end() ? "" : it->second;
 }
 
 FetchMode parse_fetch_mode(const std::string& key, const std::string& value, int line) {

@@ -3,6 +3,8 @@
 #include <boost/asio/post.hpp>
 #include <csignal>
 
+#include "kiqd/unique_jobs.hpp"
+
 namespace kiqd {
 namespace {
 
@@ -28,6 +30,7 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
       retry_(config.compat, config.max_retries, keys_, dead_),
       work_(static_cast<size_t>(config.concurrency)),
       health_(log),
+      chain_(chain),
       rt_{config,
           keys_,
           me_.identity,
@@ -36,7 +39,7 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
                                    std::chrono::milliseconds(5000), "", config.redis.sentinel},
           *fetcher_,
           handlers,
-          chain,
+          chain_,
           dead_,
           retry_,
           work_,
@@ -51,6 +54,12 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
     signals_.add(SIGTSTP);
     signals_.add(SIGTTIN);
     if (reliable_) recovery_ = std::make_unique<OrphanRecovery>(rt_, *reliable_);
+    // Processors start in run(), so the chain can still gain its first member here.
+    lock_keeper_ = std::make_unique<LockKeeper>(keys_, rt_.connection_options,
+                                                config.unique_jobs.reaper_interval, me_.identity,
+                                                log);
+    chain_.prepend(std::make_shared<UniqueJobsMiddleware>(config, keys_, dead_, *lock_keeper_,
+                                                          me_.identity));
 }
 
 Launcher::~Launcher() {
@@ -114,6 +123,7 @@ void Launcher::begin_stop() {
         all_threads_ended_ = ended;
         scheduler_.stop();
         if (recovery_) recovery_->stop(ended);
+        lock_keeper_->stop();
         boost::asio::post(io_, [this] {
             beat_timer_.cancel();
             signals_.cancel();
@@ -147,6 +157,7 @@ int Launcher::run() {
         };
     signals_.async_wait(on_signal);
     if (recovery_) recovery_->start();  // processors fetch once it has registered this process
+    lock_keeper_->start();
     manager_.start();
     scheduler_.start();
     schedule_beat(std::chrono::steady_clock::duration::zero());  // first beat at once

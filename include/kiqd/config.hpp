@@ -8,6 +8,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <chrono>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -72,6 +73,30 @@ struct ExecHandlerSpec {
     int line = -1;
 };
 
+// Per-class uniqueness defaults, `handlers: {ClassName: {lock: ..., lock_args: [0, 2], ...}}`
+// (see unique_jobs.hpp). A job's own payload fields win over these.
+struct LockDefaults {
+    std::string lock;                           // canonical lock type; "" = none
+    std::optional<std::vector<int>> lock_args;  // indexes into args that make the identity
+    std::optional<std::chrono::milliseconds> lock_ttl;
+    std::optional<std::chrono::milliseconds> lock_timeout;
+    std::string on_conflict;  // "" = the lock type's default
+};
+
+// Everything `handlers:` says about one job class besides `exec`.
+struct ClassSpec {
+    std::string job_class;
+    LockDefaults lock;
+    int line = -1;
+};
+
+// `unique_jobs:` (see unique_jobs.hpp and lock_keeper.hpp).
+struct UniqueJobsConfig {
+    std::chrono::milliseconds default_lock_ttl{60000};  // when neither payload nor YAML says
+    std::chrono::milliseconds reaper_interval{60000};   // stale-lock reaper, one per fleet
+    std::chrono::milliseconds wait_interval{1000};      // a waiting copy re-checks after this
+};
+
 // `plugins: [path/to/libmyjobs.so, ...]`: shared objects loaded at start (see plugin.hpp).
 struct PluginSpec {
     std::string path;
@@ -113,6 +138,8 @@ struct Config {
     size_t max_payload_bytes = 16 * 1024 * 1024;
     std::vector<MiddlewareSpec> server_middleware;
     std::vector<ExecHandlerSpec> exec_handlers;  // in file order
+    std::map<std::string, ClassSpec> classes;    // `handlers:` entries, by job class
+    UniqueJobsConfig unique_jobs;
     std::vector<PluginSpec> plugins;             // in file order
 };
 
@@ -130,6 +157,10 @@ FetchMode parse_fetch_mode(const std::string& key, const std::string& value, int
 
 // "name" or "name,weight", as `-q` takes it. Throws ConfigError.
 QueueWeight parse_queue_arg(const std::string& arg);
+
+// The canonical name of a sidekiq-unique-jobs lock type or alias ("while_busy" →
+// "while_executing"); "" when it is not one.
+std::string canonical_lock_type(const std::string& name);
 
 // Expands <%= ENV['X'] %>, <%= ENV.fetch('X', 'd') %> and <%= ENV['X'] || 'd' %>; any other
 // ERB tag is a ConfigError naming its line.

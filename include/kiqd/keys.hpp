@@ -47,6 +47,14 @@ class Keys {
     // HASH jid → how many times a dying process interrupted the job (the poison-pill guard).
     std::string interruptions() const { return prefix_ + "kiqd:reliable:interruptions"; }
 
+    // Unique jobs (unique_jobs.hpp): a digest's keys, the hash of held EXEC locks
+    // (key → "<identity> <token>") and the reaper's election lock.
+    std::string digest_key(std::string_view digest, std::string_view suffix = "") const {
+        return prefix_ + std::string(digest) + std::string(suffix);
+    }
+    std::string unique_held() const { return prefix_ + "kiqd:unique:held"; }
+    std::string unique_reaper_lock() const { return prefix_ + "kiqd:unique:reaper"; }
+
     // The name of a queue from its list key ("queue:x" → "x").
     std::string_view queue_name(std::string_view key) const {
         return key.substr(prefix_.size() + 6);

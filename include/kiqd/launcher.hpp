@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "kiqd/heartbeat.hpp"
+#include "kiqd/lock_keeper.hpp"
 #include "kiqd/manager.hpp"
 #include "kiqd/orphan_recovery.hpp"
 #include "kiqd/process_identity.hpp"
@@ -51,7 +52,9 @@ class Launcher {
     WorkState work_;
     Lifecycle lifecycle_;
     RedisHealth health_;
+    MiddlewareChain chain_;  // the configured chain behind kiqd's own unique-jobs middleware
     Runtime rt_;
+    std::unique_ptr<LockKeeper> lock_keeper_;
     Manager manager_;
     Scheduler scheduler_;
     Heartbeat heartbeat_;

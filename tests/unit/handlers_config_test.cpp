@@ -60,12 +60,13 @@ production:
 
 TEST_CASE("handlers/plugins: bad shapes name the key and the line", "[config][handlers]") {
     CHECK(error_of("handlers: [a]\n") ==
-          "handlers (line 1): must be a map of job class → {exec: [command, args...]}");
+          "handlers (line 1): must be a map of job class → {exec: [...], lock: ...}");
     CHECK(error_of("handlers:\n  A:\n    exec: []\n") ==
           "handlers.A.exec (line 3): must be a non-empty list: [command, args...] (no shell)");
     CHECK(error_of("handlers:\n  A:\n    exec: \"sh -c x\"\n") ==
           "handlers.A.exec (line 3): must be a non-empty list: [command, args...] (no shell)");
-    CHECK(error_of("handlers:\n  A:\n    timeout: 3\n") == "handlers.A.exec (line 2): is required");
+    CHECK(error_of("handlers:\n  A:\n    timeout: 3\n") ==
+          "handlers.A.exec (line 3): is required with timeout/grace");
     CHECK(error_of("handlers:\n  A:\n    exec: [x]\n    timout: 3\n") ==
           "handlers.A.timout (line 4): unknown key");
     CHECK(error_of("handlers:\n  A:\n    exec: [x]\n    timeout: 0\n") ==
@@ -73,7 +74,7 @@ TEST_CASE("handlers/plugins: bad shapes name the key and the line", "[config][ha
     CHECK(error_of("handlers:\n  A:\n    exec: [x]\n    timeout: soon\n") ==
           "handlers.A.timeout (line 4): must be a number");
     CHECK(error_of("handlers:\n  A: /bin/true\n") ==
-          "handlers.A (line 2): must be a map with exec:");
+          "handlers.A (line 2): must be a map (exec:, lock:, ...)");
     CHECK(error_of("handlers:\n  A:\n    exec: [[x]]\n") ==
           "handlers.A.exec (line 3): must be a string");
     CHECK(error_of("plugins: lib.so\n") ==

@@ -1,0 +1,72 @@
+#pragma once
+// LockKeeper: keeps the EXEC locks of running unique jobs alive and frees the ones whose owner
+// died. Processor threads add a lock when their job takes it and remove it when they release it
+// (under a mutex; no Redis call). The keeper's own thread, with its own connection,
+//   * every 500 ms extends (PEXPIRE, only while the lock still holds this owner's token) each
+//     lock a third of whose TTL has passed since its last extension, so a running job never
+//     loses its lock, while a lock whose process died (kill -9, host lost) expires by itself;
+//   * every reaper_interval, if it wins the fleet-wide lock (SET NX PX interval), reads the
+//     `kiqd:unique:held` hash (EXEC key → "<identity> <token>") and releases the locks whose
+//     owner identity has no live Sidekiq process record, so no lock outlives its owner by more
+//     than the record's 60 s TTL plus the interval, whatever its own TTL.
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "kiqd/job_context.hpp"
+#include "kiqd/keys.hpp"
+#include "kiqd/redis/connection.hpp"
+#include "kiqd/redis/script.hpp"
+
+namespace kiqd {
+
+class LockKeeper {
+  public:
+    LockKeeper(const Keys& keys, redis::ConnectionOptions options,
+               std::chrono::milliseconds reaper_interval, std::string identity,
+               spdlog::logger& log);
+    ~LockKeeper();
+    void start();
+    void stop() noexcept;  // idempotent; joins the thread
+
+    // Called by processor threads around a job that holds an EXEC lock.
+    uint64_t hold(std::string key, std::string owner, std::chrono::milliseconds ttl);
+    void release(uint64_t id);
+    size_t held() const;
+
+    // One extension round / one reaper pass. Public for tests.
+    size_t extend_due(redis::Connection& conn, bool all = false);
+    size_t reap(redis::Connection& conn, bool take_lock = true);
+
+    // The script that frees an EXEC lock if `owner` still holds it and forgets it in the held
+    // hash. KEYS[1] exec lock, KEYS[2] held hash; ARGV[1] owner.
+    static const char* release_script_source();
+    const std::string& held_hash() const { return held_hash_; }
+
+  private:
+    struct Held {
+        std::string key, owner;
+        std::chrono::milliseconds ttl;
+        std::chrono::steady_clock::time_point extended;
+    };
+    void run() noexcept;
+
+    const Keys& keys_;
+    redis::ConnectionOptions options_;
+    std::chrono::milliseconds reaper_interval_;
+    std::string identity_;
+    std::string held_hash_;
+    spdlog::logger& log_;
+    redis::Script extend_script_;
+    redis::Script release_script_;
+    mutable std::mutex mutex_;
+    std::map<uint64_t, Held> locks_;  // guarded by mutex_
+    uint64_t next_id_ = 1;            // guarded by mutex_
+    StopSignal stop_;
+    std::thread thread_;
+};
+
+}  // namespace kiqd

@@ -1,0 +1,360 @@
+// Unique jobs against a real Redis: the two-key scheme step by step (in-process, driving the
+// middleware directly), lock release on failure, token ownership, the gem's client locks, the
+// keeper's extension and reaper — and with real daemons, 3 processes × 5 threads hammering the
+// same identities with duplicates (no overlap, no lost update, at most one waiter), and kill -9
+// of a lock holder.
+#include <signal.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <map>
+#include <memory>
+#include <set>
+#include <thread>
+
+#include "kiqd/client.hpp"
+#include "kiqd/unique_jobs.hpp"
+#include "support/kiqd_process.hpp"
+#include "support/redis_server.hpp"
+#include "support/test_runtime.hpp"
+
+using namespace kiqd;
+using kiqd::test::KiqdProcess;
+using kiqd::test::RedisServer;
+using kiqd::test::TestRuntime;
+using kiqd::test::wait_until;
+
+namespace {
+
+// The middleware with its keeper, on a TestRuntime.
+struct UniqueFixture {
+    explicit UniqueFixture(RedisServer& server)
+        : t(server),
+          keeper(t.keys, server.options(), std::chrono::seconds(60), TestRuntime::kIdentity,
+                 *t.log),
+          unique(t.config, t.keys, t.dead, keeper, TestRuntime::kIdentity),
+          conn(server.connect()) {}
+
+    // Runs `raw` through the middleware with `body` as the handler; true when it ran.
+    bool run(const std::string& raw, const std::function<void()>& body = [] {}) {
+        auto parsed = parse_job(raw, "default");
+        Job& job = std::get<Job>(parsed);
+        JobContext ctx{job, *t.log, t.lifecycle.hard_stop, conn, t.keys, t.config,
+                       t.rt.identity};
+        bool ran = false;
+        unique.call(ctx, [&] {
+            ran = true;
+            body();
+        });
+        return ran;
+    }
+
+    TestRuntime t;
+    LockKeeper keeper;
+    UniqueJobsMiddleware unique;
+    redis::Connection conn;
+};
+
+std::string payload(const std::string& jid, const std::string& lock = "until_and_while_executing",
+                    const std::string& extra = "") {
+    return R"({"class":"Sync","queue":"default","args":["acct-1"],"jid":")" + jid +
+           R"(","lock":")" + lock + R"(","lock_digest":"uniquejobs:acct1")" + extra + "}";
+}
+
+bool exists(redis::Connection& c, const std::string& key) {
+    return c.command({"EXISTS", key}).integer() == 1;
+}
+
+std::vector<std::string> zrange(redis::Connection& c, const std::string& key) {
+    auto r = c.command({"ZRANGE", key, "0", "-1"});
+    std::vector<std::string> out;
+    for (size_t i = 0; i < r.size(); ++i) out.emplace_back(r[i].str());
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("unique: until_and_while_executing — one runs, one waits parked, others are "
+          "duplicates; the waiter runs next",
+          "[unique]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    UniqueFixture f(server);
+    auto& c = f.conn;
+    std::string parked;
+    const bool a_ran = f.run(payload("A"), [&] {
+        CHECK(exists(c, "uniquejobs:acct1:EXEC"));
+        CHECK_FALSE(exists(c, "uniquejobs:acct1:WAIT"));
+        // B arrives while A runs: it takes the wait lock and is parked, not run.
+        CHECK_FALSE(f.run(payload("B")));
+        const auto wait_token = std::string(c.command({"GET", "uniquejobs:acct1:WAIT"}).str());
+        auto scheduled = zrange(c, "schedule");
+        REQUIRE(scheduled.size() == 1);
+        parked = scheduled[0];
+        CHECK_THAT(parked, Catch::Contains(R"("jid":"B")"));
+        CHECK_THAT(parked, Catch::Contains(R"("lock_wait_token":")" + wait_token + "\""));
+        // C arrives while A runs and B waits: a duplicate (on_conflict log: dropped).
+        CHECK_FALSE(f.run(payload("C")));
+        CHECK(zrange(c, "schedule").size() == 1);
+        // B comes back while A still runs: still waiting, same token, parked again.
+        c.command({"ZREM", "schedule", parked});
+        CHECK_FALSE(f.run(parked));
+        CHECK(std::string(c.command({"GET", "uniquejobs:acct1:WAIT"}).str()) == wait_token);
+        parked = zrange(c, "schedule").at(0);
+        c.command({"ZREM", "schedule", parked});
+    });
+    CHECK(a_ran);
+    CHECK_FALSE(exists(c, "uniquejobs:acct1:EXEC"));  // released after the run
+    CHECK(exists(c, "uniquejobs:acct1:WAIT"));        // B still waits
+    // A new copy D now finds B waiting: a duplicate, even though nothing runs.
+    CHECK_FALSE(f.run(payload("D")));
+    CHECK(zrange(c, "schedule").empty());
+    // B runs as the wait-lock holder and gives the wait lock up.
+    CHECK(f.run(parked, [&] { CHECK_FALSE(exists(c, "uniquejobs:acct1:WAIT")); }));
+    CHECK(c.command({"KEYS", "uniquejobs:acct1*"}).size() == 0);
+    CHECK(c.command({"HLEN", "kiqd:unique:held"}).integer() == 0);
+    CHECK(f.keeper.held() == 0);
+}
+
+TEST_CASE("unique: a failing job releases its lock; tokens protect other owners' locks",
+          "[unique]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    UniqueFixture f(server);
+    auto& c = f.conn;
+    CHECK_THROWS_AS(f.run(payload("A"), [] { throw JobError("Boom", "failed"); }), JobError);
+    CHECK_FALSE(exists(c, "uniquejobs:acct1:EXEC"));
+    CHECK(f.keeper.held() == 0);
+    // The retry (same jid) contends like a new copy and runs.
+    CHECK(f.run(payload("A")));
+
+    // An expired-and-retaken lock is never freed by the old owner.
+    f.run(payload("E"), [&] {
+        c.command({"SET", "uniquejobs:acct1:EXEC", "otherhost:9:ffffffffffff tok"});
+    });
+    CHECK(std::string(c.command({"GET", "uniquejobs:acct1:EXEC"}).str()) ==
+          "otherhost:9:ffffffffffff tok");
+}
+
+TEST_CASE("unique: while_executing rejects a busy copy to the dead set by default", "[unique]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    UniqueFixture f(server);
+    auto& c = f.conn;
+    CHECK(f.run(payload("A", "while_executing"), [&] {
+        CHECK_FALSE(f.run(payload("B", "while_executing")));
+    }));
+    auto dead = zrange(c, "dead");
+    REQUIRE(dead.size() == 1);
+    auto entry = nlohmann::json::parse(dead[0]);
+    CHECK(entry["jid"] == "B");
+    CHECK(entry["error_class"] == "Kiqd::UniqueConflict");
+    CHECK_THAT(entry["error_message"].get<std::string>(), Catch::Contains("uniquejobs:acct1"));
+    // With lock_timeout the busy copy waits (parked) instead.
+    CHECK(f.run(payload("A2", "while_executing"), [&] {
+        CHECK_FALSE(f.run(payload("B2", "while_executing", R"(,"lock_timeout":30)")));
+    }));
+    CHECK(zrange(c, "schedule").size() == 1);
+    CHECK(zrange(c, "dead").size() == 1);
+}
+
+TEST_CASE("unique: the gem's client lock is released when the gem's server would release it",
+          "[unique]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    UniqueFixture f(server);
+    auto& c = f.conn;
+    // What sidekiq-unique-jobs' client leaves behind after pushing jid J (its lock.lua).
+    auto client_lock = [&](const std::string& jid) {
+        c.command({"SET", "uniquejobs:acct1", jid});
+        c.command({"HSET", "uniquejobs:acct1:LOCKED", jid, "1700000000.0"});
+        c.command({"ZADD", "uniquejobs:digests", "1700000000", "uniquejobs:acct1"});
+    };
+    auto client_locked = [&] { return exists(c, "uniquejobs:acct1:LOCKED"); };
+
+    client_lock("J1");  // until_executing: released before the run
+    CHECK(f.run(payload("J1", "until_executing"), [&] { CHECK_FALSE(client_locked()); }));
+    client_lock("J2");  // until_executed: held during the run, released after it
+    CHECK(f.run(payload("J2", "until_executed"), [&] { CHECK(client_locked()); }));
+    CHECK_FALSE(client_locked());
+    CHECK(c.command({"ZSCORE", "uniquejobs:digests", "uniquejobs:acct1"}).is_nil());
+    client_lock("J3");  // …also after a failure
+    CHECK_THROWS(f.run(payload("J3", "until_executed"), [] { throw std::runtime_error("x"); }));
+    CHECK_FALSE(client_locked());
+    client_lock("J4");  // until_expired: never released by the server
+    CHECK(f.run(payload("J4", "until_expired")));
+    CHECK(client_locked());
+    c.command({"DEL", "uniquejobs:acct1", "uniquejobs:acct1:LOCKED"});
+    client_lock("J5");  // until_and_while_executing: released when the run starts
+    CHECK(f.run(payload("J5"), [&] {
+        CHECK_FALSE(client_locked());
+        CHECK(exists(c, "uniquejobs:acct1:EXEC"));
+    }));
+    // Another jid's client lock is not ours to release.
+    client_lock("OTHER");
+    CHECK(f.run(payload("J6", "until_executing")));
+    CHECK(client_locked());
+}
+
+TEST_CASE("unique: the keeper extends running locks and reaps those of dead processes",
+          "[unique]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    UniqueFixture f(server);
+    auto& c = f.conn;
+    CHECK(f.run(payload("A", "while_executing", R"(,"lock_ttl":5)"), [&] {
+        c.command({"PEXPIRE", "uniquejobs:acct1:EXEC", "1500"});
+        CHECK(f.keeper.extend_due(c, true) == 1);
+        CHECK(c.command({"PTTL", "uniquejobs:acct1:EXEC"}).integer() > 1500);
+    }));
+    // Locks whose owner has no live process record are reaped; live owners' are kept.
+    c.command({"SET", "uniquejobs:x:EXEC", "deadhost:1:aaaaaaaaaaaa t1"});
+    c.command({"SET", "uniquejobs:y:EXEC", "livehost:2:bbbbbbbbbbbb t2"});
+    c.command({"HSET", "kiqd:unique:held", "uniquejobs:x:EXEC", "deadhost:1:aaaaaaaaaaaa t1",
+               "uniquejobs:y:EXEC", "livehost:2:bbbbbbbbbbbb t2"});
+    c.command({"HSET", "livehost:2:bbbbbbbbbbbb", "beat", "1"});
+    CHECK(f.keeper.reap(c) == 1);
+    CHECK_FALSE(exists(c, "uniquejobs:x:EXEC"));
+    CHECK(exists(c, "uniquejobs:y:EXEC"));
+    CHECK(c.command({"HKEYS", "kiqd:unique:held"}).size() == 1);
+    CHECK(f.keeper.reap(c) == 0);  // within the interval another pass does not run
+}
+
+TEST_CASE("unique daemons: 3 processes × 5 threads, duplicates in bursts — no overlap, no lost "
+          "update, at most one waiter",
+          "[unique][daemon]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    Client client(Keys{}, Compat::v6);
+    const std::vector<std::string> ids{"a", "b", "c"};
+    std::map<std::string, std::vector<double>> pushed;  // identity → push times
+    auto burst = [&](int copies) {
+        for (const auto& id : ids) {
+            for (int i = 0; i < copies; ++i) {
+                pushed[id].push_back(epoch_seconds());
+                client.push(conn, {{"class", "Test::Record"},
+                                   {"args", {0.05, id}},
+                                   {"lock", "until_and_while_executing"},
+                                   {"lock_args", {id}}});
+            }
+        }
+    };
+    burst(5);  // before any process runs
+    const std::string yaml =
+        kiqd::test::kiqd_config(server, "concurrency: 5\nqueues: [default]\nlogging: {level: warn}\n"
+                                        "unique_jobs: {wait_interval: 0.1}\n");
+    std::vector<std::unique_ptr<KiqdProcess>> fleet;
+    for (int i = 0; i < 3; ++i) fleet.push_back(std::make_unique<KiqdProcess>(KIQD_TEST_DAEMON, yaml));
+
+    // At most one parked copy per identity at any moment we look.
+    size_t max_waiting = 0;
+    auto sample_waiters = [&] {
+        std::map<std::string, size_t> waiting;
+        for (const auto& m : zrange(conn, "schedule")) {
+            auto j = nlohmann::json::parse(m);
+            if (j.contains("lock_wait_token")) ++waiting[j["args"][1].get<std::string>()];
+        }
+        for (const auto& [id, n] : waiting) max_waiting = std::max(max_waiting, n);
+    };
+    // Bursts during runs: each one once the previous burst's copies have started running.
+    for (int round = 0; round < 6; ++round) {
+        const auto ran_before = conn.command({"LLEN", "kiqd-test:ran"}).integer();
+        REQUIRE(wait_until(
+            [&] {
+                sample_waiters();
+                return conn.command({"LLEN", "kiqd-test:ran"}).integer() > ran_before;
+            },
+            std::chrono::seconds(30)));
+        burst(3);
+    }
+    // Quiet at the end: nothing queued, parked or locked.
+    REQUIRE(wait_until(
+        [&] {
+            sample_waiters();
+            return conn.command({"LLEN", "queue:default"}).integer() == 0 &&
+                   conn.command({"ZCARD", "schedule"}).integer() == 0 &&
+                   conn.command({"HLEN", "kiqd:unique:held"}).integer() == 0 &&
+                   conn.command({"KEYS", "uniquejobs:*"}).size() == 0;
+        },
+        std::chrono::seconds(60)));
+    for (auto& p : fleet) p->signal(SIGTERM);
+    for (auto& p : fleet) CHECK(p->wait_exit() == 0);
+
+    std::map<std::string, std::vector<std::pair<double, double>>> runs;  // id → (start, end)
+    auto ran = conn.command({"LRANGE", "kiqd-test:ran", "0", "-1"});
+    std::set<int> pids;
+    for (size_t i = 0; i < ran.size(); ++i) {
+        auto r = nlohmann::json::parse(ran[i].str());
+        runs[r["args"][1].get<std::string>()].emplace_back(r["started"].get<double>(),
+                                                            r["ended"].get<double>());
+        pids.insert(r["pid"].get<int>());
+    }
+    size_t pushes = 0;
+    for (const auto& id : ids) {
+        auto& rs = runs[id];
+        std::sort(rs.begin(), rs.end());
+        REQUIRE_FALSE(rs.empty());
+        for (size_t i = 1; i < rs.size(); ++i) {
+            INFO("identity " << id << " run " << i);
+            CHECK(rs[i].first >= rs[i - 1].second);  // runs of one identity never overlap
+        }
+        for (double t : pushed[id]) {
+            INFO("identity " << id << " copy pushed at " << std::fixed << t);
+            CHECK(rs.back().first >= t);  // a run started after every copy was pushed
+        }
+        pushes += pushed[id].size();
+    }
+    CHECK(max_waiting <= 1);
+    CHECK(ran.size() < pushes);  // duplicates were dropped, not all run
+    CHECK(pids.size() >= 2);     // the work was shared by the fleet
+    CHECK(conn.command({"ZCARD", "dead"}).integer() == 0);
+    std::printf("unique fleet test: %zu copies pushed, %zu runs, max waiters per identity %zu\n",
+                pushes, static_cast<size_t>(ran.size()), max_waiting);
+}
+
+TEST_CASE("unique daemons: kill -9 of the lock holder — a later copy runs, nothing stays locked",
+          "[unique][daemon]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    Client client(Keys{}, Compat::v6);
+    // lock_ttl 600: the lock cannot just expire; the reaper must free it once the owner's
+    // process record is gone.
+    auto push = [&](double seconds) {
+        client.push(conn, {{"class", "Test::Record"},
+                           {"args", {seconds, "k"}},
+                           {"lock", "until_and_while_executing"},
+                           {"lock_args", {"k"}},
+                           {"lock_ttl", 600}});
+    };
+    const std::string yaml = kiqd::test::kiqd_config(
+        server, "concurrency: 2\nqueues: [default]\nunique_jobs: {wait_interval: 0.1, "
+                "reaper_interval: 1}\n");
+    push(60);
+    std::string owner;
+    {
+        KiqdProcess victim(KIQD_TEST_DAEMON, yaml);
+        REQUIRE(wait_until([&] {
+            auto held = conn.command({"HVALS", "kiqd:unique:held"});
+            if (held.size() != 1) return false;
+            owner = std::string(held[0].str());
+            return true;
+        }));
+        victim.signal(SIGKILL);
+        CHECK(victim.wait_exit() == 128 + SIGKILL);
+    }
+    push(0);  // the copy that must not be lost
+    // The victim's process record would expire within 60 s; expire it now.
+    conn.command({"DEL", owner.substr(0, owner.find(' '))});
+    KiqdProcess successor(KIQD_TEST_DAEMON, yaml);
+    REQUIRE(wait_until([&] { return conn.command({"LLEN", "kiqd-test:ran"}).integer() == 1; },
+                       std::chrono::seconds(30)));
+    REQUIRE(wait_until([&] {
+        return conn.command({"KEYS", "uniquejobs:*"}).size() == 0 &&
+               conn.command({"HLEN", "kiqd:unique:held"}).integer() == 0;
+    }));
+    successor.signal(SIGTERM);
+    CHECK(successor.wait_exit() == 0);
+    CHECK_THAT(successor.output(), Catch::Contains("is gone"));
+}

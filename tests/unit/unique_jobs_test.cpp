@@ -1,0 +1,134 @@
+// Unique-job options and identities: the digest matches what Ruby's sidekiq-unique-jobs
+// computes (the constant below was produced by Ruby 3.1 with Sidekiq.dump_json and
+// Digest::MD5 over the same item), payload options win over YAML defaults, and bad values fail
+// clearly.
+#include "kiqd/unique_jobs.hpp"
+
+#include <catch2/catch.hpp>
+
+using namespace kiqd;
+
+namespace {
+
+Job job_of(const std::string& raw) {
+    auto parsed = parse_job(raw, "default");
+    REQUIRE(std::holds_alternative<Job>(parsed));
+    return std::get<Job>(parsed);
+}
+
+ClassSpec class_with(LockDefaults lock) {
+    return ClassSpec{"HardWorker", std::move(lock), 1};
+}
+
+}  // namespace
+
+TEST_CASE("unique: the digest is sidekiq-unique-jobs' legacy MD5 digest", "[unique]") {
+    // ruby -rjson -rdigest -rsidekiq -e 'h = {"class"=>"HardWorker","queue"=>"default",
+    //   "lock_args"=>[1,"two",{"x"=>3.5}]}; puts Digest::MD5.hexdigest(Sidekiq.dump_json(h.sort))'
+    auto job = job_of(
+        R"({"class":"HardWorker","queue":"default","args":[1,"two",{"x":3.5}],"jid":"j1"})");
+    UniqueJobsConfig cfg;
+    auto cls = class_with({"until_and_while_executing", {}, {}, {}, ""});
+    auto lock = resolve_lock(job, &cls, cfg);
+    REQUIRE(lock);
+    CHECK(lock->digest == "uniquejobs:51379b77797b663b731d77364b7dde75");
+    CHECK_FALSE(lock->client_lock);
+    // Object keys keep the producer's order (Ruby hashes do), they are not sorted.
+    auto a = resolve_lock(job_of(R"({"class":"C","args":[{"b":1,"a":2}],"lock":"while_executing"})"),
+                          nullptr, cfg);
+    auto b = resolve_lock(job_of(R"({"class":"C","args":[{"a":2,"b":1}],"lock":"while_executing"})"),
+                          nullptr, cfg);
+    CHECK(a->digest != b->digest);
+    // unique_across_queues / unique_across_workers leave queue / class out.
+    auto q1 = job_of(R"({"class":"C","args":[1],"lock":"while_executing","unique_across_queues":true})");
+    auto q2 = q1;
+    q2.queue = "other";
+    CHECK(resolve_lock(q1, nullptr, cfg)->digest == resolve_lock(q2, nullptr, cfg)->digest);
+}
+
+TEST_CASE("unique: payload options, YAML defaults and the lock types' defaults", "[unique]") {
+    UniqueJobsConfig cfg;
+    CHECK_FALSE(resolve_lock(job_of(R"({"class":"C","args":[]})"), nullptr, cfg));
+
+    // A producer's lock_digest is the identity, and marks a client lock to release.
+    auto ruby = resolve_lock(job_of(R"({"class":"C","args":[1],"lock":"until_executed",
+        "lock_digest":"uniquejobs:abc","lock_ttl":30})"),
+                             nullptr, cfg);
+    CHECK(ruby->type == "until_executed");
+    CHECK(ruby->digest == "uniquejobs:abc");
+    CHECK(ruby->client_lock);
+    CHECK(ruby->ttl == std::chrono::seconds(30));
+
+    // Aliases, and each type's defaults.
+    auto busy = resolve_lock(job_of(R"({"class":"C","args":[],"lock":"while_busy"})"), nullptr, cfg);
+    CHECK(busy->type == "while_executing");
+    CHECK(busy->timeout == std::chrono::milliseconds(0));
+    CHECK(busy->on_conflict == "reject");
+    auto two = resolve_lock(job_of(R"({"class":"C","args":[],"lock":"until_and_while_executing"})"),
+                            nullptr, cfg);
+    CHECK_FALSE(two->timeout);  // waits as long as it takes
+    CHECK(two->on_conflict == "log");
+    CHECK(two->ttl == cfg.default_lock_ttl);
+    auto server = resolve_lock(job_of(R"({"class":"C","args":[],"lock":"while_executing",
+        "on_conflict":{"client":"log","server":"reschedule"},"lock_timeout":2})"),
+                               nullptr, cfg);
+    CHECK(server->on_conflict == "reschedule");
+    CHECK(server->timeout == std::chrono::seconds(2));
+
+    // YAML defaults: lock_args picks argument indexes; the payload wins where it speaks.
+    auto cls = class_with({"until_and_while_executing", std::vector<int>{1}, std::chrono::seconds(9),
+                           std::chrono::seconds(4), "reject"});
+    auto d1 = resolve_lock(job_of(R"({"class":"HardWorker","args":[1,"acct-7"]})"), &cls, cfg);
+    auto d2 = resolve_lock(job_of(R"({"class":"HardWorker","args":[2,"acct-7"]})"), &cls, cfg);
+    CHECK(d1->digest == d2->digest);  // only args[1] makes the identity
+    CHECK(d1->ttl == std::chrono::seconds(9));
+    CHECK(d1->timeout == std::chrono::seconds(4));
+    CHECK(d1->on_conflict == "reject");
+    auto own = resolve_lock(job_of(R"({"class":"HardWorker","args":[1,"acct-7"],
+        "lock":"until_expired","lock_args":["x"]})"),
+                            &cls, cfg);
+    CHECK(own->type == "until_expired");
+    CHECK(own->digest != d1->digest);
+
+    CHECK_THROWS_AS(resolve_lock(job_of(R"({"class":"C","args":[],"lock":"forever"})"), nullptr, cfg),
+                    JobError);
+    CHECK_THROWS_AS(resolve_lock(job_of(R"({"class":"C","args":[],"lock":"while_executing",
+        "lock_ttl":"long"})"),
+                                 nullptr, cfg),
+                    JobError);
+}
+
+TEST_CASE("unique: YAML lock options are validated with the key and the line", "[unique][config]") {
+    auto error_of = [](const std::string& yaml) -> std::string {
+        try {
+            auto c = parse_config(yaml, "t.yml", "production");
+            validate_config(c);
+            return "";
+        } catch (const ConfigError& e) {
+            return e.what();
+        }
+    };
+    auto c = parse_config(
+        "queues: [a]\nhandlers:\n  Sync:\n    lock: while_busy\n    lock_args: [0, 2]\n"
+        "    lock_ttl: 120\n    on_conflict: reschedule\nunique_jobs: {reaper_interval: 5}\n",
+        "t.yml", "production");
+    REQUIRE(c.classes.count("Sync"));
+    CHECK(c.classes["Sync"].lock.lock == "while_executing");
+    CHECK(*c.classes["Sync"].lock.lock_args == std::vector<int>{0, 2});
+    CHECK(c.classes["Sync"].lock.lock_ttl == std::chrono::seconds(120));
+    CHECK(c.classes["Sync"].lock.on_conflict == "reschedule");
+    CHECK(c.exec_handlers.empty());
+    CHECK(c.unique_jobs.reaper_interval == std::chrono::seconds(5));
+
+    CHECK(error_of("queues: [a]\nhandlers:\n  S:\n    lock: forever\n") ==
+          "handlers.S.lock (line 4): must be until_and_while_executing, while_executing, "
+          "until_executing, until_executed or until_expired");
+    CHECK(error_of("queues: [a]\nhandlers:\n  S:\n    lock: until_executed\n    on_conflict: x\n") ==
+          "handlers.S.on_conflict (line 5): must be reject, reschedule or log");
+    CHECK(error_of("queues: [a]\nhandlers:\n  S:\n    lock_ttl: 5\n") ==
+          "handlers.S.lock (line 3): is required with lock_args/lock_ttl/lock_timeout/on_conflict");
+    CHECK(error_of("queues: [a]\nhandlers:\n  S:\n    lock: until_executed\n    lock_args: [-1]\n") ==
+          "handlers.S.lock_args (line 5): indexes must not be negative");
+    CHECK(error_of("queues: [a]\nunique_jobs: {reaper: 5}\n") ==
+          "unique_jobs.reaper (line 2): unknown key");
+}
