@@ -1,12 +1,15 @@
-// The kiqd command line: the daemon (default) and `check-config`. Parses flags with CLI11,
-// loads and validates the configuration (exit 78 naming the key on any problem, before Redis is
-// touched), builds the logger, registry and middleware chain, and hands over to the Launcher.
+// The kiqd command line: the daemon (default), `check-config`, and the admin commands
+// (`stats`, `queues`, `processes`, `retries`, `dead`, `quiet`, `stop`; see admin.hpp). Parses flags
+// with CLI11, loads and validates the configuration (exit 78 naming the key on any problem, before
+// Redis is touched), builds the logger, registry and middleware chain, and hands over to the
+// Launcher.
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <iostream>
 
+#include "kiqd/admin.hpp"
 #include "kiqd/exec_handler.hpp"
 #include "kiqd/kiqd.hpp"
 #include "kiqd/launcher.hpp"
@@ -39,7 +42,9 @@ void add_common(CLI::App& app, CliOptions& o) {
     app.add_flag("-v,--verbose", o.verbose, "debug logging");
 }
 
-Config build_config(const CliOptions& o) {
+// need_queues = false for the admin commands: they read the same file and REDIS_URL as the
+// daemon but process no queue, so a config without `queues` is fine for them.
+Config build_config(const CliOptions& o, bool need_queues = true) {
     std::string env = o.environment;
     for (const char* var : {"RAILS_ENV", "APP_ENV", "RACK_ENV"}) {
         if (!env.empty()) break;
@@ -56,7 +61,8 @@ Config build_config(const CliOptions& o) {
         c.queues.clear();
         for (const auto& q : o.queues) c.queues.push_back(parse_queue_arg(q));
     }
-    if (o.config_path.empty() && c.queues.empty()) c.queues.push_back({"default", 0});
+    if ((o.config_path.empty() || !need_queues) && c.queues.empty())
+        c.queues.push_back({"default", 0});
     if (o.timeout) {
         if (*o.timeout <= 0) throw ConfigError("-t", "must be greater than 0");
         c.timeout = std::chrono::milliseconds(static_cast<long long>(*o.timeout * 1000));
@@ -74,6 +80,48 @@ int config_error(const ConfigError& e, const std::string& source) {
     return kExitConfig;
 }
 
+// The admin subcommands, each with the daemon's -C/-e (so config and REDIS_URL resolve the same).
+struct AdminCli {
+    admin::Request request;
+    CliOptions opts;
+    std::vector<std::pair<CLI::App*, std::string>> subs;
+
+    void add(CLI::App& app) {
+        auto sub = [&](const std::string& name, const std::string& help) {
+            auto* s = app.add_subcommand(name, help);
+            // Only what locates Redis: the daemon's tuning flags mean nothing here.
+            s->add_option("-C,--config", opts.config_path,
+                          "YAML config file (the daemon's; only redis: is used)");
+            s->add_option("-e,--environment", opts.environment,
+                          "environment sub-hash (default: $RAILS_ENV, $APP_ENV, $RACK_ENV)");
+            s->add_flag("--json", request.json, "JSON output for scripts");
+            subs.emplace_back(s, name);
+            return s;
+        };
+        sub("stats", "cluster counters (as Sidekiq::Stats)");
+        sub("queues", "size and latency of each queue");
+        sub("processes", "live processes: identity, busy/concurrency, RSS, last beat, quiet");
+        for (const std::string set : {"retries", "dead"}) {
+            auto* s = sub(set, "list, retry or delete " + set + " entries");
+            s->add_option("action", request.action, "list (default), retry or delete");
+            s->add_option("jid", request.targets, "JIDs to act on");
+            s->add_option("--class", request.job_class, "only entries of this job class");
+            s->add_flag("--all", request.all, "retry/delete every entry");
+            s->add_option("--limit", request.limit, "list at most this many entries");
+        }
+        for (const std::string sig : {"quiet", "stop"}) {
+            auto* s = sub(sig, sig + " processes through their -signals list (as Sidekiq's API)");
+            s->add_option("identity", request.targets, "process identities (see kiqd processes)");
+            s->add_flag("--all", request.all, "every live process");
+        }
+    }
+    const std::string* parsed() const {
+        for (const auto& [s, name] : subs)
+            if (s->parsed()) return &name;
+        return nullptr;
+    }
+};
+
 }  // namespace
 
 int run(int argc, char** argv, HandlerRegistry& handlers, MiddlewareRegistry& middleware) {
@@ -84,6 +132,8 @@ int run(int argc, char** argv, HandlerRegistry& handlers, MiddlewareRegistry& mi
     auto* check = app.add_subcommand("check-config", "validate the configuration and exit");
     CliOptions check_opts;
     add_common(*check, check_opts);
+    AdminCli admin_cli;
+    admin_cli.add(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
@@ -98,6 +148,16 @@ int run(int argc, char** argv, HandlerRegistry& handlers, MiddlewareRegistry& mi
     // A write to a socket the peer closed (Redis restarted, a child exited before reading its
     // stdin) must fail with EPIPE, not kill the daemon.
     std::signal(SIGPIPE, SIG_IGN);
+    if (const std::string* command = admin_cli.parsed()) {
+        admin_cli.request.command = *command;
+        Config admin_config;
+        try {
+            admin_config = build_config(admin_cli.opts, false);
+        } catch (const ConfigError& e) {
+            return config_error(e, admin_cli.opts.config_path);
+        }
+        return admin::run_admin(admin_cli.request, admin_config, std::cout, std::cerr);
+    }
     register_builtin_handlers(handlers);
     const CliOptions& o = check->parsed() ? check_opts : opts;
     Config config;

@@ -3,6 +3,7 @@
 #include <boost/asio/post.hpp>
 #include <csignal>
 
+#include "kiqd/logging.hpp"
 #include "kiqd/unique_jobs.hpp"
 
 namespace kiqd {
@@ -21,6 +22,7 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
                    const MiddlewareChain& chain, spdlog::logger& log)
     : config_(config),
       log_(log),
+      notifier_(SystemdNotifier::from_environment()),
       me_(ProcessIdentity::create()),
       keys_(config.redis.key_prefix),
       order_(config.queues),
@@ -50,9 +52,11 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
       scheduler_(rt_),
       heartbeat_(rt_, me_, me_.info_json(config, order_)),
       signals_(io_, SIGINT, SIGTERM),
-      beat_timer_(io_) {
+      beat_timer_(io_),
+      watchdog_timer_(io_) {
     signals_.add(SIGTSTP);
     signals_.add(SIGTTIN);
+    signals_.add(SIGHUP);
     if (reliable_) recovery_ = std::make_unique<OrphanRecovery>(rt_, *reliable_);
     // Processors start in run(), so the chain can still gain its first member here.
     lock_keeper_ = std::make_unique<LockKeeper>(keys_, rt_.connection_options,
@@ -74,7 +78,36 @@ void Launcher::schedule_beat(std::chrono::steady_clock::duration delay) {
             log_.info("received remote signal {}", *signal);
             handle_signal(*signal);
         }
+        notify_status();
         schedule_beat(heartbeat_.period());
+    });
+}
+
+void Launcher::notify_status() {
+    if (!notifier_.enabled()) return;
+    // The beat just made reached Redis unless the health tracker says Redis is down.
+    const bool redis_up = !health_.down();
+    if (!ready_sent_ && redis_up && !stopping_) {
+        ready_sent_ = true;
+        notifier_.notify("READY=1");
+    }
+    std::string status = fmt::format("{} of {} busy", work_.busy(), config_.concurrency);
+    if (stopping_)
+        status += ", stopping";
+    else if (lifecycle_.is_quiet())
+        status += ", quiet";
+    if (!redis_up) status += ready_sent_ ? ", Redis unreachable" : ", waiting for Redis";
+    notifier_.notify("STATUS=" + status);
+}
+
+void Launcher::schedule_watchdog() {
+    const auto timeout = notifier_.watchdog();
+    if (!timeout) return;
+    notifier_.notify("WATCHDOG=1");
+    // Half the timeout, as sd_watchdog_enabled(3) recommends: one late ping is not fatal.
+    watchdog_timer_.expires_after(*timeout / 2);
+    watchdog_timer_.async_wait([this](const boost::system::error_code& ec) {
+        if (!ec) schedule_watchdog();
     });
 }
 
@@ -114,6 +147,7 @@ void Launcher::begin_stop() {
         deadline_ns_ = Clock::now().time_since_epoch().count();
         return;
     }
+    notifier_.notify("STOPPING=1\nSTATUS=stopping: waiting for running jobs");
     log_.info("Shutting down: waiting up to {:.1f} s for running jobs",
               std::chrono::duration<double>(config_.timeout).count());
     deadline_ns_ = (Clock::now() + config_.timeout).time_since_epoch().count();
@@ -126,6 +160,7 @@ void Launcher::begin_stop() {
         lock_keeper_->stop();
         boost::asio::post(io_, [this] {
             beat_timer_.cancel();
+            watchdog_timer_.cancel();
             signals_.cancel();
             heartbeat_.clear();
             log_.info("Bye!");
@@ -149,6 +184,10 @@ int Launcher::run() {
                 case SIGTTIN:
                     handle_signal("TTIN");
                     break;
+                case SIGHUP:
+                    reopen_log_files();
+                    log_.info("SIGHUP: reopened the log file");
+                    break;
                 default:
                     handle_signal("TERM");
                     break;
@@ -161,6 +200,7 @@ int Launcher::run() {
     manager_.start();
     scheduler_.start();
     schedule_beat(std::chrono::steady_clock::duration::zero());  // first beat at once
+    schedule_watchdog();
     io_.run();
     if (stop_thread_.joinable()) stop_thread_.join();
     log_.flush();

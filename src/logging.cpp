@@ -1,13 +1,14 @@
 #include "kiqd/logging.hpp"
 
 #include <spdlog/async.h>
+#include <spdlog/details/file_helper.h>
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/base_sink.h>
-#include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
 #include <mutex>
+#include <vector>
 
 namespace kiqd {
 namespace {
@@ -63,15 +64,60 @@ class BufferedStdoutSink final : public spdlog::sinks::base_sink<std::mutex> {
     void flush_() override { std::fflush(stdout); }
 };
 
+// A file sink that can reopen its file at the configured path: after logrotate (or anyone) has
+// renamed the file, SIGHUP makes new lines go to a new file at the original path. reopen() runs
+// on the launcher's io thread and write on the logger's writer thread; base_sink's mutex
+// serialises them.
+class ReopenableFileSink final : public spdlog::sinks::base_sink<std::mutex> {
+  public:
+    explicit ReopenableFileSink(const std::string& path) { file_.open(path, false); }
+    void reopen() {
+        std::lock_guard<std::mutex> lock(mutex_);
+        file_.flush();
+        file_.reopen(false);  // append: never truncate what is (again) at the path
+    }
+
+  protected:
+    void sink_it_(const spdlog::details::log_msg& msg) override {
+        spdlog::memory_buf_t formatted;
+        formatter_->format(msg, formatted);
+        file_.write(formatted);
+    }
+    void flush_() override { file_.flush(); }
+
+  private:
+    spdlog::details::file_helper file_;
+};
+
+// Every file sink made by make_logger, for reopen_log_files().
+std::mutex file_sinks_mutex;
+std::vector<std::weak_ptr<ReopenableFileSink>> file_sinks;
+
 }  // namespace
+
+void reopen_log_files() {
+    std::lock_guard<std::mutex> lock(file_sinks_mutex);
+    for (auto it = file_sinks.begin(); it != file_sinks.end();) {
+        if (auto sink = it->lock()) {
+            sink->reopen();
+            ++it;
+        } else {
+            it = file_sinks.erase(it);
+        }
+    }
+}
 
 std::shared_ptr<spdlog::logger> make_logger(const LoggingConfig& config, bool verbose) {
     if (!spdlog::thread_pool()) spdlog::init_thread_pool(8192, 1);
     spdlog::sink_ptr sink;
     if (config.file.empty())
         sink = std::make_shared<BufferedStdoutSink>();
-    else
-        sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(config.file);
+    else {
+        auto file_sink = std::make_shared<ReopenableFileSink>(config.file);
+        std::lock_guard<std::mutex> lock(file_sinks_mutex);
+        file_sinks.push_back(file_sink);
+        sink = std::move(file_sink);
+    }
     // Blocking when the queue is full: slower, but no log line of a job is ever dropped.
     auto logger = std::make_shared<spdlog::async_logger>("kiqd", sink, spdlog::thread_pool(),
                                                          spdlog::async_overflow_policy::block);

@@ -4,7 +4,11 @@
 // thread, and, on the calling (main) thread, an Asio
 // io_context that handles OS signals and the heartbeat timer:
 //   SIGTERM/SIGINT or a remote TERM → graceful stop (a second one: stop now, still requeueing);
-//   SIGTSTP or a remote TSTP → quiet; SIGTTIN or a remote TTIN → log every running job.
+//   SIGTSTP or a remote TSTP → quiet; SIGTTIN or a remote TTIN → log every running job;
+//   SIGHUP → reopen the log file.
+// Under systemd (Type=notify) the io thread also sends READY=1 after the first heartbeat that
+// reached Redis, STATUS= at every beat, STOPPING=1 at the first stop request and WATCHDOG=1
+// every WATCHDOG_USEC/2, so a stuck io thread gets the process restarted.
 // The stop itself runs on a separate thread so that signals and heartbeats keep being served
 // while it waits for running jobs.
 #include <atomic>
@@ -22,6 +26,7 @@
 #include "kiqd/orphan_recovery.hpp"
 #include "kiqd/process_identity.hpp"
 #include "kiqd/scheduler.hpp"
+#include "kiqd/systemd_notify.hpp"
 
 namespace kiqd {
 
@@ -39,9 +44,14 @@ class Launcher {
     void begin_stop();
     void log_busy_jobs();
     void schedule_beat(std::chrono::steady_clock::duration delay);
+    void schedule_watchdog();
+    void notify_status();  // io thread: READY=1 once, then STATUS=
 
     const Config& config_;
     spdlog::logger& log_;
+    // First: it takes NOTIFY_SOCKET & co. out of the environment before anything else runs.
+    SystemdNotifier notifier_;
+    bool ready_sent_ = false;  // io thread only
     ProcessIdentity me_;
     Keys keys_;
     QueueOrder order_;
@@ -63,6 +73,7 @@ class Launcher {
     boost::asio::io_context io_;
     boost::asio::signal_set signals_;
     boost::asio::steady_timer beat_timer_;
+    boost::asio::steady_timer watchdog_timer_;
     std::thread stop_thread_;
     std::atomic<bool> stopping_{false};
     std::atomic<bool> all_threads_ended_{true};
