@@ -17,6 +17,10 @@
 #                          bench/results/core_throughput.md when JOBS >= 100000,
 #                          else bench/results/core_throughput-smoke.md
 #   POLL_MS=20             LLEN polling interval
+#   ROWS="default warn reliable"  kiqd rows per concurrency: default (logging at info), warn
+#                          (logging at warn), reliable (--fetch reliable, warn), unique
+#                          (warn, every job with lock: until_and_while_executing on a distinct
+#                          identity: the cost of the unique-jobs locks)
 #
 # Method, per system and concurrency: FLUSHALL; push JOBS Kiqd::Noop payloads
 # (Sidekiq 6.4.1 shape, unique jids, LPUSH in batches of 1000 via redis-cli --pipe);
@@ -42,6 +46,8 @@ if ((JOBS >= 100000)); then default_results=$here/results/core_throughput.md
 else default_results=$here/results/core_throughput-smoke.md; fi  # smoke runs keep the real report
 RESULTS=${RESULTS:-$default_results}
 POLL_MS=${POLL_MS:-20}
+ROWS=${ROWS:-"default warn reliable"}
+push_args=()
 QUEUE=default
 
 die() { echo "core_throughput: $*" >&2; exit 1; }
@@ -113,7 +119,7 @@ results_jsonl="$work/results.jsonl"
 
 prepare_queue() {
     rcli flushall >/dev/null
-    "${helper[@]}" push --jobs "$JOBS" --queue "$QUEUE" |
+    "${helper[@]}" push --jobs "$JOBS" --queue "$QUEUE" "${push_args[@]}" |
         rcli --pipe >"$work/pipe.out" 2>&1 || die "redis-cli --pipe failed: $(cat "$work/pipe.out")"
     grep -q 'errors: 0' "$work/pipe.out" || die "push errors: $(cat "$work/pipe.out")"
     local n
@@ -152,10 +158,22 @@ load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "core_throughput: JOBS=$JOBS CONCURRENCIES=\"$CONCURRENCIES\" RUNS=$RUNS redis=127.0.0.1:$port worker log -> $WORKER_LOG" >&2
 for c in $CONCURRENCIES; do
     for ((run = 1; run <= RUNS; run++)); do
-        run_one "kiqd" "$c" -- "$KIQD" -C "$work/kiqd.yml" -c "$c" -q "$QUEUE"
-        run_one "kiqd (log warn)" "$c" -- "$KIQD" -C "$work/kiqd-warn.yml" -c "$c" -q "$QUEUE"
-        run_one "kiqd reliable (log warn)" "$c" -- "$KIQD" -C "$work/kiqd-warn.yml" -c "$c" \
-            -q "$QUEUE" --fetch reliable
+        for row in $ROWS; do
+            case $row in
+            default) run_one "kiqd" "$c" -- "$KIQD" -C "$work/kiqd.yml" -c "$c" -q "$QUEUE" ;;
+            warn) run_one "kiqd (log warn)" "$c" -- "$KIQD" -C "$work/kiqd-warn.yml" -c "$c" \
+                -q "$QUEUE" ;;
+            reliable) run_one "kiqd reliable (log warn)" "$c" -- "$KIQD" -C "$work/kiqd-warn.yml" \
+                -c "$c" -q "$QUEUE" --fetch reliable ;;
+            unique)
+                push_args=(--unique)
+                run_one "kiqd unique lock (log warn)" "$c" -- "$KIQD" -C "$work/kiqd-warn.yml" \
+                    -c "$c" -q "$QUEUE"
+                push_args=()
+                ;;
+            *) die "unknown row '$row' in ROWS" ;;
+            esac
+        done
         if [[ -n $sidekiq_bin ]]; then
             run_one "$sidekiq_label" "$c" REDIS_URL="$redis_url" -- \
                 "$sidekiq_bin" -r "$here/sidekiq_noop.rb" -c "$c" -q "$QUEUE"
@@ -187,11 +205,11 @@ $table
 - seconds: worker process start -> \`LLEN queue:$QUEUE\` = 0 (polled every $POLL_MS ms), so it includes start-up; "first job s" is when the queue first shrank
 - peak RSS: VmHWM of the worker process, read just before SIGTERM; CPU: utime+stime of the worker / Redis (INFO cpu) over the drain; stop s: SIGTERM -> exit
 - every run: worker exited 0 on SIGTERM and stat:processed = $JOBS, nothing failed/retried/dead
-- "kiqd" logs one line per job start and finish (default level info); "(log warn)" runs use \`logging: {level: warn}\`; "reliable" runs use \`--fetch reliable\` (one fetch script and one LREM per job); worker stdout went to $log_note
+- "kiqd" logs one line per job start and finish (default level info); "(log warn)" runs use \`logging: {level: warn}\`; "reliable" runs use \`--fetch reliable\` (one fetch script and one LREM per job); "unique lock" runs push every job with \`lock: until_and_while_executing\` on its own identity (an acquire and a release script per job); worker stdout went to $log_note
 ${sidekiq_note}
 - machine: $(nproc) CPUs, ${cpu_model:-unknown CPU}, $(uname -sr); redis-server $redis_version (same host, loopback); load average $load_start at start, $load_end at end
 - kiqd: ${kiqd_version:-?}, binary sha1 $kiqd_sha built $kiqd_built, git $git_rev; $(ruby -v 2>/dev/null | cut -d' ' -f1-2 || echo "no ruby")
-- command: \`JOBS=$JOBS CONCURRENCIES="$CONCURRENCIES" RUNS=$RUNS bench/core_throughput.sh\` ($(date -u +%Y-%m-%dT%H:%MZ))
+- command: \`JOBS=$JOBS CONCURRENCIES="$CONCURRENCIES" RUNS=$RUNS ROWS="$ROWS" bench/core_throughput.sh\` ($(date -u +%Y-%m-%dT%H:%MZ))
 EOF
 )
 echo

@@ -91,15 +91,29 @@ std::string random_hex() {
     return out;
 }
 
-// The identity arguments in the producer's own key order (Ruby hashes keep insertion order,
-// nlohmann::json would sort them and change the digest).
+bool contains_object(const nlohmann::json& v) {
+    if (v.is_object()) return true;
+    if (v.is_array())
+        for (const auto& e : v)
+            if (contains_object(e)) return true;
+    return false;
+}
+
+// The identity arguments in the producer's own key order: Ruby hashes keep insertion order,
+// and nlohmann::json sorts object keys, which would change the digest. Only then is the raw
+// payload read again (a measured third of the cost of a unique job when done every time).
 nlohmann::ordered_json lock_args_of(const Job& job, const ClassSpec* defaults) {
-    auto raw = RawJsonObject::parse(job.raw);
+    const auto& p = job.payload;
+    const bool own = p.contains("lock_args");
+    std::optional<RawJsonObject> raw;
+    if (contains_object(own ? p["lock_args"] : job.args())) raw = RawJsonObject::parse(job.raw);
     auto member = [&](const char* key) -> nlohmann::ordered_json {
-        const std::string* text = raw ? raw->find(key) : nullptr;
+        if (!raw) return p.contains(key) ? nlohmann::ordered_json(p[key])
+                                         : nlohmann::ordered_json::array();
+        const std::string* text = raw->find(key);
         return text ? nlohmann::ordered_json::parse(*text) : nlohmann::ordered_json::array();
     };
-    if (raw && raw->contains("lock_args")) return member("lock_args");
+    if (own) return member("lock_args");
     auto args = member("args");
     if (!defaults || !defaults->lock.lock_args) return args;
     nlohmann::ordered_json picked = nlohmann::ordered_json::array();
@@ -119,9 +133,11 @@ std::string unique_digest(const std::string& prefix, const std::string* job_clas
     pairs.push_back({"lock_args", lock_args});
     if (queue) pairs.push_back({"queue", *queue});
     const std::string text = pairs.dump();
+    // OpenSSL 3 looks EVP_md5() up in its provider on every use; fetch it once.
+    static EVP_MD* const md5 = EVP_MD_fetch(nullptr, "MD5", nullptr);
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int len = 0;
-    EVP_Digest(text.data(), text.size(), md, &len, EVP_md5(), nullptr);
+    EVP_Digest(text.data(), text.size(), md, &len, md5, nullptr);
     static constexpr char kHex[] = "0123456789abcdef";
     std::string out = prefix + ":";
     for (unsigned int i = 0; i < len; ++i) {
@@ -251,7 +267,8 @@ void UniqueJobsMiddleware::run_with_exec_lock(JobContext& ctx, const Next& next,
     const std::string exec_key = keys_.digest_key(lock.digest, ":EXEC");
     const std::string owner = identity_ + " " + random_hex();
     std::vector<std::string> keys{wait_key, exec_key, keeper_.held_hash()};
-    for (auto& k : client_lock_keys(lock.digest)) keys.push_back(std::move(k));
+    if (lock.client_lock)  // only a producer's digest can have a client lock to release
+        for (auto& k : client_lock_keys(lock.digest)) keys.push_back(std::move(k));
     auto reply = acquire_script_.run(
         ctx.redis, keys,
         {use_wait ? "1" : "0", carried, random_hex(), owner, std::to_string(lock.ttl.count()),

@@ -104,16 +104,20 @@ def cmd_push(args):
     out.write(resp("SADD", "queues", args.queue))
     key = "queue:" + args.queue
     left = args.jobs
+    serial = 0
     while left > 0:
         n = min(args.batch, left)
         now = time.time()
         payloads = []
         for _ in range(n):
-            payloads.append(json.dumps(
-                {"retry": True, "queue": args.queue, "class": args.job_class,
-                 "args": [], "jid": os.urandom(12).hex(),
-                 "created_at": now, "enqueued_at": now},
-                separators=(",", ":")))
+            job = {"retry": True, "queue": args.queue, "class": args.job_class,
+                   "args": [], "jid": os.urandom(12).hex(),
+                   "created_at": now, "enqueued_at": now}
+            if args.unique:  # as sidekiq-unique-jobs' client writes them; distinct identities
+                serial += 1
+                job["lock"] = "until_and_while_executing"
+                job["lock_args"] = [serial]
+            payloads.append(json.dumps(job, separators=(",", ":")))
         out.write(resp("LPUSH", key, *payloads))
         left -= n
     out.flush()
@@ -284,6 +288,8 @@ def main():
     p.add_argument("--batch", type=int, default=1000)
     p.add_argument("--queue", default="default")
     p.add_argument("--job-class", default="Kiqd::Noop")
+    p.add_argument("--unique", action="store_true",
+                   help="lock: until_and_while_executing with a distinct identity per job")
     d = sub.add_parser("drain")
     d.add_argument("--port", type=int, required=True)
     d.add_argument("--jobs", type=int, required=True)
