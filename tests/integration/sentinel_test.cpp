@@ -346,9 +346,21 @@ TEST_CASE("sentinel: kiqd follows a fail-over (kill -9 of the master) and every 
     kiqd.signal(SIGTERM);
     CHECK(kiqd.wait_exit() == 0);
     const auto out = kiqd.output();
-    INFO(out.substr(out.size() > 4000 ? out.size() - 4000 : 0));
-    CHECK(count(out, "Redis is unreachable") == 1);
-    CHECK_THAT(out, Catch::Contains("Redis is back after"));
+    std::string redis_lines;  // the log without the per-job lines
+    for (size_t at = 0, end; at < out.size(); at = end + 1) {
+        end = out.find('\n', at);
+        if (end == std::string::npos) end = out.size();
+        if (out.compare(at, end - at, "class=") == std::string::npos ||
+            out.find("class=", at) > end)
+            redis_lines += out.substr(at, end - at + 1);
+    }
+    INFO(redis_lines);
+    // The outage is logged, and so is the recovery. (A connection idle during the fail-over,
+    // such as the heartbeat's, notices only on its next use, after the others recovered; that
+    // can make a second, instantly recovered outage line.)
+    CHECK(count(out, "Redis is unreachable") >= 1);
+    CHECK(out.rfind("Redis is back after") != std::string::npos);
+    CHECK(out.rfind("Redis is back after") > out.rfind("Redis is unreachable"));
     CHECK(rconn.command({"ZCARD", "retry"}).integer() == 0);
     CHECK(rconn.command({"ZCARD", "dead"}).integer() == 0);
     CHECK(processed(rconn) > 0);  // the stats flushed after the fail-over landed on the new master
