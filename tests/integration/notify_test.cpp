@@ -231,17 +231,19 @@ TEST_CASE("systemd: systemd-analyze verifies both units and rates them 2.0 or lo
         text = std::regex_replace(text, std::regex("/usr/bin/kiqd"), KIQD_BINARY);
         std::ofstream(dir + "/" + unit) << text;
     }
-    const auto old_cwd = fs::current_path();
-    fs::current_path(dir);  // verify resolves kiqd@1.service from the template in the cwd
-    auto [code, out] = kiqd::test::run_command(
-        {analyze, "verify", "kiqd.service", "kiqd@.service", "kiqd@1.service"});
+    // verify resolves kiqd@1.service from the template in its working directory; a shell sets
+    // that for the child only, so the test binary's own cwd never changes.
+    auto analyze_in_dir = [&](const std::string& args) {
+        return kiqd::test::run_command(
+            {"/bin/sh", "-c", "cd '" + dir + "' && exec " + analyze + " " + args});
+    };
+    auto [code, out] = analyze_in_dir("verify kiqd.service kiqd@.service kiqd@1.service");
     INFO(out);
     CHECK(code == 0);
     CHECK(out.empty());
     for (const std::string unit : {"kiqd.service", "kiqd@1.service"}) {
         // --threshold is the exposure × 10: a non-zero exit above 2.0.
-        auto [scode, sout] = kiqd::test::run_command(
-            {analyze, "security", "--offline=true", "--threshold=20", unit});
+        auto [scode, sout] = analyze_in_dir("security --offline=true --threshold=20 " + unit);
         std::smatch m;
         const bool rated =
             std::regex_search(sout, m, std::regex("Overall exposure level for \\S+: ([0-9.]+)"));
@@ -251,6 +253,5 @@ TEST_CASE("systemd: systemd-analyze verifies both units and rates them 2.0 or lo
         CHECK(scode == 0);
         CHECK(std::stod(m[1]) <= 2.0);
     }
-    fs::current_path(old_cwd);
     fs::remove_all(dir);
 }
