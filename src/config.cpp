@@ -208,8 +208,9 @@ void parse_redis(const YAML::Node& n, RedisConfig& r) {
     }
     if (r.sentinel.sentinels.empty()) {
         for (const char* k : {"master_name", "sentinel_username", "sentinel_password"})
-            if (n[k]) throw ConfigError(std::string("redis.") + k,
-                                        "is only used with redis.sentinels", line_of(n[k]));
+            if (n[k])
+                throw ConfigError(std::string("redis.") + k, "is only used with redis.sentinels",
+                                  line_of(n[k]));
     } else if (r.sentinel.master_name.empty()) {
         throw ConfigError("redis.master_name",
                           "is required with redis.sentinels (the name the sentinels monitor)",

@@ -175,6 +175,15 @@ TEST_CASE("auth: the daemon authenticates with a password from YAML, a file or t
                             {{"KIQD_TEST_REDIS_PW", pw}});
         CHECK(out.find(pw) == std::string::npos);
     }
+    {  // check-config validates the file and the password source, and prints no password.
+        KiqdProcess cfg(KIQD_BINARY, base_yaml(server) + "  password: " + pw + "\n",
+                        {"check-config"});
+        auto [code, out] =
+            kiqd::test::run_command({KIQD_BINARY, "check-config", "-C", cfg.config_path()});
+        CHECK(code == 0);
+        CHECK_THAT(out, Catch::Contains("is valid"));
+        CHECK(out.find(pw) == std::string::npos);
+    }
     {  // The password in the URL still works.
         auto out = run_jobs(server,
                             "queues: [default]\nredis: {url: 'redis://:" + pw +
