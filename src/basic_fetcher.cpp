@@ -4,8 +4,20 @@
 
 namespace kiqd {
 
+redis::Reply command_after(redis::Connection& conn, std::vector<redis::Command>& pending,
+                           const redis::Command& command) {
+    if (pending.empty()) return conn.command(command);
+    pending.push_back(command);
+    auto replies = conn.pipeline_unchecked(pending);
+    pending.clear();
+    redis::Reply reply = std::move(replies.back());
+    if (reply.is_error()) throw redis::ReplyError(std::string(reply.error_text()));
+    return reply;
+}
+
 std::optional<UnitOfWork> BasicFetcher::retrieve_work(redis::Connection& conn,
-                                                      std::mt19937_64& rng, size_t) const {
+                                                      std::mt19937_64& rng, size_t,
+                                                      std::vector<redis::Command>& pending) const {
     thread_local std::vector<const std::string*> names;
     thread_local std::vector<std::string> argv_storage;
     order_.order(rng, names);
@@ -13,7 +25,7 @@ std::optional<UnitOfWork> BasicFetcher::retrieve_work(redis::Connection& conn,
     argv_storage.push_back("BRPOP");
     for (const auto* n : names) argv_storage.push_back(keys_.queue(*n));
     argv_storage.push_back(std::to_string(kTimeoutSeconds));
-    auto reply = conn.command(argv_storage);
+    auto reply = command_after(conn, pending, argv_storage);
     if (reply.is_nil()) return std::nullopt;
     if (reply.size() != 2) throw redis::ProtocolError("BRPOP returned an unexpected reply");
     return UnitOfWork{std::string(keys_.queue_name(reply[0].str())), std::string(reply[1].str())};

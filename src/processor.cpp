@@ -47,14 +47,14 @@ void Processor::run() noexcept {
     std::chrono::milliseconds backoff{0};
     while (!rt_.lifecycle.is_quiet()) {
         try {
-            auto unit = rt_.fetcher.retrieve_work(conn, rng_, slot_);
+            auto unit = rt_.fetcher.retrieve_work(conn, rng_, slot_, pending_);
             rt_.health.succeeded();
             backoff = std::chrono::milliseconds{0};
             if (!unit) continue;
             if (rt_.lifecycle.is_quiet()) {
                 // Fetched after quiet: push it straight back to the front of its queue.
-                write_until_done(conn, rt_.fetcher.requeue_commands({*unit}), "requeue",
-                                 unit->payload);
+                write_with_pending(conn, rt_.fetcher.requeue_commands({*unit}), "requeue",
+                                   unit->payload);
                 break;
             }
             process(conn, std::move(*unit));
@@ -69,6 +69,7 @@ void Processor::run() noexcept {
             rt_.lifecycle.wait_quiet_for(std::chrono::milliseconds(1000));
         }
     }
+    write_with_pending(conn, {}, "lock release", "");
     running_ = false;
     if (on_exit_) on_exit_();
 }
@@ -99,6 +100,13 @@ void Processor::write_until_done(redis::Connection& conn,
     }
 }
 
+void Processor::write_with_pending(redis::Connection& conn, std::vector<redis::Command> commands,
+                                   const std::string& what, const std::string& payload) {
+    for (auto& c : pending_) commands.push_back(std::move(c));
+    pending_.clear();
+    write_until_done(conn, commands, what, payload);
+}
+
 Failure Processor::failure_from_current_exception(const Job& job) const {
     try {
         throw;
@@ -121,7 +129,7 @@ void Processor::process(redis::Connection& conn, UnitOfWork unit) {
         auto cmds = rt_.fetcher.with_acknowledgement(
             unit, rt_.dead.kill_commands(
                       rt_.dead.invalid_entry(unit.payload, unit.queue, *invalid), epoch_seconds()));
-        write_until_done(conn, cmds, "dead-set entry", unit.payload);
+        write_with_pending(conn, std::move(cmds), "dead-set entry", unit.payload);
         return;
     }
     Job& job = std::get<Job>(parsed);
@@ -131,6 +139,7 @@ void Processor::process(redis::Connection& conn, UnitOfWork unit) {
     rt_.log.info("class={} jid={} queue={} start", job.display_class(), job.jid, job.queue);
 
     JobContext ctx{job, rt_.log, rt_.lifecycle.hard_stop, conn, rt_.keys, rt_.config, rt_.identity};
+    ctx.after_job = &pending_;
     std::optional<Failure> failure;
     bool interrupted = false;
     try {
@@ -151,6 +160,7 @@ void Processor::process(redis::Connection& conn, UnitOfWork unit) {
         // payload back (and counted it, as Sidekiq does), so nothing more is recorded here.
         rt_.log.info("class={} jid={} interrupted by shutdown; it is back in queue:{}",
                      job.display_class(), job.jid, job.queue);
+        write_with_pending(conn, {}, "lock release", job.raw);
         return;
     }
     if (interrupted && !failure)
@@ -162,8 +172,10 @@ void Processor::process(redis::Connection& conn, UnitOfWork unit) {
         if (ctx.handler_ran) rt_.work.processed.fetch_add(1, std::memory_order_relaxed);
         rt_.log.info("class={} jid={} queue={} done: {:.3f} ms", job.display_class(), job.jid,
                      job.queue, elapsed);
-        write_until_done(conn, rt_.fetcher.with_acknowledgement(unit, {}), "acknowledgement",
-                         job.raw);
+        // With basic fetch there is nothing to acknowledge: pending commands then ride along
+        // with the next fetch.
+        auto ack = rt_.fetcher.with_acknowledgement(unit, {});
+        if (!ack.empty()) write_with_pending(conn, std::move(ack), "acknowledgement", job.raw);
         return;
     }
     rt_.work.processed.fetch_add(1, std::memory_order_relaxed);
@@ -175,7 +187,8 @@ void Processor::process(redis::Connection& conn, UnitOfWork unit) {
                  job.jid, job.queue, elapsed, failure->error_class, failure->message,
                  kOutcome[static_cast<int>(plan.outcome)]);
     auto cmds = rt_.fetcher.with_acknowledgement(unit, rt_.retry.commands(plan));
-    write_until_done(conn, cmds, "failure", plan.payload.empty() ? job.raw : plan.payload);
+    write_with_pending(conn, std::move(cmds), "failure",
+                       plan.payload.empty() ? job.raw : plan.payload);
 }
 
 }  // namespace kiqd

@@ -293,6 +293,11 @@ void UniqueJobsMiddleware::run_with_exec_lock(JobContext& ctx, const Next& next,
     const uint64_t held = keeper_.hold(exec_key, owner, lock.ttl);
     auto release = [&] {
         keeper_.release(held);
+        if (ctx.after_job) {  // sent with the outcome or the next fetch: one round trip less
+            ctx.after_job->push_back({"EVAL", LockKeeper::release_script_source(), "2", exec_key,
+                                      keeper_.held_hash(), owner});
+            return;
+        }
         try {
             release_script_.run(ctx.redis, {exec_key, keeper_.held_hash()}, {owner});
         } catch (const redis::Error& e) {

@@ -25,9 +25,17 @@ class Fetcher {
   public:
     virtual ~Fetcher() = default;
     // Blocks for at most ~2 s; nullopt when every queue stayed empty. Throws redis::Error.
-    // `slot` is the calling processor's number (0..concurrency-1).
+    // `slot` is the calling processor's number (0..concurrency-1). `pending` are commands left
+    // over from the previous job (lock releases): they go out in the same write as the fetch
+    // and are cleared once sent; their replies are not checked (they must be idempotent).
     virtual std::optional<UnitOfWork> retrieve_work(redis::Connection& conn, std::mt19937_64& rng,
-                                                    size_t slot) const = 0;
+                                                    size_t slot,
+                                                    std::vector<redis::Command>& pending) const = 0;
+    std::optional<UnitOfWork> retrieve_work(redis::Connection& conn, std::mt19937_64& rng,
+                                            size_t slot) const {
+        std::vector<redis::Command> none;
+        return retrieve_work(conn, rng, slot, none);
+    }
     // The commands that record a job's outcome (`outcome`: retry/dead entries, or nothing for a
     // success) together with its acknowledgement. Basic fetch has nothing to acknowledge.
     virtual std::vector<redis::Command> with_acknowledgement(
@@ -45,8 +53,10 @@ class BasicFetcher final : public Fetcher {
     static constexpr int kTimeoutSeconds = 2;  // Sidekiq's BasicFetch::TIMEOUT
 
     BasicFetcher(const Keys& keys, const QueueOrder& order) : keys_(keys), order_(order) {}
+    using Fetcher::retrieve_work;
     std::optional<UnitOfWork> retrieve_work(redis::Connection& conn, std::mt19937_64& rng,
-                                            size_t slot) const override;
+                                            size_t slot,
+                                            std::vector<redis::Command>& pending) const override;
     std::vector<redis::Command> requeue_commands(
         const std::vector<UnitOfWork>& units) const override;
 
@@ -54,5 +64,10 @@ class BasicFetcher final : public Fetcher {
     const Keys& keys_;
     const QueueOrder& order_;
 };
+
+// Sends `pending` and then `command` in one write and returns `command`'s reply (throwing
+// ReplyError if it is an error); `pending` is cleared once sent, whatever its replies.
+redis::Reply command_after(redis::Connection& conn, std::vector<redis::Command>& pending,
+                           const redis::Command& command);
 
 }  // namespace kiqd

@@ -57,6 +57,10 @@ struct JobContext {
     const Config& config;
     const std::string& identity;  // this process's Sidekiq identity
     bool handler_ran = false;     // set by the chain; false = a middleware parked the job
+    // Where a middleware puts idempotent commands that must reach Redis after the job (a lock
+    // release): the processor sends them with the job's outcome or with its next fetch, saving
+    // a round trip. Null when the caller offers no such channel: then write directly.
+    std::vector<redis::Command>* after_job = nullptr;
 };
 
 // A failure with a chosen Sidekiq error_class (shown in the Web UI) and optional backtrace.

@@ -31,11 +31,15 @@ class Processor {
     Failure failure_from_current_exception(const Job& job) const;
     void write_until_done(redis::Connection& conn, const std::vector<redis::Command>& commands,
                           const std::string& what, const std::string& payload);
+    // write_until_done of `commands` followed by the pending after-job commands.
+    void write_with_pending(redis::Connection& conn, std::vector<redis::Command> commands,
+                            const std::string& what, const std::string& payload);
 
     Runtime& rt_;
     size_t slot_;
     std::function<void()> on_exit_;
     std::mt19937_64 rng_;
+    std::vector<redis::Command> pending_;  // JobContext::after_job of the last job(s)
     std::thread thread_;
     std::atomic<bool> running_{false};
 };

@@ -29,8 +29,10 @@ class ReliableFetcher final : public Fetcher {
 
     ReliableFetcher(const Keys& keys, const QueueOrder& order, std::string identity);
 
+    using Fetcher::retrieve_work;
     std::optional<UnitOfWork> retrieve_work(redis::Connection& conn, std::mt19937_64& rng,
-                                            size_t slot) const override;
+                                            size_t slot,
+                                            std::vector<redis::Command>& pending) const override;
     std::vector<redis::Command> with_acknowledgement(
         const UnitOfWork& unit, std::vector<redis::Command> outcome) const override;
     std::vector<redis::Command> requeue_commands(

@@ -251,6 +251,17 @@ Reply Connection::command(const Command& argv) {
 }
 
 std::vector<Reply> Connection::pipeline(const std::vector<Command>& commands) {
+    auto replies = pipeline_unchecked(commands);
+    for (const auto& r : replies) {
+        if (!r.is_error()) continue;
+        const std::string error(r.error_text());
+        if (error.rfind("NOAUTH", 0) == 0) auth_failed(error);
+        throw ReplyError(error);
+    }
+    return replies;
+}
+
+std::vector<Reply> Connection::pipeline_unchecked(const std::vector<Command>& commands) {
     if (!ctx_) connect();
     for (const auto& cmd : commands) {
         std::vector<const char*> ptrs;
@@ -265,16 +276,11 @@ std::vector<Reply> Connection::pipeline(const std::vector<Command>& commands) {
     }
     std::vector<Reply> replies;
     replies.reserve(commands.size());
-    std::optional<std::string> first_error;
     for (size_t i = 0; i < commands.size(); ++i) {
         void* raw = nullptr;
         if (redisGetReply(ctx_, &raw) != REDIS_OK || !raw) fail_context("Redis pipeline failed");
-        auto* r = static_cast<redisReply*>(raw);
-        if (r->type == REDIS_REPLY_ERROR && !first_error) first_error.emplace(r->str, r->len);
-        replies.emplace_back(r);
+        replies.emplace_back(static_cast<redisReply*>(raw));
     }
-    if (first_error && first_error->rfind("NOAUTH", 0) == 0) auth_failed(*first_error);
-    if (first_error) throw ReplyError(*first_error);
     return replies;
 }
 

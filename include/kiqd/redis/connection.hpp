@@ -34,6 +34,8 @@ class ReplyRef {
         return r_->type == REDIS_REPLY_STRING || r_->type == REDIS_REPLY_STATUS;
     }
     bool is_integer() const { return r_->type == REDIS_REPLY_INTEGER; }
+    bool is_error() const { return r_->type == REDIS_REPLY_ERROR; }
+    std::string_view error_text() const { return {r_->str, r_->len}; }  // when is_error()
     // Throws ProtocolError when the reply has another type than asked for.
     std::string_view str() const;
     long long integer() const;
@@ -87,6 +89,10 @@ class Connection {
     // Sends all commands in one write and reads all replies. If any reply is an error, every
     // reply is still read (the connection stays in sync) and the first error is thrown.
     std::vector<Reply> pipeline(const std::vector<Command>& commands);
+    // The same, but error replies come back as replies (ReplyRef::is_error) instead of being
+    // thrown, so that one command's error never costs the caller another command's reply (a
+    // popped job). Throws only when the connection fails.
+    std::vector<Reply> pipeline_unchecked(const std::vector<Command>& commands);
 
     // Connects now (normally lazy). Throws IoError when the server cannot be reached.
     void connect();
