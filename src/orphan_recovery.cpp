@@ -87,6 +87,10 @@ void OrphanRecovery::run() noexcept {
         try {
             register_alive(conn);
             fetcher_.set_ready();
+            if (size_t n = return_stranded(conn))
+                rt_.log.warn("reliable fetch: returned {} stranded job(s) to their queues "
+                             "(fetched, but the reply never reached a processor)",
+                             n);
             if (std::chrono::steady_clock::now() >= next_check) {
                 next_check = std::chrono::steady_clock::now() + cfg.orphan_check_interval;
                 const auto r = recover_orphans(conn);
@@ -98,6 +102,8 @@ void OrphanRecovery::run() noexcept {
             }
         } catch (const redis::Error& e) {
             // The processors report Redis outages; this thread just tries again next round.
+            // Acknowledgements held up by the outage are still on their way: suspect nothing.
+            suspects_.clear();
             rt_.log.debug("reliable fetch: liveness/recovery round failed: {}", e.what());
         } catch (const std::exception& e) {
             rt_.log.error("reliable fetch: orphan recovery error: {}", e.what());
@@ -157,39 +163,73 @@ OrphanRecovery::Result OrphanRecovery::recover_orphans(redis::Connection& conn, 
     return result;
 }
 
+size_t OrphanRecovery::return_stranded(redis::Connection& conn,
+                                      std::chrono::steady_clock::duration after) {
+    // Snapshot the running jobs before reading the lists: a job fetched in between shows up as
+    // a suspect once, and is running (or done) by the time it could be returned.
+    std::multiset<std::string> running;
+    for (auto& e : rt_.work.snapshot()) running.insert(std::move(e.job.payload));
+    const auto now = std::chrono::steady_clock::now();
+    decltype(suspects_) still;
+    Result result;
+    for (const auto& [queue, list] : fetcher_.working_lists()) {
+        auto jobs = conn.command({"LRANGE", list, "0", "-1"});
+        for (size_t i = 0; i < jobs.size(); ++i) {
+            std::string payload(jobs[i].str());
+            if (auto it = running.find(payload); it != running.end()) {
+                running.erase(it);
+                continue;
+            }
+            auto key = std::make_pair(list, std::move(payload));
+            auto seen = suspects_.find(key);
+            const auto since = seen == suspects_.end() ? now : seen->second;
+            if (now - since >= after)
+                requeue_one(conn, list, queue, key.second, 0, result);
+            else
+                still.emplace(std::move(key), since);
+        }
+    }
+    suspects_ = std::move(still);
+    return result.requeued;
+}
+
 void OrphanRecovery::recover_list(redis::Connection& conn, const std::string& list,
                                   const std::string& queue, bool count, Result& result) {
     const int max = count ? rt_.config.reliable_fetch.max_interruptions : 0;
     // LRANGE lists the newest fetch first; RPUSHing in that order puts the oldest at the very
     // front, so the jobs come back in the order they were fetched.
     auto jobs = conn.command({"LRANGE", list, "0", "-1"});
-    for (size_t i = 0; i < jobs.size(); ++i) {
-        const std::string payload(jobs[i].str());
-        const std::string message = fmt::format(
-            "interrupted {} times: the kiqd process running it died each time "
-            "(reliable_fetch.max_interruptions: {})",
-            max, max);
-        const double now = epoch_seconds();
-        auto reply = requeue_script_.run(
-            conn,
-            {list, rt_.keys.queue(queue), rt_.keys.queues(), rt_.keys.interruptions(),
-             rt_.keys.dead()},
-            {payload, queue, interruption_key(payload, queue), std::to_string(max),
-             std::to_string(kInterruptionsTtlSeconds), score_text(now),
-             max > 0 ? rt_.dead.invalid_entry(payload, queue,
-                                              InvalidJob{"Kiqd::RepeatedlyInterrupted", message})
-                     : std::string()});
-        switch (reply.integer()) {
-            case 1:
-                ++result.requeued;
-                break;
-            case 2:
-                ++result.dead;
-                rt_.log.error("queue={} job sent to the dead set: {}: {}", queue, message, payload);
-                break;
-            default:
-                break;  // already moved by someone else
-        }
+    for (size_t i = 0; i < jobs.size(); ++i)
+        requeue_one(conn, list, queue, std::string(jobs[i].str()), max, result);
+}
+
+void OrphanRecovery::requeue_one(redis::Connection& conn, const std::string& list,
+                                 const std::string& queue, const std::string& payload, int max,
+                                 Result& result) {
+    const std::string message = fmt::format(
+        "interrupted {} times: the kiqd process running it died each time "
+        "(reliable_fetch.max_interruptions: {})",
+        max, max);
+    const double now = epoch_seconds();
+    auto reply = requeue_script_.run(
+        conn,
+        {list, rt_.keys.queue(queue), rt_.keys.queues(), rt_.keys.interruptions(),
+         rt_.keys.dead()},
+        {payload, queue, interruption_key(payload, queue), std::to_string(max),
+         std::to_string(kInterruptionsTtlSeconds), score_text(now),
+         max > 0 ? rt_.dead.invalid_entry(payload, queue,
+                                          InvalidJob{"Kiqd::RepeatedlyInterrupted", message})
+                 : std::string()});
+    switch (reply.integer()) {
+        case 1:
+            ++result.requeued;
+            break;
+        case 2:
+            ++result.dead;
+            rt_.log.error("queue={} job sent to the dead set: {}: {}", queue, message, payload);
+            break;
+        default:
+            break;  // already moved by someone else
     }
 }
 

@@ -158,23 +158,19 @@ TEST_CASE(
             n += after.command({"LLEN", std::string(lists[i].str())}).integer();
         return n;
     };
-    // Every job ran or is still held in Redis, and the heartbeat's flushes (not only the one at
-    // exit) counted each run once: nothing lost, nothing counted twice.
+    // Every job runs, and the heartbeat's flushes (not only the one at exit) count each run
+    // once: nothing lost, nothing counted twice. A job whose RPOPLPUSH reply was lost in the
+    // shutdown sits in this live process's working list until OrphanRecovery returns it as
+    // stranded (after kStrandedAfter), so the wait allows for that.
     REQUIRE(wait_until(
         [&] {
             return after.command({"LLEN", "queue:default"}).integer() == 0 &&
-                   get_int(after, "stat:processed") + in_working_lists() >= kJobs;
+                   in_working_lists() == 0 && get_int(after, "stat:processed") >= kJobs;
         },
         std::chrono::seconds(120)));
     CHECK(kiqd.running());
     CHECK(kiqd.pid() == pid);
-    const long long stranded = in_working_lists();
-    CHECK(get_int(after, "stat:processed") + stranded == kJobs);
-    // Known gap (reported, not fixed here): a job whose RPOPLPUSH reply was lost in the shutdown
-    // stays in this live process's working list — kept, not lost, but run only after the process
-    // is gone (orphan recovery). Reported without failing the test until the fetcher requeues
-    // its own unacknowledged entries after an outage.
-    CHECK_NOFAIL(stranded == 0);
+    CHECK(get_int(after, "stat:processed") == kJobs);
     kiqd.signal(SIGTERM);
     CHECK(kiqd.wait_exit() == 0);
     CHECK(get_int(after, "stat:processed") + in_working_lists() +

@@ -164,6 +164,28 @@ TEST_CASE("orphan recovery: jobs of dead processes go back in order, live ones a
     CHECK(recovery.recover_orphans(conn, false).requeued == 1);
 }
 
+TEST_CASE("reliable fetch: a job stranded in this process's working list (its fetch reply was "
+          "lost) goes back; running jobs stay",
+          "[reliable]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    TestRuntime t(server, {{"default", 0}}, 2, FetchMode::reliable);
+    OrphanRecovery recovery(t.rt, *t.reliable());
+    auto conn = server.connect();
+    // One job a processor runs, one that Redis moved but no processor ever received.
+    conn.command({"LPUSH", kWorking, job_json("running"), job_json("stranded")});
+    t.work.begin(0, RunningJob{"default", job_json("running"), "Kiqd::Noop", "running", 0,
+                               std::chrono::steady_clock::now()});
+    const auto after = std::chrono::milliseconds(200);
+    CHECK(recovery.return_stranded(conn, after) == 0);  // first sight: only a suspect
+    CHECK(llen(conn, kWorking) == 2);
+    REQUIRE(wait_until([&] { return recovery.return_stranded(conn, after) == 1; }));
+    CHECK(list(conn, kWorking) == std::vector<std::string>{job_json("running")});
+    CHECK(list(conn, "queue:default") == std::vector<std::string>{job_json("stranded")});
+    CHECK(conn.command({"HLEN", "kiqd:reliable:interruptions"}).integer() == 0);  // not counted
+    t.work.finish(0);
+}
+
 TEST_CASE("orphan recovery: a job interrupted max_interruptions times goes to the dead set",
           "[reliable]") {
     auto& server = RedisServer::shared();
