@@ -15,8 +15,8 @@ redis::Reply command_after(redis::Connection& conn, std::vector<redis::Command>&
     return reply;
 }
 
-std::optional<UnitOfWork> BasicFetcher::retrieve_work(redis::Connection& conn,
-                                                      std::mt19937_64& rng, size_t,
+std::optional<UnitOfWork> BasicFetcher::retrieve_work(redis::Connection& conn, std::mt19937_64& rng,
+                                                      size_t,
                                                       std::vector<redis::Command>& pending) const {
     thread_local std::vector<const std::string*> names;
     thread_local std::vector<std::string> argv_storage;

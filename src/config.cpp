@@ -1,8 +1,8 @@
 #include "kiqd/config.hpp"
 
 #include <cstdlib>
-#include <map>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -350,8 +350,8 @@ std::vector<ExecHandlerSpec> parse_handlers(const YAML::Node& n,
                 if (spec.grace.count() < 0)
                     throw ConfigError(key, "must not be negative", line_of(v));
                 exec_option_line = line_of(e.first);
-            } else if (k == "lock" || k == "lock_args" || k == "lock_ttl" ||
-                       k == "lock_timeout" || k == "on_conflict") {
+            } else if (k == "lock" || k == "lock_args" || k == "lock_ttl" || k == "lock_timeout" ||
+                       k == "on_conflict") {
                 parse_lock_option(k, key, v, cls.lock);
             } else {
                 throw ConfigError(key, "unknown key", line_of(e.first));
@@ -359,9 +359,8 @@ std::vector<ExecHandlerSpec> parse_handlers(const YAML::Node& n,
         }
         if (!have_exec && exec_option_line > 0)
             throw ConfigError(base + ".exec", "is required with timeout/grace", exec_option_line);
-        if (cls.lock.lock.empty() &&
-            (cls.lock.lock_args || cls.lock.lock_ttl || cls.lock.lock_timeout ||
-             !cls.lock.on_conflict.empty()))
+        if (cls.lock.lock.empty() && (cls.lock.lock_args || cls.lock.lock_ttl ||
+                                      cls.lock.lock_timeout || !cls.lock.on_conflict.empty()))
             throw ConfigError(base + ".lock",
                               "is required with lock_args/lock_ttl/lock_timeout/on_conflict",
                               spec.line);

@@ -59,11 +59,10 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
     signals_.add(SIGHUP);
     if (reliable_) recovery_ = std::make_unique<OrphanRecovery>(rt_, *reliable_);
     // Processors start in run(), so the chain can still gain its first member here.
-    lock_keeper_ = std::make_unique<LockKeeper>(keys_, rt_.connection_options,
-                                                config.unique_jobs.reaper_interval, me_.identity,
-                                                log);
-    chain_.prepend(std::make_shared<UniqueJobsMiddleware>(config, keys_, dead_, *lock_keeper_,
-                                                          me_.identity));
+    lock_keeper_ = std::make_unique<LockKeeper>(
+        keys_, rt_.connection_options, config.unique_jobs.reaper_interval, me_.identity, log);
+    chain_.prepend(
+        std::make_shared<UniqueJobsMiddleware>(config, keys_, dead_, *lock_keeper_, me_.identity));
 }
 
 Launcher::~Launcher() {

@@ -88,9 +88,10 @@ void OrphanRecovery::run() noexcept {
             register_alive(conn);
             fetcher_.set_ready();
             if (size_t n = return_stranded(conn))
-                rt_.log.warn("reliable fetch: returned {} stranded job(s) to their queues "
-                             "(fetched, but the reply never reached a processor)",
-                             n);
+                rt_.log.warn(
+                    "reliable fetch: returned {} stranded job(s) to their queues "
+                    "(fetched, but the reply never reached a processor)",
+                    n);
             if (std::chrono::steady_clock::now() >= next_check) {
                 next_check = std::chrono::steady_clock::now() + cfg.orphan_check_interval;
                 const auto r = recover_orphans(conn);
@@ -114,8 +115,9 @@ void OrphanRecovery::run() noexcept {
 OrphanRecovery::Result OrphanRecovery::recover_orphans(redis::Connection& conn, bool take_lock) {
     Result result;
     if (take_lock) {
-        auto won = conn.command({"SET", rt_.keys.recovery_lock(), fetcher_.identity(), "NX", "PX",
-                                 std::to_string(rt_.config.reliable_fetch.orphan_check_interval.count())});
+        auto won =
+            conn.command({"SET", rt_.keys.recovery_lock(), fetcher_.identity(), "NX", "PX",
+                          std::to_string(rt_.config.reliable_fetch.orphan_check_interval.count())});
         if (won.is_nil()) return result;
     }
     result.ran = true;
@@ -164,7 +166,7 @@ OrphanRecovery::Result OrphanRecovery::recover_orphans(redis::Connection& conn, 
 }
 
 size_t OrphanRecovery::return_stranded(redis::Connection& conn,
-                                      std::chrono::steady_clock::duration after) {
+                                       std::chrono::steady_clock::duration after) {
     // Snapshot the running jobs before reading the lists: a job fetched in between shows up as
     // a suspect once, and is running (or done) by the time it could be returned.
     std::multiset<std::string> running;
@@ -213,8 +215,7 @@ void OrphanRecovery::requeue_one(redis::Connection& conn, const std::string& lis
     const double now = epoch_seconds();
     auto reply = requeue_script_.run(
         conn,
-        {list, rt_.keys.queue(queue), rt_.keys.queues(), rt_.keys.interruptions(),
-         rt_.keys.dead()},
+        {list, rt_.keys.queue(queue), rt_.keys.queues(), rt_.keys.interruptions(), rt_.keys.dead()},
         {payload, queue, interruption_key(payload, queue), std::to_string(max),
          std::to_string(kInterruptionsTtlSeconds), score_text(now),
          max > 0 ? rt_.dead.invalid_entry(payload, queue,
@@ -253,8 +254,9 @@ void OrphanRecovery::return_own_lists() {
             std::this_thread::sleep_for(std::chrono::milliseconds(300));
         }
     }
-    rt_.log.error("reliable fetch: giving up unregistering; orphan recovery will return any "
-                  "leftover jobs once the liveness key expires");
+    rt_.log.error(
+        "reliable fetch: giving up unregistering; orphan recovery will return any "
+        "leftover jobs once the liveness key expires");
 }
 
 void OrphanRecovery::stop(bool clean) noexcept {

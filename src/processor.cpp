@@ -127,8 +127,8 @@ void Processor::process(redis::Connection& conn, UnitOfWork unit) {
         rt_.log.error("queue={} unrunnable payload sent to the dead set: {}: {}", unit.queue,
                       invalid->error_class, invalid->error_message);
         auto cmds = rt_.fetcher.with_acknowledgement(
-            unit, rt_.dead.kill_commands(
-                      rt_.dead.invalid_entry(unit.payload, unit.queue, *invalid), epoch_seconds()));
+            unit, rt_.dead.kill_commands(rt_.dead.invalid_entry(unit.payload, unit.queue, *invalid),
+                                         epoch_seconds()));
         write_with_pending(conn, std::move(cmds), "dead-set entry", unit.payload);
         return;
     }

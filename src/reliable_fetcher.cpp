@@ -25,9 +25,9 @@ ReliableFetcher::ReliableFetcher(const Keys& keys, const QueueOrder& order, std:
     }
 }
 
-std::optional<UnitOfWork> ReliableFetcher::retrieve_work(redis::Connection& conn,
-                                                         std::mt19937_64& rng, size_t slot,
-                                                         std::vector<redis::Command>& pending) const {
+std::optional<UnitOfWork> ReliableFetcher::retrieve_work(
+    redis::Connection& conn, std::mt19937_64& rng, size_t slot,
+    std::vector<redis::Command>& pending) const {
     if (!ready_.stop_requested()) {
         ready_.wait_for(std::chrono::seconds(kBlockSeconds));
         return std::nullopt;
@@ -62,8 +62,8 @@ std::optional<UnitOfWork> ReliableFetcher::retrieve_work(redis::Connection& conn
     }
     // Everything was empty: wait on one queue, a different one per idle thread and round.
     const size_t index = (slot + idle_rounds++) % queue_keys_.size();
-    auto blocked = conn.command({"BRPOPLPUSH", queue_keys_[index], working_[index].second,
-                                 std::to_string(kBlockSeconds)});
+    auto blocked = conn.command(
+        {"BRPOPLPUSH", queue_keys_[index], working_[index].second, std::to_string(kBlockSeconds)});
     if (blocked.is_nil()) return std::nullopt;
     return UnitOfWork{working_[index].first, std::string(blocked.str())};
 }

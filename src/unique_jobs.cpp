@@ -17,19 +17,19 @@ constexpr double kRescheduleSeconds = 5.0;  // the gem's default schedule_in
 
 // Frees the gem's client lock of digest D for one jid, as its unlock.lua does (§12.1), and wakes
 // a gem waiter. Keys: D, D:LOCKED, D:QUEUED, D:PRIMED, D:INFO, uniquejobs:digests.
-#define KIQD_CLIENT_UNLOCK_LUA                                             \
-    "local function release_client_lock(k, jid)\n"                         \
-    "  redis.call('lrem', k[3], 0, jid)\n"                                 \
-    "  redis.call('lrem', k[4], 0, jid)\n"                                 \
-    "  if redis.call('hexists', k[2], jid) == 0 then return 0 end\n"       \
-    "  redis.call('hdel', k[2], jid)\n"                                    \
-    "  if redis.call('hlen', k[2]) == 0 then\n"                            \
-    "    redis.call('del', k[1], k[2], k[5])\n"                            \
-    "    redis.call('zrem', k[6], k[1])\n"                                 \
-    "  end\n"                                                              \
-    "  redis.call('lpush', k[3], '1')\n"                                   \
-    "  redis.call('pexpire', k[3], 5000)\n"                                \
-    "  return 1\n"                                                         \
+#define KIQD_CLIENT_UNLOCK_LUA                                       \
+    "local function release_client_lock(k, jid)\n"                   \
+    "  redis.call('lrem', k[3], 0, jid)\n"                           \
+    "  redis.call('lrem', k[4], 0, jid)\n"                           \
+    "  if redis.call('hexists', k[2], jid) == 0 then return 0 end\n" \
+    "  redis.call('hdel', k[2], jid)\n"                              \
+    "  if redis.call('hlen', k[2]) == 0 then\n"                      \
+    "    redis.call('del', k[1], k[2], k[5])\n"                      \
+    "    redis.call('zrem', k[6], k[1])\n"                           \
+    "  end\n"                                                        \
+    "  redis.call('lpush', k[3], '1')\n"                             \
+    "  redis.call('pexpire', k[3], 5000)\n"                          \
+    "  return 1\n"                                                   \
     "end\n"
 
 // KEYS[1] wait lock, KEYS[2] exec lock, KEYS[3] held-locks hash, KEYS[4..9] the gem's client
@@ -108,8 +108,9 @@ nlohmann::ordered_json lock_args_of(const Job& job, const ClassSpec* defaults) {
     std::optional<RawJsonObject> raw;
     if (contains_object(own ? p["lock_args"] : job.args())) raw = RawJsonObject::parse(job.raw);
     auto member = [&](const char* key) -> nlohmann::ordered_json {
-        if (!raw) return p.contains(key) ? nlohmann::ordered_json(p[key])
-                                         : nlohmann::ordered_json::array();
+        if (!raw)
+            return p.contains(key) ? nlohmann::ordered_json(p[key])
+                                   : nlohmann::ordered_json::array();
         const std::string* text = raw->find(key);
         return text ? nlohmann::ordered_json::parse(*text) : nlohmann::ordered_json::array();
     };
@@ -193,8 +194,8 @@ std::optional<LockSpec> resolve_lock(const Job& job, const ClassSpec* defaults,
     }
     s.on_conflict = on_conflict;
 
-    if (auto it = p.find("lock_digest"); it != p.end() && it->is_string() &&
-                                         !it->get<std::string>().empty()) {
+    if (auto it = p.find("lock_digest");
+        it != p.end() && it->is_string() && !it->get<std::string>().empty()) {
         s.digest = it->get<std::string>();
         s.client_lock = true;
     } else {
@@ -204,8 +205,7 @@ std::optional<LockSpec> resolve_lock(const Job& job, const ClassSpec* defaults,
         const bool across_queues = p.value("unique_across_queues", false);
         const bool across_workers = p.value("unique_across_workers", false);
         s.digest = unique_digest(prefix, across_workers ? nullptr : &job.job_class,
-                                 across_queues ? nullptr : &job.queue,
-                                 lock_args_of(job, defaults));
+                                 across_queues ? nullptr : &job.queue, lock_args_of(job, defaults));
     }
     return s;
 }
@@ -224,9 +224,12 @@ UniqueJobsMiddleware::UniqueJobsMiddleware(const Config& config, const Keys& key
       drop_wait_script_(kDropWaitScript) {}
 
 std::vector<std::string> UniqueJobsMiddleware::client_lock_keys(const std::string& digest) const {
-    return {keys_.digest_key(digest),           keys_.digest_key(digest, ":LOCKED"),
-            keys_.digest_key(digest, ":QUEUED"), keys_.digest_key(digest, ":PRIMED"),
-            keys_.digest_key(digest, ":INFO"),   keys_.digest_key("uniquejobs:digests")};
+    return {keys_.digest_key(digest),
+            keys_.digest_key(digest, ":LOCKED"),
+            keys_.digest_key(digest, ":QUEUED"),
+            keys_.digest_key(digest, ":PRIMED"),
+            keys_.digest_key(digest, ":INFO"),
+            keys_.digest_key("uniquejobs:digests")};
 }
 
 void UniqueJobsMiddleware::call(JobContext& ctx, const Next& next) const {
@@ -281,10 +284,8 @@ void UniqueJobsMiddleware::run_with_exec_lock(JobContext& ctx, const Next& next,
         const std::string token = use_wait ? std::string(reply[1].str()) : std::string();
         const double now = epoch_seconds();
         const double first = since > 0 ? since : now;
-        if (lock.timeout &&
-            std::chrono::duration<double>(now - first) >= *lock.timeout) {
-            if (!token.empty())
-                drop_wait_script_.run(ctx.redis, {wait_key}, {token});
+        if (lock.timeout && std::chrono::duration<double>(now - first) >= *lock.timeout) {
+            if (!token.empty()) drop_wait_script_.run(ctx.redis, {wait_key}, {token});
             return conflict(ctx, lock,
                             "lock " + lock.digest + " stayed busy longer than lock_timeout");
         }
@@ -322,11 +323,10 @@ void UniqueJobsMiddleware::park(JobContext& ctx, const LockSpec& lock,
     if (!wait_token.empty()) obj->set_string("lock_wait_token", wait_token);
     obj->set("lock_wait_since", score_text(since));
     const double at =
-        epoch_seconds() +
-        std::chrono::duration<double>(config_.unique_jobs.wait_interval).count();
+        epoch_seconds() + std::chrono::duration<double>(config_.unique_jobs.wait_interval).count();
     ctx.redis.command({"ZADD", keys_.schedule(), score_text(at), obj->dump()});
-    ctx.log.debug("class={} jid={} waits for unique lock {}", ctx.job.display_class(),
-                  ctx.job.jid, lock.digest);
+    ctx.log.debug("class={} jid={} waits for unique lock {}", ctx.job.display_class(), ctx.job.jid,
+                  lock.digest);
 }
 
 void UniqueJobsMiddleware::conflict(JobContext& ctx, const LockSpec& lock,

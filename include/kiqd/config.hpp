@@ -140,7 +140,7 @@ struct Config {
     std::vector<ExecHandlerSpec> exec_handlers;  // in file order
     std::map<std::string, ClassSpec> classes;    // `handlers:` entries, by job class
     UniqueJobsConfig unique_jobs;
-    std::vector<PluginSpec> plugins;             // in file order
+    std::vector<PluginSpec> plugins;  // in file order
 };
 
 // Parses YAML text (after expanding the supported ERB forms). `environment` selects a

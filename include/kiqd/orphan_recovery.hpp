@@ -38,10 +38,10 @@ class OrphanRecovery {
     void stop(bool clean) noexcept;  // idempotent
 
     struct Result {
-        size_t lists = 0;      // orphaned working lists emptied
-        size_t requeued = 0;   // jobs put back in their queues
-        size_t dead = 0;       // jobs sent to the dead set by the poison-pill guard
-        bool ran = false;      // false: another process holds the recovery lock
+        size_t lists = 0;     // orphaned working lists emptied
+        size_t requeued = 0;  // jobs put back in their queues
+        size_t dead = 0;      // jobs sent to the dead set by the poison-pill guard
+        bool ran = false;     // false: another process holds the recovery lock
     };
     // Registers the working lists and refreshes the liveness key. Public for tests.
     void register_alive(redis::Connection& conn);

@@ -147,13 +147,12 @@ TEST_CASE("orphan recovery: jobs of dead processes go back in order, live ones a
     CHECK(r.requeued == 3);
     CHECK(r.dead == 0);
     // The orphans are at the popping end, the first-fetched one first; the queued job after them.
-    CHECK(list(conn, "queue:default") ==
-          std::vector<std::string>{job_json("queued1"), "{not json", job_json("o2"),
-                                   job_json("o1")});
+    CHECK(list(conn, "queue:default") == std::vector<std::string>{job_json("queued1"), "{not json",
+                                                                  job_json("o2"), job_json("o1")});
     CHECK(conn.command({"EXISTS", "queue:sq|" + kDeadOwner + "|default"}).integer() == 0);
-    CHECK(conn.command({"SISMEMBER", "kiqd:reliable:working", "queue:sq|" + kDeadOwner +
-                                                                   "|default"})
-              .integer() == 0);
+    CHECK(
+        conn.command({"SISMEMBER", "kiqd:reliable:working", "queue:sq|" + kDeadOwner + "|default"})
+            .integer() == 0);
     CHECK(list(conn, live) == std::vector<std::string>{job_json("live1")});
     CHECK(list(conn, kWorking) == std::vector<std::string>{job_json("mine1")});
 
@@ -164,9 +163,10 @@ TEST_CASE("orphan recovery: jobs of dead processes go back in order, live ones a
     CHECK(recovery.recover_orphans(conn, false).requeued == 1);
 }
 
-TEST_CASE("reliable fetch: a job stranded in this process's working list (its fetch reply was "
-          "lost) goes back; running jobs stay",
-          "[reliable]") {
+TEST_CASE(
+    "reliable fetch: a job stranded in this process's working list (its fetch reply was "
+    "lost) goes back; running jobs stay",
+    "[reliable]") {
     auto& server = RedisServer::shared();
     server.flushall();
     TestRuntime t(server, {{"default", 0}}, 2, FetchMode::reliable);
@@ -290,9 +290,10 @@ TEST_CASE("reliable fetch daemon: SIGTERM requeues the running job and unregiste
     Client client(Keys{}, Compat::v6);
     client.push(conn, {{"class", "Kiqd::Sleep"}, {"args", {60}}, {"queue", "slow"}});
     const std::string original(conn.command({"LINDEX", "queue:slow", "0"}).str());
-    KiqdProcess kiqd(KIQD_BINARY, kiqd::test::kiqd_config(
-                                      server, "concurrency: 2\ntimeout: 1\nqueues: [slow]\n"
-                                              "fetch: reliable\n"));
+    KiqdProcess kiqd(KIQD_BINARY,
+                     kiqd::test::kiqd_config(server,
+                                             "concurrency: 2\ntimeout: 1\nqueues: [slow]\n"
+                                             "fetch: reliable\n"));
     std::string working;
     REQUIRE(wait_until([&] {
         auto members = conn.command({"SMEMBERS", "kiqd:reliable:working"});
@@ -342,9 +343,10 @@ TEST_CASE("reliable fetch daemon: weighted 6/3/1 shares match basic fetch's",
     CHECK(std::abs(shares["low"] / 100.0 - 10) <= 2);
 }
 
-TEST_CASE("reliable fetch daemon: Redis restarted (AOF) mid-run: every job once, nothing left "
-          "in a working list",
-          "[reliable][daemon][outage]") {
+TEST_CASE(
+    "reliable fetch daemon: Redis restarted (AOF) mid-run: every job once, nothing left "
+    "in a working list",
+    "[reliable][daemon][outage]") {
     RedisServer server({"--appendonly", "yes"});
     auto conn = server.connect();
     Client client(Keys{}, Compat::v6);
@@ -354,12 +356,13 @@ TEST_CASE("reliable fetch daemon: Redis restarted (AOF) mid-run: every job once,
                                                  {{"class", "Kiqd::Sleep"}, {"args", {0.005}}});
         client.push_bulk(conn, jobs);
     }
-    KiqdProcess kiqd(KIQD_BINARY, kiqd::test::kiqd_config(
-                                      server, "concurrency: 5\nqueues: [default]\n"
-                                              "logging: {level: warn}\nfetch: reliable\n"));
+    KiqdProcess kiqd(KIQD_BINARY,
+                     kiqd::test::kiqd_config(server,
+                                             "concurrency: 5\nqueues: [default]\n"
+                                             "logging: {level: warn}\nfetch: reliable\n"));
     const pid_t pid = kiqd.pid();
-    REQUIRE(wait_until([&] { return llen(conn, "queue:default") <= 2000; },
-                       std::chrono::seconds(60)));
+    REQUIRE(
+        wait_until([&] { return llen(conn, "queue:default") <= 2000; }, std::chrono::seconds(60)));
     server.stop();
     // The outage is the point: Redis stays down for a while, and comes back with an empty
     // script cache, so the fetch script must be loaded again (NOSCRIPT).

@@ -3,6 +3,8 @@
 // keeper's extension and reaper — and with real daemons, 3 processes × 5 threads hammering the
 // same identities with duplicates (no overlap, no lost update, at most one waiter), and kill -9
 // of a lock holder.
+#include "kiqd/unique_jobs.hpp"
+
 #include <signal.h>
 
 #include <algorithm>
@@ -13,7 +15,6 @@
 #include <thread>
 
 #include "kiqd/client.hpp"
-#include "kiqd/unique_jobs.hpp"
 #include "support/kiqd_process.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_runtime.hpp"
@@ -36,11 +37,11 @@ struct UniqueFixture {
           conn(server.connect()) {}
 
     // Runs `raw` through the middleware with `body` as the handler; true when it ran.
-    bool run(const std::string& raw, const std::function<void()>& body = [] {}) {
+    bool run(
+        const std::string& raw, const std::function<void()>& body = [] {}) {
         auto parsed = parse_job(raw, "default");
         Job& job = std::get<Job>(parsed);
-        JobContext ctx{job, *t.log, t.lifecycle.hard_stop, conn, t.keys, t.config,
-                       t.rt.identity};
+        JobContext ctx{job, *t.log, t.lifecycle.hard_stop, conn, t.keys, t.config, t.rt.identity};
         bool ran = false;
         unique.call(ctx, [&] {
             ran = true;
@@ -74,9 +75,10 @@ std::vector<std::string> zrange(redis::Connection& c, const std::string& key) {
 
 }  // namespace
 
-TEST_CASE("unique: until_and_while_executing — one runs, one waits parked, others are "
-          "duplicates; the waiter runs next",
-          "[unique]") {
+TEST_CASE(
+    "unique: until_and_while_executing — one runs, one waits parked, others are "
+    "duplicates; the waiter runs next",
+    "[unique]") {
     auto& server = RedisServer::shared();
     server.flushall();
     UniqueFixture f(server);
@@ -141,9 +143,8 @@ TEST_CASE("unique: while_executing rejects a busy copy to the dead set by defaul
     server.flushall();
     UniqueFixture f(server);
     auto& c = f.conn;
-    CHECK(f.run(payload("A", "while_executing"), [&] {
-        CHECK_FALSE(f.run(payload("B", "while_executing")));
-    }));
+    CHECK(f.run(payload("A", "while_executing"),
+                [&] { CHECK_FALSE(f.run(payload("B", "while_executing"))); }));
     auto dead = zrange(c, "dead");
     REQUIRE(dead.size() == 1);
     auto entry = nlohmann::json::parse(dead[0]);
@@ -220,9 +221,10 @@ TEST_CASE("unique: the keeper extends running locks and reaps those of dead proc
     CHECK(f.keeper.reap(c) == 0);  // within the interval another pass does not run
 }
 
-TEST_CASE("unique daemons: 3 processes × 5 threads, duplicates in bursts — no overlap, no lost "
-          "update, at most one waiter",
-          "[unique][daemon]") {
+TEST_CASE(
+    "unique daemons: 3 processes × 5 threads, duplicates in bursts — no overlap, no lost "
+    "update, at most one waiter",
+    "[unique][daemon]") {
     auto& server = RedisServer::shared();
     server.flushall();
     auto conn = server.connect();
@@ -242,10 +244,12 @@ TEST_CASE("unique daemons: 3 processes × 5 threads, duplicates in bursts — no
     };
     burst(5);  // before any process runs
     const std::string yaml =
-        kiqd::test::kiqd_config(server, "concurrency: 5\nqueues: [default]\nlogging: {level: warn}\n"
-                                        "unique_jobs: {wait_interval: 0.1}\n");
+        kiqd::test::kiqd_config(server,
+                                "concurrency: 5\nqueues: [default]\nlogging: {level: warn}\n"
+                                "unique_jobs: {wait_interval: 0.1}\n");
     std::vector<std::unique_ptr<KiqdProcess>> fleet;
-    for (int i = 0; i < 3; ++i) fleet.push_back(std::make_unique<KiqdProcess>(KIQD_TEST_DAEMON, yaml));
+    for (int i = 0; i < 3; ++i)
+        fleet.push_back(std::make_unique<KiqdProcess>(KIQD_TEST_DAEMON, yaml));
 
     // At most one parked copy per identity at any moment we look.
     size_t max_waiting = 0;
@@ -287,7 +291,7 @@ TEST_CASE("unique daemons: 3 processes × 5 threads, duplicates in bursts — no
     for (size_t i = 0; i < ran.size(); ++i) {
         auto r = nlohmann::json::parse(ran[i].str());
         runs[r["args"][1].get<std::string>()].emplace_back(r["started"].get<double>(),
-                                                            r["ended"].get<double>());
+                                                           r["ended"].get<double>());
         pids.insert(r["pid"].get<int>());
     }
     size_t pushes = 0;
@@ -329,8 +333,9 @@ TEST_CASE("unique daemons: kill -9 of the lock holder — a later copy runs, not
                            {"lock_ttl", 600}});
     };
     const std::string yaml = kiqd::test::kiqd_config(
-        server, "concurrency: 2\nqueues: [default]\nunique_jobs: {wait_interval: 0.1, "
-                "reaper_interval: 1}\n");
+        server,
+        "concurrency: 2\nqueues: [default]\nunique_jobs: {wait_interval: 0.1, "
+        "reaper_interval: 1}\n");
     push(60);
     std::string owner;
     {
@@ -348,8 +353,11 @@ TEST_CASE("unique daemons: kill -9 of the lock holder — a later copy runs, not
     // The victim's process record would expire within 60 s; expire it now.
     conn.command({"DEL", owner.substr(0, owner.find(' '))});
     KiqdProcess successor(KIQD_TEST_DAEMON, yaml);
-    REQUIRE(wait_until([&] { return conn.command({"LLEN", "kiqd-test:ran"}).integer() == 1; },
-                       std::chrono::seconds(30)));
+    REQUIRE(wait_until(
+        [&] {
+            return conn.command({"LLEN", "kiqd-test:ran"}).integer() == 1;
+        },
+        std::chrono::seconds(30)));
     REQUIRE(wait_until([&] {
         return conn.command({"KEYS", "uniquejobs:*"}).size() == 0 &&
                conn.command({"HLEN", "kiqd:unique:held"}).integer() == 0;

@@ -30,20 +30,8 @@ struct TestRuntime {
           log_sink(std::make_shared<spdlog::sinks::ostream_sink_mt>(log_stream)),
           log(std::make_shared<spdlog::logger>("test", log_sink)),
           health(*log),
-          rt{config,
-             keys,
-             kIdentity,
-             *log,
-             server.options(),
-             fetcher,
-             handlers,
-             chain,
-             dead,
-             retry,
-             work,
-             lifecycle,
-             health,
-             JobLimits{}} {
+          rt{config, keys, kIdentity, *log, server.options(), fetcher, handlers,
+             chain,  dead, retry,     work, lifecycle,        health,  JobLimits{}} {
         register_builtin_handlers(handlers);
         log->set_level(spdlog::level::debug);
     }

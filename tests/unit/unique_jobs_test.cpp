@@ -25,8 +25,8 @@ ClassSpec class_with(LockDefaults lock) {
 TEST_CASE("unique: the digest is sidekiq-unique-jobs' legacy MD5 digest", "[unique]") {
     // ruby -rjson -rdigest -rsidekiq -e 'h = {"class"=>"HardWorker","queue"=>"default",
     //   "lock_args"=>[1,"two",{"x"=>3.5}]}; puts Digest::MD5.hexdigest(Sidekiq.dump_json(h.sort))'
-    auto job = job_of(
-        R"({"class":"HardWorker","queue":"default","args":[1,"two",{"x":3.5}],"jid":"j1"})");
+    auto job =
+        job_of(R"({"class":"HardWorker","queue":"default","args":[1,"two",{"x":3.5}],"jid":"j1"})");
     UniqueJobsConfig cfg;
     auto cls = class_with({"until_and_while_executing", {}, {}, {}, ""});
     auto lock = resolve_lock(job, &cls, cfg);
@@ -34,13 +34,14 @@ TEST_CASE("unique: the digest is sidekiq-unique-jobs' legacy MD5 digest", "[uniq
     CHECK(lock->digest == "uniquejobs:51379b77797b663b731d77364b7dde75");
     CHECK_FALSE(lock->client_lock);
     // Object keys keep the producer's order (Ruby hashes do), they are not sorted.
-    auto a = resolve_lock(job_of(R"({"class":"C","args":[{"b":1,"a":2}],"lock":"while_executing"})"),
-                          nullptr, cfg);
-    auto b = resolve_lock(job_of(R"({"class":"C","args":[{"a":2,"b":1}],"lock":"while_executing"})"),
-                          nullptr, cfg);
+    auto a = resolve_lock(
+        job_of(R"({"class":"C","args":[{"b":1,"a":2}],"lock":"while_executing"})"), nullptr, cfg);
+    auto b = resolve_lock(
+        job_of(R"({"class":"C","args":[{"a":2,"b":1}],"lock":"while_executing"})"), nullptr, cfg);
     CHECK(a->digest != b->digest);
     // unique_across_queues / unique_across_workers leave queue / class out.
-    auto q1 = job_of(R"({"class":"C","args":[1],"lock":"while_executing","unique_across_queues":true})");
+    auto q1 =
+        job_of(R"({"class":"C","args":[1],"lock":"while_executing","unique_across_queues":true})");
     auto q2 = q1;
     q2.queue = "other";
     CHECK(resolve_lock(q1, nullptr, cfg)->digest == resolve_lock(q2, nullptr, cfg)->digest);
@@ -60,7 +61,8 @@ TEST_CASE("unique: payload options, YAML defaults and the lock types' defaults",
     CHECK(ruby->ttl == std::chrono::seconds(30));
 
     // Aliases, and each type's defaults.
-    auto busy = resolve_lock(job_of(R"({"class":"C","args":[],"lock":"while_busy"})"), nullptr, cfg);
+    auto busy =
+        resolve_lock(job_of(R"({"class":"C","args":[],"lock":"while_busy"})"), nullptr, cfg);
     CHECK(busy->type == "while_executing");
     CHECK(busy->timeout == std::chrono::milliseconds(0));
     CHECK(busy->on_conflict == "reject");
@@ -76,8 +78,8 @@ TEST_CASE("unique: payload options, YAML defaults and the lock types' defaults",
     CHECK(server->timeout == std::chrono::seconds(2));
 
     // YAML defaults: lock_args picks argument indexes; the payload wins where it speaks.
-    auto cls = class_with({"until_and_while_executing", std::vector<int>{1}, std::chrono::seconds(9),
-                           std::chrono::seconds(4), "reject"});
+    auto cls = class_with({"until_and_while_executing", std::vector<int>{1},
+                           std::chrono::seconds(9), std::chrono::seconds(4), "reject"});
     auto d1 = resolve_lock(job_of(R"({"class":"HardWorker","args":[1,"acct-7"]})"), &cls, cfg);
     auto d2 = resolve_lock(job_of(R"({"class":"HardWorker","args":[2,"acct-7"]})"), &cls, cfg);
     CHECK(d1->digest == d2->digest);  // only args[1] makes the identity
@@ -90,8 +92,9 @@ TEST_CASE("unique: payload options, YAML defaults and the lock types' defaults",
     CHECK(own->type == "until_expired");
     CHECK(own->digest != d1->digest);
 
-    CHECK_THROWS_AS(resolve_lock(job_of(R"({"class":"C","args":[],"lock":"forever"})"), nullptr, cfg),
-                    JobError);
+    CHECK_THROWS_AS(
+        resolve_lock(job_of(R"({"class":"C","args":[],"lock":"forever"})"), nullptr, cfg),
+        JobError);
     CHECK_THROWS_AS(resolve_lock(job_of(R"({"class":"C","args":[],"lock":"while_executing",
         "lock_ttl":"long"})"),
                                  nullptr, cfg),
@@ -123,12 +126,14 @@ TEST_CASE("unique: YAML lock options are validated with the key and the line", "
     CHECK(error_of("queues: [a]\nhandlers:\n  S:\n    lock: forever\n") ==
           "handlers.S.lock (line 4): must be until_and_while_executing, while_executing, "
           "until_executing, until_executed or until_expired");
-    CHECK(error_of("queues: [a]\nhandlers:\n  S:\n    lock: until_executed\n    on_conflict: x\n") ==
-          "handlers.S.on_conflict (line 5): must be reject, reschedule or log");
+    CHECK(
+        error_of("queues: [a]\nhandlers:\n  S:\n    lock: until_executed\n    on_conflict: x\n") ==
+        "handlers.S.on_conflict (line 5): must be reject, reschedule or log");
     CHECK(error_of("queues: [a]\nhandlers:\n  S:\n    lock_ttl: 5\n") ==
           "handlers.S.lock (line 3): is required with lock_args/lock_ttl/lock_timeout/on_conflict");
-    CHECK(error_of("queues: [a]\nhandlers:\n  S:\n    lock: until_executed\n    lock_args: [-1]\n") ==
-          "handlers.S.lock_args (line 5): indexes must not be negative");
+    CHECK(
+        error_of("queues: [a]\nhandlers:\n  S:\n    lock: until_executed\n    lock_args: [-1]\n") ==
+        "handlers.S.lock_args (line 5): indexes must not be negative");
     CHECK(error_of("queues: [a]\nunique_jobs: {reaper: 5}\n") ==
           "unique_jobs.reaper (line 2): unknown key");
 }
