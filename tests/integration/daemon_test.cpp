@@ -83,7 +83,9 @@ TEST_CASE("daemon: check-config and --version", "[daemon]") {
 }
 
 TEST_CASE("daemon: weighted 6/3/1 shares over 10,000 jobs are 60/30/10 within 2 points",
-          "[daemon][fetch]") {
+          "[daemon][fetch][reliable]") {
+    // The same shares with Sidekiq's BasicFetch and with reliable fetch.
+    const std::string fetch = GENERATE("basic", "reliable");
     auto& server = RedisServer::shared();
     server.flushall();
     auto conn = server.connect();
@@ -98,7 +100,8 @@ TEST_CASE("daemon: weighted 6/3/1 shares over 10,000 jobs are 60/30/10 within 2 
     KiqdProcess kiqd(KIQD_TEST_DAEMON, config_for(server,
                                                   "concurrency: 5\nlogging: {level: warn}\n"
                                                   "queues:\n  - [critical, 6]\n  - [default, 3]\n"
-                                                  "  - [low, 1]\n"));
+                                                  "  - [low, 1]\nfetch: " +
+                                                      fetch + "\n"));
     REQUIRE(wait_until([&] { return llen(conn, "kiqd-test:ran") >= 10000; },
                        std::chrono::seconds(120)));
     kiqd.signal(SIGTERM);
@@ -107,8 +110,8 @@ TEST_CASE("daemon: weighted 6/3/1 shares over 10,000 jobs are 60/30/10 within 2 
     std::map<std::string, int> shares;
     for (size_t i = 0; i < ran.size(); ++i)
         shares[nlohmann::json::parse(ran[i].str())["queue"].get<std::string>()]++;
-    INFO("critical=" << shares["critical"] << " default=" << shares["default"]
-                     << " low=" << shares["low"]);
+    INFO("fetch=" << fetch << " critical=" << shares["critical"] << " default=" << shares["default"]
+                  << " low=" << shares["low"]);
     CHECK(std::abs(shares["critical"] / 100.0 - 60) <= 2);
     CHECK(std::abs(shares["default"] / 100.0 - 30) <= 2);
     CHECK(std::abs(shares["low"] / 100.0 - 10) <= 2);

@@ -6,7 +6,6 @@
 
 #include <catch2/catch.hpp>
 #include <cstdio>
-#include <map>
 #include <set>
 #include <thread>
 
@@ -308,39 +307,6 @@ TEST_CASE("reliable fetch daemon: SIGTERM requeues the running job and unregiste
     CHECK(conn.command({"EXISTS", working}).integer() == 0);
     CHECK(conn.command({"SCARD", "kiqd:reliable:working"}).integer() == 0);
     CHECK(conn.command({"KEYS", "kiqd:reliable:alive:*"}).size() == 0);
-}
-
-TEST_CASE("reliable fetch daemon: weighted 6/3/1 shares match basic fetch's",
-          "[reliable][daemon][fetch]") {
-    auto& server = RedisServer::shared();
-    server.flushall();
-    auto conn = server.connect();
-    Client client(Keys{}, Compat::v6);
-    for (const std::string q : {"critical", "default", "low"}) {
-        for (int batch = 0; batch < 10; ++batch) {
-            std::vector<nlohmann::ordered_json> jobs(
-                1000, {{"class", "Test::Record"}, {"queue", q}, {"args", nlohmann::json::array()}});
-            client.push_bulk(conn, jobs);
-        }
-    }
-    KiqdProcess kiqd(KIQD_TEST_DAEMON,
-                     kiqd::test::kiqd_config(server,
-                                             "concurrency: 5\nlogging: {level: warn}\n"
-                                             "fetch: reliable\nqueues:\n  - [critical, 6]\n"
-                                             "  - [default, 3]\n  - [low, 1]\n"));
-    REQUIRE(wait_until([&] { return llen(conn, "kiqd-test:ran") >= 10000; },
-                       std::chrono::seconds(120)));
-    kiqd.signal(SIGTERM);
-    CHECK(kiqd.wait_exit() == 0);
-    auto ran = conn.command({"LRANGE", "kiqd-test:ran", "0", "9999"});
-    std::map<std::string, int> shares;
-    for (size_t i = 0; i < ran.size(); ++i)
-        shares[nlohmann::json::parse(ran[i].str())["queue"].get<std::string>()]++;
-    INFO("critical=" << shares["critical"] << " default=" << shares["default"]
-                     << " low=" << shares["low"]);
-    CHECK(std::abs(shares["critical"] / 100.0 - 60) <= 2);
-    CHECK(std::abs(shares["default"] / 100.0 - 30) <= 2);
-    CHECK(std::abs(shares["low"] / 100.0 - 10) <= 2);
 }
 
 TEST_CASE(
