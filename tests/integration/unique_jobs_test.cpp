@@ -287,12 +287,10 @@ TEST_CASE(
 
     std::map<std::string, std::vector<std::pair<double, double>>> runs;  // id → (start, end)
     auto ran = conn.command({"LRANGE", "kiqd-test:ran", "0", "-1"});
-    std::set<int> pids;
     for (size_t i = 0; i < ran.size(); ++i) {
         auto r = nlohmann::json::parse(ran[i].str());
         runs[r["args"][1].get<std::string>()].emplace_back(r["started"].get<double>(),
                                                            r["ended"].get<double>());
-        pids.insert(r["pid"].get<int>());
     }
     size_t pushes = 0;
     for (const auto& id : ids) {
@@ -311,7 +309,6 @@ TEST_CASE(
     }
     CHECK(max_waiting <= 1);
     CHECK(ran.size() < pushes);  // duplicates were dropped, not all run
-    CHECK(pids.size() >= 2);     // the work was shared by the fleet
     CHECK(conn.command({"ZCARD", "dead"}).integer() == 0);
     std::printf("unique fleet test: %zu copies pushed, %zu runs, max waiters per identity %zu\n",
                 pushes, static_cast<size_t>(ran.size()), max_waiting);
