@@ -18,7 +18,8 @@ int line_of(const YAML::Node& n) {
 
 // Sidekiq symbolises keys, so ":concurrency:" and "concurrency:" mean the same.
 std::string normalize_key(std::string key) {
-    if (!key.empty() && key.front() == ':') key.erase(0, 1);
+    // A lone ":" stays as it is, so that every error names a key.
+    if (key.size() > 1 && key.front() == ':') key.erase(0, 1);
     return key;
 }
 
@@ -409,6 +410,8 @@ const std::set<std::string>& environment_names() {
 void apply_map(const YAML::Node& root, Config& c, const std::string& environment, bool top_level) {
     for (const auto& kv : root) {
         if (!kv.first.IsScalar()) throw ConfigError("?", "keys must be strings", line_of(kv.first));
+        if (kv.first.Scalar().empty())
+            throw ConfigError("(empty key)", "keys must not be empty", line_of(kv.first));
         const std::string k = normalize_key(kv.first.Scalar());
         const YAML::Node& v = kv.second;
         if (k == "concurrency") {

@@ -57,3 +57,18 @@ TEST_CASE("fuzz: a long unterminated or oversized ERB tag is an error or text, n
     CHECK(expand_erb("a <%= ENV['KIQD_FUZZ_REGRESSION'] %> b <%= ENV.fetch('KIQD_NOPE', 'd') %>"
                      "<%= ENV['KIQD_NOPE'] || 5 %> <%>") == "a v b d5 <%>");
 }
+
+TEST_CASE("fuzz: a key that is only ':' or empty is named in the error", "[fuzz][config]") {
+    // Found by fuzz_config: ":: 8" made a ConfigError whose key was empty.
+    auto key_of = [](const std::string& yaml) -> std::string {
+        try {
+            parse_config(yaml, "t.yml", "production");
+        } catch (const ConfigError& e) {
+            return e.key();
+        }
+        return "(no error)";
+    };
+    CHECK(key_of("---\n:: 8\n:queues:\n  - critical\n") == ":");
+    CHECK(key_of("\"\": 1\n") == "(empty key)");
+    CHECK(key_of(":concurrency: 4\n") == "(no error)");  // Sidekiq's colon keys still work
+}
