@@ -1,5 +1,7 @@
 #include "kiqd/config.hpp"
 
+#include <fmt/format.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -487,9 +489,26 @@ void apply_map(const YAML::Node& root, Config& c, const std::string& environment
 
 }  // namespace
 
+namespace {
+
+// Control bytes (a NUL in a quoted YAML key, say) would cut or garble the message on a terminal
+// or in the journal: show them as \xNN.
+std::string printable(const std::string& text) {
+    std::string out;
+    for (unsigned char c : text) {
+        if (c < 0x20 || c == 0x7f)
+            out += fmt::format("\\x{:02x}", c);
+        else
+            out += static_cast<char>(c);
+    }
+    return out;
+}
+
+}  // namespace
+
 ConfigError::ConfigError(std::string key, std::string message, int line)
-    : std::runtime_error(key + (line > 0 ? " (line " + std::to_string(line) + ")" : "") + ": " +
-                         message),
+    : std::runtime_error(printable(key) + (line > 0 ? " (line " + std::to_string(line) + ")" : "") +
+                         ": " + printable(message)),
       key_(std::move(key)),
       line_(line) {}
 

@@ -72,3 +72,14 @@ TEST_CASE("fuzz: a key that is only ':' or empty is named in the error", "[fuzz]
     CHECK(key_of("\"\": 1\n") == "(empty key)");
     CHECK(key_of(":concurrency: 4\n") == "(no error)");  // Sidekiq's colon keys still work
 }
+
+TEST_CASE("fuzz: control bytes in a key are shown escaped, never cut the message",
+          "[fuzz][config]") {
+    // Found by fuzz_config: a quoted key starting with NUL bytes gave an empty what().
+    try {
+        parse_config(std::string("queues: [a]\n'\0\0x': 1\n", 21), "t.yml", "production");
+        FAIL("no error");
+    } catch (const ConfigError& e) {
+        CHECK(std::string(e.what()) == "\\x00\\x00x (line 2): unknown key");
+    }
+}
