@@ -64,7 +64,8 @@ Config build_config(const CliOptions& o, bool need_queues = true) {
     if ((o.config_path.empty() || !need_queues) && c.queues.empty())
         c.queues.push_back({"default", 0});
     if (o.timeout) {
-        if (*o.timeout <= 0) throw ConfigError("-t", "must be greater than 0");
+        if (!(*o.timeout > 0) || *o.timeout > 1e10)
+            throw ConfigError("-t", "must be greater than 0 and at most 1e10 seconds");
         c.timeout = std::chrono::milliseconds(static_cast<long long>(*o.timeout * 1000));
     }
     if (o.tag) c.tag = *o.tag;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -99,7 +100,11 @@ std::vector<QueueWeight> parse_queues(const YAML::Node& n) {
 }
 
 long long seconds_to_ms(const std::string& key, const YAML::Node& n) {
-    return static_cast<long long>(as_number(key, n) * 1000.0);
+    const double seconds = as_number(key, n);
+    // Beyond ~300 years is a typo, and the milliseconds would overflow (found by fuzz_config).
+    if (!std::isfinite(seconds) || std::abs(seconds) > 1e10)
+        throw ConfigError(key, "is out of range", line_of(n));
+    return static_cast<long long>(seconds * 1000.0);
 }
 
 std::string non_empty_string(const std::string& key, const YAML::Node& n) {

@@ -2,6 +2,7 @@
 
 #include <openssl/evp.h>
 
+#include <cmath>
 #include <random>
 
 #include "kiqd/clock.hpp"
@@ -76,7 +77,10 @@ std::optional<std::chrono::milliseconds> seconds_field(const nlohmann::json& p, 
     auto it = p.find(key);
     if (it == p.end() || it->is_null()) return std::nullopt;
     if (!it->is_number()) invalid(std::string(key) + " must be a number of seconds");
-    return std::chrono::milliseconds(static_cast<long long>(it->get<double>() * 1000.0));
+    const double seconds = it->get<double>();
+    if (!std::isfinite(seconds) || std::abs(seconds) > 1e10)
+        invalid(std::string(key) + " is out of range");
+    return std::chrono::milliseconds(static_cast<long long>(seconds * 1000.0));
 }
 
 std::string random_hex() {

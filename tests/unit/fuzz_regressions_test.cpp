@@ -83,3 +83,15 @@ TEST_CASE("fuzz: control bytes in a key are shown escaped, never cut the message
         CHECK(std::string(e.what()) == "\\x00\\x00x (line 2): unknown key");
     }
 }
+
+TEST_CASE("fuzz: a huge number of seconds is out of range, not an overflow", "[fuzz][config]") {
+    // Found by fuzz_config (UBSan): "timeout: 2111…1" overflowed the milliseconds.
+    try {
+        parse_config("timeout: 2" + std::string(60, '1') + "\nqueues: [a]\n", "t.yml",
+                     "production");
+        FAIL("no error");
+    } catch (const ConfigError& e) {
+        CHECK(std::string(e.what()) == "timeout (line 1): is out of range");
+    }
+    CHECK_THROWS_AS(parse_config("timeout: .nan\n", "t.yml", "production"), ConfigError);
+}

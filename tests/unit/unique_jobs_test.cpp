@@ -137,3 +137,10 @@ TEST_CASE("unique: YAML lock options are validated with the key and the line", "
     CHECK(error_of("queues: [a]\nunique_jobs: {reaper: 5}\n") ==
           "unique_jobs.reaper (line 2): unknown key");
 }
+
+TEST_CASE("unique: a huge lock_ttl is an invalid lock, not an overflow", "[unique][fuzz]") {
+    auto parsed = parse_job(R"({"class":"C","args":[],"lock":"while_executing","lock_ttl":1e300})",
+                            "default");
+    REQUIRE(std::holds_alternative<Job>(parsed));
+    CHECK_THROWS_AS(resolve_lock(std::get<Job>(parsed), nullptr, UniqueJobsConfig{}), JobError);
+}
