@@ -70,13 +70,9 @@ YAML
 cat >"$work/producer.py" <<'PY'
 import os, random, socket, sys, time
 port, rate = int(sys.argv[1]), int(sys.argv[2])
+sys.path.insert(0, sys.argv[3])
+from kiqbench import resp  # the bench helper's RESP encoder
 sock = socket.create_connection(("127.0.0.1", port))
-def resp(*args):
-    out = [b"*%d\r\n" % len(args)]
-    for a in args:
-        a = a if isinstance(a, bytes) else str(a).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
-    return b"".join(out)
 def job(n):
     r = random.random()
     jid = os.urandom(12).hex()
@@ -111,7 +107,7 @@ PY
 
 "$KIQD" -C "$work/kiqd.yml" >"$work/kiqd.log" 2>&1 &
 kiqd_pid=$!
-python3 "$work/producer.py" "$port" "$RATE" &
+python3 "$work/producer.py" "$port" "$RATE" "$here/lib" &
 producer_pid=$!
 echo "soak: kiqd pid $kiqd_pid, redis port $port, $RATE jobs/s for ${DURATION}s, samples every ${SAMPLE}s"
 

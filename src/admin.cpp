@@ -11,24 +11,13 @@
 #include "kiqd/clock.hpp"
 #include "kiqd/raw_json_object.hpp"
 #include "kiqd/redis/script.hpp"
+#include "kiqd/scheduler.hpp"
 
 namespace kiqd::admin {
 namespace {
 
 using nlohmann::json;
 using ojson = nlohmann::ordered_json;  // output keeps the order fields are listed in
-
-// KEYS[1] source zset, KEYS[2] "queues", KEYS[3] destination list.
-// ARGV[1] member, ARGV[2] queue name, ARGV[3] payload to push. The same move the scheduler
-// makes (src/scheduler.cpp): the push happens only if this call removed the member.
-constexpr const char* kRetryScript = R"lua(
-if redis.call('zrem', KEYS[1], ARGV[1]) == 1 then
-  redis.call('sadd', KEYS[2], ARGV[2])
-  redis.call('lpush', KEYS[3], ARGV[3])
-  return 1
-end
-return 0
-)lua";
 
 constexpr long long kPage = 1000;  // ZRANGE / SSCAN page size
 
@@ -472,7 +461,8 @@ std::vector<SetEntry> list_entries(redis::Connection& conn, const std::string& s
 
 size_t retry_entries(redis::Connection& conn, const Keys& keys, const std::string& set_key,
                      const std::vector<SetEntry>& entries, Compat compat) {
-    static const redis::Script script(kRetryScript);
+    // The scheduler's move: the push happens only if this call removed the member.
+    static const redis::Script script(kMoveToQueueScript);
     size_t moved = 0;
     for (const auto& e : entries) {
         auto obj = RawJsonObject::parse(e.member);

@@ -126,6 +126,9 @@ struct AdminCli {
 }  // namespace
 
 int run(int argc, char** argv, HandlerRegistry& handlers, MiddlewareRegistry& middleware) {
+    // First of all: systemd's notify variables leave the environment before exec handlers (or
+    // anything else) copy it, so that no child can talk to systemd in kiqd's name.
+    SystemdNotifier notifier = SystemdNotifier::from_environment();
     CLI::App app{"kiqd: a Sidekiq-compatible job processor"};
     app.set_version_flag("--version", std::string("kiqd ") + KIQD_VERSION);
     CliOptions opts;
@@ -202,7 +205,7 @@ int run(int argc, char** argv, HandlerRegistry& handlers, MiddlewareRegistry& mi
     for (const auto& w : warnings) logger->warn("{}", w);
     int code = 0;
     {
-        Launcher launcher(config, handlers, chain, *logger);
+        Launcher launcher(config, handlers, chain, *logger, std::move(notifier));
         code = launcher.run();
     }
     logger->flush();

@@ -200,11 +200,6 @@ class ExecRunner {
             if (v.rfind("KIQD_JID=", 0) == 0 || v.rfind("KIQD_CLASS=", 0) == 0 ||
                 v.rfind("KIQD_QUEUE=", 0) == 0 || v.rfind("KIQD_RETRY_COUNT=", 0) == 0)
                 continue;
-            // systemd's notify variables are kiqd's own: a child must never talk to systemd in
-            // kiqd's name, whichever of the two was built first (see systemd_notify.hpp).
-            if (v.rfind("NOTIFY_SOCKET=", 0) == 0 || v.rfind("WATCHDOG_USEC=", 0) == 0 ||
-                v.rfind("WATCHDOG_PID=", 0) == 0)
-                continue;
             base_env_.emplace_back(v);
         }
         command_line_ = fmt::format("{}", fmt::join(spec_.argv, " "));

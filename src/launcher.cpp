@@ -19,10 +19,10 @@ std::unique_ptr<Fetcher> make_fetcher(const Config& config, const Keys& keys,
 }  // namespace
 
 Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
-                   const MiddlewareChain& chain, spdlog::logger& log)
+                   const MiddlewareChain& chain, spdlog::logger& log, SystemdNotifier notifier)
     : config_(config),
       log_(log),
-      notifier_(SystemdNotifier::from_environment()),
+      notifier_(std::move(notifier)),
       me_(ProcessIdentity::create()),
       keys_(config.redis.key_prefix),
       order_(config.queues),

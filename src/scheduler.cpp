@@ -5,17 +5,6 @@
 namespace kiqd {
 namespace {
 
-// KEYS[1] source zset, KEYS[2] "queues", KEYS[3] destination list.
-// ARGV[1] member, ARGV[2] queue name, ARGV[3] payload to push (member with fresh enqueued_at).
-constexpr const char* kMoveScript = R"lua(
-if redis.call('zrem', KEYS[1], ARGV[1]) == 1 then
-  redis.call('sadd', KEYS[2], ARGV[2])
-  redis.call('lpush', KEYS[3], ARGV[3])
-  return 1
-end
-return 0
-)lua";
-
 // KEYS[1] source zset, KEYS[2] "dead". ARGV[1] member, ARGV[2] score, ARGV[3] dead entry.
 constexpr const char* kKillScript = R"lua(
 if redis.call('zrem', KEYS[1], ARGV[1]) == 1 then
@@ -29,9 +18,20 @@ constexpr size_t kBatch = 100;
 
 }  // namespace
 
+// KEYS[1] source zset, KEYS[2] "queues", KEYS[3] destination list.
+// ARGV[1] member, ARGV[2] queue name, ARGV[3] payload to push (member with fresh enqueued_at).
+const char* const kMoveToQueueScript = R"lua(
+if redis.call('zrem', KEYS[1], ARGV[1]) == 1 then
+  redis.call('sadd', KEYS[2], ARGV[2])
+  redis.call('lpush', KEYS[3], ARGV[3])
+  return 1
+end
+return 0
+)lua";
+
 Scheduler::Scheduler(Runtime& rt)
     : rt_(rt),
-      move_script_(kMoveScript),
+      move_script_(kMoveToQueueScript),
       kill_script_(kKillScript),
       rng_(std::random_device{}()),
       timer_(io_) {}

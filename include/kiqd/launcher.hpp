@@ -32,8 +32,10 @@ namespace kiqd {
 
 class Launcher {
   public:
+    // `notifier` was taken from the environment at the start of kiqd::run, before anything
+    // (exec handlers) copied the environment (see systemd_notify.hpp).
     Launcher(const Config& config, const HandlerRegistry& handlers, const MiddlewareChain& chain,
-             spdlog::logger& log);
+             spdlog::logger& log, SystemdNotifier notifier = {});
     ~Launcher();
     int run();  // blocks until the process has stopped; returns the exit code
     const std::string& identity() const { return me_.identity; }
@@ -49,7 +51,6 @@ class Launcher {
 
     const Config& config_;
     spdlog::logger& log_;
-    // First: it takes NOTIFY_SOCKET & co. out of the environment before anything else runs.
     SystemdNotifier notifier_;
     bool ready_sent_ = false;  // io thread only
     ProcessIdentity me_;

@@ -18,6 +18,10 @@
 
 namespace kiqd {
 
+// The atomic move from a sorted set (retry, schedule) to a queue: ZREM, and only if that call
+// removed the member, SADD queues + LPUSH. Shared with the admin command's `retry`.
+extern const char* const kMoveToQueueScript;
+
 class Scheduler {
   public:
     explicit Scheduler(Runtime& rt);

@@ -179,6 +179,9 @@ TEST_CASE(
     CHECK(get_int(after, "stat:failed") == 0);
     CHECK(after.command({"ZCARD", "retry"}).integer() == 0);
     CHECK(after.command({"ZCARD", "dead"}).integer() == 0);
+    // The clean stop unregistered the process's working lists (the fetch script was reloaded
+    // after the restart emptied Redis's script cache, or nothing would have run).
+    CHECK(after.command({"SCARD", "kiqd:reliable:working"}).integer() == 0);
     CHECK_THAT(kiqd.output(), Catch::Contains("Redis is unreachable"));
     CHECK_THAT(kiqd.output(), Catch::Contains("Redis is back after"));
 }

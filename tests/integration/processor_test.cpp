@@ -89,10 +89,12 @@ TEST_CASE("processor: a middleware that parks a job counts it as neither process
     CHECK(conn.command({"ZCARD", "retry"}).integer() == 0);
 }
 
-TEST_CASE("fetch: weights decide the order, requeue goes to the front", "[fetch]") {
+TEST_CASE("fetch: weights decide the order, requeue goes to the front", "[fetch][reliable]") {
     auto& server = RedisServer::shared();
     server.flushall();
-    TestRuntime t(server, {{"a", 0}, {"b", 0}});
+    const FetchMode mode = GENERATE(FetchMode::basic, FetchMode::reliable);
+    TestRuntime t(server, {{"a", 0}, {"b", 0}}, 2, mode);
+    t.reliable();  // marks a reliable fetcher ready (none with basic fetch)
     auto conn = server.connect();
     conn.command({"LPUSH", "queue:b", "b1"});
     conn.command({"LPUSH", "queue:a", "a1", "a2"});
@@ -103,4 +105,6 @@ TEST_CASE("fetch: weights decide the order, requeue goes to the front", "[fetch]
     CHECK(u->payload == "a1");
     conn.pipeline(t.fetcher.requeue_commands({*u}));
     CHECK(conn.command({"LINDEX", "queue:a", "-1"}).str() == "a1");  // front of the line again
+    // Reliable fetch: the requeue also took it out of the working list.
+    CHECK(conn.command({"LLEN", "queue:sq|testhost:1:abcdef012345|a"}).integer() == 0);
 }

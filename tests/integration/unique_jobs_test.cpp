@@ -24,6 +24,7 @@ using kiqd::test::KiqdProcess;
 using kiqd::test::RedisServer;
 using kiqd::test::TestRuntime;
 using kiqd::test::wait_until;
+using kiqd::test::zrange;
 
 namespace {
 
@@ -64,13 +65,6 @@ std::string payload(const std::string& jid, const std::string& lock = "until_and
 
 bool exists(redis::Connection& c, const std::string& key) {
     return c.command({"EXISTS", key}).integer() == 1;
-}
-
-std::vector<std::string> zrange(redis::Connection& c, const std::string& key) {
-    auto r = c.command({"ZRANGE", key, "0", "-1"});
-    std::vector<std::string> out;
-    for (size_t i = 0; i < r.size(); ++i) out.emplace_back(r[i].str());
-    return out;
 }
 
 }  // namespace

@@ -30,6 +30,26 @@ std::string kiqd_config(const RedisServer& server, const std::string& extra) {
     return "redis: {url: " + server.url() + "}\npoll_interval_average: 0.5\n" + extra;
 }
 
+long long llen(redis::Connection& c, const std::string& key) {
+    return c.command({"LLEN", key}).integer();
+}
+
+namespace {
+std::vector<std::string> strings(const redis::Reply& r) {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < r.size(); ++i) out.emplace_back(r[i].str());
+    return out;
+}
+}  // namespace
+
+std::vector<std::string> lrange(redis::Connection& c, const std::string& key) {
+    return strings(c.command({"LRANGE", key, "0", "-1"}));
+}
+
+std::vector<std::string> zrange(redis::Connection& c, const std::string& key) {
+    return strings(c.command({"ZRANGE", key, "0", "-1"}));
+}
+
 bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     while (std::chrono::steady_clock::now() < deadline) {

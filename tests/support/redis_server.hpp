@@ -55,6 +55,11 @@ int free_port();
 // A kiqd YAML config pointing at `server`, with a fast scheduler poll, followed by `extra`.
 std::string kiqd_config(const RedisServer& server, const std::string& extra);
 
+// Small reads for assertions: a list's length, a list's or sorted set's members in order.
+long long llen(redis::Connection& c, const std::string& key);
+std::vector<std::string> lrange(redis::Connection& c, const std::string& key);
+std::vector<std::string> zrange(redis::Connection& c, const std::string& key);
+
 // Polls `pred` every 10 ms until it is true or `timeout` passes; returns its last value.
 bool wait_until(const std::function<bool()>& pred,
                 std::chrono::milliseconds timeout = std::chrono::seconds(10));
