@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "kiqd/clock.hpp"
+#include "kiqd/pause_control.hpp"
 #include "kiqd/raw_json_object.hpp"
 #include "kiqd/redis/script.hpp"
 #include "kiqd/scheduler.hpp"
@@ -501,6 +502,104 @@ void send_signal(redis::Connection& conn, const Keys& keys, const std::string& i
     conn.pipeline({{"MULTI"}, {"LPUSH", key, signal}, {"EXPIRE", key, "60"}, {"EXEC"}});
 }
 
+PausedReport fetch_paused(redis::Connection& conn, const Keys& keys) {
+    PausedReport report;
+    auto replies = conn.pipeline({{"SMEMBERS", keys.paused_queues()},
+                                  {"SMEMBERS", keys.paused_workers()},
+                                  {"HGETALL", keys.parked_classes()}});
+    std::set<std::string> queues;
+    for (size_t i = 0; i < replies[0].size(); ++i) queues.emplace(replies[0][i].str());
+    std::map<std::string, PausedReport::Worker> workers;
+    for (size_t i = 0; i < replies[1].size(); ++i) {
+        auto& w = workers[std::string(replies[1][i].str())];
+        w.paused = true;
+    }
+    for (size_t i = 0; i + 1 < replies[2].size(); i += 2)
+        workers[std::string(replies[2][i].str())].strategy = replies[2][i + 1].str();
+    std::vector<redis::Command> counts;
+    for (const auto& q : queues) counts.push_back({"LLEN", keys.queue(q)});
+    for (const auto& [c, w] : workers)
+        counts.push_back({"ZCARD", keys.parked_jobs(pause_control_worker_name(c))});
+    auto sizes = counts.empty() ? std::vector<redis::Reply>{} : conn.pipeline(counts);
+    size_t i = 0;
+    for (const auto& q : queues) report.queues.push_back({q, sizes[i++].integer()});
+    for (auto& [c, w] : workers) {
+        w.job_class = c;
+        w.parked = sizes[i++].integer();
+        report.workers.push_back(std::move(w));
+    }
+    return report;
+}
+
+bool set_paused(redis::Connection& conn, const Keys& keys, const std::string& kind,
+                const std::string& name, bool paused) {
+    const std::string set = kind == "queue" ? keys.paused_queues() : keys.paused_workers();
+    return conn.command({paused ? "SADD" : "SREM", set, name}).integer() == 1;
+}
+
+namespace {
+
+int cmd_pause(redis::Connection& conn, const Keys& keys, const Config& config, const Request& r,
+              std::ostream& out, std::ostream& err) {
+    const bool pause = r.command == "pause";
+    if ((r.action != "worker" && r.action != "queue") || r.targets.size() != 1 ||
+        r.targets[0].empty()) {
+        err << "kiqd: usage: kiqd " << r.command << " worker CLASS | " << r.command << " queue NAME"
+            << std::endl;
+        return kExitNotFound;
+    }
+    const std::string& name = r.targets[0];
+    const bool changed = set_paused(conn, keys, r.action, name, pause);
+    const auto refresh = std::chrono::duration<double>(config.pause_control.refresh_interval);
+    if (r.json) {
+        out << ojson{{"kind", r.action}, {"name", name}, {"paused", pause}, {"changed", changed}}
+                   .dump()
+            << "\n";
+        return 0;
+    }
+    out << r.action << " " << name << (changed ? " is now " : " was already ")
+        << (pause ? "paused" : "resumed");
+    if (changed && pause && r.action == "worker")
+        out << ": kiqd processes park its jobs within " << refresh.count() << " s";
+    else if (changed && pause)
+        out << ": kiqd processes stop fetching from it within " << refresh.count() << " s";
+    else if (changed && r.action == "worker")
+        out << ": its parked jobs (" << pause_control_worker_name(name) << ") go back to their "
+            << "queues at the next resume round";
+    out << "\n";
+    return 0;
+}
+
+int cmd_paused(redis::Connection& conn, const Keys& keys, const Request& r, std::ostream& out) {
+    const auto report = fetch_paused(conn, keys);
+    if (r.json) {
+        ojson queues = ojson::array(), workers = ojson::array();
+        for (const auto& q : report.queues) queues.push_back({{"name", q.name}, {"size", q.size}});
+        for (const auto& w : report.workers)
+            workers.push_back({{"class", w.job_class},
+                               {"paused", w.paused},
+                               {"parked", w.parked},
+                               {"strategy", w.strategy}});
+        out << ojson{{"queues", queues}, {"workers", workers}}.dump() << "\n";
+        return 0;
+    }
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& q : report.queues)
+        rows.push_back({"queue", q.name, "paused", std::to_string(q.size) + " queued"});
+    for (const auto& w : report.workers)
+        rows.push_back({"worker", w.job_class,
+                        w.paused ? "paused" : (w.strategy == "manual" ? "resuming" : w.strategy),
+                        std::to_string(w.parked) + " parked"});
+    if (rows.empty()) {
+        out << "nothing is paused\n";
+        return 0;
+    }
+    print_table(out, {"KIND", "NAME", "STATE", "JOBS"}, rows);
+    return 0;
+}
+
+}  // namespace
+
 int run_admin(const Request& r, const Config& config, std::ostream& out, std::ostream& err) {
     const Keys keys(config.redis.key_prefix);
     redis::ConnectionOptions options{config.redis.endpoint, config.redis.connect_timeout,
@@ -514,6 +613,9 @@ int run_admin(const Request& r, const Config& config, std::ostream& out, std::os
         if (r.command == "retries" || r.command == "dead")
             return cmd_set(conn, keys, config, r, out, err);
         if (r.command == "quiet" || r.command == "stop") return cmd_signal(conn, keys, r, out, err);
+        if (r.command == "pause" || r.command == "resume")
+            return cmd_pause(conn, keys, config, r, out, err);
+        if (r.command == "paused") return cmd_paused(conn, keys, r, out);
         err << "kiqd: unknown admin command " << r.command << std::endl;
         return kExitNotFound;
     } catch (const NotFound& e) {

@@ -1,4 +1,6 @@
+#include <chrono>
 #include <map>
+#include <thread>
 
 #include "kiqd/fetcher.hpp"
 
@@ -15,12 +17,26 @@ redis::Reply command_after(redis::Connection& conn, std::vector<redis::Command>&
     return reply;
 }
 
+std::optional<UnitOfWork> wait_all_paused(redis::Connection& conn,
+                                          std::vector<redis::Command>& pending, int seconds) {
+    // Nothing to block on in Redis: send what is pending and wait here, as Sidekiq Pro's fetch
+    // sleeps when every queue is paused. A quarter of the fetch timeout, so that a resumed queue
+    // is fetched from again soon after the pause controller has seen it.
+    if (!pending.empty()) {
+        conn.pipeline_unchecked(pending);
+        pending.clear();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(seconds * 250));
+    return std::nullopt;
+}
+
 std::optional<UnitOfWork> BasicFetcher::retrieve_work(redis::Connection& conn, std::mt19937_64& rng,
                                                       size_t,
                                                       std::vector<redis::Command>& pending) const {
     thread_local std::vector<const std::string*> names;
     thread_local std::vector<std::string> argv_storage;
     order_.order(rng, names);
+    if (names.empty()) return wait_all_paused(conn, pending, kTimeoutSeconds);
     argv_storage.clear();
     argv_storage.push_back("BRPOP");
     for (const auto* n : names) argv_storage.push_back(keys_.queue(*n));

@@ -110,6 +110,18 @@ struct AdminCli {
             s->add_flag("--all", request.all, "retry/delete every entry");
             s->add_option("--limit", request.limit, "list at most this many entries");
         }
+        for (const std::string verb : {"pause", "resume"}) {
+            auto* s = sub(verb, verb +
+                                    " a worker class (its jobs are parked) or a queue (not "
+                                    "fetched from) in every kiqd process");
+            s->add_option("kind", request.action, "worker or queue")
+                ->required()
+                ->check(CLI::IsMember({"worker", "queue"}));
+            s->add_option("name", request.targets, "the job class or queue name")
+                ->required()
+                ->expected(1);
+        }
+        sub("paused", "what is paused, with the jobs queued or parked behind each pause");
         for (const std::string sig : {"quiet", "stop"}) {
             auto* s = sub(sig, sig + " processes through their -signals list (as Sidekiq's API)");
             s->add_option("identity", request.targets, "process identities (see kiqd processes)");
@@ -167,12 +179,14 @@ int run(int argc, char** argv, HandlerRegistry& handlers, MiddlewareRegistry& mi
     Config config;
     MiddlewareChain chain;
     std::vector<LoadedPlugin> plugins;
+    PauseStrategies pause_strategies;
     try {
         config = build_config(o);
         // Plugins first: they may add middleware that server_middleware: names. Exec handlers
         // from the YAML come last and win over a C++ or plugin handler of the same class.
         plugins = load_plugins(config, handlers, middleware);
         chain = middleware.build(config.server_middleware);
+        pause_strategies = PauseStrategies(config, middleware.pause_strategies);
         register_exec_handlers(config, handlers);
     } catch (const ConfigError& e) {
         return config_error(e, o.config_path);
@@ -205,7 +219,8 @@ int run(int argc, char** argv, HandlerRegistry& handlers, MiddlewareRegistry& mi
     for (const auto& w : warnings) logger->warn("{}", w);
     int code = 0;
     {
-        Launcher launcher(config, handlers, chain, *logger, std::move(notifier));
+        Launcher launcher(config, handlers, chain, *logger, std::move(notifier),
+                          std::move(pause_strategies));
         code = launcher.run();
     }
     logger->flush();

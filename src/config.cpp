@@ -321,6 +321,24 @@ void parse_lock_option(const std::string& k, const std::string& key, const YAML:
     }
 }
 
+// `pause_control: manual`, `pause_control: none` or `{strategy: NAME, ...}`. Whether NAME
+// exists is checked once plugins are loaded (PauseStrategies).
+PauseControlSpec parse_pause_control(const std::string& key, const YAML::Node& v) {
+    PauseControlSpec spec;
+    spec.line = line_of(v);
+    if (v.IsScalar()) {
+        spec.strategy = v.Scalar();
+    } else if (v.IsMap()) {
+        if (!v["strategy"]) throw ConfigError(key + ".strategy", "is required", spec.line);
+        spec.strategy = as_string(key + ".strategy", v["strategy"]);
+        spec.options = v;
+    } else {
+        type_error(key, v, "a strategy name or {strategy: NAME, ...}");
+    }
+    if (spec.strategy.empty()) throw ConfigError(key, "the strategy name is empty", spec.line);
+    return spec;
+}
+
 std::vector<ExecHandlerSpec> parse_handlers(const YAML::Node& n,
                                             std::map<std::string, ClassSpec>& classes) {
     if (!n.IsMap()) type_error("handlers", n, "a map of job class → {exec: [...], lock: ...}");
@@ -361,6 +379,8 @@ std::vector<ExecHandlerSpec> parse_handlers(const YAML::Node& n,
             } else if (k == "lock" || k == "lock_args" || k == "lock_ttl" || k == "lock_timeout" ||
                        k == "on_conflict") {
                 parse_lock_option(k, key, v, cls.lock);
+            } else if (k == "pause_control") {
+                cls.pause_control = parse_pause_control(key, v);
             } else {
                 throw ConfigError(key, "unknown key", line_of(e.first));
             }
@@ -391,6 +411,29 @@ void parse_unique_jobs(const YAML::Node& n, UniqueJobsConfig& u) {
             u.reaper_interval = positive_seconds(key, kv.second);
         } else if (k == "wait_interval") {
             u.wait_interval = positive_seconds(key, kv.second);
+        } else {
+            throw ConfigError(key, "unknown key", line_of(kv.first));
+        }
+    }
+}
+
+void parse_pause_control_config(const YAML::Node& n, PauseControlConfig& p) {
+    if (!n.IsMap()) type_error("pause_control", n, "a map");
+    for (const auto& kv : n) {
+        const std::string k = normalize_key(kv.first.Scalar());
+        const std::string key = "pause_control." + k;
+        if (k == "refresh_interval") {
+            p.refresh_interval = positive_seconds(key, kv.second);
+            // The promise: a pause is seen everywhere within a second.
+            if (p.refresh_interval > std::chrono::seconds(1))
+                throw ConfigError(key, "must be at most 1 second", line_of(kv.second));
+        } else if (k == "resume_interval") {
+            p.resume_interval = positive_seconds(key, kv.second);
+        } else if (k == "batch_size") {
+            const long long b = as_int(key, kv.second);
+            if (b < 1 || b > 100000)
+                throw ConfigError(key, "must be between 1 and 100000", line_of(kv.second));
+            p.batch_size = static_cast<int>(b);
         } else {
             throw ConfigError(key, "unknown key", line_of(kv.first));
         }
@@ -482,6 +525,8 @@ void apply_map(const YAML::Node& root, Config& c, const std::string& environment
             c.exec_handlers = parse_handlers(v, c.classes);
         } else if (k == "unique_jobs") {
             parse_unique_jobs(v, c.unique_jobs);
+        } else if (k == "pause_control") {
+            parse_pause_control_config(v, c.pause_control);
         } else if (k == "plugins") {
             c.plugins = parse_plugins(v);
         } else if (top_level && (environment_names().count(k) || k == environment) && v.IsMap()) {

@@ -19,7 +19,8 @@ std::unique_ptr<Fetcher> make_fetcher(const Config& config, const Keys& keys,
 }  // namespace
 
 Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
-                   const MiddlewareChain& chain, spdlog::logger& log, SystemdNotifier notifier)
+                   const MiddlewareChain& chain, spdlog::logger& log, SystemdNotifier notifier,
+                   PauseStrategies pause_strategies)
     : config_(config),
       log_(log),
       notifier_(std::move(notifier)),
@@ -33,6 +34,8 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
       work_(static_cast<size_t>(config.concurrency)),
       health_(log),
       chain_(chain),
+      pause_strategies_(std::move(pause_strategies)),
+      parked_jobs_(keys_, config.compat),
       rt_{config,
           keys_,
           me_.identity,
@@ -51,6 +54,7 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
       manager_(rt_),
       scheduler_(rt_),
       heartbeat_(rt_, me_, me_.info_json(config, order_)),
+      pause_controller_(rt_, pause_state_, order_, parked_jobs_, pause_strategies_),
       signals_(io_, SIGINT, SIGTERM),
       beat_timer_(io_),
       watchdog_timer_(io_) {
@@ -63,6 +67,8 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
         keys_, rt_.connection_options, config.unique_jobs.reaper_interval, me_.identity, log);
     chain_.prepend(
         std::make_shared<UniqueJobsMiddleware>(config, keys_, dead_, *lock_keeper_, me_.identity));
+    chain_.prepend(std::make_shared<PauseControlMiddleware>(pause_state_, parked_jobs_,
+                                                            pause_strategies_, keys_));
 }
 
 Launcher::~Launcher() {
@@ -157,6 +163,7 @@ void Launcher::begin_stop() {
         scheduler_.stop();
         if (recovery_) recovery_->stop(ended);
         lock_keeper_->stop();
+        pause_controller_.stop();
         boost::asio::post(io_, [this] {
             beat_timer_.cancel();
             watchdog_timer_.cancel();
@@ -196,6 +203,8 @@ int Launcher::run() {
     signals_.async_wait(on_signal);
     if (recovery_) recovery_->start();  // processors fetch once it has registered this process
     lock_keeper_->start();
+    pause_controller_.refresh_before_start();
+    pause_controller_.start();
     manager_.start();
     scheduler_.start();
     schedule_beat(std::chrono::steady_clock::duration::zero());  // first beat at once

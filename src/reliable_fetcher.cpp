@@ -36,6 +36,7 @@ std::optional<UnitOfWork> ReliableFetcher::retrieve_work(
     thread_local std::vector<std::string> keys;
     thread_local unsigned idle_rounds = 0;
     order_.order(rng, names);
+    if (names.empty()) return wait_all_paused(conn, pending, kBlockSeconds);
     const std::string* first = order_.names().data();
     auto index_of = [&](size_t i) { return static_cast<size_t>(names[i] - first); };
     // Under load the first queue of the order usually has a job, and a plain RPOPLPUSH costs
@@ -61,7 +62,9 @@ std::optional<UnitOfWork> ReliableFetcher::retrieve_work(
         }
     }
     // Everything was empty: wait on one queue, a different one per idle thread and round.
-    const size_t index = (slot + idle_rounds++) % queue_keys_.size();
+    size_t index = (slot + idle_rounds++) % queue_keys_.size();
+    for (size_t k = 0; k < queue_keys_.size() && order_.paused(index); ++k)
+        index = (index + 1) % queue_keys_.size();  // the next queue that is not paused
     auto blocked = conn.command(
         {"BRPOPLPUSH", queue_keys_[index], working_[index].second, std::to_string(kBlockSeconds)});
     if (blocked.is_nil()) return std::nullopt;

@@ -79,11 +79,35 @@ size_t delete_entries(redis::Connection& conn, const std::string& set_key,
 void send_signal(redis::Connection& conn, const Keys& keys, const std::string& identity,
                  const std::string& signal);
 
+// Pause control (pause_control.hpp): what is paused and what waits.
+struct PausedReport {
+    struct Queue {
+        std::string name;
+        long long size = 0;  // jobs waiting in it, untouched
+    };
+    struct Worker {
+        std::string job_class;
+        bool paused = false;   // an operator paused it (kiqd pause worker)
+        long long parked = 0;  // jobs in its parked-jobs ZSET
+        std::string strategy;  // descriptor stored with its parked jobs ("" = none parked)
+    };
+    std::vector<Queue> queues;    // sorted by name
+    std::vector<Worker> workers;  // operator-paused or with parked jobs, sorted by class
+};
+PausedReport fetch_paused(redis::Connection& conn, const Keys& keys);
+// `kind` "worker" or "queue"; SADD/SREM of `name` in the paused set. Returns false when it was
+// already in the requested state.
+bool set_paused(redis::Connection& conn, const Keys& keys, const std::string& kind,
+                const std::string& name, bool paused);
+
 // One admin invocation, as parsed from the command line.
 struct Request {
-    std::string command;               // stats, queues, processes, retries, dead, quiet, stop
-    std::string action;                // retries/dead: list (default), retry, delete
-    std::vector<std::string> targets;  // JIDs (retries/dead) or identities (quiet/stop)
+    std::string command;  // stats, queues, processes, retries, dead, quiet, stop, pause, resume,
+                          // paused
+    std::string action;   // retries/dead: list (default), retry, delete; pause/resume: worker,
+                          // queue
+    std::vector<std::string> targets;  // JIDs (retries/dead), identities (quiet/stop), or the
+                                       // class/queue name (pause/resume)
     std::string job_class;             // --class
     bool all = false;                  // --all
     bool json = false;                 // --json

@@ -83,11 +83,21 @@ struct LockDefaults {
     std::string on_conflict;  // "" = the lock type's default
 };
 
+// `handlers: {ClassName: {pause_control: manual | {strategy: NAME, ...options}}}` (see
+// pause_strategy.hpp). Unset: the class has no strategy of its own (the operator's manual pause,
+// `kiqd pause worker`, applies to every class regardless).
+struct PauseControlSpec {
+    std::string strategy;  // "manual", "redis_flag", "none" or a name registered from C++
+    YAML::Node options;    // the map it was given in (null for the plain-name form)
+    int line = -1;
+};
+
 // Everything `handlers:` says about one job class besides `exec`.
 struct ClassSpec {
     std::string job_class;
     LockDefaults lock;
     int line = -1;
+    std::optional<PauseControlSpec> pause_control;
 };
 
 // `unique_jobs:` (see unique_jobs.hpp and lock_keeper.hpp).
@@ -95,6 +105,17 @@ struct UniqueJobsConfig {
     std::chrono::milliseconds default_lock_ttl{60000};  // when neither payload nor YAML says
     std::chrono::milliseconds reaper_interval{60000};   // stale-lock reaper, one per fleet
     std::chrono::milliseconds wait_interval{1000};      // a waiting copy re-checks after this
+};
+
+// `pause_control:` (see pause_controller.hpp).
+struct PauseControlConfig {
+    // How often each process reads which queues and workers are paused. A pause takes effect in
+    // every process within this (plus one job already being fetched).
+    std::chrono::milliseconds refresh_interval{500};
+    // How often one process of the fleet moves parked jobs of resumed workers back to their
+    // queues; while a class still has parked jobs the next round follows after at most 1 s.
+    std::chrono::milliseconds resume_interval{5000};
+    int batch_size = 1000;  // parked jobs moved per class per round, atomically
 };
 
 // `plugins: [path/to/libmyjobs.so, ...]`: shared objects loaded at start (see plugin.hpp).
@@ -140,6 +161,7 @@ struct Config {
     std::vector<ExecHandlerSpec> exec_handlers;  // in file order
     std::map<std::string, ClassSpec> classes;    // `handlers:` entries, by job class
     UniqueJobsConfig unique_jobs;
+    PauseControlConfig pause_control;
     std::vector<PluginSpec> plugins;  // in file order
 };
 

@@ -65,6 +65,10 @@ class BasicFetcher final : public Fetcher {
     const QueueOrder& order_;
 };
 
+// What a fetch does when every queue is paused: sends `pending`, waits a little, finds nothing.
+std::optional<UnitOfWork> wait_all_paused(redis::Connection& conn,
+                                          std::vector<redis::Command>& pending, int seconds);
+
 // Sends `pending` and then `command` in one write and returns `command`'s reply (throwing
 // ReplyError if it is an error); `pending` is cleared once sent, whatever its replies.
 redis::Reply command_after(redis::Connection& conn, std::vector<redis::Command>& pending,

@@ -55,6 +55,21 @@ class Keys {
     std::string unique_held() const { return prefix_ + "kiqd:unique:held"; }
     std::string unique_reaper_lock() const { return prefix_ + "kiqd:unique:reaper"; }
 
+    // Pause control (pause_control.hpp): the paused queues and the worker classes an operator
+    // paused (SETs), the classes that have parked jobs (HASH class → strategy descriptor), the
+    // resume task's election lock, and a class's parked jobs under GitLab's names (ZSET of
+    // payloads scored by the INCR counter, so resuming keeps their order). `worker` is the
+    // class name as ActiveSupport's underscore writes it (pause_control_worker_name).
+    std::string paused_queues() const { return prefix_ + "kiqd:pause:queues"; }
+    std::string paused_workers() const { return prefix_ + "kiqd:pause:workers"; }
+    std::string parked_classes() const { return prefix_ + "kiqd:pause:parked"; }
+    std::string pause_resume_lock() const { return prefix_ + "kiqd:pause:resume-lock"; }
+    std::string parked_jobs(std::string_view worker) const {
+        return prefix_ + "sidekiq:pause_control:paused_jobs:zset:{" + std::string(worker) + "}";
+    }
+    std::string parked_score(std::string_view worker) const {
+        return prefix_ + "sidekiq:pause_control:paused_jobs:score:{" + std::string(worker) + "}";
+    }
     // The name of a queue from its list key ("queue:x" → "x").
     std::string_view queue_name(std::string_view key) const {
         return key.substr(prefix_.size() + 6);

@@ -1,7 +1,7 @@
 #pragma once
 // Launcher: wires one kiqd process together and runs it until it is stopped. It owns the
 // Manager (processor threads), the Scheduler thread, with `fetch: reliable` the OrphanRecovery
-// thread, and, on the calling (main) thread, an Asio
+// thread, the LockKeeper and PauseController threads, and, on the calling (main) thread, an Asio
 // io_context that handles OS signals and the heartbeat timer:
 //   SIGTERM/SIGINT or a remote TERM → graceful stop (a second one: stop now, still requeueing);
 //   SIGTSTP or a remote TSTP → quiet; SIGTTIN or a remote TTIN → log every running job;
@@ -24,6 +24,7 @@
 #include "kiqd/lock_keeper.hpp"
 #include "kiqd/manager.hpp"
 #include "kiqd/orphan_recovery.hpp"
+#include "kiqd/pause_controller.hpp"
 #include "kiqd/process_identity.hpp"
 #include "kiqd/scheduler.hpp"
 #include "kiqd/systemd_notify.hpp"
@@ -33,9 +34,11 @@ namespace kiqd {
 class Launcher {
   public:
     // `notifier` was taken from the environment at the start of kiqd::run, before anything
-    // (exec handlers) copied the environment (see systemd_notify.hpp).
+    // (exec handlers) copied the environment (see systemd_notify.hpp). `pause_strategies` are
+    // the classes' pause strategies, resolved against the registry once plugins were loaded.
     Launcher(const Config& config, const HandlerRegistry& handlers, const MiddlewareChain& chain,
-             spdlog::logger& log, SystemdNotifier notifier = {});
+             spdlog::logger& log, SystemdNotifier notifier = {},
+             PauseStrategies pause_strategies = {});
     ~Launcher();
     int run();  // blocks until the process has stopped; returns the exit code
     const std::string& identity() const { return me_.identity; }
@@ -63,13 +66,19 @@ class Launcher {
     WorkState work_;
     Lifecycle lifecycle_;
     RedisHealth health_;
-    MiddlewareChain chain_;  // the configured chain behind kiqd's own unique-jobs middleware
+    // The configured chain behind kiqd's own middlewares: pause control, then unique jobs (so
+    // that a parked job takes no lock).
+    MiddlewareChain chain_;
+    PauseStrategies pause_strategies_;
+    PauseState pause_state_;
+    ParkedJobs parked_jobs_;
     Runtime rt_;
     std::unique_ptr<LockKeeper> lock_keeper_;
     Manager manager_;
     Scheduler scheduler_;
     Heartbeat heartbeat_;
     std::unique_ptr<OrphanRecovery> recovery_;  // with `fetch: reliable` only
+    PauseController pause_controller_;
 
     boost::asio::io_context io_;
     boost::asio::signal_set signals_;

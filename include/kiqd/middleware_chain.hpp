@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kiqd/job_context.hpp"
+#include "kiqd/pause_strategy.hpp"
 
 namespace kiqd {
 
@@ -56,6 +57,10 @@ class MiddlewareRegistry {
     // or bad options (factories throw ConfigError themselves).
     MiddlewareChain build(const std::vector<struct MiddlewareSpec>& specs) const;
     bool contains(const std::string& name) const { return factories_.count(name) > 0; }
+
+    // Pause strategies by name, and classes' strategies declared from C++ (pause_strategy.hpp):
+    // kept here so that plugins and embedding programs reach them where they add middleware.
+    PauseStrategyRegistry pause_strategies;
 
   private:
     std::map<std::string, MiddlewareFactory> factories_;
