@@ -3,7 +3,9 @@
 #include <boost/asio/post.hpp>
 #include <csignal>
 
+#include "kiqd/concurrency_limit.hpp"
 #include "kiqd/logging.hpp"
+#include "kiqd/throttle.hpp"
 #include "kiqd/unique_jobs.hpp"
 
 namespace kiqd {
@@ -63,6 +65,16 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
         keys_, rt_.connection_options, config.unique_jobs.reaper_interval, me_.identity, log);
     chain_.prepend(
         std::make_shared<UniqueJobsMiddleware>(config, keys_, dead_, *lock_keeper_, me_.identity));
+    // Limits go outside the unique-jobs middleware, so a job they park holds no unique lock
+    // while it waits. Each is in the chain only when some class configures it.
+    if (ConcurrencyLimitMiddleware::configured(config)) {
+        slot_keeper_ = std::make_unique<SlotKeeper>(keys_, rt_.connection_options,
+                                                    config.concurrency_limits, me_.identity, log);
+        chain_.prepend(std::make_shared<ConcurrencyLimitMiddleware>(config, keys_, *slot_keeper_,
+                                                                    me_.identity));
+    }
+    if (ThrottleMiddleware::configured(config))
+        chain_.prepend(std::make_shared<ThrottleMiddleware>(config, keys_));
 }
 
 Launcher::~Launcher() {
@@ -157,6 +169,7 @@ void Launcher::begin_stop() {
         scheduler_.stop();
         if (recovery_) recovery_->stop(ended);
         lock_keeper_->stop();
+        if (slot_keeper_) slot_keeper_->stop();
         boost::asio::post(io_, [this] {
             beat_timer_.cancel();
             watchdog_timer_.cancel();
@@ -196,6 +209,7 @@ int Launcher::run() {
     signals_.async_wait(on_signal);
     if (recovery_) recovery_->start();  // processors fetch once it has registered this process
     lock_keeper_->start();
+    if (slot_keeper_) slot_keeper_->start();
     manager_.start();
     scheduler_.start();
     schedule_beat(std::chrono::steady_clock::duration::zero());  // first beat at once

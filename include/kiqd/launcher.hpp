@@ -26,6 +26,7 @@
 #include "kiqd/orphan_recovery.hpp"
 #include "kiqd/process_identity.hpp"
 #include "kiqd/scheduler.hpp"
+#include "kiqd/slot_keeper.hpp"
 #include "kiqd/systemd_notify.hpp"
 
 namespace kiqd {
@@ -63,9 +64,11 @@ class Launcher {
     WorkState work_;
     Lifecycle lifecycle_;
     RedisHealth health_;
-    MiddlewareChain chain_;  // the configured chain behind kiqd's own unique-jobs middleware
+    MiddlewareChain chain_;  // throttle, concurrency limit (when configured), unique jobs, then
+                             // the configured chain
     Runtime rt_;
     std::unique_ptr<LockKeeper> lock_keeper_;
+    std::unique_ptr<SlotKeeper> slot_keeper_;  // when some class has a concurrency_limit
     Manager manager_;
     Scheduler scheduler_;
     Heartbeat heartbeat_;
