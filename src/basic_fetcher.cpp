@@ -10,7 +10,15 @@ redis::Reply command_after(redis::Connection& conn, std::vector<redis::Command>&
                            const redis::Command& command) {
     if (pending.empty()) return conn.command(command);
     pending.push_back(command);
-    auto replies = conn.pipeline_unchecked(pending);
+    std::vector<redis::Reply> replies;
+    try {
+        replies = conn.pipeline_unchecked(pending);
+    } catch (...) {
+        // Keep only the after-job commands for the next try: a fetch command left in `pending`
+        // would be sent again next time and its popped job dropped with its unread reply.
+        pending.pop_back();
+        throw;
+    }
     pending.clear();
     redis::Reply reply = std::move(replies.back());
     if (reply.is_error()) throw redis::ReplyError(std::string(reply.error_text()));

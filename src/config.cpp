@@ -339,6 +339,101 @@ PauseControlSpec parse_pause_control(const std::string& key, const YAML::Node& v
     return spec;
 }
 
+// `by:` of a throttle or concurrency limit: class, tenant, or (throttle only) "arg:N".
+void parse_limit_scope(const std::string& key, const YAML::Node& v, bool allow_arg, LimitScope& by,
+                       int& arg) {
+    const std::string s = as_string(key, v);
+    if (s == "class") {
+        by = LimitScope::job_class;
+    } else if (s == "tenant") {
+        by = LimitScope::tenant;
+    } else if (allow_arg && s.rfind("arg:", 0) == 0) {
+        const std::string digits = s.substr(4);
+        if (digits.empty() || digits.size() > 6 ||
+            digits.find_first_not_of("0123456789") != std::string::npos)
+            throw ConfigError(key, "arg:N needs an argument index N (0, 1, ...), not '" + s + "'",
+                              line_of(v));
+        by = LimitScope::arg;
+        arg = std::stoi(digits);
+    } else {
+        throw ConfigError(key,
+                          allow_arg ? "must be class, tenant or arg:N, not '" + s + "'"
+                                    : "must be class or tenant, not '" + s + "'",
+                          line_of(v));
+    }
+}
+
+ThrottleSpec parse_throttle(const std::string& base, const YAML::Node& n) {
+    if (!n.IsMap()) type_error(base, n, "a map {limit: L, period: SECONDS, by: ...}");
+    ThrottleSpec t;
+    for (const auto& kv : n) {
+        const std::string k = normalize_key(kv.first.Scalar());
+        const std::string key = base + "." + k;
+        if (k == "limit") {
+            t.limit = as_int(key, kv.second);
+            if (t.limit < 1) throw ConfigError(key, "must be at least 1", line_of(kv.second));
+        } else if (k == "period") {
+            t.period = as_int(key, kv.second);  // whole seconds: windows are epoch-aligned
+            if (t.period < 1 || t.period > 366LL * 24 * 3600)
+                throw ConfigError(key, "must be a whole number of seconds from 1 to 31622400",
+                                  line_of(kv.second));
+        } else if (k == "by") {
+            parse_limit_scope(key, kv.second, true, t.by, t.arg);
+        } else {
+            throw ConfigError(key, "unknown key", line_of(kv.first));
+        }
+    }
+    if (t.limit == 0) throw ConfigError(base + ".limit", "is required", line_of(n));
+    if (t.period == 0) throw ConfigError(base + ".period", "is required", line_of(n));
+    return t;
+}
+
+ConcurrencySpec parse_concurrency_limit(const std::string& base, const YAML::Node& n) {
+    ConcurrencySpec c;
+    auto limit = [&](const std::string& key, const YAML::Node& v) {
+        c.limit = as_int(key, v);
+        if (c.limit < 1 || c.limit > 1000000)
+            throw ConfigError(key, "must be from 1 to 1000000", line_of(v));
+    };
+    if (n.IsScalar()) {
+        limit(base, n);
+        return c;
+    }
+    if (!n.IsMap()) type_error(base, n, "a number or a map {limit: N, by: class | tenant}");
+    int unused = -1;
+    for (const auto& kv : n) {
+        const std::string k = normalize_key(kv.first.Scalar());
+        const std::string key = base + "." + k;
+        if (k == "limit")
+            limit(key, kv.second);
+        else if (k == "by")
+            parse_limit_scope(key, kv.second, false, c.by, unused);
+        else
+            throw ConfigError(key, "unknown key", line_of(kv.first));
+    }
+    if (c.limit == 0) throw ConfigError(base + ".limit", "is required", line_of(n));
+    return c;
+}
+
+void parse_concurrency_limits(const YAML::Node& n, ConcurrencyLimitsConfig& c) {
+    if (!n.IsMap()) type_error("concurrency_limits", n, "a map");
+    for (const auto& kv : n) {
+        const std::string k = normalize_key(kv.first.Scalar());
+        const std::string key = "concurrency_limits." + k;
+        if (k == "slot_ttl") {
+            c.slot_ttl = positive_seconds(key, kv.second);
+            // Held slots are extended every third of it: below 3 s a busy Redis could let a
+            // running job's slot expire.
+            if (c.slot_ttl < std::chrono::seconds(3))
+                throw ConfigError(key, "must be at least 3 seconds", line_of(kv.second));
+        } else if (k == "check_interval") {
+            c.check_interval = positive_seconds(key, kv.second);
+        } else {
+            throw ConfigError(key, "unknown key", line_of(kv.first));
+        }
+    }
+}
+
 std::vector<ExecHandlerSpec> parse_handlers(const YAML::Node& n,
                                             std::map<std::string, ClassSpec>& classes) {
     if (!n.IsMap()) type_error("handlers", n, "a map of job class → {exec: [...], lock: ...}");
@@ -352,7 +447,9 @@ std::vector<ExecHandlerSpec> parse_handlers(const YAML::Node& n,
         const std::string base = "handlers." + spec.job_class;
         if (spec.job_class.empty()) throw ConfigError(base, "empty job class name", spec.line);
         if (!kv.second.IsMap()) type_error(base, kv.second, "a map (exec:, lock:, ...)");
-        ClassSpec cls{spec.job_class, {}, spec.line};
+        ClassSpec cls;  // members set one by one: every issue adds its own per-class keys
+        cls.job_class = spec.job_class;
+        cls.line = spec.line;
         bool have_exec = false;
         int exec_option_line = -1;  // timeout/grace only mean something with exec
         for (const auto& e : kv.second) {
@@ -381,6 +478,10 @@ std::vector<ExecHandlerSpec> parse_handlers(const YAML::Node& n,
                 parse_lock_option(k, key, v, cls.lock);
             } else if (k == "pause_control") {
                 cls.pause_control = parse_pause_control(key, v);
+            } else if (k == "throttle") {
+                cls.throttle = parse_throttle(key, v);
+            } else if (k == "concurrency_limit") {
+                cls.concurrency_limit = parse_concurrency_limit(key, v);
             } else {
                 throw ConfigError(key, "unknown key", line_of(e.first));
             }
@@ -527,6 +628,8 @@ void apply_map(const YAML::Node& root, Config& c, const std::string& environment
             parse_unique_jobs(v, c.unique_jobs);
         } else if (k == "pause_control") {
             parse_pause_control_config(v, c.pause_control);
+        } else if (k == "concurrency_limits") {
+            parse_concurrency_limits(v, c.concurrency_limits);
         } else if (k == "plugins") {
             c.plugins = parse_plugins(v);
         } else if (top_level && (environment_names().count(k) || k == environment) && v.IsMap()) {

@@ -3,7 +3,9 @@
 #include <boost/asio/post.hpp>
 #include <csignal>
 
+#include "kiqd/concurrency_limit.hpp"
 #include "kiqd/logging.hpp"
+#include "kiqd/throttle.hpp"
 #include "kiqd/unique_jobs.hpp"
 
 namespace kiqd {
@@ -67,6 +69,17 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
         keys_, rt_.connection_options, config.unique_jobs.reaper_interval, me_.identity, log);
     chain_.prepend(
         std::make_shared<UniqueJobsMiddleware>(config, keys_, dead_, *lock_keeper_, me_.identity));
+    // Limits go outside the unique-jobs middleware, so a job they park holds no unique lock
+    // while it waits. Each is in the chain only when some class configures it.
+    if (ConcurrencyLimitMiddleware::configured(config)) {
+        slot_keeper_ = std::make_unique<SlotKeeper>(keys_, rt_.connection_options,
+                                                    config.concurrency_limits, me_.identity, log);
+        chain_.prepend(std::make_shared<ConcurrencyLimitMiddleware>(config, keys_, *slot_keeper_,
+                                                                    me_.identity));
+    }
+    if (ThrottleMiddleware::configured(config))
+        chain_.prepend(std::make_shared<ThrottleMiddleware>(config, keys_));
+    // Outermost: a parked job must neither count against a limit nor take a lock.
     chain_.prepend(std::make_shared<PauseControlMiddleware>(pause_state_, parked_jobs_,
                                                             pause_strategies_, keys_));
 }
@@ -164,6 +177,7 @@ void Launcher::begin_stop() {
         if (recovery_) recovery_->stop(ended);
         lock_keeper_->stop();
         pause_controller_.stop();
+        if (slot_keeper_) slot_keeper_->stop();
         boost::asio::post(io_, [this] {
             beat_timer_.cancel();
             watchdog_timer_.cancel();
@@ -205,6 +219,7 @@ int Launcher::run() {
     lock_keeper_->start();
     pause_controller_.refresh_before_start();
     pause_controller_.start();
+    if (slot_keeper_) slot_keeper_->start();
     manager_.start();
     scheduler_.start();
     schedule_beat(std::chrono::steady_clock::duration::zero());  // first beat at once

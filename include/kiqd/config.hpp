@@ -92,12 +92,35 @@ struct PauseControlSpec {
     int line = -1;
 };
 
+// What a per-class rate or concurrency limit counts separately (see throttle.hpp and
+// concurrency_limit.hpp): the whole class, each tenant (the payload's `fair_tenant`), or each
+// value of one argument (`arg:N`, throttle only).
+enum class LimitScope { job_class, tenant, arg };
+
+// `handlers: {C: {throttle: {limit: L, period: SECONDS, by: class | tenant | "arg:N"}}}`: at
+// most L runs per window of PERIOD seconds aligned to the epoch (Rack::Attack's fixed window).
+struct ThrottleSpec {
+    long long limit = 0;
+    long long period = 0;  // whole seconds
+    LimitScope by = LimitScope::job_class;
+    int arg = -1;  // with LimitScope::arg: the index into args
+};
+
+// `handlers: {C: {concurrency_limit: N}}` or `{concurrency_limit: {limit: N, by: tenant}}`:
+// at most N jobs of the class (or of one tenant of it) run at once across all processes.
+struct ConcurrencySpec {
+    long long limit = 0;
+    LimitScope by = LimitScope::job_class;  // job_class or tenant
+};
+
 // Everything `handlers:` says about one job class besides `exec`.
 struct ClassSpec {
     std::string job_class;
     LockDefaults lock;
     int line = -1;
     std::optional<PauseControlSpec> pause_control;
+    std::optional<ThrottleSpec> throttle;
+    std::optional<ConcurrencySpec> concurrency_limit;
 };
 
 // `unique_jobs:` (see unique_jobs.hpp and lock_keeper.hpp).
@@ -116,6 +139,13 @@ struct PauseControlConfig {
     // queues; while a class still has parked jobs the next round follows after at most 1 s.
     std::chrono::milliseconds resume_interval{5000};
     int batch_size = 1000;  // parked jobs moved per class per round, atomically
+};
+
+// `concurrency_limits:` (see concurrency_limit.hpp): how long a slot outlives the last sign of
+// life of its holder, and how often parked jobs are moved back when slots free up by expiry.
+struct ConcurrencyLimitsConfig {
+    std::chrono::milliseconds slot_ttl{30000};
+    std::chrono::milliseconds check_interval{5000};
 };
 
 // `plugins: [path/to/libmyjobs.so, ...]`: shared objects loaded at start (see plugin.hpp).
@@ -162,6 +192,7 @@ struct Config {
     std::map<std::string, ClassSpec> classes;    // `handlers:` entries, by job class
     UniqueJobsConfig unique_jobs;
     PauseControlConfig pause_control;
+    ConcurrencyLimitsConfig concurrency_limits;
     std::vector<PluginSpec> plugins;  // in file order
 };
 

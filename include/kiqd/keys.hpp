@@ -70,6 +70,23 @@ class Keys {
     std::string parked_score(std::string_view worker) const {
         return prefix_ + "sidekiq:pause_control:paused_jobs:score:{" + std::string(worker) + "}";
     }
+    // Throttle (throttle.hpp): the fixed-window counter of one window of one class and
+    // discriminator, laid out as Rack::Attack's "rack::attack:<window>:<name>:<discriminator>".
+    std::string throttle(long long window, std::string_view scope) const {
+        return prefix_ + "kiqd:throttle:" + std::to_string(window) + ":" + std::string(scope);
+    }
+    // Concurrency limits (concurrency_limit.hpp): per scope ("<Class>" or
+    // "<Class>:tenant:<tenant>") a ZSET of slots (member → expiry, epoch ms) and a LIST of
+    // parked payloads; a HASH of the scopes in use (scope → limit) and the checker's lock.
+    std::string concurrency_slots(std::string_view scope) const {
+        return prefix_ + "kiqd:concurrency:" + std::string(scope) + ":slots";
+    }
+    std::string concurrency_waiting(std::string_view scope) const {
+        return prefix_ + "kiqd:concurrency:" + std::string(scope) + ":waiting";
+    }
+    std::string concurrency_scopes() const { return prefix_ + "kiqd:concurrency:scopes"; }
+    std::string concurrency_check_lock() const { return prefix_ + "kiqd:concurrency:check-lock"; }
+
     // The name of a queue from its list key ("queue:x" → "x").
     std::string_view queue_name(std::string_view key) const {
         return key.substr(prefix_.size() + 6);

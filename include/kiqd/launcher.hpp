@@ -27,6 +27,7 @@
 #include "kiqd/pause_controller.hpp"
 #include "kiqd/process_identity.hpp"
 #include "kiqd/scheduler.hpp"
+#include "kiqd/slot_keeper.hpp"
 #include "kiqd/systemd_notify.hpp"
 
 namespace kiqd {
@@ -66,14 +67,16 @@ class Launcher {
     WorkState work_;
     Lifecycle lifecycle_;
     RedisHealth health_;
-    // The configured chain behind kiqd's own middlewares: pause control, then unique jobs (so
-    // that a parked job takes no lock).
+    // kiqd's own middlewares, then the configured chain: pause control, throttle and concurrency
+    // limit (when configured), unique jobs — each outside the next, so that a job one of them
+    // parks is not counted or locked by the next.
     MiddlewareChain chain_;
     PauseStrategies pause_strategies_;
     PauseState pause_state_;
     ParkedJobs parked_jobs_;
     Runtime rt_;
     std::unique_ptr<LockKeeper> lock_keeper_;
+    std::unique_ptr<SlotKeeper> slot_keeper_;  // when some class has a concurrency_limit
     Manager manager_;
     Scheduler scheduler_;
     Heartbeat heartbeat_;
