@@ -3,6 +3,7 @@
 #include <boost/asio/post.hpp>
 #include <csignal>
 
+#include "kiqd/fair_tenant.hpp"
 #include "kiqd/logging.hpp"
 #include "kiqd/unique_jobs.hpp"
 
@@ -33,6 +34,7 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
       work_(static_cast<size_t>(config.concurrency)),
       health_(log),
       chain_(chain),
+      client_(make_process_client(config)),
       rt_{config,
           keys_,
           me_.identity,
@@ -47,7 +49,8 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
           work_,
           lifecycle_,
           health_,
-          JobLimits{config.max_payload_bytes, 256}},
+          JobLimits{config.max_payload_bytes, 256},
+          &client_},
       manager_(rt_),
       scheduler_(rt_),
       heartbeat_(rt_, me_, me_.info_json(config, order_)),
@@ -63,6 +66,8 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
         keys_, rt_.connection_options, config.unique_jobs.reaper_interval, me_.identity, log);
     chain_.prepend(
         std::make_shared<UniqueJobsMiddleware>(config, keys_, dead_, *lock_keeper_, me_.identity));
+    // Fair-tenant rerouting first: a job that is moved to a throttled queue takes no lock.
+    chain_.prepend(std::make_shared<FairTenantServerMiddleware>(config, keys_));
 }
 
 Launcher::~Launcher() {

@@ -20,6 +20,7 @@
 #include <string>
 #include <thread>
 
+#include "kiqd/client.hpp"
 #include "kiqd/heartbeat.hpp"
 #include "kiqd/lock_keeper.hpp"
 #include "kiqd/manager.hpp"
@@ -63,7 +64,8 @@ class Launcher {
     WorkState work_;
     Lifecycle lifecycle_;
     RedisHealth health_;
-    MiddlewareChain chain_;  // the configured chain behind kiqd's own unique-jobs middleware
+    MiddlewareChain chain_;  // the configured chain behind kiqd's own middlewares
+    Client client_;          // handlers' follow-up jobs (JobContext::enqueue)
     Runtime rt_;
     std::unique_ptr<LockKeeper> lock_keeper_;
     Manager manager_;
