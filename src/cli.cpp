@@ -1,5 +1,6 @@
-// The kiqd command line: the daemon (default), `check-config`, and the admin commands
-// (`stats`, `queues`, `processes`, `retries`, `dead`, `quiet`, `stop`; see admin.hpp). Parses flags
+// The kiqd command line: the daemon (default), `check-config`, the admin commands
+// (`stats`, `queues`, `processes`, `retries`, `dead`, `quiet`, `stop`; see admin.hpp) and
+// `enqueue` (push one job through the process client). Parses flags
 // with CLI11, loads and validates the configuration (exit 78 naming the key on any problem, before
 // Redis is touched), builds the logger, registry and middleware chain, and hands over to the
 // Launcher.
@@ -135,6 +136,32 @@ struct AdminCli {
     }
 };
 
+// `kiqd enqueue CLASS [ARG_JSON...] [--queue Q] [--at TIME] [--tenant T]`, with the daemon's
+// -C/-e so that REDIS_URL, redis:, the key prefix and the per-class `handlers:` settings (queue,
+// fair-tenant rules) resolve as in the daemon.
+struct EnqueueCli {
+    admin::EnqueueRequest request;
+    CliOptions opts;
+    CLI::App* sub = nullptr;
+
+    void add(CLI::App& app) {
+        sub =
+            app.add_subcommand("enqueue", "push a job (as Sidekiq's client does); prints its jid");
+        sub->add_option("-C,--config", opts.config_path,
+                        "YAML config file (the daemon's: redis:, handlers: queue and fair-tenant "
+                        "rules apply)");
+        sub->add_option("-e,--environment", opts.environment,
+                        "environment sub-hash (default: $RAILS_ENV, $APP_ENV, $RACK_ENV)");
+        sub->add_option("class", request.job_class, "job class, e.g. HardWorker")->required();
+        sub->add_option("args", request.args_json,
+                        "job arguments, each one JSON value: 42 '\"text\"' '{\"a\":1}' "
+                        "(put -- before a negative number)");
+        sub->add_option("--queue", request.queue, "queue (default: the class's, else default)");
+        sub->add_option("--at", request.at, "run at TIME: epoch seconds, +N[s|m|h|d], or ISO 8601");
+        sub->add_option("--tenant", request.tenant, "the job's fair_tenant");
+    }
+};
+
 }  // namespace
 
 int run(int argc, char** argv, HandlerRegistry& handlers, MiddlewareRegistry& middleware) {
@@ -150,6 +177,8 @@ int run(int argc, char** argv, HandlerRegistry& handlers, MiddlewareRegistry& mi
     add_common(*check, check_opts);
     AdminCli admin_cli;
     admin_cli.add(app);
+    EnqueueCli enqueue_cli;
+    enqueue_cli.add(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
@@ -173,6 +202,15 @@ int run(int argc, char** argv, HandlerRegistry& handlers, MiddlewareRegistry& mi
             return config_error(e, admin_cli.opts.config_path);
         }
         return admin::run_admin(admin_cli.request, admin_config, std::cout, std::cerr);
+    }
+    if (enqueue_cli.sub->parsed()) {
+        Config enqueue_config;
+        try {
+            enqueue_config = build_config(enqueue_cli.opts, false);
+        } catch (const ConfigError& e) {
+            return config_error(e, enqueue_cli.opts.config_path);
+        }
+        return admin::run_enqueue(enqueue_cli.request, enqueue_config, std::cout, std::cerr);
     }
     register_builtin_handlers(handlers);
     const CliOptions& o = check->parsed() ? check_opts : opts;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "kiqd/fair_tenant.hpp"
 #include "kiqd/redis/endpoint.hpp"
 
 namespace kiqd {
@@ -434,6 +436,55 @@ void parse_concurrency_limits(const YAML::Node& n, ConcurrencyLimitsConfig& c) {
     }
 }
 
+// `fair_tenant_queues: [{queue: q, threshold: N, per: seconds}, ...]` of a handlers entry.
+std::vector<FairTenantRule> parse_fair_tenant_queues(const std::string& key, const YAML::Node& v) {
+    if (!v.IsSequence()) type_error(key, v, "a list of {queue: NAME, threshold: N, per: SECONDS}");
+    std::vector<FairTenantRule> rules;
+    for (size_t i = 0; i < v.size(); ++i) {
+        const std::string ikey = key + "[" + std::to_string(i) + "]";
+        const YAML::Node& item = v[i];
+        if (!item.IsMap())
+            type_error(ikey, item, "a map {queue: NAME, threshold: N, per: SECONDS}");
+        FairTenantRule rule;
+        bool have_threshold = false;
+        for (const auto& kv : item) {
+            const std::string k = normalize_key(kv.first.Scalar());
+            const std::string rkey = ikey + "." + k;
+            if (k == "queue") {
+                rule.queue = strip_symbol(as_string(rkey, kv.second));
+                if (rule.queue.empty()) throw ConfigError(rkey, "is empty", line_of(kv.second));
+            } else if (k == "threshold") {
+                rule.threshold = as_number(rkey, kv.second);
+                if (!std::isfinite(rule.threshold) || rule.threshold < 0)
+                    throw ConfigError(rkey, "must be a number, 0 or more", line_of(kv.second));
+                have_threshold = true;
+            } else if (k == "per") {
+                const double per = as_number(rkey, kv.second);
+                if (!std::isfinite(per) || per <= 0 || per > 1e10)
+                    throw ConfigError(rkey, "must be a number of seconds > 0", line_of(kv.second));
+                rule.per = per;
+            } else {
+                throw ConfigError(rkey, "unknown key (queue, threshold, per)", line_of(kv.first));
+            }
+        }
+        if (rule.queue.empty()) throw ConfigError(ikey + ".queue", "is required", line_of(item));
+        if (!have_threshold) throw ConfigError(ikey + ".threshold", "is required", line_of(item));
+        rules.push_back(std::move(rule));
+    }
+    if (rules.empty()) throw ConfigError(key, "is empty", line_of(v));
+    return rules;
+}
+
+// `fair_tenant: {arg: N}`: the tenant is args[N].
+int parse_fair_tenant_source(const std::string& key, const YAML::Node& v) {
+    if (!v.IsMap() || v.size() != 1 || !v["arg"])
+        type_error(key, v, "{arg: N} (the tenant is the job's args[N])");
+    const long long index = as_int(key + ".arg", v["arg"]);
+    if (index < 0 || index > 1000000)
+        throw ConfigError(key + ".arg", "must be an argument index (0 or more)", line_of(v["arg"]));
+    return static_cast<int>(index);
+}
+
 std::vector<ExecHandlerSpec> parse_handlers(const YAML::Node& n,
                                             std::map<std::string, ClassSpec>& classes) {
     if (!n.IsMap()) type_error("handlers", n, "a map of job class → {exec: [...], lock: ...}");
@@ -482,6 +533,13 @@ std::vector<ExecHandlerSpec> parse_handlers(const YAML::Node& n,
                 cls.throttle = parse_throttle(key, v);
             } else if (k == "concurrency_limit") {
                 cls.concurrency_limit = parse_concurrency_limit(key, v);
+            } else if (k == "queue") {
+                cls.queue = strip_symbol(as_string(key, v));
+                if (cls.queue.empty()) throw ConfigError(key, "is empty", line_of(v));
+            } else if (k == "fair_tenant_queues") {
+                cls.fair_tenant_queues = parse_fair_tenant_queues(key, v);
+            } else if (k == "fair_tenant") {
+                cls.fair_tenant_arg = parse_fair_tenant_source(key, v);
             } else {
                 throw ConfigError(key, "unknown key", line_of(e.first));
             }
@@ -497,6 +555,29 @@ std::vector<ExecHandlerSpec> parse_handlers(const YAML::Node& n,
         classes[cls.job_class] = std::move(cls);
     }
     return out;
+}
+
+void parse_fair_tenant(const YAML::Node& n, FairTenantConfig& f) {
+    if (!n.IsMap()) type_error("fair_tenant", n, "a map");
+    for (const auto& kv : n) {
+        const std::string k = normalize_key(kv.first.Scalar());
+        const std::string key = "fair_tenant." + k;
+        if (k == "max_throttling_window") {
+            f.max_throttling_window = as_int(key, kv.second);
+            if (f.max_throttling_window < 1 || f.max_throttling_window > 100LL * 365 * 86400)
+                throw ConfigError(key, "must be a whole number of seconds, at least 1",
+                                  line_of(kv.second));
+            f.window_set = true;
+        } else if (k == "enqueues_key") {
+            f.enqueues_key = as_string(key, kv.second);
+            if (auto problem = enqueues_key_problem(f.enqueues_key))
+                throw ConfigError(key, *problem, line_of(kv.second));
+            f.key_set = true;
+        } else {
+            throw ConfigError(key, "unknown key (max_throttling_window, enqueues_key)",
+                              line_of(kv.first));
+        }
+    }
 }
 
 void parse_unique_jobs(const YAML::Node& n, UniqueJobsConfig& u) {
@@ -630,6 +711,8 @@ void apply_map(const YAML::Node& root, Config& c, const std::string& environment
             parse_pause_control_config(v, c.pause_control);
         } else if (k == "concurrency_limits") {
             parse_concurrency_limits(v, c.concurrency_limits);
+        } else if (k == "fair_tenant") {
+            parse_fair_tenant(v, c.fair_tenant);
         } else if (k == "plugins") {
             c.plugins = parse_plugins(v);
         } else if (top_level && (environment_names().count(k) || k == environment) && v.IsMap()) {
@@ -782,6 +865,24 @@ QueueWeight parse_queue_arg(const std::string& arg) {
 }
 
 void validate_config(Config& c) {
+    // The gem's own environment variables (anyway_config: SIDEKIQ_FAIR_TENANT_<KEY>), unless
+    // the YAML says otherwise.
+    if (const char* env = std::getenv("SIDEKIQ_FAIR_TENANT_ENQUEUES_KEY");
+        env && *env && !c.fair_tenant.key_set) {
+        if (auto problem = enqueues_key_problem(env))
+            throw ConfigError("SIDEKIQ_FAIR_TENANT_ENQUEUES_KEY", *problem);
+        c.fair_tenant.enqueues_key = env;
+    }
+    if (const char* env = std::getenv("SIDEKIQ_FAIR_TENANT_MAX_THROTTLING_WINDOW");
+        env && *env && !c.fair_tenant.window_set) {
+        char* end = nullptr;
+        errno = 0;
+        const long long v = std::strtoll(env, &end, 10);
+        if (errno || *end || v < 1 || v > 100LL * 365 * 86400)
+            throw ConfigError("SIDEKIQ_FAIR_TENANT_MAX_THROTTLING_WINDOW",
+                              "must be a whole number of seconds, at least 1");
+        c.fair_tenant.max_throttling_window = v;
+    }
     static const std::regex queue_name(R"(^[A-Za-z0-9_:.\-]+$)");
     std::set<std::string> seen;
     for (const auto& q : c.queues) {

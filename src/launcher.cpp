@@ -4,6 +4,7 @@
 #include <csignal>
 
 #include "kiqd/concurrency_limit.hpp"
+#include "kiqd/fair_tenant.hpp"
 #include "kiqd/logging.hpp"
 #include "kiqd/throttle.hpp"
 #include "kiqd/unique_jobs.hpp"
@@ -38,6 +39,7 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
       chain_(chain),
       pause_strategies_(std::move(pause_strategies)),
       parked_jobs_(keys_, config.compat),
+      client_(make_process_client(config)),
       rt_{config,
           keys_,
           me_.identity,
@@ -52,7 +54,8 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
           work_,
           lifecycle_,
           health_,
-          JobLimits{config.max_payload_bytes, 256}},
+          JobLimits{config.max_payload_bytes, 256},
+          &client_},
       manager_(rt_),
       scheduler_(rt_),
       heartbeat_(rt_, me_, me_.info_json(config, order_)),
@@ -79,7 +82,10 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
     }
     if (ThrottleMiddleware::configured(config))
         chain_.prepend(std::make_shared<ThrottleMiddleware>(config, keys_));
-    // Outermost: a parked job must neither count against a limit nor take a lock.
+    // Fair-tenant rerouting before the limits: a job moved to a throttled queue is not counted
+    // and takes no lock.
+    chain_.prepend(std::make_shared<FairTenantServerMiddleware>(config, keys_));
+    // Outermost: a parked job is neither rerouted nor counted, and takes no lock.
     chain_.prepend(std::make_shared<PauseControlMiddleware>(pause_state_, parked_jobs_,
                                                             pause_strategies_, keys_));
 }

@@ -113,6 +113,14 @@ struct ConcurrencySpec {
     LimitScope by = LimitScope::job_class;  // job_class or tenant
 };
 
+// One rerouting rule of sidekiq-fair_tenant (fair_tenant.hpp): more than `threshold` jobs of
+// a tenant enqueued within the last `per` seconds send its next job to `queue`.
+struct FairTenantRule {
+    std::string queue;
+    double threshold = 0;
+    std::optional<double> per;  // seconds; unset: fair_tenant.max_throttling_window
+};
+
 // Everything `handlers:` says about one job class besides `exec`.
 struct ClassSpec {
     std::string job_class;
@@ -121,6 +129,24 @@ struct ClassSpec {
     std::optional<PauseControlSpec> pause_control;
     std::optional<ThrottleSpec> throttle;
     std::optional<ConcurrencySpec> concurrency_limit;
+    // `queue:`: the class's queue (Sidekiq's sidekiq_options queue:) — the default of pushes
+    // through kiqd's client, and the "main" queue fair-tenant rerouting moves jobs away from.
+    // "" = not configured.
+    std::string queue;
+    // `fair_tenant_queues: [{queue, threshold, per}]` and `fair_tenant: {arg: N}` (the tenant
+    // is args[N]); a job's own `fair_tenant_queues` / `fair_tenant` win (fair_tenant.hpp).
+    std::vector<FairTenantRule> fair_tenant_queues;
+    std::optional<int> fair_tenant_arg;
+};
+
+// `fair_tenant:` — the gem's own settings (sidekiq-fair_tenant config.rb), defaulting to the
+// environment variables the gem reads (SIDEKIQ_FAIR_TENANT_MAX_THROTTLING_WINDOW,
+// SIDEKIQ_FAIR_TENANT_ENQUEUES_KEY), so that Ruby and kiqd count in the same keys.
+struct FairTenantConfig {
+    long long max_throttling_window = 86400;  // seconds
+    std::string enqueues_key = "sidekiq-fair_tenant:enqueued:%<job_class>s:tenant:%<fair_tenant>s";
+    bool window_set = false;  // set by the YAML (else the environment may set it)
+    bool key_set = false;
 };
 
 // `unique_jobs:` (see unique_jobs.hpp and lock_keeper.hpp).
@@ -193,6 +219,7 @@ struct Config {
     UniqueJobsConfig unique_jobs;
     PauseControlConfig pause_control;
     ConcurrencyLimitsConfig concurrency_limits;
+    FairTenantConfig fair_tenant;
     std::vector<PluginSpec> plugins;  // in file order
 };
 

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -20,6 +21,7 @@
 namespace kiqd {
 
 struct Config;
+class Client;
 
 // Raised once, when the shutdown deadline has passed and running jobs have been pushed back to
 // their queues. Handlers that run long should poll stop_requested() or sleep with wait_for(),
@@ -61,6 +63,16 @@ struct JobContext {
     // release): the processor sends them with the job's outcome or with its next fetch, saving
     // a round trip. Null when the caller offers no such channel: then write directly.
     std::vector<redis::Command>* after_job = nullptr;
+    // This process's client (client.hpp), with its client-middleware chain. Null when the
+    // caller offers none (tests that build a JobContext by hand).
+    const Client* client = nullptr;
+
+    // Enqueues a follow-up job through the process's client — its client middleware (fair-
+    // tenant rerouting) included — on this thread's connection. Returns the jid, or "" when a
+    // client middleware stopped the push. Throws std::invalid_argument for a malformed job,
+    // redis::Error when Redis fails (a handler that lets it escape gets the job retried).
+    std::string enqueue(nlohmann::ordered_json job) const;
+    std::vector<std::string> enqueue_bulk(std::vector<nlohmann::ordered_json> jobs) const;
 };
 
 // A failure with a chosen Sidekiq error_class (shown in the Web UI) and optional backtrace.

@@ -20,6 +20,7 @@
 #include <string>
 #include <thread>
 
+#include "kiqd/client.hpp"
 #include "kiqd/heartbeat.hpp"
 #include "kiqd/lock_keeper.hpp"
 #include "kiqd/manager.hpp"
@@ -67,13 +68,14 @@ class Launcher {
     WorkState work_;
     Lifecycle lifecycle_;
     RedisHealth health_;
-    // kiqd's own middlewares, then the configured chain: pause control, throttle and concurrency
-    // limit (when configured), unique jobs — each outside the next, so that a job one of them
-    // parks is not counted or locked by the next.
+    // kiqd's own middlewares, then the configured chain: pause control, fair-tenant rerouting,
+    // throttle and concurrency limit (when configured), unique jobs — each outside the next, so
+    // that a job one of them parks or moves is not counted or locked by the next.
     MiddlewareChain chain_;
     PauseStrategies pause_strategies_;
     PauseState pause_state_;
     ParkedJobs parked_jobs_;
+    Client client_;  // handlers' follow-up jobs (JobContext::enqueue)
     Runtime rt_;
     std::unique_ptr<LockKeeper> lock_keeper_;
     std::unique_ptr<SlotKeeper> slot_keeper_;  // when some class has a concurrency_limit

@@ -29,6 +29,7 @@
 #include "kiqd/job_context.hpp"
 #include "kiqd/middleware_chain.hpp"
 
+// 2: pause strategies in MiddlewareRegistry, JobContext::client, ClassSpec's new fields.
 #define KIQD_PLUGIN_ABI_VERSION 2
 
 namespace kiqd {

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "kiqd/client.hpp"
 #include "kiqd/config.hpp"
 #include "kiqd/dead_set.hpp"
 #include "kiqd/fetcher.hpp"
@@ -50,6 +51,7 @@ struct Runtime {
     Lifecycle& lifecycle;
     RedisHealth& health;
     JobLimits limits;
+    const Client* client = nullptr;  // for JobContext::enqueue; null in tests that need none
 };
 
 }  // namespace kiqd

@@ -1,9 +1,13 @@
 // kiqd_test_daemon: the stock daemon plus handlers that leave evidence in Redis, for tests that
 // need to know exactly which jobs ran, where and when. Built with the public API (kiqd::run).
 //   Test::Record — RPUSH kiqd-test:ran {"jid","class","queue","args","retry_count","pid",
-//                  "started","ended"}; args[0] may be a number of seconds to sleep first.
+//                  "enqueued_at","started","ended"}; args[0] may be a number of seconds to
+//                  sleep first.
 //   Test::Other — the same as Test::Record under another class name.
 //   Test::FailOnce — fails on its first attempt (no retry_count yet), then records like Record.
+//   Test::Spawn — args[0] is a list of job hashes: enqueues each through the process client
+//                 (JobContext::enqueue, with its client middleware), RPUSHes the list of
+//                 returned jids to kiqd-test:spawned, then records like Record.
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -14,14 +18,16 @@
 namespace {
 
 void record(const kiqd::Job& job, kiqd::JobContext& ctx, double started) {
-    nlohmann::json entry{{"jid", job.jid},
-                         {"class", job.handler_name()},
-                         {"queue", job.queue},
-                         {"args", job.args()},
-                         {"retry_count", job.retry_count() ? *job.retry_count() : -1},
-                         {"pid", static_cast<int>(getpid())},
-                         {"started", started},
-                         {"ended", kiqd::epoch_seconds()}};
+    nlohmann::json entry{
+        {"jid", job.jid},
+        {"class", job.handler_name()},
+        {"queue", job.queue},
+        {"args", job.args()},
+        {"retry_count", job.retry_count() ? *job.retry_count() : -1},
+        {"pid", static_cast<int>(getpid())},
+        {"enqueued_at", job.enqueued_at() ? nlohmann::json(*job.enqueued_at()) : nlohmann::json()},
+        {"started", started},
+        {"ended", kiqd::epoch_seconds()}};
     ctx.redis.command({"RPUSH", "kiqd-test:ran", entry.dump()});
 }
 
@@ -44,6 +50,15 @@ int main(int argc, char** argv) {
     handlers.add("Test::FailOnce", [](const kiqd::Job& job, kiqd::JobContext& ctx) {
         if (!job.retry_count()) throw kiqd::JobError("Test::FirstAttempt", "first attempt fails");
         record(job, ctx, kiqd::epoch_seconds());
+    });
+    handlers.add("Test::Spawn", [](const kiqd::Job& job, kiqd::JobContext& ctx) {
+        const double started = kiqd::epoch_seconds();
+        nlohmann::json jids = nlohmann::json::array();
+        const auto& args = job.args();
+        if (!args.empty() && args[0].is_array())
+            for (const auto& j : args[0]) jids.push_back(ctx.enqueue(nlohmann::ordered_json(j)));
+        ctx.redis.command({"RPUSH", "kiqd-test:spawned", jids.dump()});
+        record(job, ctx, started);
     });
     kiqd::MiddlewareRegistry middleware;
     return kiqd::run(argc, argv, handlers, middleware);

@@ -1,0 +1,126 @@
+#pragma once
+// Fair-tenant rerouting, compatible with the sidekiq-fair_tenant gem v0.1.0 (Envek/
+// sidekiq-fair_tenant lib/sidekiq/fair_tenant/client_middleware.rb; sidekiq-data-model §12.2),
+// so that Ruby producers using the gem and kiqd count in the same sliding windows.
+//
+// Rules come from the job's `fair_tenant_queues` ([{queue, threshold, per}]) or, when the job
+// has none, from its class's `handlers:` entry in the YAML. The tenant is the job's
+// `fair_tenant`, else args[N] for a class with `fair_tenant: {arg: N}`, else `apartment`. Each
+// enqueue of a tenant's job is recorded in the ZSET
+//   format(enqueues_key, job_class, fair_tenant, queue)   (default
+//   "sidekiq-fair_tenant:enqueued:<class>:tenant:<tenant>"), member "jid:<jid>", score = the
+// integer epoch second; entries older than max_throttling_window (86,400 s) are trimmed and the
+// key expires after it. Then, for each rule, the entries within [floor(now − per), floor(now)]
+// are counted (the new job included); a rule matches when threshold < count, and the LAST
+// matching rule's queue becomes the job's queue. Registration and decision are one Lua script.
+// Skipped: no rules, no tenant, or a job already rerouted — its queue differs from its class's
+// `queue:` (as the gem compares with the class's queue), or, for a class without `queue:`, it is
+// one of its rules' queues (kiqd's addition: the gem would count it again).
+//
+// Two places use it:
+//  * FairTenantClientMiddleware — in every kiqd Client's chain (client.hpp): decides at push
+//    time, writes `fair_tenant` into the job as the gem does, and marks the job with
+//    `"fair_tenant_registered": true` so that the server side does not count it again.
+//  * FairTenantServerMiddleware — first in the server chain: a job fetched from its main queue
+//    that did not pass such a client (pushed by Ruby without the gem, redis-cli, any producer)
+//    is registered when it starts; when its tenant is over a threshold it is LPUSHed (marked) to
+//    the throttled queue instead of running, in the same script, and counts as neither processed
+//    nor failed. A job the gem already registered (its jid is in the ZSET) is left alone.
+// Both are immutable after construction and shared by all threads.
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiqd/client_middleware.hpp"
+#include "kiqd/config.hpp"
+#include "kiqd/keys.hpp"
+#include "kiqd/middleware_chain.hpp"
+#include "kiqd/redis/script.hpp"
+
+namespace kiqd {
+
+// The payload field with which kiqd's client marks a job it registered.
+inline constexpr const char* kFairTenantRegistered = "fair_tenant_registered";
+
+// A Ruby format string of the gem's enqueues_key: only %<queue>s, %<job_class>s,
+// %<fair_tenant>s and %% are supported. nullopt when fine, else what is wrong.
+std::optional<std::string> enqueues_key_problem(const std::string& format);
+std::string format_enqueues_key(const std::string& format, const std::string& queue,
+                                const std::string& job_class, const std::string& tenant);
+
+// What one job's registration needs.
+struct FairTenantPlan {
+    std::string job_class;        // `wrapped` (ActiveJob) or `class`: the key's %<job_class>s
+    std::string tenant;           // as Ruby's to_s would print it (the key's %<fair_tenant>s)
+    nlohmann::json tenant_value;  // the value, to write into `fair_tenant` when absent
+    std::string key;              // the ZSET, with the key prefix
+    std::vector<FairTenantRule> rules;
+};
+
+// The rules, tenants and settings of a process, copied from its Config.
+class FairTenant {
+  public:
+    FairTenant(const Config& config, Keys keys);
+
+    // nullopt when the job is not to be registered (no rules, no tenant, already rerouted).
+    // `queue` is the job's current queue. Throws std::invalid_argument for a malformed
+    // `fair_tenant_queues` in the job.
+    std::optional<FairTenantPlan> plan(const nlohmann::json& job, const std::string& queue) const;
+    std::optional<FairTenantPlan> plan(const nlohmann::ordered_json& job,
+                                       const std::string& queue) const;
+
+    // Client side: register the job and decide. Returns the 1-based index of the winning rule,
+    // 0 when none matched. One round trip.
+    size_t register_and_decide(redis::Connection& redis, const FairTenantPlan& plan,
+                               const std::string& jid, double now) const;
+    // Server side: the same, unless the jid is already registered (-1: left alone); when a rule
+    // whose `moved_payloads` entry is not empty wins, that payload is LPUSHed to the rule's
+    // queue (with SADD queues) in the same script. `moved_payloads` has one entry per rule.
+    long long register_and_move(redis::Connection& redis, const FairTenantPlan& plan,
+                                const std::string& jid, double now,
+                                const std::vector<std::string>& moved_payloads) const;
+
+    const Keys& keys() const { return keys_; }
+    long long max_window() const { return settings_.max_throttling_window; }
+
+  private:
+    struct ClassRules {
+        std::string queue;
+        std::vector<FairTenantRule> rules;
+        std::optional<int> tenant_arg;
+    };
+    template <class Json>
+    std::optional<FairTenantPlan> plan_impl(const Json& job, const std::string& queue) const;
+    std::vector<std::string> script_args(char mode, const FairTenantPlan& plan,
+                                         const std::string& jid, double now) const;
+
+    Keys keys_;
+    FairTenantConfig settings_;
+    std::map<std::string, ClassRules> classes_;
+    redis::Script script_;
+};
+
+class FairTenantClientMiddleware final : public ClientMiddleware {
+  public:
+    FairTenantClientMiddleware(const Config& config, Keys keys);
+    std::string_view name() const override { return "fair_tenant"; }
+    void call(nlohmann::ordered_json& job, redis::Connection& redis,
+              const ClientNext& next) const override;
+
+  private:
+    FairTenant fair_;
+};
+
+class FairTenantServerMiddleware final : public ServerMiddleware {
+  public:
+    FairTenantServerMiddleware(const Config& config, Keys keys);
+    std::string_view name() const override { return "fair_tenant"; }
+    void call(JobContext& ctx, const Next& next) const override;
+
+  private:
+    FairTenant fair_;
+};
+
+}  // namespace kiqd
