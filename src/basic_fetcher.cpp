@@ -52,7 +52,7 @@ BasicFetcher::BasicFetcher(const Keys& keys, const QueueOrder& order, size_t pre
     for (const auto& name : order_.names()) queue_keys_.push_back(keys_.queue(name));
     if (prefetch_ > 1) {
         pop_script_ = std::make_unique<redis::Script>(kPopBatchScript);
-        buffer_ = std::make_unique<FetchBuffer>();
+        buffer_ = std::make_unique<FetchBuffer>(prefetch_ / 2);
     }
 }
 

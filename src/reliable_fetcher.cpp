@@ -61,7 +61,7 @@ ReliableFetcher::ReliableFetcher(const Keys& keys, const QueueOrder& order, std:
     }
     batch_keys_ = queue_keys_;
     for (const auto& w : working_) batch_keys_.push_back(w.second);
-    if (batch_ > 1) buffer_ = std::make_unique<FetchBuffer>();
+    if (batch_ > 1) buffer_ = std::make_unique<FetchBuffer>(batch_ / 2);
 }
 
 ReliableFetcher::~ReliableFetcher() = default;

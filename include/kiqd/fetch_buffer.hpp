@@ -2,7 +2,8 @@
 // FetchBuffer: the process-wide local buffer of a batched fetch (reliable_fetch.batch_size > 1,
 // or basic fetch with prefetch > 1). One processor thread at a time refills it with one round
 // trip that moves up to N jobs out of the queues; the others wait for that refill instead of
-// asking Redis themselves, then take the buffered jobs one by one without a round trip. It also
+// asking Redis themselves, then take the buffered jobs one by one without a round trip. When the
+// buffer runs low (below N/2) the thread that notices refills ahead. It also
 // holds the acknowledgements that reliable fetch defers (successful jobs whose LREM rides along
 // with the next refill), so that orphan recovery can tell a buffered or finished-but-unacked job
 // in this process's working list from a stranded one.
@@ -22,6 +23,10 @@ namespace kiqd {
 class FetchBuffer {
   public:
     using Refill = std::function<std::vector<UnitOfWork>(std::vector<UnitOfWork>& acks)>;
+
+    // `low_water`: a thread that takes a job and leaves fewer than this buffered refills at once
+    // (before returning its job), while the others go on with the rest. 0: only when empty.
+    explicit FetchBuffer(size_t low_water = 0) : low_water_(low_water) {}
 
     // Takes a buffered job, or — when the buffer is empty and no other thread is refilling —
     // calls `refill` (without the lock) and keeps everything it returned but the first. While
@@ -49,6 +54,7 @@ class FetchBuffer {
     std::deque<UnitOfWork> jobs_;
     std::vector<UnitOfWork> acks_;
     bool refilling_ = false;
+    size_t low_water_;
 };
 
 }  // namespace kiqd

@@ -103,32 +103,40 @@ TEST_CASE("batched reliable fetch: jobs stay in the working list until their out
     CHECK(llen(conn, "queue:default") == 3);
     p.process(conn, std::move(*u));
     for (int i = 2; i <= 5; ++i) {
-        u = t.fetcher.retrieve_work(conn, rng, 0);  // from the buffer: no round trip
+        // From the buffer. Taking job 4 leaves one buffered (below 5/2), so that call refills
+        // ahead: it sends the deferred acknowledgements of jobs 1-3 and moves jobs 6-8.
+        u = t.fetcher.retrieve_work(conn, rng, 0);
         REQUIRE(u);
         CHECK(u->payload == noop(i));
         p.process(conn, std::move(*u));
     }
-    // All five ran; their acknowledgements are deferred, so the jobs are still in the working
-    // list (a crash now runs them again rather than losing them), and held, not stranded.
     CHECK(t.work.processed == 5);
-    CHECK(llen(conn, kWorking) == 5);
+    CHECK(llen(conn, "queue:default") == 0);
+    // Jobs 4 and 5 ran, but their acknowledgements are deferred: they are still in the working
+    // list (a crash now runs them again rather than losing them), with the buffered 6-8. All
+    // five are held by this process, not stranded.
+    CHECK(lrange(conn, kWorking) == list_of{noop(8), noop(7), noop(6), noop(5), noop(4)});
     CHECK(t.reliable()->held_payloads().size() == 5);
     OrphanRecovery recovery(t.rt, *t.reliable());
     CHECK(recovery.return_stranded(conn, std::chrono::seconds(0)) == 0);
     CHECK(llen(conn, kWorking) == 5);
 
-    // The next refill carries the acknowledgements: only the three new jobs remain.
+    // Job 6 runs; taking job 7 leaves one buffered, and that refill (the queue is empty now)
+    // carries the acknowledgements of 4-6.
     u = t.fetcher.retrieve_work(conn, rng, 0);
     REQUIRE(u);
     CHECK(u->payload == noop(6));
-    CHECK(lrange(conn, kWorking) == list_of{noop(8), noop(7), noop(6)});
-    CHECK(llen(conn, "queue:default") == 0);
+    p.process(conn, std::move(*u));
+    u = t.fetcher.retrieve_work(conn, rng, 0);
+    REQUIRE(u);
+    CHECK(u->payload == noop(7));
+    CHECK(lrange(conn, kWorking) == list_of{noop(8), noop(7)});
 
-    // Stopping: job 6 is running (the manager requeues it at the deadline); 7 and 8 are
-    // buffered and go back to the front of the queue in their order.
+    // Stopping: job 7 is running (the manager requeues it at the deadline); job 8 is buffered
+    // and goes back to the front of the queue.
     conn.pipeline(t.fetcher.release_commands());
-    CHECK(lrange(conn, "queue:default") == list_of{noop(8), noop(7)});  // 7 pops first
-    CHECK(lrange(conn, kWorking) == list_of{noop(6)});
+    CHECK(lrange(conn, "queue:default") == list_of{noop(8)});
+    CHECK(lrange(conn, kWorking) == list_of{noop(7)});
     CHECK(t.fetcher.take_buffered().empty());
 }
 
