@@ -1,10 +1,66 @@
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <thread>
 
+#include "kiqd/fetch_buffer.hpp"
 #include "kiqd/fetcher.hpp"
 
 namespace kiqd {
+namespace {
+
+// KEYS: every queue list (in order_.names() order). ARGV: see batch_order_args. Pops up to
+// ARGV[1] jobs, each from the first non-empty queue of its order; returns {index, payload, ...}.
+constexpr const char* kPopBatchScript = R"lua(
+local n = #KEYS
+local want = tonumber(ARGV[1])
+local orders = (#ARGV - 1) / n
+local out = {}
+for j = 0, want - 1 do
+  local base = 1 + (j % orders) * n
+  local got = false
+  for k = 1, n do
+    local q = tonumber(ARGV[base + k])
+    local job = q > 0 and redis.call('rpop', KEYS[q])
+    if job then
+      out[#out + 1] = q
+      out[#out + 1] = job
+      got = true
+      break
+    end
+  end
+  if not got then break end
+end
+return out
+)lua";
+
+}  // namespace
+
+void batch_order_args(const QueueOrder& order, std::mt19937_64& rng, size_t count,
+                      std::vector<std::string>& args) {
+    args.clear();
+    args.push_back(std::to_string(count));
+    const std::string* first = order.names().data();
+    thread_local std::vector<const std::string*> names;
+    const size_t orders = order.strict() || order.names().size() == 1 ? 1 : count;
+    for (size_t j = 0; j < orders; ++j) {
+        order.order(rng, names);
+        for (const auto* n : names) args.push_back(std::to_string(n - first + 1));
+        // Paused queues are left out of the order; 0 pads it to its fixed length (skipped).
+        for (size_t k = names.size(); k < order.names().size(); ++k) args.push_back("0");
+    }
+}
+
+BasicFetcher::BasicFetcher(const Keys& keys, const QueueOrder& order, size_t prefetch)
+    : keys_(keys), order_(order), prefetch_(std::max<size_t>(prefetch, 1)) {
+    for (const auto& name : order_.names()) queue_keys_.push_back(keys_.queue(name));
+    if (prefetch_ > 1) {
+        pop_script_ = std::make_unique<redis::Script>(kPopBatchScript);
+        buffer_ = std::make_unique<FetchBuffer>(prefetch_ / 2);
+    }
+}
+
+BasicFetcher::~BasicFetcher() = default;
 
 redis::Reply command_after(redis::Connection& conn, std::vector<redis::Command>& pending,
                            const redis::Command& command) {
@@ -38,9 +94,52 @@ std::optional<UnitOfWork> wait_all_paused(redis::Connection& conn,
     return std::nullopt;
 }
 
+std::vector<UnitOfWork> BasicFetcher::pop_batch(redis::Connection& conn, std::mt19937_64& rng,
+                                                std::vector<redis::Command>& pending) const {
+    thread_local std::vector<std::string> args;
+    batch_order_args(order_, rng, prefetch_, args);
+    redis::Reply reply = [&] {
+        if (pending.empty()) return pop_script_->run(conn, queue_keys_, args);
+        try {
+            return command_after(conn, pending, pop_script_->evalsha_command(queue_keys_, args));
+        } catch (const redis::ReplyError& e) {
+            if (!e.starts_with("NOSCRIPT")) throw;
+            return pop_script_->run(conn, queue_keys_, args);  // pending went out already
+        }
+    }();
+    std::vector<UnitOfWork> out;
+    if (reply.is_nil()) return out;
+    if (reply.size() % 2) throw redis::ProtocolError("pop script: unexpected reply");
+    out.reserve(reply.size() / 2);
+    for (size_t i = 0; i < reply.size(); i += 2) {
+        const auto q = static_cast<size_t>(reply[i].integer());
+        if (q < 1 || q > queue_keys_.size())
+            throw redis::ProtocolError("pop script: index out of range");
+        out.push_back(UnitOfWork{order_.names()[q - 1], std::string(reply[i + 1].str())});
+    }
+    return out;
+}
+
 std::optional<UnitOfWork> BasicFetcher::retrieve_work(redis::Connection& conn, std::mt19937_64& rng,
                                                       size_t,
                                                       std::vector<redis::Command>& pending) const {
+    if (order_.all_paused()) return wait_all_paused(conn, pending, kTimeoutSeconds);
+    if (buffer_) {
+        bool drained = false;
+        auto unit = buffer_->take_or_refill(
+            [&](std::vector<UnitOfWork>&) { return pop_batch(conn, rng, pending); },
+            std::chrono::seconds(kTimeoutSeconds), drained);
+        if (unit) {
+            // Lock releases of the previous job go out before this one runs, as with BRPOP.
+            if (!pending.empty()) {
+                conn.pipeline_unchecked(pending);
+                pending.clear();
+            }
+            return unit;
+        }
+        if (!drained) return std::nullopt;
+        // Every queue was empty: block below, as without prefetch.
+    }
     thread_local std::vector<const std::string*> names;
     thread_local std::vector<std::string> argv_storage;
     order_.order(rng, names);
@@ -66,6 +165,16 @@ std::vector<redis::Command> BasicFetcher::requeue_commands(
     std::vector<redis::Command> out;
     for (auto& [q, cmd] : by_queue) out.push_back(std::move(cmd));
     return out;
+}
+
+std::vector<UnitOfWork> BasicFetcher::take_buffered() const {
+    return buffer_ ? buffer_->take_buffered() : std::vector<UnitOfWork>{};
+}
+
+std::vector<redis::Command> BasicFetcher::release_commands() const {
+    auto units = take_buffered();
+    std::reverse(units.begin(), units.end());  // the first fetched ends up at the very front
+    return units.empty() ? std::vector<redis::Command>{} : requeue_commands(units);
 }
 
 }  // namespace kiqd

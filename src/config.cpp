@@ -249,6 +249,14 @@ void parse_reliable_fetch(const YAML::Node& n, ReliableFetchConfig& r) {
             r.max_interruptions = static_cast<int>(as_int(key, kv.second));
             if (r.max_interruptions < 1)
                 throw ConfigError(key, "must be at least 1", line_of(kv.second));
+        } else if (k == "batch_size") {
+            const long long b = as_int(key, kv.second);
+            if (b < 1 || b > ReliableFetchConfig::kMaxBatchSize)
+                throw ConfigError(
+                    key,
+                    "must be between 1 and " + std::to_string(ReliableFetchConfig::kMaxBatchSize),
+                    line_of(kv.second));
+            r.batch_size = static_cast<int>(b);
         } else {
             throw ConfigError(key, "unknown key", line_of(kv.first));
         }
@@ -658,6 +666,14 @@ void apply_map(const YAML::Node& root, Config& c, const std::string& environment
             c.fetch = parse_fetch_mode(k, as_string(k, v), line_of(v));
         } else if (k == "reliable_fetch") {
             parse_reliable_fetch(v, c.reliable_fetch);
+        } else if (k == "prefetch") {
+            const long long b = as_int(k, v);
+            if (b < 1 || b > ReliableFetchConfig::kMaxBatchSize)
+                throw ConfigError(
+                    k,
+                    "must be between 1 and " + std::to_string(ReliableFetchConfig::kMaxBatchSize),
+                    line_of(v));
+            c.prefetch = static_cast<int>(b);
         } else if (k == "tag") {
             c.tag = as_string(k, v);
         } else if (k == "labels") {
@@ -895,6 +911,10 @@ void validate_config(Config& c) {
     if (c.queues.empty()) throw ConfigError("queues", "no queues configured");
     if (c.concurrency < 1 || c.concurrency > 1000)
         throw ConfigError("concurrency", "must be between 1 and 1000");
+    if (c.prefetch > 1 && c.fetch == FetchMode::reliable)
+        throw ConfigError("prefetch",
+                          "applies to fetch: basic only; reliable fetch batches with "
+                          "reliable_fetch.batch_size");
     static const std::set<std::string> levels{"trace", "debug", "info", "warn", "error", "off"};
     if (!levels.count(c.logging.level))
         throw ConfigError("logging.level", "must be one of trace, debug, info, warn, error, off");

@@ -15,8 +15,9 @@ namespace {
 std::unique_ptr<Fetcher> make_fetcher(const Config& config, const Keys& keys,
                                       const QueueOrder& order, const std::string& identity) {
     if (config.fetch == FetchMode::reliable)
-        return std::make_unique<ReliableFetcher>(keys, order, identity);
-    return std::make_unique<BasicFetcher>(keys, order);
+        return std::make_unique<ReliableFetcher>(
+            keys, order, identity, static_cast<size_t>(config.reliable_fetch.batch_size));
+    return std::make_unique<BasicFetcher>(keys, order, static_cast<size_t>(config.prefetch));
 }
 
 }  // namespace

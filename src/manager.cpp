@@ -1,5 +1,7 @@
 #include "kiqd/manager.hpp"
 
+#include <algorithm>
+
 namespace kiqd {
 
 Manager::Manager(Runtime& rt) : rt_(rt) {
@@ -49,10 +51,15 @@ bool Manager::wait_all_until(Clock::time_point until,
 
 void Manager::requeue_running_jobs() {
     auto running = rt_.work.abandon_all();
-    if (running.empty()) return;
-    std::vector<UnitOfWork> units;
+    // Jobs still in the fetch buffer go back too (behind the running ones, which were fetched
+    // first); they were never started, so they are not counted as interrupted.
+    auto buffered = rt_.fetcher.take_buffered();
+    std::reverse(buffered.begin(), buffered.end());
+    if (running.empty() && buffered.empty()) return;
+    std::vector<UnitOfWork> units = std::move(buffered);
+    const size_t interrupted = running.size();
     for (auto& j : running) units.push_back({j.queue, j.payload});
-    rt_.log.warn("Terminating {} busy worker threads", units.size());
+    rt_.log.warn("Terminating {} busy worker threads", interrupted);
     redis::Connection conn(rt_.connection_options);
     const auto commands = rt_.fetcher.requeue_commands(units);
     for (int attempt = 0;; ++attempt) {
@@ -70,10 +77,10 @@ void Manager::requeue_running_jobs() {
             std::this_thread::sleep_for(std::chrono::milliseconds(300));
         }
     }
-    requeued_ = units.size();
+    requeued_ = interrupted;
     // Sidekiq counts an interrupted job as processed and failed (sidekiq-data-model §5.6).
-    rt_.work.processed.fetch_add(static_cast<long long>(units.size()));
-    rt_.work.failed.fetch_add(static_cast<long long>(units.size()));
+    rt_.work.processed.fetch_add(static_cast<long long>(interrupted));
+    rt_.work.failed.fetch_add(static_cast<long long>(interrupted));
 }
 
 bool Manager::stop(const std::function<Clock::time_point()>& deadline) {

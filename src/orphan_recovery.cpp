@@ -171,6 +171,8 @@ size_t OrphanRecovery::return_stranded(redis::Connection& conn,
     // a suspect once, and is running (or done) by the time it could be returned.
     std::multiset<std::string> running;
     for (auto& e : rt_.work.snapshot()) running.insert(std::move(e.job.payload));
+    // Buffered by a batched fetch, or done with the acknowledgement deferred: held, not lost.
+    for (auto& p : fetcher_.held_payloads()) running.insert(std::move(p));
     const auto now = std::chrono::steady_clock::now();
     decltype(suspects_) still;
     Result result;

@@ -69,7 +69,8 @@ void Processor::run() noexcept {
             rt_.lifecycle.wait_quiet_for(std::chrono::milliseconds(1000));
         }
     }
-    write_with_pending(conn, {}, "lock release", "");
+    // Deferred acknowledgements and jobs still in the fetch buffer (put back in their queues).
+    write_with_pending(conn, rt_.fetcher.release_commands(), "release of buffered jobs", "");
     running_ = false;
     if (on_exit_) on_exit_();
 }
@@ -175,6 +176,8 @@ void Processor::process(redis::Connection& conn, UnitOfWork unit) {
                      job.queue, elapsed);
         // With basic fetch there is nothing to acknowledge: pending commands then ride along
         // with the next fetch.
+        // A batched reliable fetch sends the acknowledgement with its next refill.
+        if (rt_.fetcher.defer_acknowledgement(unit)) return;
         auto ack = rt_.fetcher.with_acknowledgement(unit, {});
         if (!ack.empty()) write_with_pending(conn, std::move(ack), "acknowledgement", job.raw);
         return;

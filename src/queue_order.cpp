@@ -16,6 +16,12 @@ QueueOrder::QueueOrder(std::vector<QueueWeight> queues) {
     paused_ = std::make_unique<std::atomic<bool>[]>(names_.size());
 }
 
+bool QueueOrder::all_paused() const {
+    for (size_t i = 0; i < names_.size(); ++i)
+        if (!paused(i)) return false;
+    return true;
+}
+
 void QueueOrder::set_paused(const std::unordered_set<std::string>& queues) {
     for (size_t i = 0; i < names_.size(); ++i)
         paused_[i].store(queues.count(names_[i]) > 0, std::memory_order_relaxed);

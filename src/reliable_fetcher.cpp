@@ -1,5 +1,9 @@
 #include "kiqd/reliable_fetcher.hpp"
 
+#include <algorithm>
+
+#include "kiqd/fetch_buffer.hpp"
+
 namespace kiqd {
 namespace {
 
@@ -15,14 +19,96 @@ end
 return nil
 )lua";
 
+// KEYS[1..n] every queue list (order_.names() order), KEYS[n+1..2n] their working lists. ARGV:
+// see batch_order_args. Moves up to ARGV[1] jobs, each from the first non-empty queue of its
+// order, and returns {index, payload, index, payload, ...} (1-based indexes).
+constexpr const char* kBatchScript = R"lua(
+local n = #KEYS / 2
+local want = tonumber(ARGV[1])
+local orders = (#ARGV - 1) / n
+local out = {}
+for j = 0, want - 1 do
+  local base = 1 + (j % orders) * n
+  local got = false
+  for k = 1, n do
+    local q = tonumber(ARGV[base + k])
+    local job = q > 0 and redis.call('rpoplpush', KEYS[q], KEYS[n + q])
+    if job then
+      out[#out + 1] = q
+      out[#out + 1] = job
+      got = true
+      break
+    end
+  end
+  if not got then break end
+end
+return out
+)lua";
+
 }  // namespace
 
-ReliableFetcher::ReliableFetcher(const Keys& keys, const QueueOrder& order, std::string identity)
-    : keys_(keys), order_(order), identity_(std::move(identity)), fetch_script_(kFetchScript) {
+ReliableFetcher::ReliableFetcher(const Keys& keys, const QueueOrder& order, std::string identity,
+                                 size_t batch_size)
+    : keys_(keys),
+      order_(order),
+      identity_(std::move(identity)),
+      fetch_script_(kFetchScript),
+      batch_(std::max<size_t>(batch_size, 1)),
+      batch_script_(kBatchScript) {
     for (const auto& name : order_.names()) {
         queue_keys_.push_back(keys_.queue(name));
         working_.emplace_back(name, keys_.working(identity_, name));
     }
+    batch_keys_ = queue_keys_;
+    for (const auto& w : working_) batch_keys_.push_back(w.second);
+    if (batch_ > 1) buffer_ = std::make_unique<FetchBuffer>(batch_ / 2);
+}
+
+ReliableFetcher::~ReliableFetcher() = default;
+
+size_t ReliableFetcher::idle_queue(size_t slot, unsigned round) const {
+    // A different queue per idle thread and round, skipping paused ones.
+    size_t index = (slot + round) % queue_keys_.size();
+    for (size_t k = 0; k < queue_keys_.size() && order_.paused(index); ++k)
+        index = (index + 1) % queue_keys_.size();
+    return index;
+}
+
+redis::Command ReliableFetcher::ack_command(const UnitOfWork& unit) const {
+    // From the tail: the oldest entries are the ones that finished (new fetches go to the head).
+    return {"LREM", keys_.working(identity_, unit.queue), "-1", unit.payload};
+}
+
+std::vector<UnitOfWork> ReliableFetcher::move_batch(redis::Connection& conn, std::mt19937_64& rng,
+                                                    std::vector<redis::Command>& pending,
+                                                    const std::vector<UnitOfWork>& acks) const {
+    thread_local std::vector<std::string> args;
+    batch_order_args(order_, rng, batch_, args);
+    // Deferred acknowledgements and lock releases go out in the same write as the fetch.
+    std::vector<redis::Command> cmds;
+    cmds.reserve(acks.size() + pending.size() + 1);
+    for (const auto& a : acks) cmds.push_back(ack_command(a));
+    for (const auto& p : pending) cmds.push_back(p);
+    cmds.push_back(batch_script_.evalsha_command(batch_keys_, args));
+    auto replies = conn.pipeline_unchecked(cmds);
+    pending.clear();
+    redis::Reply reply = std::move(replies.back());
+    if (reply.is_error()) {
+        if (reply.error_text().substr(0, 8) != "NOSCRIPT")
+            throw redis::ReplyError(std::string(reply.error_text()));
+        reply = batch_script_.run(conn, batch_keys_, args);  // the acknowledgements went out
+    }
+    std::vector<UnitOfWork> out;
+    if (reply.is_nil()) return out;
+    if (reply.size() % 2) throw redis::ProtocolError("fetch script: unexpected reply");
+    out.reserve(reply.size() / 2);
+    for (size_t i = 0; i < reply.size(); i += 2) {
+        const auto q = static_cast<size_t>(reply[i].integer());
+        if (q < 1 || q > working_.size())
+            throw redis::ProtocolError("fetch script: index out of range");
+        out.push_back(UnitOfWork{working_[q - 1].first, std::string(reply[i + 1].str())});
+    }
+    return out;
 }
 
 std::optional<UnitOfWork> ReliableFetcher::retrieve_work(
@@ -32,9 +118,32 @@ std::optional<UnitOfWork> ReliableFetcher::retrieve_work(
         ready_.wait_for(std::chrono::seconds(kBlockSeconds));
         return std::nullopt;
     }
+    if (order_.all_paused()) return wait_all_paused(conn, pending, kBlockSeconds);
+    thread_local unsigned idle_rounds = 0;
+    if (buffer_) {
+        bool drained = false;
+        auto unit = buffer_->take_or_refill(
+            [&](std::vector<UnitOfWork>& acks) { return move_batch(conn, rng, pending, acks); },
+            std::chrono::seconds(kBlockSeconds), drained);
+        if (unit) {
+            // Lock releases of the previous job go out before this one runs, as with BRPOP.
+            if (!pending.empty()) {
+                conn.pipeline_unchecked(pending);
+                pending.clear();
+            }
+            return unit;
+        }
+        if (!drained) return std::nullopt;
+        // Every queue was empty (and the acknowledgements went out): block on one queue.
+        const size_t index = idle_queue(slot, idle_rounds++);
+        auto blocked = command_after(conn, pending,
+                                     {"BRPOPLPUSH", queue_keys_[index], working_[index].second,
+                                      std::to_string(kBlockSeconds)});
+        if (blocked.is_nil()) return std::nullopt;
+        return UnitOfWork{working_[index].first, std::string(blocked.str())};
+    }
     thread_local std::vector<const std::string*> names;
     thread_local std::vector<std::string> keys;
-    thread_local unsigned idle_rounds = 0;
     order_.order(rng, names);
     if (names.empty()) return wait_all_paused(conn, pending, kBlockSeconds);
     const std::string* first = order_.names().data();
@@ -62,9 +171,7 @@ std::optional<UnitOfWork> ReliableFetcher::retrieve_work(
         }
     }
     // Everything was empty: wait on one queue, a different one per idle thread and round.
-    size_t index = (slot + idle_rounds++) % queue_keys_.size();
-    for (size_t k = 0; k < queue_keys_.size() && order_.paused(index); ++k)
-        index = (index + 1) % queue_keys_.size();  // the next queue that is not paused
+    const size_t index = idle_queue(slot, idle_rounds++);
     auto blocked = conn.command(
         {"BRPOPLPUSH", queue_keys_[index], working_[index].second, std::to_string(kBlockSeconds)});
     if (blocked.is_nil()) return std::nullopt;
@@ -73,7 +180,7 @@ std::optional<UnitOfWork> ReliableFetcher::retrieve_work(
 
 std::vector<redis::Command> ReliableFetcher::with_acknowledgement(
     const UnitOfWork& unit, std::vector<redis::Command> outcome) const {
-    redis::Command ack{"LREM", keys_.working(identity_, unit.queue), "1", unit.payload};
+    redis::Command ack = ack_command(unit);
     if (outcome.empty()) return {std::move(ack)};
     // The outcome and the acknowledgement land together or not at all.
     std::vector<redis::Command> out;
@@ -82,6 +189,32 @@ std::vector<redis::Command> ReliableFetcher::with_acknowledgement(
     for (auto& c : outcome) out.push_back(std::move(c));
     out.push_back(std::move(ack));
     out.push_back({"EXEC"});
+    return out;
+}
+
+bool ReliableFetcher::defer_acknowledgement(const UnitOfWork& unit) const {
+    if (!buffer_) return false;
+    buffer_->defer_ack(unit);
+    return true;
+}
+
+std::vector<UnitOfWork> ReliableFetcher::take_buffered() const {
+    return buffer_ ? buffer_->take_buffered() : std::vector<UnitOfWork>{};
+}
+
+std::vector<std::string> ReliableFetcher::held_payloads() const {
+    return buffer_ ? buffer_->held_payloads() : std::vector<std::string>{};
+}
+
+std::vector<redis::Command> ReliableFetcher::release_commands() const {
+    if (!buffer_) return {};
+    std::vector<redis::Command> out;
+    for (const auto& a : buffer_->take_acks()) out.push_back(ack_command(a));
+    // RPUSHed last-fetched first, so the first fetched is at the very front again.
+    auto buffered = buffer_->take_buffered();
+    std::reverse(buffered.begin(), buffered.end());
+    auto requeue = requeue_commands(buffered);
+    for (auto& c : requeue) out.push_back(std::move(c));
     return out;
 }
 

@@ -16,6 +16,7 @@ Subcommands:
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -117,6 +118,9 @@ def cmd_push(args):
                 serial += 1
                 job["lock"] = "until_and_while_executing"
                 job["lock_args"] = [serial]
+            elif args.distinct_args:  # args [serial]: per-class middleware see distinct jobs
+                serial += 1
+                job["args"] = [serial]
             payloads.append(json.dumps(job, separators=(",", ":")))
         out.write(resp("LPUSH", key, *payloads))
         left -= n
@@ -187,8 +191,13 @@ def cmd_drain(args):
         if first_take is None and n < args.jobs:
             first_take = now - t0
         if n == 0:
-            drained = now - t0
-            break
+            # Reliable fetch: a job leaves its working list once its outcome is written, so
+            # the drain ends when those are empty too (batched fetch holds up to batch_size
+            # jobs there after the queue is empty).
+            working = r.call("SMEMBERS", "kiqd:reliable:working") or []
+            if all(r.call("LLEN", w) == 0 for w in working):
+                drained = time.monotonic() - t0
+                break
         if child.poll() is not None:
             sys.exit("drain: worker exited with %s before the queue was empty (%d left); see %s"
                      % (child.returncode, n, args.log))
@@ -196,6 +205,11 @@ def cmd_drain(args):
             stop_child(child, 30)
             sys.exit("drain: timeout after %.0f s with %d jobs left" % (args.timeout, n))
         time.sleep(poll)
+    # The queue is empty, but with basic fetch up to `concurrency` jobs may still be on their
+    # way to threads (a BRPOP reply in flight, one ms longer through the latency proxy): a job
+    # fetched after SIGTERM is pushed back, not run. Give them a moment before stopping; the
+    # drain time above is not extended by it.
+    time.sleep(0.25)
     # Sample before SIGTERM, as asked: VmHWM is the peak RSS over the process life.
     hwm_kb = proc_status_kb(child.pid, "VmHWM")
     threads = proc_status_kb(child.pid, "Threads")
@@ -228,6 +242,8 @@ def cmd_drain(args):
         problems.append("failed=%d retry=%d dead=%d left=%d" % (
             failed, result["retry"], result["dead"], result["left"]))
     result["problems"] = problems
+    result["section"] = args.section
+    result.update(json.loads(args.extra))
     print(json.dumps(result))
     if problems:
         print("drain: %s: %s (log: %s)" % (args.label, "; ".join(problems), args.log),
@@ -236,6 +252,235 @@ def cmd_drain(args):
 
 
 # --------------------------------------------------------------------- table
+
+# ------------------------------------------------------------------- latency
+
+def percentile(sorted_values, q):
+    """Nearest-rank percentile of an ascending list."""
+    if not sorted_values:
+        return None
+    k = max(0, min(len(sorted_values) - 1, int(round(q / 100.0 * len(sorted_values) + 0.5)) - 1))
+    return sorted_values[k]
+
+
+def cmd_latency(args):
+    """Starts a worker, pushes Test::Record jobs at a paced rate (LPUSH every ms of what is due,
+    each payload stamped with enqueued_at just before its push), waits until every job recorded
+    its start in kiqd-test:ran, and prints enqueue->start latency percentiles as JSON."""
+    r = Redis("127.0.0.1", args.port)
+    key = "queue:" + args.queue
+    cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
+    log = open(args.log, "ab")
+    child = None
+
+    def on_signal(signo, _frame):
+        if child is not None:
+            stop_child(child, 30)
+        sys.exit(128 + signo)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    child = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=args.cwd,
+                             stdin=subprocess.DEVNULL)
+    # Ready = registered in `processes` (its first heartbeat), then a little settling time.
+    deadline = time.monotonic() + 60
+    while not r.call("SMEMBERS", "processes"):
+        if child.poll() is not None or time.monotonic() > deadline:
+            stop_child(child, 30)
+            sys.exit("latency: worker did not start; see %s" % args.log)
+        time.sleep(0.05)
+    time.sleep(1.0)
+    total = int(args.rate * args.seconds)
+    enqueued = {}
+    sent = 0
+    t0 = time.monotonic()
+    while sent < total:
+        now = time.monotonic()
+        due = min(total, int((now - t0) * args.rate) + 1)
+        if due > sent:
+            payloads = []
+            stamp = time.time()
+            for _ in range(due - sent):
+                jid = os.urandom(12).hex()
+                enqueued[jid] = stamp
+                payloads.append(json.dumps(
+                    {"retry": True, "queue": args.queue, "class": "Test::Record", "args": [],
+                     "jid": jid, "created_at": stamp, "enqueued_at": stamp},
+                    separators=(",", ":")))
+            r.call("LPUSH", key, *payloads)
+            sent = due
+        else:
+            time.sleep(max(0.0, min(0.001, sent / args.rate - (now - t0))))
+    push_s = time.monotonic() - t0
+    deadline = time.monotonic() + 120
+    while r.call("LLEN", "kiqd-test:ran") < total:
+        if child.poll() is not None or time.monotonic() > deadline:
+            stop_child(child, 30)
+            sys.exit("latency: only %s of %d jobs ran; see %s"
+                     % (r.call("LLEN", "kiqd-test:ran"), total, args.log))
+        time.sleep(0.02)
+    hwm_kb = proc_status_kb(child.pid, "VmHWM")
+    rc = stop_child(child, 60)
+    log.close()
+    lat = []
+    for entry in r.call("LRANGE", "kiqd-test:ran", 0, -1):
+        e = json.loads(entry)
+        if e["jid"] in enqueued:
+            lat.append((e["started"] - enqueued[e["jid"]]) * 1000.0)
+    lat.sort()
+    result = {
+        "section": args.section, "system": args.label, "concurrency": args.concurrency,
+        "rate": args.rate, "jobs": total, "push_s": round(push_s, 3),
+        "achieved_rate": round(total / push_s, 1) if push_s > 0 else None,
+        "p50_ms": round(percentile(lat, 50), 3), "p99_ms": round(percentile(lat, 99), 3),
+        "max_ms": round(lat[-1], 3), "peak_rss_mb": round(hwm_kb / 1024.0, 1),
+        "exit_code": rc, "recorded": len(lat),
+    }
+    result.update(json.loads(args.extra))
+    print(json.dumps(result))
+    if rc != 0 or len(lat) != total:
+        print("latency: %s: exit %s, %d of %d recorded" % (args.label, rc, len(lat), total),
+              file=sys.stderr)
+        sys.exit(3)
+
+
+# -------------------------------------------------------------------- report
+
+def median_rows(rows, key):
+    groups = {}
+    order = []
+    for row in rows:
+        k = key(row)
+        if k not in groups:
+            order.append(k)
+        groups.setdefault(k, []).append(row)
+    out = []
+    for k in order:
+        runs = sorted(groups[k], key=lambda r: r.get("jobs_per_s") or r.get("p99_ms") or 0)
+        pick = dict(runs[(len(runs) - 1) // 2])
+        pick["runs"] = len(runs)
+        out.append(pick)
+    return out
+
+
+def fmt_ratio(a, b):
+    return "%.1f×" % (a / b) if a and b else "n/a"
+
+
+def cmd_report(args):
+    rows = [json.loads(l) for l in open(args.results) if l.strip()]
+    os.makedirs(args.out, exist_ok=True)
+    md = []
+    gp_data = {}
+
+    # Throughput: drain and drain through the latency proxy.
+    tp = median_rows([r for r in rows if r["section"] in ("drain", "proxy", "rss")],
+                     lambda r: (r["section"], r["concurrency"], r["system"]))
+    md.append("| condition | concurrency | system | jobs | jobs/s | kiqd/Sidekiq | jobs/s after "
+              "start-up | kiqd/Sidekiq after start-up | peak RSS MB | worker CPU s | runs |")
+    md.append("|---|---|---|---|---|---|---|---|---|---|---|")
+
+    def steady(r):  # jobs/s from the first job taken, so start-up time does not count
+        t = r["seconds"] - (r.get("first_take_s") or 0)
+        return r["jobs"] / t if t > 0 else None
+
+    names = {"drain": "loopback", "proxy": "+1 ms per round trip", "rss": "loopback"}
+    for r in tp:
+        base = next((b for b in tp if b["section"] == r["section"] and
+                     b["concurrency"] == r["concurrency"] and b.get("kind") == "sidekiq"), None)
+        ratio = "" if r.get("kind") == "sidekiq" else fmt_ratio(
+            r["jobs_per_s"], base["jobs_per_s"] if base else None)
+        sratio = "" if r.get("kind") == "sidekiq" or not base else fmt_ratio(
+            steady(r), steady(base))
+        md.append("| %s | %d | %s | %d | %.0f | %s | %.0f | %s | %.1f | %.2f | %d |" % (
+            names[r["section"]], r["concurrency"], r["system"], r["jobs"], r["jobs_per_s"],
+            ratio, steady(r) or 0, sratio, r["peak_rss_mb"], r["worker_cpu_s"], r["runs"]))
+        if r["section"] in ("drain", "proxy"):
+            g = "%s c%d" % ("1 ms" if r["section"] == "proxy" else "loopback", r["concurrency"])
+            gp_data.setdefault("throughput", {}).setdefault(g, {})[r["system"]] = r["jobs_per_s"]
+        gp_data.setdefault("rss", {}).setdefault("c%d" % r["concurrency"], {})[
+            r.get("rss_name", r["system"])] = r["peak_rss_mb"]
+    md.append("")
+
+    lat = median_rows([r for r in rows if r["section"] == "latency"],
+                      lambda r: (r["rate"], r["system"]))
+    if lat:
+        md.append("| paced rate (jobs/s) | system | concurrency | p50 ms | p99 ms | max ms "
+                  "| Sidekiq p99 / this p99 | runs |")
+        md.append("|---|---|---|---|---|---|---|---|")
+        for r in lat:
+            base = next((b for b in lat if b["rate"] == r["rate"] and
+                         b.get("kind") == "sidekiq"), None)
+            ratio = "" if r.get("kind") == "sidekiq" or not base else fmt_ratio(
+                base["p99_ms"], r["p99_ms"])
+            md.append("| %.0f | %s | %d | %.3f | %.3f | %.3f | %s | %d |" % (
+                r["rate"], r["system"], r["concurrency"], r["p50_ms"], r["p99_ms"], r["max_ms"],
+                ratio, r["runs"]))
+            gp_data.setdefault("latency", {}).setdefault("%.0f/s p99" % r["rate"], {})[
+                r["system"]] = r["p99_ms"]
+        md.append("")
+
+    mw = median_rows([r for r in rows if r["section"] == "middleware"],
+                     lambda r: (r["concurrency"], r["system"]))
+    if mw:
+        md.append("| middleware row | concurrency | jobs | jobs/s | vs plain | kiqd/Sidekiq (plain) "
+                  "| runs |")
+        md.append("|---|---|---|---|---|---|---|")
+        for r in mw:
+            plain = next((b for b in mw if b.get("row") == "plain" and
+                          b["concurrency"] == r["concurrency"]), None)
+            sk = next((b for b in mw if b.get("kind") == "sidekiq" and
+                       b["concurrency"] == r["concurrency"]), None)
+            md.append("| %s | %d | %d | %.0f | %s | %s | %d |" % (
+                r["system"], r["concurrency"], r["jobs"], r["jobs_per_s"],
+                "%.0f%%" % (100.0 * r["jobs_per_s"] / plain["jobs_per_s"])
+                if plain and r.get("kind") != "sidekiq" else "",
+                fmt_ratio(r["jobs_per_s"], sk["jobs_per_s"] if sk else None)
+                if r.get("kind") != "sidekiq" else "", r["runs"]))
+            gp_data.setdefault("middleware", {}).setdefault("c%d" % r["concurrency"], {})[
+                r["system"]] = r["jobs_per_s"]
+        md.append("")
+    if args.notes:
+        md.append(open(args.notes).read())
+    text = "\n".join(md)
+    open(args.markdown, "w").write(text + "\n")
+    print(text)
+
+    # Plots: one clustered bar chart per kind (gnuplot, PNG).
+    titles = {"throughput": ("Drain of Kiqd::Noop jobs", "jobs/s", True),
+              "latency": ("Enqueue -> start latency, p99", "ms", True),
+              "rss": ("Peak RSS", "MB", False),
+              "middleware": ("Middleware overhead (kiqd), drain", "jobs/s", False)}
+    if not shutil.which("gnuplot"):
+        print("report: gnuplot not found; no plots", file=sys.stderr)
+        return
+    for kind, groups in gp_data.items():
+        systems = []
+        for g in groups.values():
+            for sname in g:
+                if sname not in systems:
+                    systems.append(sname)
+        dat = os.path.join(args.out, kind + ".dat")
+        with open(dat, "w") as f:
+            f.write("group\t" + "\t".join('"%s"' % x for x in systems) + "\n")
+            for g, vals in groups.items():
+                f.write('"%s"\t' % g + "\t".join(
+                    str(vals.get(x, "NaN")) for x in systems) + "\n")
+        title, ylabel, logscale = titles[kind]
+        gp = os.path.join(args.out, kind + ".gp")
+        with open(gp, "w") as f:
+            f.write("\n".join([
+                "set terminal pngcairo size 1000,520 noenhanced font 'sans,10'",
+                "set output '%s'" % os.path.join(args.out, kind + ".png"),
+                "set title '%s'" % title, "set ylabel '%s'" % ylabel,
+                "set style data histograms", "set style histogram clustered gap 1",
+                "set style fill solid 0.85 border -1", "set boxwidth 0.9",
+                "set key outside right top vertical", "set grid ytics",
+                "set logscale y" if logscale else "set yrange [0:*]",
+                "plot for [i=2:%d] '%s' using i:xtic(1) title columnheader(i)" % (
+                    len(systems) + 1, dat), ""]))
+        subprocess.run(["gnuplot", gp], check=True)
+
 
 def cmd_table(args):
     rows = [json.loads(l) for l in open(args.results) if l.strip()]
@@ -290,6 +535,7 @@ def main():
     p.add_argument("--job-class", default="Kiqd::Noop")
     p.add_argument("--unique", action="store_true",
                    help="lock: until_and_while_executing with a distinct identity per job")
+    p.add_argument("--distinct-args", action="store_true", help="args [serial] per job")
     d = sub.add_parser("drain")
     d.add_argument("--port", type=int, required=True)
     d.add_argument("--jobs", type=int, required=True)
@@ -301,13 +547,32 @@ def main():
     d.add_argument("--poll-ms", type=float, default=20)
     d.add_argument("--timeout", type=float, default=1800)
     d.add_argument("--stop-timeout", type=float, default=60)
+    d.add_argument("--section", default="")
+    d.add_argument("--extra", default="{}", help="JSON merged into the result")
     d.add_argument("command", nargs=argparse.REMAINDER)
+    la = sub.add_parser("latency")
+    la.add_argument("--port", type=int, required=True)
+    la.add_argument("--rate", type=float, required=True)
+    la.add_argument("--seconds", type=float, required=True)
+    la.add_argument("--queue", default="default")
+    la.add_argument("--label", required=True)
+    la.add_argument("--concurrency", type=int, required=True)
+    la.add_argument("--log", required=True)
+    la.add_argument("--cwd", default=None)
+    la.add_argument("--section", default="latency")
+    la.add_argument("--extra", default="{}")
+    la.add_argument("command", nargs=argparse.REMAINDER)
+    rp = sub.add_parser("report")
+    rp.add_argument("--results", required=True)
+    rp.add_argument("--out", required=True, help="directory for the PNGs and data files")
+    rp.add_argument("--markdown", required=True)
+    rp.add_argument("--notes", default="")
     t = sub.add_parser("table")
     t.add_argument("--results", required=True)
     t.add_argument("--baseline", default="sidekiq")
     args = ap.parse_args()
     {"freeport": cmd_freeport, "push": cmd_push, "drain": cmd_drain,
-     "table": cmd_table}[args.cmd](args)
+     "table": cmd_table, "latency": cmd_latency, "report": cmd_report}[args.cmd](args)
 
 
 if __name__ == "__main__":

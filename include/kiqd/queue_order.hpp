@@ -35,6 +35,7 @@ class QueueOrder {
     // Pauses exactly the configured queues named in `queues` (others are ignored).
     void set_paused(const std::unordered_set<std::string>& queues);
     bool paused(size_t index) const { return paused_[index].load(std::memory_order_relaxed); }
+    bool all_paused() const;
 
   private:
     bool strict_ = true;

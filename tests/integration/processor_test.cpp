@@ -93,7 +93,7 @@ TEST_CASE("fetch: weights decide the order, requeue goes to the front", "[fetch]
     auto& server = RedisServer::shared();
     server.flushall();
     const FetchMode mode = GENERATE(FetchMode::basic, FetchMode::reliable);
-    TestRuntime t(server, {{"a", 0}, {"b", 0}}, 2, mode);
+    TestRuntime t(server, {{"a", 0}, {"b", 0}}, 2, mode, 1);  // one job per fetch
     t.reliable();  // marks a reliable fetcher ready (none with basic fetch)
     auto conn = server.connect();
     conn.command({"LPUSH", "queue:b", "b1"});

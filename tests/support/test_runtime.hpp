@@ -17,12 +17,15 @@ struct TestRuntime {
 
     explicit TestRuntime(const RedisServer& server,
                          std::vector<QueueWeight> queues = {{"default", 0}}, int concurrency = 2,
-                         FetchMode fetch = FetchMode::basic)
-        : config(make_config(server, std::move(queues), concurrency)),
+                         FetchMode fetch = FetchMode::basic, int batch = 0)
+        : config(make_config(server, std::move(queues), concurrency, fetch, batch)),
           order(config.queues),
           fetcher_owner(fetch == FetchMode::reliable
-                            ? std::unique_ptr<Fetcher>(new ReliableFetcher(keys, order, kIdentity))
-                            : std::unique_ptr<Fetcher>(new BasicFetcher(keys, order))),
+                            ? std::unique_ptr<Fetcher>(new ReliableFetcher(
+                                  keys, order, kIdentity,
+                                  static_cast<size_t>(config.reliable_fetch.batch_size)))
+                            : std::unique_ptr<Fetcher>(new BasicFetcher(
+                                  keys, order, static_cast<size_t>(config.prefetch)))),
           fetcher(*fetcher_owner),
           dead(keys, config.dead_max_jobs, config.dead_timeout_seconds, config.compat),
           retry(config.compat, config.max_retries, keys, dead),
@@ -35,9 +38,13 @@ struct TestRuntime {
         register_builtin_handlers(handlers);
         log->set_level(spdlog::level::debug);
     }
+    // `batch` > 0: reliable_fetch.batch_size (reliable) or prefetch (basic); 0: the defaults.
     static Config make_config(const RedisServer& server, std::vector<QueueWeight> queues,
-                              int concurrency) {
+                              int concurrency, FetchMode fetch, int batch) {
         Config c;
+        c.fetch = fetch;
+        if (batch > 0)
+            (fetch == FetchMode::reliable ? c.reliable_fetch.batch_size : c.prefetch) = batch;
         c.queues = std::move(queues);
         c.concurrency = concurrency;
         c.redis.url = server.url();

@@ -156,3 +156,24 @@ TEST_CASE("fetch: basic by default, reliable with its options", "[config]") {
     CHECK(error_of("queues: [a]\nreliable_fetch: {orphan_interval: 1}\n") ==
           "reliable_fetch.orphan_interval (line 2): unknown key");
 }
+
+TEST_CASE("batched fetch: reliable_fetch.batch_size and prefetch", "[config][batch]") {
+    auto d = parse_config("queues: [a]\n", "t.yml", "production");
+    CHECK(d.reliable_fetch.batch_size == 50);
+    CHECK(d.prefetch == 1);  // opt-in: Sidekiq's one BRPOP per job
+    auto c = parse_config("queues: [a]\nfetch: reliable\nreliable_fetch: {batch_size: 1}\n",
+                          "t.yml", "production");
+    CHECK(c.reliable_fetch.batch_size == 1);
+    CHECK(parse_config("queues: [a]\nprefetch: 20\n", "t.yml", "production").prefetch == 20);
+    CHECK(error_of("queues: [a]\nreliable_fetch: {batch_size: 0}\n") ==
+          "reliable_fetch.batch_size (line 2): must be between 1 and 1000");
+    CHECK(error_of("queues: [a]\nreliable_fetch: {batch_size: 1001}\n") ==
+          "reliable_fetch.batch_size (line 2): must be between 1 and 1000");
+    CHECK_THAT(error_of("queues: [a]\nreliable_fetch: {batch_size: many}\n"),
+               Catch::StartsWith("reliable_fetch.batch_size (line 2): "));
+    CHECK(error_of("queues: [a]\nprefetch: 0\n") ==
+          "prefetch (line 2): must be between 1 and 1000");
+    CHECK(error_of("queues: [a]\nfetch: reliable\nprefetch: 10\n") ==
+          "prefetch: applies to fetch: basic only; reliable fetch batches with "
+          "reliable_fetch.batch_size");
+}

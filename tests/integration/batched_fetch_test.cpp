@@ -1,0 +1,265 @@
+// Batched fetch against a real Redis: reliable_fetch.batch_size moves N jobs per round trip
+// into the working list and defers the acknowledgements of successes; basic fetch's opt-in
+// `prefetch: N` pops N per round trip. Weighted shares stay those of one-at-a-time fetch, a
+// clean stop puts every buffered and running job back, and with reliable fetch a kill -9 loses
+// none of the buffered jobs.
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+#include <set>
+
+#include "kiqd/client.hpp"
+#include "kiqd/fetch_buffer.hpp"
+#include "kiqd/orphan_recovery.hpp"
+#include "kiqd/processor.hpp"
+#include "support/kiqd_process.hpp"
+#include "support/redis_server.hpp"
+#include "support/test_runtime.hpp"
+
+using namespace kiqd;
+using kiqd::test::KiqdProcess;
+using kiqd::test::llen;
+using kiqd::test::lrange;
+using kiqd::test::RedisServer;
+using kiqd::test::TestRuntime;
+using kiqd::test::wait_until;
+using list_of = std::vector<std::string>;
+
+namespace {
+
+const std::string kWorking = "queue:sq|testhost:1:abcdef012345|default";
+
+std::string noop(int i) {
+    return R"({"class":"Kiqd::Noop","args":[],"queue":"default","jid":"j)" + std::to_string(i) +
+           R"(","retry":true})";
+}
+
+}  // namespace
+
+TEST_CASE("batched fetch: weighted shares are those of one-at-a-time fetch", "[batch][reliable]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    const FetchMode mode = GENERATE(FetchMode::basic, FetchMode::reliable);
+    const int batch = GENERATE(1, 50);
+    TestRuntime t(server, {{"a", 3}, {"b", 1}}, 2, mode, batch);
+    t.reliable();
+    auto conn = server.connect();
+    // Both queues stay non-empty for the whole test, so every fetch is a weighted draw.
+    constexpr int kFetches = 4000;
+    for (const char* q : {"a", "b"}) {
+        redis::Command push{"LPUSH", std::string("queue:") + q};
+        for (int i = 0; i < kFetches; ++i) push.push_back(std::string(q) + std::to_string(i));
+        conn.command(push);
+    }
+    std::mt19937_64 rng(7);
+    int from_a = 0;
+    for (int i = 0; i < kFetches; ++i) {
+        auto u = t.fetcher.retrieve_work(conn, rng, 0);
+        REQUIRE(u);
+        if (u->queue == "a") ++from_a;
+        CHECK(u->payload.substr(0, 1) == u->queue);
+    }
+    // Expected share 3/4; the standard deviation of the share over 4000 draws is 0.007, so
+    // ±0.04 (over 5 sigma) fails only when the mix is really different — e.g. when a whole
+    // batch came from one queue, the share would swing by whole batches.
+    const double share = static_cast<double>(from_a) / kFetches;
+    INFO("mode " << (mode == FetchMode::reliable ? "reliable" : "basic") << ", batch " << batch
+                 << ": share of a = " << share);
+    CHECK(share > 0.71);
+    CHECK(share < 0.79);
+    // Within one batch both queues occur (each job is its own draw), not 50 from one queue.
+    if (batch > 1) {
+        t.fetcher.take_buffered();  // drop what the loop above left in the buffer
+        server.flushall();
+        conn.command({"LPUSH", "queue:a", "a1", "a2", "a3", "a4", "a5", "a6", "a7", "a8"});
+        conn.command({"LPUSH", "queue:b", "b1", "b2", "b3", "b4", "b5", "b6", "b7", "b8"});
+        std::set<std::string> queues;
+        auto first = t.fetcher.retrieve_work(conn, rng, 0);
+        REQUIRE(first);
+        queues.insert(first->queue);
+        // One round trip took all 16 (50 asked for): the rest are buffered.
+        CHECK(llen(conn, "queue:a") + llen(conn, "queue:b") == 0);
+        for (const auto& u : t.fetcher.take_buffered()) queues.insert(u.queue);
+        CHECK(queues == std::set<std::string>{"a", "b"});
+    }
+}
+
+TEST_CASE("batched reliable fetch: jobs stay in the working list until their outcome is written",
+          "[batch][reliable]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    TestRuntime t(server, {{"default", 0}}, 2, FetchMode::reliable, 5);
+    t.reliable();
+    auto conn = server.connect();
+    for (int i = 1; i <= 8; ++i) conn.command({"LPUSH", "queue:default", noop(i)});
+    Processor p(t.rt, 0, {});
+    std::mt19937_64 rng(1);
+
+    // One round trip moves five jobs; the queue keeps the other three.
+    auto u = t.fetcher.retrieve_work(conn, rng, 0);
+    REQUIRE(u);
+    CHECK(u->payload == noop(1));
+    CHECK(llen(conn, kWorking) == 5);
+    CHECK(llen(conn, "queue:default") == 3);
+    p.process(conn, std::move(*u));
+    for (int i = 2; i <= 5; ++i) {
+        // From the buffer. Taking job 4 leaves one buffered (below 5/2), so that call refills
+        // ahead: it sends the deferred acknowledgements of jobs 1-3 and moves jobs 6-8.
+        u = t.fetcher.retrieve_work(conn, rng, 0);
+        REQUIRE(u);
+        CHECK(u->payload == noop(i));
+        p.process(conn, std::move(*u));
+    }
+    CHECK(t.work.processed == 5);
+    CHECK(llen(conn, "queue:default") == 0);
+    // Jobs 4 and 5 ran, but their acknowledgements are deferred: they are still in the working
+    // list (a crash now runs them again rather than losing them), with the buffered 6-8. All
+    // five are held by this process, not stranded.
+    CHECK(lrange(conn, kWorking) == list_of{noop(8), noop(7), noop(6), noop(5), noop(4)});
+    CHECK(t.reliable()->held_payloads().size() == 5);
+    OrphanRecovery recovery(t.rt, *t.reliable());
+    CHECK(recovery.return_stranded(conn, std::chrono::seconds(0)) == 0);
+    CHECK(llen(conn, kWorking) == 5);
+
+    // Job 6 runs; taking job 7 leaves one buffered, and that refill (the queue is empty now)
+    // carries the acknowledgements of 4-6.
+    u = t.fetcher.retrieve_work(conn, rng, 0);
+    REQUIRE(u);
+    CHECK(u->payload == noop(6));
+    p.process(conn, std::move(*u));
+    u = t.fetcher.retrieve_work(conn, rng, 0);
+    REQUIRE(u);
+    CHECK(u->payload == noop(7));
+    CHECK(lrange(conn, kWorking) == list_of{noop(8), noop(7)});
+
+    // Stopping: job 7 is running (the manager requeues it at the deadline); job 8 is buffered
+    // and goes back to the front of the queue.
+    conn.pipeline(t.fetcher.release_commands());
+    CHECK(lrange(conn, "queue:default") == list_of{noop(8)});
+    CHECK(lrange(conn, kWorking) == list_of{noop(7)});
+    CHECK(t.fetcher.take_buffered().empty());
+}
+
+TEST_CASE("batched reliable fetch: a failure is recorded with its acknowledgement at once",
+          "[batch][reliable]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    TestRuntime t(server, {{"default", 0}}, 2, FetchMode::reliable, 10);
+    t.reliable();
+    auto conn = server.connect();
+    Client client(t.keys, Compat::v6);
+    client.push(conn, {{"class", "Kiqd::Fail"}, {"args", {"kaboom"}}, {"retry", 5}});
+    Processor p(t.rt, 0, {});
+    std::mt19937_64 rng(1);
+    auto u = t.fetcher.retrieve_work(conn, rng, 0);
+    REQUIRE(u);
+    p.process(conn, std::move(*u));
+    CHECK(conn.command({"ZCARD", "retry"}).integer() == 1);
+    CHECK(llen(conn, kWorking) == 0);  // outcome and LREM in one MULTI, not deferred
+}
+
+TEST_CASE("prefetch: basic fetch pops N per round trip and a stop puts the buffer back",
+          "[batch][fetch]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    TestRuntime t(server, {{"default", 0}}, 2, FetchMode::basic, 4);
+    auto conn = server.connect();
+    for (int i = 1; i <= 6; ++i) conn.command({"LPUSH", "queue:default", noop(i)});
+    std::mt19937_64 rng(1);
+    auto u = t.fetcher.retrieve_work(conn, rng, 0);
+    REQUIRE(u);
+    CHECK(u->payload == noop(1));
+    CHECK(llen(conn, "queue:default") == 2);  // four popped, one handed out, three buffered
+    u = t.fetcher.retrieve_work(conn, rng, 0);
+    REQUIRE(u);
+    CHECK(u->payload == noop(2));
+    conn.pipeline(t.fetcher.release_commands());
+    CHECK(lrange(conn, "queue:default") == list_of{noop(6), noop(5), noop(4), noop(3)});
+}
+
+TEST_CASE("batched fetch daemon: SIGTERM puts every buffered and running job back, in order",
+          "[batch][reliable][daemon]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    const bool reliable = GENERATE(true, false);
+    Client client(Keys{}, Compat::v6);
+    std::vector<nlohmann::ordered_json> jobs;
+    for (int i = 0; i < 20; ++i) jobs.push_back({{"class", "Kiqd::Sleep"}, {"args", {60}}});
+    client.push_bulk(conn, jobs);
+    const auto original = lrange(conn, "queue:default");
+    REQUIRE(original.size() == 20);
+    KiqdProcess kiqd(
+        KIQD_BINARY,
+        kiqd::test::kiqd_config(server,
+                                std::string("concurrency: 2\ntimeout: 1\nqueues: [default]\n") +
+                                    (reliable ? "fetch: reliable\nreliable_fetch: {batch_size: 8}\n"
+                                              : "prefetch: 8\n")));
+    // Two jobs running, six buffered, twelve still queued.
+    REQUIRE(wait_until([&] { return llen(conn, "queue:default") == 12; }));
+    REQUIRE(wait_until(
+        [&] {
+            auto procs = conn.command({"SMEMBERS", "processes"});
+            if (procs.size() != 1) return false;
+            return conn.command({"HLEN", std::string(procs[0].str()) + ":workers"}).integer() == 2;
+        },
+        std::chrono::seconds(30)));
+    kiqd.signal(SIGTERM);
+    CHECK(kiqd.wait_exit() == 0);
+    // Byte for byte, and in the original order: the running two (fetched first) at the very
+    // front again (between themselves in thread order, as Sidekiq's bulk requeue), then the
+    // buffered six, then the never-fetched twelve. LRANGE lists the back of the queue first.
+    const auto now = lrange(conn, "queue:default");
+    REQUIRE(now.size() == original.size());
+    CHECK(list_of(now.begin(), now.end() - 2) == list_of(original.begin(), original.end() - 2));
+    CHECK(std::set<std::string>(now.end() - 2, now.end()) ==
+          std::set<std::string>(original.end() - 2, original.end()));
+    CHECK(conn.command({"SCARD", "kiqd:reliable:working"}).integer() == 0);
+}
+
+TEST_CASE("batched reliable fetch daemon: kill -9 with jobs buffered loses none of them",
+          "[batch][reliable][daemon]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    Client client(Keys{}, Compat::v6);
+    constexpr int kJobs = 100;
+    std::vector<nlohmann::ordered_json> jobs;
+    // The first job holds the only thread long enough for the kill; the rest are quick.
+    jobs.push_back({{"class", "Test::Record"}, {"args", {5}}});
+    for (int i = 1; i < kJobs; ++i) jobs.push_back({{"class", "Test::Record"}, {"args", {0}}});
+    client.push_bulk(conn, jobs);
+    const std::string yaml = kiqd::test::kiqd_config(
+        server,
+        "concurrency: 1\nlogging: {level: warn}\nqueues: [default]\nfetch: reliable\n"
+        "reliable_fetch: {batch_size: 50, liveness_ttl: 3, orphan_check_interval: 1}\n");
+    std::string victim_list;
+    {
+        KiqdProcess victim(KIQD_TEST_DAEMON, yaml);
+        // One refill moved 50 jobs: one running (sleeping), 49 in the local buffer only.
+        REQUIRE(wait_until([&] {
+            auto members = conn.command({"SMEMBERS", "kiqd:reliable:working"});
+            if (members.size() != 1) return false;
+            victim_list = std::string(members[0].str());
+            return llen(conn, victim_list) == 50;
+        }));
+        CHECK(llen(conn, "kiqd-test:ran") == 0);
+        victim.signal(SIGKILL);
+        CHECK(victim.wait_exit() == 128 + SIGKILL);
+    }
+    CHECK(llen(conn, victim_list) == 50);
+    KiqdProcess successor(KIQD_TEST_DAEMON, yaml);
+    REQUIRE(wait_until(
+        [&] {
+            return llen(conn, "queue:default") == 0 && llen(conn, victim_list) == 0 &&
+                   llen(conn, "kiqd-test:ran") >= kJobs;
+        },
+        std::chrono::seconds(60)));
+    successor.signal(SIGTERM);
+    CHECK(successor.wait_exit() == 0);
+    std::set<std::string> jids;
+    for (const auto& r : lrange(conn, "kiqd-test:ran"))
+        jids.insert(nlohmann::json::parse(r)["jid"].get<std::string>());
+    CHECK(jids.size() == static_cast<size_t>(kJobs));
+    CHECK(conn.command({"SCARD", "kiqd:reliable:working"}).integer() == 0);
+}
