@@ -61,6 +61,12 @@ struct JobContext {
     // release): the processor sends them with the job's outcome or with its next fetch, saving
     // a round trip. Null when the caller offers no such channel: then write directly.
     std::vector<redis::Command>* after_job = nullptr;
+    // With reliable fetch, the working list that holds this job (`raw`) until the processor
+    // acknowledges it; null otherwise. A middleware that parks the job (returns without
+    // next()) removes it from there (LREM 1 raw) in the same atomic step as the park, so a
+    // crash in between cannot leave the job in both places and run it twice. The processor's
+    // own acknowledgement afterwards then finds nothing to remove.
+    const std::string* working_list = nullptr;
 };
 
 // A failure with a chosen Sidekiq error_class (shown in the Web UI) and optional backtrace.

@@ -37,6 +37,7 @@ class ReliableFetcher final : public Fetcher {
         const UnitOfWork& unit, std::vector<redis::Command> outcome) const override;
     std::vector<redis::Command> requeue_commands(
         const std::vector<UnitOfWork>& units) const override;
+    const std::string* working_list(const std::string& queue) const override;
 
     // This process's working lists, one per configured queue (queue name, list key).
     const std::vector<std::pair<std::string, std::string>>& working_lists() const {
