@@ -54,7 +54,6 @@ local now = now_ms()
 local exp = now + tonumber(ARGV[3])
 local limit = tonumber(ARGV[1])
 redis.call('zremrangebyscore', KEYS[1], '-inf', now)
-redis.call('hset', KEYS[3], ARGV[6], ARGV[1])
 if redis.call('zrem', KEYS[1], '@' .. ARGV[4]) == 1 then
   redis.call('zadd', KEYS[1], exp, ARGV[2])
   return 1
@@ -65,6 +64,7 @@ if redis.call('zcard', KEYS[1]) < limit then
   return 1
 end
 redis.call('rpush', KEYS[2], ARGV[5])
+redis.call('hset', KEYS[3], ARGV[6], ARGV[1])  -- the checker looks after scopes with parked jobs
 if KEYS[4] then redis.call('lrem', KEYS[4], 1, ARGV[5]) end
 return 0
 )lua";

@@ -14,7 +14,8 @@
 //       "@<jid>"                    a slot reserved for a parked job moved back to its queue;
 //                                   the job takes it over when it is fetched (or it expires).
 //   kiqd:concurrency:<scope>:waiting  LIST of parked payloads (unchanged), oldest first.
-//   kiqd:concurrency:scopes           HASH scope → limit: the scopes in use, for the checker.
+//   kiqd:concurrency:scopes           HASH scope → limit: the scopes that have parked jobs,
+//                                     for the checker (set when a job parks).
 //
 // Acquire (one Lua script, one round trip): drop expired slots; a job holding a reservation
 // takes it over; otherwise parked jobs are first moved back (each with a reservation) while
