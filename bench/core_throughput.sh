@@ -20,7 +20,12 @@
 #   ROWS="default warn reliable"  kiqd rows per concurrency: default (logging at info), warn
 #                          (logging at warn), reliable (--fetch reliable, warn), unique
 #                          (warn, every job with lock: until_and_while_executing on a distinct
-#                          identity: the cost of the unique-jobs locks)
+#                          identity: the cost of the unique-jobs locks), throttle (warn,
+#                          Kiqd::Noop under a throttle it never reaches: the counter's round
+#                          trip), concurrency (warn, Kiqd::Noop under a concurrency_limit of 1000
+#                          it never reaches: acquire and release scripts), limits_other
+#                          (warn, both limits configured for another class: what unlimited
+#                          classes pay)
 #
 # Method, per system and concurrency: FLUSHALL; push JOBS Kiqd::Noop payloads
 # (Sidekiq 6.4.1 shape, unique jids, LPUSH in batches of 1000 via redis-cli --pipe);
@@ -113,6 +118,14 @@ redis_url="redis://127.0.0.1:$port/0"
 
 printf 'redis: {url: "%s"}\n' "$redis_url" >"$work/kiqd.yml"
 printf 'redis: {url: "%s"}\nlogging: {level: warn}\n' "$redis_url" >"$work/kiqd-warn.yml"
+limits_config() {  # FILE CLASS HANDLER_OPTIONS
+    cp "$work/kiqd-warn.yml" "$1"
+    printf 'handlers:\n  %s: %s\n' "$2" "$3" >>"$1"
+}
+limits_config "$work/kiqd-throttle.yml" Kiqd::Noop '{throttle: {limit: 1000000000, period: 3600}}'
+limits_config "$work/kiqd-concurrency.yml" Kiqd::Noop '{concurrency_limit: 1000}'
+limits_config "$work/kiqd-limits-other.yml" Other \
+    '{throttle: {limit: 10, period: 60}, concurrency_limit: 1}'
 
 results_jsonl="$work/results.jsonl"
 : >"$results_jsonl"
@@ -171,6 +184,12 @@ for c in $CONCURRENCIES; do
                     -c "$c" -q "$QUEUE"
                 push_args=()
                 ;;
+            throttle) run_one "kiqd throttle (log warn)" "$c" -- "$KIQD" \
+                -C "$work/kiqd-throttle.yml" -c "$c" -q "$QUEUE" ;;
+            concurrency) run_one "kiqd concurrency limit (log warn)" "$c" -- "$KIQD" \
+                -C "$work/kiqd-concurrency.yml" -c "$c" -q "$QUEUE" ;;
+            limits_other) run_one "kiqd limits on another class (log warn)" "$c" -- "$KIQD" \
+                -C "$work/kiqd-limits-other.yml" -c "$c" -q "$QUEUE" ;;
             *) die "unknown row '$row' in ROWS" ;;
             esac
         done
@@ -205,7 +224,7 @@ $table
 - seconds: worker process start -> \`LLEN queue:$QUEUE\` = 0 (polled every $POLL_MS ms), so it includes start-up; "first job s" is when the queue first shrank
 - peak RSS: VmHWM of the worker process, read just before SIGTERM; CPU: utime+stime of the worker / Redis (INFO cpu) over the drain; stop s: SIGTERM -> exit
 - every run: worker exited 0 on SIGTERM and stat:processed = $JOBS, nothing failed/retried/dead
-- "kiqd" logs one line per job start and finish (default level info); "(log warn)" runs use \`logging: {level: warn}\`; "reliable" runs use \`--fetch reliable\` (one fetch script and one LREM per job); "unique lock" runs push every job with \`lock: until_and_while_executing\` on its own identity (an acquire and a release script per job); worker stdout went to $log_note
+- "kiqd" logs one line per job start and finish (default level info); "(log warn)" runs use \`logging: {level: warn}\`; "reliable" runs use \`--fetch reliable\` (one fetch script and one LREM per job); "unique lock" runs push every job with \`lock: until_and_while_executing\` on its own identity (an acquire and a release script per job); "throttle" / "concurrency limit" runs configure Kiqd::Noop with a throttle (limit 10^9 per hour) / a concurrency_limit of 1000 that are never reached, "limits on another class" both for another class; worker stdout went to $log_note
 ${sidekiq_note}
 - machine: $(nproc) CPUs, ${cpu_model:-unknown CPU}, $(uname -sr); redis-server $redis_version (same host, loopback); load average $load_start at start, $load_end at end
 - kiqd: ${kiqd_version:-?}, binary sha1 $kiqd_sha built $kiqd_built, git $git_rev; $(ruby -v 2>/dev/null | cut -d' ' -f1-2 || echo "no ruby")

@@ -44,15 +44,16 @@ local function resume(slots, waiting, limit, exp, prefix)
 end
 )lua";
 
-// KEYS[1] slots, KEYS[2] waiting, KEYS[3] scopes. ARGV[1] limit, ARGV[2] member, ARGV[3] slot
-// TTL ms, ARGV[4] jid, ARGV[5] payload, ARGV[6] scope, ARGV[7] key prefix.
-// Returns 1: run (the slot is taken), 0: parked at the end of the waiting list.
+// KEYS[1] slots, KEYS[2] waiting, KEYS[3] scopes, KEYS[4] (optional) the reliable-fetch working
+// list holding the job. ARGV[1] limit, ARGV[2] member, ARGV[3] slot TTL ms, ARGV[4] jid,
+// ARGV[5] payload, ARGV[6] scope, ARGV[7] key prefix.
+// Returns 1: run (the slot is taken), 0: parked at the end of the waiting list (and taken out
+// of the working list in the same step).
 constexpr const char* kAcquireBody = R"lua(
 local now = now_ms()
 local exp = now + tonumber(ARGV[3])
 local limit = tonumber(ARGV[1])
 redis.call('zremrangebyscore', KEYS[1], '-inf', now)
-redis.call('hset', KEYS[3], ARGV[6], ARGV[1])
 if redis.call('zrem', KEYS[1], '@' .. ARGV[4]) == 1 then
   redis.call('zadd', KEYS[1], exp, ARGV[2])
   return 1
@@ -63,6 +64,8 @@ if redis.call('zcard', KEYS[1]) < limit then
   return 1
 end
 redis.call('rpush', KEYS[2], ARGV[5])
+redis.call('hset', KEYS[3], ARGV[6], ARGV[1])  -- the checker looks after scopes with parked jobs
+if KEYS[4] then redis.call('lrem', KEYS[4], 1, ARGV[5]) end
 return 0
 )lua";
 
@@ -134,9 +137,10 @@ void ConcurrencyLimitMiddleware::call(JobContext& ctx, const Next& next) const {
     const std::string member = identity_ + "|" + ctx.job.jid + "|" + random_hex();
     const std::string limit = std::to_string(spec.limit);
     const std::string ttl = std::to_string(keeper_.config().slot_ttl.count());
-    auto reply =
-        acquire_script_.run(ctx.redis, {slots, waiting, keys_.concurrency_scopes()},
-                            {limit, member, ttl, ctx.job.jid, ctx.job.raw, scope, keys_.prefix()});
+    std::vector<std::string> keys{slots, waiting, keys_.concurrency_scopes()};
+    if (ctx.working_list) keys.push_back(*ctx.working_list);
+    auto reply = acquire_script_.run(
+        ctx.redis, keys, {limit, member, ttl, ctx.job.jid, ctx.job.raw, scope, keys_.prefix()});
     if (reply.integer() == 0) {
         ctx.log.debug("class={} jid={} waits for a slot ({} running in {})",
                       ctx.job.display_class(), ctx.job.jid, spec.limit, scope);

@@ -8,12 +8,15 @@
 namespace kiqd {
 namespace {
 
-// KEYS[1] the class's ZSET, KEYS[2] its score counter, KEYS[3] the parked-classes hash.
-// ARGV[1] payload, ARGV[2] class, ARGV[3] strategy descriptor.
+// KEYS[1] the class's ZSET, KEYS[2] its score counter, KEYS[3] the parked-classes hash,
+// KEYS[4] (reliable fetch) the working list that holds the job. ARGV[1] payload, ARGV[2] class,
+// ARGV[3] strategy descriptor. Leaving the working list in the same step means a crash right
+// after parking cannot also recover the job to its queue (and run it twice).
 constexpr const char* kParkScript = R"lua(
 local score = redis.call('incr', KEYS[2])
 redis.call('zadd', KEYS[1], score, ARGV[1])
 redis.call('hset', KEYS[3], ARGV[2], ARGV[3])
+if KEYS[4] then redis.call('lrem', KEYS[4], 1, ARGV[1]) end
 return score
 )lua";
 
@@ -88,11 +91,13 @@ ParkedJobs::ParkedJobs(const Keys& keys, Compat compat)
     : keys_(keys), compat_(compat), park_script_(kParkScript), resume_script_(kResumeScript) {}
 
 void ParkedJobs::park(redis::Connection& conn, const std::string& job_class,
-                      const std::string& payload, const std::string& descriptor) const {
+                      const std::string& payload, const std::string& descriptor,
+                      const std::string* working_list) const {
     const std::string worker = pause_control_worker_name(job_class);
-    park_script_.run(
-        conn, {keys_.parked_jobs(worker), keys_.parked_score(worker), keys_.parked_classes()},
-        {payload, job_class, descriptor});
+    std::vector<std::string> keys{keys_.parked_jobs(worker), keys_.parked_score(worker),
+                                  keys_.parked_classes()};
+    if (working_list) keys.push_back(*working_list);
+    park_script_.run(conn, keys, {payload, job_class, descriptor});
 }
 
 size_t ParkedJobs::resume_batch(redis::Connection& conn, const std::string& job_class,
@@ -138,7 +143,13 @@ void PauseControlMiddleware::call(JobContext& ctx, const Next& next) const {
     if (paused->queues.count(job.queue)) {
         // Popped by a fetch that was already blocked on this queue when it was paused: back to
         // the front, untouched, where it was.
-        ctx.redis.command({"RPUSH", keys_.queue(job.queue), job.raw});
+        if (ctx.working_list)  // back and out of the working list together (see park)
+            ctx.redis.pipeline({{"MULTI"},
+                                {"RPUSH", keys_.queue(job.queue), job.raw},
+                                {"LREM", *ctx.working_list, "1", job.raw},
+                                {"EXEC"}});
+        else
+            ctx.redis.command({"RPUSH", keys_.queue(job.queue), job.raw});
         ctx.log.debug("class={} jid={} put back: queue {} is paused", job.display_class(), job.jid,
                       job.queue);
         return;
@@ -146,7 +157,8 @@ void PauseControlMiddleware::call(JobContext& ctx, const Next& next) const {
     const std::string& job_class = job.handler_name();
     if (!paused->workers.count(job_class)) return next();
     const PauseStrategy* strategy = strategies_.find(job_class);
-    parked_.park(ctx.redis, job_class, job.raw, strategy ? strategy->descriptor() : "manual");
+    parked_.park(ctx.redis, job_class, job.raw, strategy ? strategy->descriptor() : "manual",
+                 ctx.working_list);
     ctx.log.debug("class={} jid={} parked: the worker is paused", job.display_class(), job.jid);
 }
 

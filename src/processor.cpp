@@ -142,6 +142,7 @@ void Processor::process(redis::Connection& conn, UnitOfWork unit) {
     JobContext ctx{job, rt_.log, rt_.lifecycle.hard_stop, conn, rt_.keys, rt_.config, rt_.identity};
     ctx.after_job = &pending_;
     ctx.client = rt_.client;
+    ctx.working_list = rt_.fetcher.working_list(unit.queue);
     std::optional<Failure> failure;
     bool interrupted = false;
     try {

@@ -218,6 +218,12 @@ std::vector<redis::Command> ReliableFetcher::release_commands() const {
     return out;
 }
 
+const std::string* ReliableFetcher::working_list(const std::string& queue) const {
+    for (const auto& [name, list] : working_)  // a handful of queues: a scan beats a map
+        if (name == queue) return &list;
+    return nullptr;
+}
+
 std::vector<redis::Command> ReliableFetcher::requeue_commands(
     const std::vector<UnitOfWork>& units) const {
     if (units.empty()) return {};

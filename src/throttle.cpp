@@ -47,9 +47,14 @@ void ThrottleMiddleware::call(JobContext& ctx, const Next& next) const {
     const long long count = replies[0].integer();
     if (count <= spec.limit) return next();
     const double at = static_cast<double>(w.next_start) + jitter_seconds(spec.period);
-    // Stored before returning: the processor then records neither success nor failure, and
-    // with reliable fetch acknowledges the job only after this ZADD has landed.
-    ctx.redis.command({"ZADD", keys_.schedule(), score_text(at), ctx.job.raw});
+    // Stored before returning (the processor then records neither success nor failure), and
+    // with reliable fetch taken out of the working list in the same transaction.
+    redis::Command zadd{"ZADD", keys_.schedule(), score_text(at), ctx.job.raw};
+    if (ctx.working_list)
+        ctx.redis.pipeline(
+            {{"MULTI"}, zadd, {"LREM", *ctx.working_list, "1", ctx.job.raw}, {"EXEC"}});
+    else
+        ctx.redis.command(zadd);
     ctx.log.debug("class={} jid={} throttled ({} > {} in {} s window {}): rescheduled at {:.3f}",
                   ctx.job.display_class(), ctx.job.jid, count, spec.limit, spec.period, w.number,
                   at);

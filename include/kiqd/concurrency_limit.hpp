@@ -14,13 +14,15 @@
 //       "@<jid>"                    a slot reserved for a parked job moved back to its queue;
 //                                   the job takes it over when it is fetched (or it expires).
 //   kiqd:concurrency:<scope>:waiting  LIST of parked payloads (unchanged), oldest first.
-//   kiqd:concurrency:scopes           HASH scope → limit: the scopes in use, for the checker.
+//   kiqd:concurrency:scopes           HASH scope → limit: the scopes that have parked jobs,
+//                                     for the checker (set when a job parks).
 //
 // Acquire (one Lua script, one round trip): drop expired slots; a job holding a reservation
 // takes it over; otherwise parked jobs are first moved back (each with a reservation) while
 // slots are free, so jobs keep their order; then the job takes a free slot, or is appended to
 // the waiting list — atomically, before the processor returns, so a crash at any point loses
-// nothing (with reliable fetch, the job is acknowledged only after it is parked).
+// nothing; with reliable fetch the same script takes it out of the working list, so a crash
+// cannot leave it both parked and recoverable (run twice).
 // Release (after the run, success or failure, sent with the processor's next command): frees
 // the slot and moves as many parked jobs back to the front of their queues as slots are free.
 // The SlotKeeper's periodic check (one process at a time) does the same for every scope, which

@@ -33,7 +33,8 @@ class Fetcher {
     // Blocks for at most ~2 s; nullopt when every queue stayed empty. Throws redis::Error.
     // `slot` is the calling processor's number (0..concurrency-1). `pending` are commands left
     // over from the previous job (lock releases): they go out in the same write as the fetch
-    // and are cleared once sent; their replies are not checked (they must be idempotent).
+    // and are cleared once sent (kept for the next try when the write fails); their replies are
+    // not checked (they must be idempotent).
     virtual std::optional<UnitOfWork> retrieve_work(redis::Connection& conn, std::mt19937_64& rng,
                                                     size_t slot,
                                                     std::vector<redis::Command>& pending) const = 0;
@@ -48,6 +49,10 @@ class Fetcher {
         const UnitOfWork&, std::vector<redis::Command> outcome) const {
         return outcome;
     }
+    // The list that holds a fetched job of `queue` until it is acknowledged (reliable fetch),
+    // or null. A middleware that parks a job elsewhere removes it from there in the same atomic
+    // step, so a crash in between cannot leave it in both places (and run it twice).
+    virtual const std::string* working_list(const std::string& /*queue*/) const { return nullptr; }
     // Puts jobs back at the front (the popping end) of their queues, RPUSHed in the given order
     // as Sidekiq's bulk_requeue does, and acknowledges them.
     virtual std::vector<redis::Command> requeue_commands(

@@ -73,6 +73,12 @@ struct JobContext {
     // redis::Error when Redis fails (a handler that lets it escape gets the job retried).
     std::string enqueue(nlohmann::ordered_json job) const;
     std::vector<std::string> enqueue_bulk(std::vector<nlohmann::ordered_json> jobs) const;
+    // With reliable fetch, the working list that holds this job (`raw`) until the processor
+    // acknowledges it; null otherwise. A middleware that parks the job (returns without
+    // next()) removes it from there (LREM 1 raw) in the same atomic step as the park, so a
+    // crash in between cannot leave the job in both places and run it twice. The processor's
+    // own acknowledgement afterwards then finds nothing to remove.
+    const std::string* working_list = nullptr;
 };
 
 // A failure with a chosen Sidekiq error_class (shown in the Web UI) and optional backtrace.

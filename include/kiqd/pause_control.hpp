@@ -57,9 +57,10 @@ class ParkedJobs {
     ParkedJobs(const Keys& keys, Compat compat);
     // Parks one job (its payload byte for byte) after the class's other parked jobs, and
     // records the class and its strategy's descriptor in the parked-classes hash. One round
-    // trip; parking the same payload twice leaves one entry.
+    // trip; parking the same payload twice leaves one entry. With reliable fetch,
+    // `working_list` is the list holding the job: it leaves it in the same step.
     void park(redis::Connection& conn, const std::string& job_class, const std::string& payload,
-              const std::string& descriptor) const;
+              const std::string& descriptor, const std::string* working_list = nullptr) const;
     // Moves up to `batch` of the class's oldest parked jobs to the back of their queues (with a
     // fresh enqueued_at, as Sidekiq's poller does), in order, in one atomic script: a crash
     // loses or duplicates nothing. When the class has none left its keys are removed. Returns

@@ -51,6 +51,7 @@ class ReliableFetcher final : public Fetcher {
     std::vector<UnitOfWork> take_buffered() const override;
     std::vector<std::string> held_payloads() const override;
     size_t batch_size() const { return batch_; }
+    const std::string* working_list(const std::string& queue) const override;
 
     // This process's working lists, one per configured queue (queue name, list key).
     const std::vector<std::pair<std::string, std::string>>& working_lists() const {

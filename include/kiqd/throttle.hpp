@@ -7,7 +7,8 @@
 // trip). A job whose increment returns more than L is not run: it goes to `schedule` at the
 // start of the next window plus a jitter of up to a tenth of the period (at most 5 s), so the
 // throttled jobs of a window do not all come back at the same instant. It then counts as
-// neither processed nor failed, and it keeps its payload unchanged (jid, retry state).
+// neither processed nor failed, and it keeps its payload unchanged (jid, retry state); with
+// reliable fetch it leaves the working list in the same transaction (MULTI) as the ZADD.
 // Like Rack::Attack, a throttled attempt still counts in its window.
 //
 // The resolution is the scheduler's: a rescheduled job comes back within one poll interval

@@ -34,13 +34,15 @@ std::string payload(const std::string& cls, const std::string& jid, const std::s
            "}";
 }
 
-// Runs `raw` through `m` with `body` as the handler; true when it ran.
+// Runs `raw` through `m` with `body` as the handler; true when it ran. `working`: the
+// reliable-fetch working list that holds the job, if any.
 bool run_through(
     TestRuntime& t, redis::Connection& conn, const ServerMiddleware& m, const std::string& raw,
-    const std::function<void()>& body = [] {}) {
+    const std::function<void()>& body = [] {}, const std::string* working = nullptr) {
     auto parsed = parse_job(raw, "default");
     Job& job = std::get<Job>(parsed);
     JobContext ctx{job, *t.log, t.lifecycle.hard_stop, conn, t.keys, t.config, t.rt.identity};
+    ctx.working_list = working;
     bool ran = false;
     m.call(ctx, [&] {
         ran = true;
@@ -129,6 +131,13 @@ TEST_CASE("throttle: over the limit a job goes to the start of the next window, 
     CHECK_FALSE(run_through(t, conn, throttle, payload("Sync", "a2", R"(,"fair_tenant":"a")")));
     CHECK(run_through(t, conn, throttle, payload("Sync", "n1")));
     CHECK_FALSE(run_through(t, conn, throttle, payload("Sync", "n2")));
+    // With reliable fetch the rescheduled job leaves its working list in the same transaction.
+    const std::string wl = "queue:sq|testhost:1:abcdef012345|default", n3 = payload("Sync", "n3");
+    conn.command({"LPUSH", wl, n3});
+    CHECK_FALSE(run_through(
+        t, conn, throttle, n3, [] {}, &wl));
+    CHECK(conn.command({"LLEN", wl}).integer() == 0);
+    CHECK(conn.command({"ZSCORE", "schedule", n3}).is_string());
     // A class without a throttle is not counted at all.
     CHECK(run_through(t, conn, throttle, payload("Other", "o1")));
     CHECK(conn.command({"KEYS", "kiqd:throttle:*Other*"}).size() == 0);
@@ -149,8 +158,9 @@ struct SlotsFixture {
                                                              TestRuntime::kIdentity);
     }
     bool run(
-        const std::string& raw, const std::function<void()>& body = [] {}) {
-        return run_through(t, conn, *limit, raw, body);
+        const std::string& raw, const std::function<void()>& body = [] {},
+        const std::string* working = nullptr) {
+        return run_through(t, conn, *limit, raw, body, working);
     }
     long long slots(const std::string& scope = "Sync") {
         return conn.command({"ZCARD", "kiqd:concurrency:" + scope + ":slots"}).integer();
@@ -224,6 +234,22 @@ TEST_CASE("concurrency: slots, parking in Redis, release moves the oldest back w
         CHECK(f.run(payload("Tenant", "t4")));
     });
     CHECK(t1_ran);
+    // With reliable fetch a parked job leaves its working list in the same script; a job that
+    // runs stays there (the processor acknowledges it after its outcome).
+    const std::string wl = "queue:sq|testhost:1:abcdef012345|default";
+    const std::string r1 = payload("Tenant", "r1", R"(,"fair_tenant":"z")"),
+                      r2 = payload("Tenant", "r2", R"(,"fair_tenant":"z")");
+    c.command({"LPUSH", wl, r1, r2});
+    const bool r1_ran = f.run(
+        r1,
+        [&] {
+            CHECK_FALSE(f.run(
+                r2, [] {}, &wl));
+            CHECK(lrange(c, wl) == std::vector<std::string>{r1});
+            CHECK(f.waiting("Tenant:tenant:z") == std::vector<std::string>{r2});
+        },
+        &wl);
+    CHECK(r1_ran);
     // A class without a limit is not tracked at all.
     CHECK(f.run(payload("Other", "o")));
     CHECK(c.command({"HEXISTS", "kiqd:concurrency:scopes", "Other"}).integer() == 0);
@@ -425,6 +451,11 @@ TEST_CASE(
         if (r.pid == survivor.pid() && r.started > killed_at) after.push_back(r);
     }
     CHECK(ran == std::set<std::string>(jids.begin(), jids.end()));
+    // Exactly once: the victim's parked jobs left its working list as they were parked, so its
+    // recovery brings back only what it was running or had just fetched. (A job that finished
+    // in the instant between its handler's end and its acknowledgement would run again: reliable
+    // fetch is at least once; with 1 s jobs the kill does not land there.)
+    CHECK(runs.size() == jids.size());
     CHECK(max_overlap(runs) <= 3);
     // Had the victim's three slots not come back, the survivor could never run anything; it ran
     // three at once after the kill.
