@@ -14,7 +14,11 @@ Client::Prepared Client::prepare(nlohmann::ordered_json item) const {
         throw std::invalid_argument("job \"class\" must be a non-empty string");
     if (!item.contains("args")) item["args"] = nlohmann::ordered_json::array();
     if (!item["args"].is_array()) throw std::invalid_argument("job \"args\" must be an array");
-    if (!item.contains("queue")) item["queue"] = "default";
+    if (!item.contains("queue")) {
+        std::optional<std::string> routed;
+        if (router_) routed = router_(item["class"].get<std::string>());
+        item["queue"] = routed.value_or("default");
+    }
     if (!item["queue"].is_string()) throw std::invalid_argument("job \"queue\" must be a string");
     if (!item.contains("retry")) item["retry"] = true;
     if (!item.contains("jid")) item["jid"] = new_jid();

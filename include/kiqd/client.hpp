@@ -3,6 +3,7 @@
 // fills jid/created_at/enqueued_at/retry/queue, then SADD queues + LPUSH queue:<q> in one
 // pipeline, or ZADD schedule <at> for a job with a future "at" (stored without "at" and
 // without "enqueued_at"). Stateless apart from its configuration; shared by all threads.
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -33,7 +34,14 @@ class Client {
     std::vector<std::string> push_bulk(redis::Connection& conn,
                                        std::vector<nlohmann::ordered_json> items) const;
 
+    // Routing (worker_catalog.hpp): the queue of a job pushed without a "queue", by its class;
+    // nullopt (or no router) = "default". E.g. set_router([&catalog](const std::string& c) {
+    // return catalog.routed_queue(c); }).
+    using Router = std::function<std::optional<std::string>(const std::string& job_class)>;
+    void set_router(Router router) { router_ = std::move(router); }
+
   private:
+    Router router_;
     Keys keys_;  // a copy: a Client may outlive the Keys it was given
     Compat compat_;
 };

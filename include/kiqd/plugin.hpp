@@ -29,7 +29,7 @@
 #include "kiqd/job_context.hpp"
 #include "kiqd/middleware_chain.hpp"
 
-#define KIQD_PLUGIN_ABI_VERSION 1
+#define KIQD_PLUGIN_ABI_VERSION 2  // 2: HandlerRegistry gained declarations (metadata)
 
 namespace kiqd {
 
