@@ -3,7 +3,9 @@
 #include <boost/asio/post.hpp>
 #include <csignal>
 
+#include "kiqd/kiqd.hpp"
 #include "kiqd/logging.hpp"
+#include "kiqd/metadata_middleware.hpp"
 #include "kiqd/unique_jobs.hpp"
 
 namespace kiqd {
@@ -33,6 +35,12 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
       work_(static_cast<size_t>(config.concurrency)),
       health_(log),
       chain_(chain),
+      catalog_(config, handlers),
+      cpu_gate_(catalog_.any_cpu_bound()
+                    ? std::make_unique<CpuGate>(catalog_,
+                                                static_cast<size_t>(config.cpu_bound_concurrency),
+                                                static_cast<size_t>(config.concurrency))
+                    : nullptr),
       rt_{config,
           keys_,
           me_.identity,
@@ -47,7 +55,8 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
           work_,
           lifecycle_,
           health_,
-          JobLimits{config.max_payload_bytes, 256}},
+          JobLimits{config.max_payload_bytes, 256},
+          cpu_gate_.get()},
       manager_(rt_),
       scheduler_(rt_),
       heartbeat_(rt_, me_, me_.info_json(config, order_)),
@@ -63,6 +72,21 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
         keys_, rt_.connection_options, config.unique_jobs.reaper_interval, me_.identity, log);
     chain_.prepend(
         std::make_shared<UniqueJobsMiddleware>(config, keys_, dead_, *lock_keeper_, me_.identity));
+    // Outermost, so that its run time covers the other middlewares and a parked job is seen.
+    if (config.job_metadata)
+        chain_.prepend(std::make_shared<MetadataMiddleware>(catalog_, job_metrics_));
+    if (!config.metrics.listen.empty()) {
+        metrics_ = std::make_unique<MetricsServer>(
+            config.metrics,
+            MetricsServer::Sources{
+                job_metrics_, work_, keys_, order_.names(), rt_.connection_options,
+                [this] { return manager_.alive(); },
+                [this] { return lifecycle_.is_quiet() || stopping_.load(); },
+                [this] {
+                    return cpu_gate_ ? cpu_gate_->counts() : std::pair<size_t, size_t>{0, 0};
+                }},
+            log);
+    }
 }
 
 Launcher::~Launcher() {
@@ -157,6 +181,7 @@ void Launcher::begin_stop() {
         scheduler_.stop();
         if (recovery_) recovery_->stop(ended);
         lock_keeper_->stop();
+        if (metrics_) metrics_->stop();
         boost::asio::post(io_, [this] {
             beat_timer_.cancel();
             watchdog_timer_.cancel();
@@ -194,6 +219,17 @@ int Launcher::run() {
             signals_.async_wait(on_signal);
         };
     signals_.async_wait(on_signal);
+    if (metrics_) {
+        try {
+            metrics_->start();
+        } catch (const std::exception& e) {
+            log_.critical("{}", e.what());
+            log_.flush();
+            return kExitConfig;
+        }
+    }
+    if (cpu_gate_)
+        log_.info("cpu-bound jobs: at most {} at once (cpu_bound_concurrency)", cpu_gate_->limit());
     if (recovery_) recovery_->start();  // processors fetch once it has registered this process
     lock_keeper_->start();
     manager_.start();

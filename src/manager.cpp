@@ -1,5 +1,7 @@
 #include "kiqd/manager.hpp"
 
+#include "kiqd/cpu_gate.hpp"
+
 namespace kiqd {
 
 Manager::Manager(Runtime& rt) : rt_(rt) {
@@ -31,6 +33,11 @@ void Manager::start() {
     for (auto& p : processors_) p->start();
 }
 
+size_t Manager::alive() const {
+    std::lock_guard lock(mutex_);
+    return alive_;
+}
+
 void Manager::quiet() noexcept {
     rt_.lifecycle.quiet();
 }
@@ -49,9 +56,14 @@ bool Manager::wait_all_until(Clock::time_point until,
 
 void Manager::requeue_running_jobs() {
     auto running = rt_.work.abandon_all();
-    if (running.empty()) return;
+    // cpu-bound jobs still waiting for a slot go back too (not counted: they never started).
+    std::vector<UnitOfWork> held;
+    if (rt_.cpu_gate) held = rt_.cpu_gate->close();
+    if (running.empty() && held.empty()) return;
     std::vector<UnitOfWork> units;
     for (auto& j : running) units.push_back({j.queue, j.payload});
+    const size_t started = units.size();
+    for (auto& u : held) units.push_back(std::move(u));
     rt_.log.warn("Terminating {} busy worker threads", units.size());
     redis::Connection conn(rt_.connection_options);
     const auto commands = rt_.fetcher.requeue_commands(units);
@@ -72,8 +84,8 @@ void Manager::requeue_running_jobs() {
     }
     requeued_ = units.size();
     // Sidekiq counts an interrupted job as processed and failed (sidekiq-data-model §5.6).
-    rt_.work.processed.fetch_add(static_cast<long long>(units.size()));
-    rt_.work.failed.fetch_add(static_cast<long long>(units.size()));
+    rt_.work.processed.fetch_add(static_cast<long long>(started));
+    rt_.work.failed.fetch_add(static_cast<long long>(started));
 }
 
 bool Manager::stop(const std::function<Clock::time_point()>& deadline) {

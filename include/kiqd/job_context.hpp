@@ -61,6 +61,9 @@ struct JobContext {
     // release): the processor sends them with the job's outcome or with its next fetch, saving
     // a round trip. Null when the caller offers no such channel: then write directly.
     std::vector<redis::Command>* after_job = nullptr;
+    // Appended to the job's done/fail log lines (" urgency=high ..."): set by the metadata
+    // middleware, empty without it.
+    std::string log_tags{};
 };
 
 // A failure with a chosen Sidekiq error_class (shown in the Web UI) and optional backtrace.

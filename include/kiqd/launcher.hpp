@@ -1,7 +1,8 @@
 #pragma once
 // Launcher: wires one kiqd process together and runs it until it is stopped. It owns the
 // Manager (processor threads), the Scheduler thread, with `fetch: reliable` the OrphanRecovery
-// thread, and, on the calling (main) thread, an Asio
+// thread, with `metrics:` the MetricsServer thread, the worker catalog, job metrics and cpu
+// gate shared by the processors, and, on the calling (main) thread, an Asio
 // io_context that handles OS signals and the heartbeat timer:
 //   SIGTERM/SIGINT or a remote TERM → graceful stop (a second one: stop now, still requeueing);
 //   SIGTSTP or a remote TSTP → quiet; SIGTTIN or a remote TTIN → log every running job;
@@ -20,13 +21,17 @@
 #include <string>
 #include <thread>
 
+#include "kiqd/cpu_gate.hpp"
 #include "kiqd/heartbeat.hpp"
+#include "kiqd/job_metrics.hpp"
 #include "kiqd/lock_keeper.hpp"
 #include "kiqd/manager.hpp"
+#include "kiqd/metrics_server.hpp"
 #include "kiqd/orphan_recovery.hpp"
 #include "kiqd/process_identity.hpp"
 #include "kiqd/scheduler.hpp"
 #include "kiqd/systemd_notify.hpp"
+#include "kiqd/worker_catalog.hpp"
 
 namespace kiqd {
 
@@ -64,12 +69,16 @@ class Launcher {
     Lifecycle lifecycle_;
     RedisHealth health_;
     MiddlewareChain chain_;  // the configured chain behind kiqd's own unique-jobs middleware
+    WorkerCatalog catalog_;  // worker metadata and routed queues
+    JobMetrics job_metrics_;
+    std::unique_ptr<CpuGate> cpu_gate_;  // when some declared class is cpu-bound
     Runtime rt_;
     std::unique_ptr<LockKeeper> lock_keeper_;
     Manager manager_;
     Scheduler scheduler_;
     Heartbeat heartbeat_;
     std::unique_ptr<OrphanRecovery> recovery_;  // with `fetch: reliable` only
+    std::unique_ptr<MetricsServer> metrics_;    // with `metrics: {listen: ...}` only
 
     boost::asio::io_context io_;
     boost::asio::signal_set signals_;

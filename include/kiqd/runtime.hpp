@@ -22,6 +22,8 @@
 
 namespace kiqd {
 
+class CpuGate;
+
 // Quiet (stop fetching) and hard stop (the deadline passed), observable and awaitable.
 class Lifecycle {
   public:
@@ -50,6 +52,8 @@ struct Runtime {
     Lifecycle& lifecycle;
     RedisHealth& health;
     JobLimits limits;
+    // The cpu-bound cap (cpu_gate.hpp); null when no declared class is cpu-bound.
+    CpuGate* cpu_gate = nullptr;
 };
 
 }  // namespace kiqd

@@ -2,6 +2,7 @@
 // need to know exactly which jobs ran, where and when. Built with the public API (kiqd::run).
 //   Test::Record — RPUSH kiqd-test:ran {"jid","class","queue","args","retry_count","pid",
 //                  "started","ended"}; args[0] may be a number of seconds to sleep first.
+//   Test::RecordOther — the same, under another class name (e.g. one without metadata).
 //   Test::FailOnce — fails on its first attempt (no retry_count yet), then records like Record.
 #include <unistd.h>
 
@@ -39,6 +40,7 @@ void record_handler(const kiqd::Job& job, kiqd::JobContext& ctx) {
 int main(int argc, char** argv) {
     kiqd::HandlerRegistry handlers;
     handlers.add("Test::Record", record_handler);
+    handlers.add("Test::RecordOther", record_handler);  // a second class, for metadata tests
     handlers.add("Test::FailOnce", [](const kiqd::Job& job, kiqd::JobContext& ctx) {
         if (!job.retry_count()) throw kiqd::JobError("Test::FirstAttempt", "first attempt fails");
         record(job, ctx, kiqd::epoch_seconds());
