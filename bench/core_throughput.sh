@@ -20,7 +20,10 @@
 #   ROWS="default warn reliable"  kiqd rows per concurrency: default (logging at info), warn
 #                          (logging at warn), reliable (--fetch reliable, warn), unique
 #                          (warn, every job with lock: until_and_while_executing on a distinct
-#                          identity: the cost of the unique-jobs locks)
+#                          identity: the cost of the unique-jobs locks), nometa (warn,
+#                          `job_metadata: false`: without the metadata middleware, so that
+#                          warn - nometa is its cost), metrics (warn, Kiqd::Noop declared
+#                          urgency: high and the /metrics endpoint on: the whole issue-8 path)
 #
 # Method, per system and concurrency: FLUSHALL; push JOBS Kiqd::Noop payloads
 # (Sidekiq 6.4.1 shape, unique jids, LPUSH in batches of 1000 via redis-cli --pipe);
@@ -113,6 +116,10 @@ redis_url="redis://127.0.0.1:$port/0"
 
 printf 'redis: {url: "%s"}\n' "$redis_url" >"$work/kiqd.yml"
 printf 'redis: {url: "%s"}\nlogging: {level: warn}\n' "$redis_url" >"$work/kiqd-warn.yml"
+printf 'redis: {url: "%s"}\nlogging: {level: warn}\njob_metadata: false\n' "$redis_url" \
+    >"$work/kiqd-nometa.yml"
+printf 'redis: {url: "%s"}\nlogging: {level: warn}\nmetrics: {listen: "127.0.0.1:0"}\nhandlers: {"Kiqd::Noop": {urgency: high, feature_category: bench}}\n' \
+    "$redis_url" >"$work/kiqd-metrics.yml"
 
 results_jsonl="$work/results.jsonl"
 : >"$results_jsonl"
@@ -171,6 +178,10 @@ for c in $CONCURRENCIES; do
                     -c "$c" -q "$QUEUE"
                 push_args=()
                 ;;
+            nometa) run_one "kiqd no metadata mw (log warn)" "$c" -- "$KIQD" \
+                -C "$work/kiqd-nometa.yml" -c "$c" -q "$QUEUE" ;;
+            metrics) run_one "kiqd metadata+metrics (log warn)" "$c" -- "$KIQD" \
+                -C "$work/kiqd-metrics.yml" -c "$c" -q "$QUEUE" ;;
             *) die "unknown row '$row' in ROWS" ;;
             esac
         done
@@ -205,7 +216,7 @@ $table
 - seconds: worker process start -> \`LLEN queue:$QUEUE\` = 0 (polled every $POLL_MS ms), so it includes start-up; "first job s" is when the queue first shrank
 - peak RSS: VmHWM of the worker process, read just before SIGTERM; CPU: utime+stime of the worker / Redis (INFO cpu) over the drain; stop s: SIGTERM -> exit
 - every run: worker exited 0 on SIGTERM and stat:processed = $JOBS, nothing failed/retried/dead
-- "kiqd" logs one line per job start and finish (default level info); "(log warn)" runs use \`logging: {level: warn}\`; "reliable" runs use \`--fetch reliable\` (one fetch script and one LREM per job); "unique lock" runs push every job with \`lock: until_and_while_executing\` on its own identity (an acquire and a release script per job); worker stdout went to $log_note
+- "kiqd" logs one line per job start and finish (default level info); "(log warn)" runs use \`logging: {level: warn}\`; "reliable" runs use \`--fetch reliable\` (one fetch script and one LREM per job); "unique lock" runs push every job with \`lock: until_and_while_executing\` on its own identity (an acquire and a release script per job); "no metadata mw" runs use \`job_metadata: false\` (every other row runs the metadata middleware); "metadata+metrics" runs declare \`Kiqd::Noop\` with \`urgency: high\` and serve \`/metrics\`; worker stdout went to $log_note
 ${sidekiq_note}
 - machine: $(nproc) CPUs, ${cpu_model:-unknown CPU}, $(uname -sr); redis-server $redis_version (same host, loopback); load average $load_start at start, $load_end at end
 - kiqd: ${kiqd_version:-?}, binary sha1 $kiqd_sha built $kiqd_built, git $git_rev; $(ruby -v 2>/dev/null | cut -d' ' -f1-2 || echo "no ruby")
