@@ -17,10 +17,14 @@ double thread_cpu_seconds() {
 void MetadataMiddleware::call(JobContext& ctx, const Next& next) const {
     const Job& job = ctx.job;
     const WorkerMetadata& md = catalog_.metadata(job.handler_name());
-    ctx.log_tags = fmt::format(" urgency={} resource_boundary={}", to_string(md.urgency),
-                               to_string(md.resource_boundary));
-    if (!md.feature_category.empty())
-        ctx.log_tags += fmt::format(" feature_category={}", md.feature_category);
+    // The tags are only built when a line will carry them: done lines are info, fail lines warn.
+    const bool info = ctx.log.should_log(spdlog::level::info);
+    auto tag = [&] {
+        ctx.log_tags = fmt::format(" urgency={} resource_boundary={}", to_string(md.urgency),
+                                   to_string(md.resource_boundary));
+        if (!md.feature_category.empty())
+            ctx.log_tags += fmt::format(" feature_category={}", md.feature_category);
+    };
 
     std::optional<double> scheduling;
     if (auto enqueued = job.enqueued_at()) scheduling = std::max(0.0, epoch_seconds() - *enqueued);
@@ -35,6 +39,8 @@ void MetadataMiddleware::call(JobContext& ctx, const Next& next) const {
             std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
         o.cpu_seconds = thread_cpu_seconds() - cpu_started;
         const auto verdict = metrics_.record(o);
+        if (!info && !failed) return;
+        tag();
         if (scheduling) ctx.log_tags += fmt::format(" scheduling_latency={:.3f}s", *scheduling);
         ctx.log_tags += fmt::format(" cpu={:.3f}ms", o.cpu_seconds * 1000.0);
         if (verdict.scheduling_met == false || verdict.execution_met == false)
