@@ -2,6 +2,7 @@
 // rules and `--selector` queue selection (WorkerCatalog).
 #include <catch2/catch.hpp>
 
+#include "kiqd/client.hpp"
 #include "kiqd/config.hpp"
 #include "kiqd/worker_catalog.hpp"
 #include "kiqd/worker_selector.hpp"
@@ -288,4 +289,20 @@ handlers:
     CHECK_THROWS_WITH(kiqd::WorkerCatalog(c, handlers),
                       Catch::StartsWith("handler registration Bad.resource_boundary: a "
                                         "high-urgency worker cannot be memory-bound"));
+}
+
+TEST_CASE("client: a job pushed without a queue goes to its class's routed queue", "[routing]") {
+    kiqd::Client client(kiqd::Keys{}, kiqd::Compat::v6);
+    CHECK(client.prepare({{"class", "Fast"}}).queue == "default");  // no router
+    auto c = parse_config(
+        "routing_rules: [[\"urgency=high\", urgent]]\n"
+        "handlers: {Fast: {urgency: high}}\n",
+        "test.yml", "development");
+    kiqd::HandlerRegistry handlers;
+    const kiqd::WorkerCatalog catalog(c, handlers);
+    client.set_router([&](const std::string& cls) { return catalog.routed_queue(cls); });
+    CHECK(client.prepare({{"class", "Fast"}}).queue == "urgent");
+    CHECK(nlohmann::json::parse(client.prepare({{"class", "Fast"}}).payload)["queue"] == "urgent");
+    CHECK(client.prepare({{"class", "Other"}}).queue == "default");
+    CHECK(client.prepare({{"class", "Fast"}, {"queue", "mine"}}).queue == "mine");  // explicit
 }
