@@ -25,7 +25,10 @@
 #                          trip), concurrency (warn, Kiqd::Noop under a concurrency_limit of 1000
 #                          it never reaches: acquire and release scripts), limits_other
 #                          (warn, both limits configured for another class: what unlimited
-#                          classes pay)
+#                          classes pay),
+#                          nometa (warn, `job_metadata: false`: without the metadata
+#                          middleware, so that warn - nometa is its cost), metrics (warn,
+#                          Kiqd::Noop declared urgency: high and the /metrics endpoint on)
 #
 # Method, per system and concurrency: FLUSHALL; push JOBS Kiqd::Noop payloads
 # (Sidekiq 6.4.1 shape, unique jids, LPUSH in batches of 1000 via redis-cli --pipe);
@@ -126,6 +129,10 @@ limits_config "$work/kiqd-throttle.yml" Kiqd::Noop '{throttle: {limit: 100000000
 limits_config "$work/kiqd-concurrency.yml" Kiqd::Noop '{concurrency_limit: 1000}'
 limits_config "$work/kiqd-limits-other.yml" Other \
     '{throttle: {limit: 10, period: 60}, concurrency_limit: 1}'
+printf 'redis: {url: "%s"}\nlogging: {level: warn}\njob_metadata: false\n' "$redis_url" \
+    >"$work/kiqd-nometa.yml"
+printf 'redis: {url: "%s"}\nlogging: {level: warn}\nmetrics: {listen: "127.0.0.1:0"}\nhandlers: {"Kiqd::Noop": {urgency: high, feature_category: bench}}\n' \
+    "$redis_url" >"$work/kiqd-metrics.yml"
 
 results_jsonl="$work/results.jsonl"
 : >"$results_jsonl"
@@ -190,6 +197,10 @@ for c in $CONCURRENCIES; do
                 -C "$work/kiqd-concurrency.yml" -c "$c" -q "$QUEUE" ;;
             limits_other) run_one "kiqd limits on another class (log warn)" "$c" -- "$KIQD" \
                 -C "$work/kiqd-limits-other.yml" -c "$c" -q "$QUEUE" ;;
+            nometa) run_one "kiqd no metadata mw (log warn)" "$c" -- "$KIQD" \
+                -C "$work/kiqd-nometa.yml" -c "$c" -q "$QUEUE" ;;
+            metrics) run_one "kiqd metadata+metrics (log warn)" "$c" -- "$KIQD" \
+                -C "$work/kiqd-metrics.yml" -c "$c" -q "$QUEUE" ;;
             *) die "unknown row '$row' in ROWS" ;;
             esac
         done
@@ -224,7 +235,7 @@ $table
 - seconds: worker process start -> \`LLEN queue:$QUEUE\` = 0 (polled every $POLL_MS ms), so it includes start-up; "first job s" is when the queue first shrank
 - peak RSS: VmHWM of the worker process, read just before SIGTERM; CPU: utime+stime of the worker / Redis (INFO cpu) over the drain; stop s: SIGTERM -> exit
 - every run: worker exited 0 on SIGTERM and stat:processed = $JOBS, nothing failed/retried/dead
-- "kiqd" logs one line per job start and finish (default level info); "(log warn)" runs use \`logging: {level: warn}\`; "reliable" runs use \`--fetch reliable\` (one fetch script and one LREM per job); "unique lock" runs push every job with \`lock: until_and_while_executing\` on its own identity (an acquire and a release script per job); "throttle" / "concurrency limit" runs configure Kiqd::Noop with a throttle (limit 10^9 per hour) / a concurrency_limit of 1000 that are never reached, "limits on another class" both for another class; worker stdout went to $log_note
+- "kiqd" logs one line per job start and finish (default level info); "(log warn)" runs use \`logging: {level: warn}\`; "reliable" runs use \`--fetch reliable\` (one fetch script and one LREM per job); "unique lock" runs push every job with \`lock: until_and_while_executing\` on its own identity (an acquire and a release script per job); "throttle" / "concurrency limit" runs configure Kiqd::Noop with a throttle (limit 10^9 per hour) / a concurrency_limit of 1000 that are never reached, "limits on another class" both for another class; "no metadata mw" runs use \`job_metadata: false\` (every other row runs the metadata middleware); "metadata+metrics" runs declare \`Kiqd::Noop\` with \`urgency: high\` and serve \`/metrics\`; worker stdout went to $log_note
 ${sidekiq_note}
 - machine: $(nproc) CPUs, ${cpu_model:-unknown CPU}, $(uname -sr); redis-server $redis_version (same host, loopback); load average $load_start at start, $load_end at end
 - kiqd: ${kiqd_version:-?}, binary sha1 $kiqd_sha built $kiqd_built, git $git_rev; $(ruby -v 2>/dev/null | cut -d' ' -f1-2 || echo "no ruby")

@@ -16,6 +16,7 @@
 #include "kiqd/launcher.hpp"
 #include "kiqd/logging.hpp"
 #include "kiqd/plugin_loader.hpp"
+#include "kiqd/worker_catalog.hpp"
 
 namespace kiqd {
 namespace {
@@ -28,6 +29,7 @@ struct CliOptions {
     std::optional<double> timeout;
     std::optional<std::string> tag;
     std::optional<std::string> fetch;
+    std::optional<std::string> selector;
     bool verbose = false;
 };
 
@@ -40,6 +42,9 @@ void add_common(CLI::App& app, CliOptions& o) {
     app.add_option("-t,--timeout", o.timeout, "shutdown timeout in seconds");
     app.add_option("-g,--tag", o.tag, "process tag shown in the Web UI");
     app.add_option("--fetch", o.fetch, "basic (Sidekiq's BasicFetch) or reliable (no job lost)");
+    app.add_option("--selector", o.selector,
+                   "serve only the queues of workers matching this query, e.g. "
+                   "'urgency=high&resource_boundary!=memory'");
     app.add_flag("-v,--verbose", o.verbose, "debug logging");
 }
 
@@ -62,7 +67,13 @@ Config build_config(const CliOptions& o, bool need_queues = true) {
         c.queues.clear();
         for (const auto& q : o.queues) c.queues.push_back(parse_queue_arg(q));
     }
-    if ((o.config_path.empty() || !need_queues) && c.queues.empty())
+    if (o.selector) {
+        c.selector = *o.selector;
+        c.selector_line = -1;
+    }
+    // With a selector the queues come from the matching workers (apply_selector, once the
+    // handlers are registered); `queues:` then only lends its weights.
+    if ((o.config_path.empty() || !need_queues || !c.selector.empty()) && c.queues.empty())
         c.queues.push_back({"default", 0});
     if (o.timeout) {
         if (!(*o.timeout > 0) || *o.timeout > 1e10)
@@ -74,6 +85,12 @@ Config build_config(const CliOptions& o, bool need_queues = true) {
     if (o.verbose) c.verbose = true;
     validate_config(c);
     return c;
+}
+
+std::vector<std::string> queue_names(const Config& c) {
+    std::vector<std::string> out;
+    for (const auto& q : c.queues) out.push_back(q.name);
+    return out;
 }
 
 int config_error(const ConfigError& e, const std::string& source) {
@@ -226,6 +243,9 @@ int run(int argc, char** argv, HandlerRegistry& handlers, MiddlewareRegistry& mi
         chain = middleware.build(config.server_middleware);
         pause_strategies = PauseStrategies(config, middleware.pause_strategies);
         register_exec_handlers(config, handlers);
+        // C++ metadata declarations are checked here (exit 78); a selector picks the queues.
+        const WorkerCatalog catalog(config, handlers);
+        apply_selector(config, catalog, o.selector ? "--selector" : "selector");
     } catch (const ConfigError& e) {
         return config_error(e, o.config_path);
     }
@@ -241,7 +261,8 @@ int run(int argc, char** argv, HandlerRegistry& handlers, MiddlewareRegistry& mi
         for (const auto& w : warnings) std::cerr << "kiqd: warning: " << w << std::endl;
         std::cout << "kiqd: " << (o.config_path.empty() ? "command line" : o.config_path)
                   << " is valid: concurrency=" << config.concurrency << ", " << config.queues.size()
-                  << " queue(s), " << config.exec_handlers.size() << " exec handler(s), "
+                  << " queue(s) (" << fmt::format("{}", fmt::join(queue_names(config), ","))
+                  << "), " << config.exec_handlers.size() << " exec handler(s), "
                   << config.plugins.size() << " plugin(s), redis "
                   << redis::parse_redis_url(config.redis.url).describe() << std::endl;
         return 0;

@@ -22,8 +22,13 @@ nlohmann::ordered_json Client::normalize(nlohmann::ordered_json item) const {
         const auto& name = item.contains("wrapped") && item["wrapped"].is_string()
                                ? item["wrapped"].get_ref<const std::string&>()
                                : item["class"].get_ref<const std::string&>();
-        auto it = class_queues_.find(name);
-        item["queue"] = it != class_queues_.end() && !it->second.empty() ? it->second : "default";
+        std::optional<std::string> routed;
+        if (router_) routed = router_(name);
+        if (!routed) {
+            auto it = class_queues_.find(name);
+            if (it != class_queues_.end() && !it->second.empty()) routed = it->second;
+        }
+        item["queue"] = routed.value_or("default");
     }
     if (!item["queue"].is_string() || item["queue"].get_ref<const std::string&>().empty())
         throw std::invalid_argument("job \"queue\" must be a non-empty string");

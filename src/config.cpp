@@ -10,6 +10,7 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "kiqd/fair_tenant.hpp"
 #include "kiqd/redis/endpoint.hpp"
@@ -297,6 +298,51 @@ std::vector<MiddlewareSpec> parse_middleware(const YAML::Node& n) {
     return out;
 }
 
+void check_queue_name(const std::string& key, const std::string& name, int line) {
+    static const std::regex queue_name(R"(^[A-Za-z0-9_:.\-]+$)");
+    if (!std::regex_match(name, queue_name))
+        throw ConfigError(key, "invalid queue name '" + name + "' (letters, digits, _ : . - only)",
+                          line);
+}
+
+// routing_rules: [["urgency=high", "urgent"], ["*", "default"]] (GitLab's shape).
+std::vector<RoutingRule> parse_routing_rules(const YAML::Node& n) {
+    if (!n.IsSequence()) type_error("routing_rules", n, "a list of [query, queue] pairs");
+    std::vector<RoutingRule> out;
+    for (size_t i = 0; i < n.size(); ++i) {
+        const auto& item = n[i];
+        const std::string key = "routing_rules[" + std::to_string(i) + "]";
+        if (!item.IsSequence() || item.size() != 2) type_error(key, item, "a [query, queue] pair");
+        RoutingRule rule;
+        rule.line = line_of(item);
+        try {
+            rule.selector = WorkerSelector::parse(as_string(key + ".query", item[0]));
+        } catch (const std::invalid_argument& e) {
+            throw ConfigError(key, e.what(), line_of(item[0]));
+        }
+        if (!item[1].IsNull()) {
+            rule.queue = strip_symbol(as_string(key + ".queue", item[1]));
+            if (!rule.queue.empty()) check_queue_name(key, rule.queue, line_of(item[1]));
+        }
+        out.push_back(std::move(rule));
+    }
+    return out;
+}
+
+void parse_metrics(const YAML::Node& n, MetricsConfig& m) {
+    if (!n.IsMap()) type_error("metrics", n, "a map ({listen: \"127.0.0.1:9394\"})");
+    for (const auto& kv : n) {
+        const std::string k = normalize_key(kv.first.Scalar());
+        const std::string key = "metrics." + k;
+        if (k == "listen") {
+            m.line = line_of(kv.second);
+            parse_listen_address(key, non_empty_string(key, kv.second), m, m.line);
+        } else {
+            throw ConfigError(key, "unknown key", line_of(kv.first));
+        }
+    }
+}
+
 void parse_lock_option(const std::string& k, const std::string& key, const YAML::Node& v,
                        LockDefaults& lock) {
     if (k == "lock") {
@@ -541,13 +587,15 @@ std::vector<ExecHandlerSpec> parse_handlers(const YAML::Node& n,
                 cls.throttle = parse_throttle(key, v);
             } else if (k == "concurrency_limit") {
                 cls.concurrency_limit = parse_concurrency_limit(key, v);
-            } else if (k == "queue") {
-                cls.queue = strip_symbol(as_string(key, v));
-                if (cls.queue.empty()) throw ConfigError(key, "is empty", line_of(v));
             } else if (k == "fair_tenant_queues") {
                 cls.fair_tenant_queues = parse_fair_tenant_queues(key, v);
             } else if (k == "fair_tenant") {
                 cls.fair_tenant_arg = parse_fair_tenant_source(key, v);
+            } else if (k == "queue") {
+                cls.queue = strip_symbol(non_empty_string(key, v));
+                check_queue_name(key, cls.queue, line_of(v));
+            } else if (parse_metadata_option(k, key, v, cls.metadata)) {
+                // urgency, resource_boundary, ... (worker_metadata.cpp)
             } else {
                 throw ConfigError(key, "unknown key", line_of(e.first));
             }
@@ -559,6 +607,7 @@ std::vector<ExecHandlerSpec> parse_handlers(const YAML::Node& n,
             throw ConfigError(base + ".lock",
                               "is required with lock_args/lock_ttl/lock_timeout/on_conflict",
                               spec.line);
+        validate_metadata(base, cls.metadata, spec.line);
         if (have_exec) out.push_back(std::move(spec));
         classes[cls.job_class] = std::move(cls);
     }
@@ -731,6 +780,24 @@ void apply_map(const YAML::Node& root, Config& c, const std::string& environment
             parse_fair_tenant(v, c.fair_tenant);
         } else if (k == "plugins") {
             c.plugins = parse_plugins(v);
+        } else if (k == "routing_rules") {
+            c.routing_rules = parse_routing_rules(v);
+        } else if (k == "selector") {
+            c.selector = non_empty_string(k, v);
+            c.selector_line = line_of(v);
+            try {
+                WorkerSelector::parse(c.selector);
+            } catch (const std::invalid_argument& e) {
+                throw ConfigError(k, e.what(), line_of(v));
+            }
+        } else if (k == "metrics") {
+            parse_metrics(v, c.metrics);
+        } else if (k == "cpu_bound_concurrency") {
+            c.cpu_bound_concurrency = static_cast<int>(as_int(k, v));
+            if (c.cpu_bound_concurrency < 1 || c.cpu_bound_concurrency > 1000)
+                throw ConfigError(k, "must be between 1 and 1000", line_of(v));
+        } else if (k == "job_metadata") {
+            c.job_metadata = as_bool(k, v);
         } else if (top_level && (environment_names().count(k) || k == environment) && v.IsMap()) {
             if (k == environment) apply_map(v, c, environment, false);
         } else {
@@ -857,6 +924,26 @@ std::string canonical_lock_type(const std::string& name) {
     return it == types.end() ? "" : it->second;
 }
 
+void parse_listen_address(const std::string& key, const std::string& text, MetricsConfig& out,
+                          int line) {
+    // host:port; [v6]:port. Loopback is the safe default operators are expected to choose, but
+    // any address is accepted (a Prometheus server elsewhere must reach it).
+    const auto colon = text.rfind(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == text.size())
+        throw ConfigError(key, "must be host:port, e.g. 127.0.0.1:9394, not '" + text + "'", line);
+    std::string host = text.substr(0, colon);
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+        host = host.substr(1, host.size() - 2);
+    const std::string port = text.substr(colon + 1);
+    if (port.find_first_not_of("0123456789") != std::string::npos || port.size() > 5)
+        throw ConfigError(key, "port '" + port + "' is not a number", line);
+    const int p = std::stoi(port);
+    if (p > 65535) throw ConfigError(key, "port must be at most 65535", line);
+    out.listen = text;
+    out.host = host;
+    out.port = p;
+}
+
 FetchMode parse_fetch_mode(const std::string& key, const std::string& value, int line) {
     if (value == "basic") return FetchMode::basic;
     if (value == "reliable") return FetchMode::reliable;
@@ -953,6 +1040,9 @@ void validate_config(Config& c) {
     if (r.sentinel.enabled() && !r.endpoint.unix_path.empty())
         throw ConfigError("redis.sentinels", "cannot be combined with a unix:// Redis URL",
                           r.sentinel_line);
+    if (c.cpu_bound_concurrency == 0)
+        c.cpu_bound_concurrency =
+            static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 }  // namespace kiqd

@@ -5,7 +5,9 @@
 
 #include "kiqd/concurrency_limit.hpp"
 #include "kiqd/fair_tenant.hpp"
+#include "kiqd/kiqd.hpp"
 #include "kiqd/logging.hpp"
+#include "kiqd/metadata_middleware.hpp"
 #include "kiqd/throttle.hpp"
 #include "kiqd/unique_jobs.hpp"
 
@@ -41,6 +43,12 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
       pause_strategies_(std::move(pause_strategies)),
       parked_jobs_(keys_, config.compat),
       client_(make_process_client(config)),
+      catalog_(config, handlers),
+      cpu_gate_(catalog_.any_cpu_bound()
+                    ? std::make_unique<CpuGate>(catalog_,
+                                                static_cast<size_t>(config.cpu_bound_concurrency),
+                                                static_cast<size_t>(config.concurrency))
+                    : nullptr),
       rt_{config,
           keys_,
           me_.identity,
@@ -56,7 +64,8 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
           lifecycle_,
           health_,
           JobLimits{config.max_payload_bytes, 256},
-          &client_},
+          &client_,
+          cpu_gate_.get()},
       manager_(rt_),
       scheduler_(rt_),
       heartbeat_(rt_, me_, me_.info_json(config, order_)),
@@ -86,9 +95,25 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
     // Fair-tenant rerouting before the limits: a job moved to a throttled queue is not counted
     // and takes no lock.
     chain_.prepend(std::make_shared<FairTenantServerMiddleware>(config, keys_));
-    // Outermost: a parked job is neither rerouted nor counted, and takes no lock.
+    // Before the others: a parked job is neither rerouted nor counted, and takes no lock.
     chain_.prepend(std::make_shared<PauseControlMiddleware>(pause_state_, parked_jobs_,
                                                             pause_strategies_, keys_));
+    // Outermost, so that its run time covers the other middlewares; a job one of them parks is
+    // not recorded (only jobs whose handler ran are).
+    if (config.job_metadata)
+        chain_.prepend(std::make_shared<MetadataMiddleware>(catalog_, job_metrics_));
+    if (!config.metrics.listen.empty()) {
+        metrics_ = std::make_unique<MetricsServer>(
+            config.metrics,
+            MetricsServer::Sources{
+                job_metrics_, work_, keys_, order_.names(), rt_.connection_options,
+                [this] { return manager_.alive(); },
+                [this] { return lifecycle_.is_quiet() || stopping_.load(); },
+                [this] {
+                    return cpu_gate_ ? cpu_gate_->counts() : std::pair<size_t, size_t>{0, 0};
+                }},
+            log);
+    }
 }
 
 Launcher::~Launcher() {
@@ -185,6 +210,7 @@ void Launcher::begin_stop() {
         lock_keeper_->stop();
         pause_controller_.stop();
         if (slot_keeper_) slot_keeper_->stop();
+        if (metrics_) metrics_->stop();
         boost::asio::post(io_, [this] {
             beat_timer_.cancel();
             watchdog_timer_.cancel();
@@ -222,6 +248,17 @@ int Launcher::run() {
             signals_.async_wait(on_signal);
         };
     signals_.async_wait(on_signal);
+    if (metrics_) {
+        try {
+            metrics_->start();
+        } catch (const std::exception& e) {
+            log_.critical("{}", e.what());
+            log_.flush();
+            return kExitConfig;
+        }
+    }
+    if (cpu_gate_)
+        log_.info("cpu-bound jobs: at most {} at once (cpu_bound_concurrency)", cpu_gate_->limit());
     if (recovery_) recovery_->start();  // processors fetch once it has registered this process
     lock_keeper_->start();
     pause_controller_.refresh_before_start();

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "kiqd/cpu_gate.hpp"
+
 namespace kiqd {
 
 Manager::Manager(Runtime& rt) : rt_(rt) {
@@ -33,6 +35,11 @@ void Manager::start() {
     for (auto& p : processors_) p->start();
 }
 
+size_t Manager::alive() const {
+    std::lock_guard lock(mutex_);
+    return alive_;
+}
+
 void Manager::quiet() noexcept {
     rt_.lifecycle.quiet();
 }
@@ -51,12 +58,16 @@ bool Manager::wait_all_until(Clock::time_point until,
 
 void Manager::requeue_running_jobs() {
     auto running = rt_.work.abandon_all();
-    // Jobs still in the fetch buffer go back too (behind the running ones, which were fetched
-    // first); they were never started, so they are not counted as interrupted.
+    // Jobs still in the fetch buffer and cpu-bound jobs still waiting for a slot go back too
+    // (behind the running ones, which were fetched first); they never started, so they are not
+    // counted as interrupted.
     auto buffered = rt_.fetcher.take_buffered();
     std::reverse(buffered.begin(), buffered.end());
-    if (running.empty() && buffered.empty()) return;
+    std::vector<UnitOfWork> held;
+    if (rt_.cpu_gate) held = rt_.cpu_gate->close();
+    if (running.empty() && buffered.empty() && held.empty()) return;
     std::vector<UnitOfWork> units = std::move(buffered);
+    for (auto& u : held) units.push_back(std::move(u));
     const size_t interrupted = running.size();
     for (auto& j : running) units.push_back({j.queue, j.payload});
     rt_.log.warn("Terminating {} busy worker threads", interrupted);

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "kiqd/clock.hpp"
+#include "kiqd/cpu_gate.hpp"
 
 namespace kiqd {
 namespace {
@@ -173,6 +174,9 @@ size_t OrphanRecovery::return_stranded(redis::Connection& conn,
     for (auto& e : rt_.work.snapshot()) running.insert(std::move(e.job.payload));
     // Buffered by a batched fetch, or done with the acknowledgement deferred: held, not lost.
     for (auto& p : fetcher_.held_payloads()) running.insert(std::move(p));
+    // cpu-bound jobs waiting in this process for a slot (cpu_gate.hpp) are claimed too.
+    if (rt_.cpu_gate)
+        for (auto& p : rt_.cpu_gate->held_payloads()) running.insert(std::move(p));
     const auto now = std::chrono::steady_clock::now();
     decltype(suspects_) still;
     Result result;

@@ -116,6 +116,8 @@ void PauseController::refresh_before_start() noexcept {
     try {
         redis::Connection conn(rt_.connection_options);
         refresh(conn);
+    } catch (const redis::Error& e) {
+        rt_.health.failed(e);  // logged once for the whole process, not by each component
     } catch (const std::exception& e) {
         rt_.log.warn("pause control: could not read what is paused yet: {}", e.what());
     }
@@ -140,8 +142,11 @@ void PauseController::run() noexcept {
                                                cfg.resume_interval, std::chrono::seconds(1))
                                          : cfg.resume_interval);
             }
+        } catch (const redis::Error& e) {
+            // Redis is down: the last known state stays in force. RedisHealth logs the outage
+            // once for the whole process.
+            rt_.health.failed(e);
         } catch (const std::exception& e) {
-            // Redis is down or the reply was odd: the last known state stays in force.
             rt_.log.warn("pause control: {}", e.what());
         }
     } while (!stop_.wait_for(cfg.refresh_interval));

@@ -4,6 +4,8 @@
 
 #include <typeinfo>
 
+#include "kiqd/cpu_gate.hpp"
+
 namespace kiqd {
 namespace {
 
@@ -71,6 +73,18 @@ void Processor::run() noexcept {
     }
     // Deferred acknowledgements and jobs still in the fetch buffer (put back in their queues).
     write_with_pending(conn, rt_.fetcher.release_commands(), "release of buffered jobs", "");
+    // The first thread out closes the cpu gate and pushes its held jobs back (cpu_gate.hpp).
+    std::vector<redis::Command> last;
+    std::string held_payloads;
+    if (rt_.cpu_gate) {
+        auto held = rt_.cpu_gate->close();
+        if (!held.empty()) {
+            last = rt_.fetcher.requeue_commands(held);
+            for (const auto& u : held) held_payloads += u.payload + "\n";
+            rt_.log.info("pushed {} held cpu-bound job(s) back to their queues", held.size());
+        }
+    }
+    write_with_pending(conn, std::move(last), "requeue/lock release", held_payloads);
     running_ = false;
     if (on_exit_) on_exit_();
 }
@@ -123,6 +137,40 @@ Failure Processor::failure_from_current_exception(const Job& job) const {
 }
 
 void Processor::process(redis::Connection& conn, UnitOfWork unit) {
+    if (!rt_.cpu_gate) return run_unit(conn, std::move(unit), nullptr);
+    // The cpu-bound cap (cpu_gate.hpp): a cpu-bound job runs only with a cpu slot; otherwise it
+    // is held and this thread fetches on. After a cpu-bound job, the slot passes to the oldest
+    // held job, which this thread runs next.
+    std::optional<UnitOfWork> next = std::move(unit);
+    bool holding_slot = false;
+    while (next) {
+        UnitOfWork current = std::move(*next);
+        next.reset();
+        run_unit(conn, std::move(current), [&](UnitOfWork& u, const Job& job) {
+            if (holding_slot || !rt_.cpu_gate->cpu_bound(job.handler_name())) return true;
+            switch (rt_.cpu_gate->admit(u)) {
+                case CpuGate::Admit::run:
+                    holding_slot = true;
+                    return true;
+                case CpuGate::Admit::held:
+                    rt_.log.debug("class={} jid={} queue={} held: {} cpu-bound jobs running",
+                                  job.display_class(), job.jid, job.queue, rt_.cpu_gate->limit());
+                    return false;
+                case CpuGate::Admit::closed:
+                    write_with_pending(conn, rt_.fetcher.requeue_commands({u}), "requeue",
+                                       u.payload);
+                    return false;
+            }
+            return true;
+        });
+        if (holding_slot) {
+            next = rt_.cpu_gate->release();
+            holding_slot = next.has_value();
+        }
+    }
+}
+
+void Processor::run_unit(redis::Connection& conn, UnitOfWork unit, const Admission& admit) {
     auto parsed = parse_job(unit.payload, unit.queue, rt_.limits);
     if (auto* invalid = std::get_if<InvalidJob>(&parsed)) {
         rt_.log.error("queue={} unrunnable payload sent to the dead set: {}: {}", unit.queue,
@@ -134,6 +182,7 @@ void Processor::process(redis::Connection& conn, UnitOfWork unit) {
         return;
     }
     Job& job = std::get<Job>(parsed);
+    if (admit && !admit(unit, job)) return;
     const auto started = std::chrono::steady_clock::now();
     rt_.work.begin(slot_, RunningJob{job.queue, job.raw, job.display_class(), job.jid,
                                      static_cast<long long>(epoch_seconds()), started});
@@ -173,8 +222,8 @@ void Processor::process(redis::Connection& conn, UnitOfWork unit) {
     const double elapsed = ms_since(started);
     if (!failure) {
         if (ctx.handler_ran) rt_.work.processed.fetch_add(1, std::memory_order_relaxed);
-        rt_.log.info("class={} jid={} queue={} done: {:.3f} ms", job.display_class(), job.jid,
-                     job.queue, elapsed);
+        rt_.log.info("class={} jid={} queue={} done: {:.3f} ms{}", job.display_class(), job.jid,
+                     job.queue, elapsed, ctx.log_tags);
         // With basic fetch there is nothing to acknowledge: pending commands then ride along
         // with the next fetch.
         // A batched reliable fetch sends the acknowledgement with its next refill.
@@ -188,9 +237,9 @@ void Processor::process(redis::Connection& conn, UnitOfWork unit) {
     const RetryPlan plan = rt_.retry.plan(job, *failure, epoch_seconds(), rng_);
     static constexpr const char* kOutcome[] = {"retry scheduled", "sent to the dead set",
                                                "discarded (retry: false)"};
-    rt_.log.warn("class={} jid={} queue={} fail: {:.3f} ms: {}: {} ({})", job.display_class(),
+    rt_.log.warn("class={} jid={} queue={} fail: {:.3f} ms: {}: {} ({}){}", job.display_class(),
                  job.jid, job.queue, elapsed, failure->error_class, failure->message,
-                 kOutcome[static_cast<int>(plan.outcome)]);
+                 kOutcome[static_cast<int>(plan.outcome)], ctx.log_tags);
     auto cmds = rt_.fetcher.with_acknowledgement(unit, rt_.retry.commands(plan));
     write_with_pending(conn, std::move(cmds), "failure",
                        plan.payload.empty() ? job.raw : plan.payload);

@@ -11,6 +11,7 @@
 // (JobContext::enqueue) and `kiqd enqueue` — with kiqd's standard chain (fair-tenant
 // rerouting, fair_tenant.hpp). Immutable after construction; shared by all threads, each
 // pushing on its own connection.
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -59,12 +60,20 @@ class Client {
     std::vector<std::string> push_bulk(redis::Connection& conn,
                                        std::vector<nlohmann::ordered_json> items) const;
 
+    // Routing (worker_catalog.hpp): the queue of a job pushed without a "queue", by its class,
+    // before the class's own `queue:`; nullopt (or no router) = the class's queue, else
+    // "default". E.g. set_router([&catalog](const std::string& c) {
+    // return catalog.routed_queue(c); }).
+    using Router = std::function<std::optional<std::string>(const std::string& job_class)>;
+    void set_router(Router router) { router_ = std::move(router); }
+
     const ClientMiddlewareChain& chain() const { return chain_; }
     const Keys& keys() const { return keys_; }
 
   private:
     Prepared finish(nlohmann::ordered_json item) const;
 
+    Router router_;
     Keys keys_;  // a copy: a Client may outlive the Keys it was given
     Compat compat_;
     ClientMiddlewareChain chain_;

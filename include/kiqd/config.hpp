@@ -18,6 +18,8 @@
 #include "kiqd/queue_order.hpp"
 #include "kiqd/redis/endpoint.hpp"
 #include "kiqd/redis/sentinel.hpp"
+#include "kiqd/worker_metadata.hpp"
+#include "kiqd/worker_selector.hpp"
 
 namespace kiqd {
 
@@ -137,6 +139,7 @@ struct ClassSpec {
     // is args[N]); a job's own `fair_tenant_queues` / `fair_tenant` win (fair_tenant.hpp).
     std::vector<FairTenantRule> fair_tenant_queues;
     std::optional<int> fair_tenant_arg;
+    WorkerMetadata metadata{};  // `urgency:`, `resource_boundary:`, ... (worker_metadata.hpp)
 };
 
 // `fair_tenant:` — the gem's own settings (sidekiq-fair_tenant config.rb), defaulting to the
@@ -147,6 +150,23 @@ struct FairTenantConfig {
     std::string enqueues_key = "sidekiq-fair_tenant:enqueued:%<job_class>s:tenant:%<fair_tenant>s";
     bool window_set = false;  // set by the YAML (else the environment may set it)
     bool key_set = false;
+};
+
+// `routing_rules: [[query, queue], ...]`: the first rule whose query matches a class picks the
+// queue its jobs go to (worker_selector.hpp); a null or empty queue keeps the class's own.
+struct RoutingRule {
+    WorkerSelector selector;
+    std::string queue;
+    int line = -1;
+};
+
+// `metrics: {listen: "127.0.0.1:9394"}`: the Prometheus /metrics and /healthz endpoint
+// (metrics_server.hpp). Off when `listen` is empty.
+struct MetricsConfig {
+    std::string listen;
+    std::string host;  // parsed from listen
+    int port = 0;      // 0: any free port (logged)
+    int line = -1;
 };
 
 // `unique_jobs:` (see unique_jobs.hpp and lock_keeper.hpp).
@@ -231,6 +251,14 @@ struct Config {
     ConcurrencyLimitsConfig concurrency_limits;
     FairTenantConfig fair_tenant;
     std::vector<PluginSpec> plugins;  // in file order
+    std::vector<RoutingRule> routing_rules;
+    std::string selector;  // `selector:` / `--selector`: serve only the matching classes' queues
+    int selector_line = -1;
+    MetricsConfig metrics;
+    // At most this many cpu-bound jobs run at once in this process (cpu_gate.hpp); 0 = the
+    // number of cores, resolved by validate_config.
+    int cpu_bound_concurrency = 0;
+    bool job_metadata = true;  // `job_metadata:` the metadata middleware (timings, SLOs, labels)
 };
 
 // Parses YAML text (after expanding the supported ERB forms). `environment` selects a
@@ -241,6 +269,10 @@ Config load_config_file(const std::string& path, const std::string& environment)
 
 // Checks ranges and combinations after command-line overrides; throws ConfigError.
 void validate_config(Config& config);
+
+// "host:port" of `metrics.listen` (port 0 = any free port). Throws ConfigError naming `key`.
+void parse_listen_address(const std::string& key, const std::string& text, MetricsConfig& out,
+                          int line = -1);
 
 // "basic" or "reliable" (the `fetch:` key and `--fetch`). Throws ConfigError naming `key`.
 FetchMode parse_fetch_mode(const std::string& key, const std::string& value, int line = -1);

@@ -79,6 +79,9 @@ struct JobContext {
     // crash in between cannot leave the job in both places and run it twice. The processor's
     // own acknowledgement afterwards then finds nothing to remove.
     const std::string* working_list = nullptr;
+    // Appended to the job's done/fail log lines (" urgency=high ..."): set by the metadata
+    // middleware, empty without it.
+    std::string log_tags{};
 };
 
 // A failure with a chosen Sidekiq error_class (shown in the Web UI) and optional backtrace.

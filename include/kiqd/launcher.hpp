@@ -1,7 +1,9 @@
 #pragma once
 // Launcher: wires one kiqd process together and runs it until it is stopped. It owns the
 // Manager (processor threads), the Scheduler thread, with `fetch: reliable` the OrphanRecovery
-// thread, the LockKeeper and PauseController threads, and, on the calling (main) thread, an Asio
+// thread, the LockKeeper and PauseController threads, with `metrics:` the MetricsServer thread,
+// the worker catalog, job metrics and cpu gate shared by the processors, and, on the calling
+// (main) thread, an Asio
 // io_context that handles OS signals and the heartbeat timer:
 //   SIGTERM/SIGINT or a remote TERM → graceful stop (a second one: stop now, still requeueing);
 //   SIGTSTP or a remote TSTP → quiet; SIGTTIN or a remote TTIN → log every running job;
@@ -21,15 +23,19 @@
 #include <thread>
 
 #include "kiqd/client.hpp"
+#include "kiqd/cpu_gate.hpp"
 #include "kiqd/heartbeat.hpp"
+#include "kiqd/job_metrics.hpp"
 #include "kiqd/lock_keeper.hpp"
 #include "kiqd/manager.hpp"
+#include "kiqd/metrics_server.hpp"
 #include "kiqd/orphan_recovery.hpp"
 #include "kiqd/pause_controller.hpp"
 #include "kiqd/process_identity.hpp"
 #include "kiqd/scheduler.hpp"
 #include "kiqd/slot_keeper.hpp"
 #include "kiqd/systemd_notify.hpp"
+#include "kiqd/worker_catalog.hpp"
 
 namespace kiqd {
 
@@ -68,14 +74,18 @@ class Launcher {
     WorkState work_;
     Lifecycle lifecycle_;
     RedisHealth health_;
-    // kiqd's own middlewares, then the configured chain: pause control, fair-tenant rerouting,
-    // throttle and concurrency limit (when configured), unique jobs — each outside the next, so
-    // that a job one of them parks or moves is not counted or locked by the next.
+    // kiqd's own middlewares, then the configured chain: job metadata (timings, SLOs), pause
+    // control, fair-tenant rerouting, throttle and concurrency limit (when configured), unique
+    // jobs — each outside the next, so that a job one of them parks or moves is not counted or
+    // locked by the next.
     MiddlewareChain chain_;
     PauseStrategies pause_strategies_;
     PauseState pause_state_;
     ParkedJobs parked_jobs_;
-    Client client_;  // handlers' follow-up jobs (JobContext::enqueue)
+    Client client_;          // handlers' follow-up jobs (JobContext::enqueue)
+    WorkerCatalog catalog_;  // worker metadata and routed queues
+    JobMetrics job_metrics_;
+    std::unique_ptr<CpuGate> cpu_gate_;  // when some declared class is cpu-bound
     Runtime rt_;
     std::unique_ptr<LockKeeper> lock_keeper_;
     std::unique_ptr<SlotKeeper> slot_keeper_;  // when some class has a concurrency_limit
@@ -84,6 +94,7 @@ class Launcher {
     Heartbeat heartbeat_;
     std::unique_ptr<OrphanRecovery> recovery_;  // with `fetch: reliable` only
     PauseController pause_controller_;
+    std::unique_ptr<MetricsServer> metrics_;  // with `metrics: {listen: ...}` only
 
     boost::asio::io_context io_;
     boost::asio::signal_set signals_;

@@ -29,6 +29,7 @@ class Manager {
     // (their jobs are already requeued; the process may then exit without them).
     bool stop(const std::function<Clock::time_point()>& deadline);
     size_t requeued() const { return requeued_; }
+    size_t alive() const;  // processor threads still in their loop (any thread)
 
   private:
     bool wait_all_until(Clock::time_point until, const std::function<Clock::time_point()>* moving);
@@ -36,7 +37,7 @@ class Manager {
 
     Runtime& rt_;
     std::vector<std::unique_ptr<Processor>> processors_;
-    std::mutex mutex_;
+    mutable std::mutex mutex_;
     std::condition_variable cv_;
     size_t alive_ = 0;  // guarded by mutex_
     size_t requeued_ = 0;

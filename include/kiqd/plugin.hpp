@@ -29,7 +29,8 @@
 #include "kiqd/job_context.hpp"
 #include "kiqd/middleware_chain.hpp"
 
-// 2: pause strategies in MiddlewareRegistry, JobContext::client, ClassSpec's new fields.
+// 2: pause strategies in MiddlewareRegistry, JobContext::client, ClassSpec's new fields,
+// HandlerRegistry declarations (metadata).
 #define KIQD_PLUGIN_ABI_VERSION 2
 
 namespace kiqd {

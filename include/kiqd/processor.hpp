@@ -27,6 +27,9 @@ class Processor {
     void process(redis::Connection& conn, UnitOfWork unit);
 
   private:
+    // Decides, once the job is parsed, whether it runs now (true) or was held/requeued (false).
+    using Admission = std::function<bool(UnitOfWork& unit, const Job& job)>;
+    void run_unit(redis::Connection& conn, UnitOfWork unit, const Admission& admit);
     void run() noexcept;
     Failure failure_from_current_exception(const Job& job) const;
     void write_until_done(redis::Connection& conn, const std::vector<redis::Command>& commands,

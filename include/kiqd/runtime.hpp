@@ -23,6 +23,8 @@
 
 namespace kiqd {
 
+class CpuGate;
+
 // Quiet (stop fetching) and hard stop (the deadline passed), observable and awaitable.
 class Lifecycle {
   public:
@@ -52,6 +54,8 @@ struct Runtime {
     RedisHealth& health;
     JobLimits limits;
     const Client* client = nullptr;  // for JobContext::enqueue; null in tests that need none
+    // The cpu-bound cap (cpu_gate.hpp); null when no declared class is cpu-bound.
+    CpuGate* cpu_gate = nullptr;
 };
 
 }  // namespace kiqd

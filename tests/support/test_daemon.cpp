@@ -4,6 +4,7 @@
 //                  "enqueued_at","started","ended"}; args[0] may be a number of seconds to
 //                  sleep first.
 //   Test::Other — the same as Test::Record under another class name.
+//   Test::RecordOther — the same, under another class name (e.g. one without metadata).
 //   Test::FailOnce — fails on its first attempt (no retry_count yet), then records like Record.
 //   Test::Spawn — args[0] is a list of job hashes: enqueues each through the process client
 //                 (JobContext::enqueue, with its client middleware), RPUSHes the list of
@@ -46,7 +47,8 @@ void record_handler(const kiqd::Job& job, kiqd::JobContext& ctx) {
 int main(int argc, char** argv) {
     kiqd::HandlerRegistry handlers;
     handlers.add("Test::Record", record_handler);
-    handlers.add("Test::Other", record_handler);  // a second class that records the same way
+    handlers.add("Test::Other", record_handler);        // a second class that records the same way
+    handlers.add("Test::RecordOther", record_handler);  // a second class, for metadata tests
     handlers.add("Test::FailOnce", [](const kiqd::Job& job, kiqd::JobContext& ctx) {
         if (!job.retry_count()) throw kiqd::JobError("Test::FirstAttempt", "first attempt fails");
         record(job, ctx, kiqd::epoch_seconds());

@@ -1,0 +1,64 @@
+#include "kiqd/metadata_middleware.hpp"
+
+#include <fmt/format.h>
+
+#include <ctime>
+
+#include "kiqd/clock.hpp"
+
+namespace kiqd {
+
+double thread_cpu_seconds() {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
+void MetadataMiddleware::call(JobContext& ctx, const Next& next) const {
+    const Job& job = ctx.job;
+    const WorkerMetadata& md = catalog_.metadata(job.handler_name());
+    // The tags are only built when a line will carry them: done lines are info, fail lines warn.
+    const bool info = ctx.log.should_log(spdlog::level::info);
+    auto tag = [&] {
+        ctx.log_tags = fmt::format(" urgency={} resource_boundary={}", to_string(md.urgency),
+                                   to_string(md.resource_boundary));
+        if (!md.feature_category.empty())
+            ctx.log_tags += fmt::format(" feature_category={}", md.feature_category);
+    };
+
+    std::optional<double> scheduling;
+    if (auto enqueued = job.enqueued_at()) scheduling = std::max(0.0, epoch_seconds() - *enqueued);
+    const auto started = std::chrono::steady_clock::now();
+    const double cpu_started = thread_cpu_seconds();
+    bool failed = false;
+    auto finish = [&] {
+        JobMetrics::Observation o{job.handler_name(), job.queue, md.urgency};
+        o.failed = failed;
+        o.scheduling_seconds = scheduling;
+        o.run_seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+        o.cpu_seconds = thread_cpu_seconds() - cpu_started;
+        const auto verdict = metrics_.record(o);
+        if (!info && !failed) return;
+        tag();
+        if (scheduling) ctx.log_tags += fmt::format(" scheduling_latency={:.3f}s", *scheduling);
+        ctx.log_tags += fmt::format(" cpu={:.3f}ms", o.cpu_seconds * 1000.0);
+        if (verdict.scheduling_met == false || verdict.execution_met == false)
+            ctx.log_tags += fmt::format(
+                " slo=missed({}{}{})", verdict.scheduling_met == false ? "scheduling" : "",
+                verdict.scheduling_met == false && verdict.execution_met == false ? "," : "",
+                verdict.execution_met == false ? "execution" : "");
+    };
+    try {
+        next();
+    } catch (const Interrupted&) {
+        throw;  // already back in its queue: neither processed nor failed here
+    } catch (...) {
+        failed = true;
+        finish();
+        throw;
+    }
+    if (ctx.handler_ran) finish();
+}
+
+}  // namespace kiqd
