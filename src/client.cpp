@@ -7,6 +7,7 @@
 #include "kiqd/dead_set.hpp"
 #include "kiqd/fair_tenant.hpp"
 #include "kiqd/job_context.hpp"
+#include "kiqd/worker_catalog.hpp"
 
 namespace kiqd {
 
@@ -125,7 +126,15 @@ Client make_process_client(const Config& config) {
     ClientMiddlewareChain chain;
     Keys keys(config.redis.key_prefix);
     chain.add(std::make_shared<FairTenantClientMiddleware>(config, keys));
-    return Client(keys, config.compat, std::move(chain), std::move(class_queues));
+    Client client(keys, config.compat, std::move(chain), std::move(class_queues));
+    if (!config.routing_rules.empty()) {
+        // `routing_rules:` over the YAML's declarations (a kiqd process's Launcher replaces this
+        // with its catalog, which also knows the classes declared in C++).
+        auto catalog = std::make_shared<const WorkerCatalog>(config, HandlerRegistry{});
+        client.set_router(
+            [catalog](const std::string& job_class) { return catalog->routed_queue(job_class); });
+    }
+    return client;
 }
 
 std::string JobContext::enqueue(nlohmann::ordered_json item) const {

@@ -92,6 +92,10 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
     }
     if (ThrottleMiddleware::configured(config))
         chain_.prepend(std::make_shared<ThrottleMiddleware>(config, keys_));
+    // Follow-up jobs are routed with everything the catalog knows, C++ declarations included.
+    if (!config.routing_rules.empty())
+        client_.set_router(
+            [this](const std::string& job_class) { return catalog_.routed_queue(job_class); });
     // Fair-tenant rerouting before the limits: a job moved to a throttled queue is not counted
     // and takes no lock.
     chain_.prepend(std::make_shared<FairTenantServerMiddleware>(config, keys_));

@@ -81,7 +81,8 @@ class Client {
 };
 
 // The client of a kiqd process: the config's key prefix, payload compat and per-class queues,
-// and kiqd's client middleware (fair-tenant rerouting from job options and `handlers:`).
+// `routing_rules:` (as a router over the YAML's worker metadata), and kiqd's client middleware
+// (fair-tenant rerouting from job options and `handlers:`).
 // Copies what it needs: it does not keep a reference to `config`.
 Client make_process_client(const Config& config);
 

@@ -306,3 +306,19 @@ TEST_CASE("client: a job pushed without a queue goes to its class's routed queue
     CHECK(client.prepare({{"class", "Other"}}).queue == "default");
     CHECK(client.prepare({{"class", "Fast"}, {"queue", "mine"}}).queue == "mine");  // explicit
 }
+
+TEST_CASE("the process client (kiqd enqueue, handlers' follow-ups) applies routing_rules",
+          "[routing]") {
+    auto c = parse_config(
+        "routing_rules: [[\"resource_boundary=cpu\", cpu_bound], [\"*\", null]]\n"
+        "handlers: {Crunch: {resource_boundary: cpu}, Own: {queue: own_q}}\n",
+        "test.yml", "development");
+    const auto client = kiqd::make_process_client(c);
+    CHECK(client.prepare({{"class", "Crunch"}}).queue == "cpu_bound");
+    CHECK(client.prepare({{"class", "Own"}}).queue == "own_q");        // null queue: its own
+    CHECK(client.prepare({{"class", "Unknown"}}).queue == "default");  // nothing declared
+    CHECK(client.prepare({{"class", "Crunch"}, {"queue", "x"}}).queue == "x");
+    // Without routing_rules the class's own queue still applies.
+    auto plain = parse_config("handlers: {Own: {queue: own_q}}\n", "test.yml", "development");
+    CHECK(kiqd::make_process_client(plain).prepare({{"class", "Own"}}).queue == "own_q");
+}
