@@ -32,7 +32,10 @@ bool ThrottleMiddleware::configured(const Config& config) {
 
 ThrottleMiddleware::ThrottleMiddleware(const Config& config, const Keys& keys) : keys_(keys) {
     for (const auto& [name, cls] : config.classes)
-        if (cls.throttle) specs_.emplace(name, *cls.throttle);
+        if (cls.throttle) {
+            specs_.emplace(name, *cls.throttle);
+            if (cls.fair_tenant_arg) tenant_args_.emplace(name, *cls.fair_tenant_arg);
+        }
 }
 
 void ThrottleMiddleware::call(JobContext& ctx, const Next& next) const {
@@ -41,7 +44,8 @@ void ThrottleMiddleware::call(JobContext& ctx, const Next& next) const {
     const ThrottleSpec& spec = it->second;
     const auto now = static_cast<long long>(std::floor(epoch_seconds()));
     const ThrottleWindow w = throttle_window(now, spec.period);
-    const std::string key = keys_.throttle(w.number, limit_scope(ctx.job, spec.by, spec.arg));
+    const std::string key = keys_.throttle(
+        w.number, limit_scope(ctx.job, spec.by, spec.arg, tenant_arg(ctx.job.handler_name())));
     auto replies =
         ctx.redis.pipeline({{"INCRBY", key, "1"}, {"EXPIRE", key, std::to_string(w.ttl)}});
     const long long count = replies[0].integer();

@@ -30,6 +30,7 @@
 //
 // Built only when some class has a concurrency_limit; other classes pay one hash lookup.
 // One instance is shared by all processor threads; per-job state lives on the stack.
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -62,6 +63,13 @@ class ConcurrencyLimitMiddleware final : public ServerMiddleware {
     SlotKeeper& keeper_;
     std::string identity_;
     std::unordered_map<std::string, ConcurrencySpec> specs_;  // by job class
+    // `fair_tenant: {arg: N}` of those classes: where `by: tenant` finds a tenant the payload
+    // does not name.
+    std::unordered_map<std::string, int> tenant_args_;
+    std::optional<int> tenant_arg(const std::string& job_class) const {
+        auto it = tenant_args_.find(job_class);
+        return it == tenant_args_.end() ? std::nullopt : std::optional<int>(it->second);
+    }
     redis::Script acquire_script_;
     redis::Script release_script_;
 };

@@ -17,9 +17,11 @@
 namespace kiqd {
 
 // The job's tenant: the payload's `fair_tenant` when it is a non-empty string or an integer
-// (its decimal text); nullopt otherwise.
-std::optional<std::string> job_tenant(const Job& job);
+// (its decimal text); else, when the class names one (`fair_tenant: {arg: N}` in `handlers:`),
+// args[N] of the same kinds; nullopt otherwise.
+std::optional<std::string> job_tenant(const Job& job, std::optional<int> tenant_arg = {});
 
-std::string limit_scope(const Job& job, LimitScope by, int arg = -1);
+std::string limit_scope(const Job& job, LimitScope by, int arg = -1,
+                        std::optional<int> tenant_arg = {});
 
 }  // namespace kiqd

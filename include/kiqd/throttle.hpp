@@ -16,6 +16,7 @@
 //
 // Built only when some class configures a throttle; other classes pay one hash lookup.
 // One instance is shared by all processor threads; it holds no per-job state.
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -44,6 +45,13 @@ class ThrottleMiddleware final : public ServerMiddleware {
   private:
     const Keys& keys_;
     std::unordered_map<std::string, ThrottleSpec> specs_;  // by job class
+    // `fair_tenant: {arg: N}` of those classes: where `by: tenant` finds a tenant the payload
+    // does not name.
+    std::unordered_map<std::string, int> tenant_args_;
+    std::optional<int> tenant_arg(const std::string& job_class) const {
+        auto it = tenant_args_.find(job_class);
+        return it == tenant_args_.end() ? std::nullopt : std::optional<int>(it->second);
+    }
 };
 
 }  // namespace kiqd

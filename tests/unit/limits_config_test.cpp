@@ -148,6 +148,13 @@ TEST_CASE("limits: the scope a job counts in, with and without a tenant", "[limi
     CHECK(limit_scope(j, LimitScope::job_class) == "Sync");
     CHECK(limit_scope(j, LimitScope::tenant) == "Sync:tenant:acme");
     CHECK(limit_scope(j, LimitScope::arg, 0) == "Sync:arg:0:a");
+    // Without a payload tenant, the class's `fair_tenant: {arg: N}` names it.
+    auto bare = job_of(R"({"class":"Sync","args":["globex",7],"jid":"x"})");
+    CHECK(limit_scope(bare, LimitScope::tenant) == "Sync");
+    CHECK(limit_scope(bare, LimitScope::tenant, -1, 0) == "Sync:tenant:globex");
+    CHECK(limit_scope(bare, LimitScope::tenant, -1, 1) == "Sync:tenant:7");
+    CHECK(limit_scope(bare, LimitScope::tenant, -1, 5) == "Sync");           // no such argument
+    CHECK(limit_scope(j, LimitScope::tenant, -1, 0) == "Sync:tenant:acme");  // payload wins
     CHECK(limit_scope(j, LimitScope::arg, 1) == "Sync:arg:1:7");
     CHECK(limit_scope(j, LimitScope::arg, 2) == R"(Sync:arg:2:{"x":1})");
     // No such argument, no tenant: the class's own scope (the limit still bounds them).
