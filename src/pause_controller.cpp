@@ -117,7 +117,9 @@ void PauseController::refresh_before_start() noexcept {
         redis::Connection conn(rt_.connection_options);
         refresh(conn);
     } catch (const redis::Error& e) {
-        rt_.health.failed(e);  // logged once for the whole process, not by each component
+        // The processors and the heartbeat report an outage (once, through RedisHealth); a
+        // second reporter with its own connection would make the log flap when Redis returns.
+        rt_.log.debug("pause control: could not read what is paused yet: {}", e.what());
     } catch (const std::exception& e) {
         rt_.log.warn("pause control: could not read what is paused yet: {}", e.what());
     }
@@ -143,9 +145,9 @@ void PauseController::run() noexcept {
                                          : cfg.resume_interval);
             }
         } catch (const redis::Error& e) {
-            // Redis is down: the last known state stays in force. RedisHealth logs the outage
-            // once for the whole process.
-            rt_.health.failed(e);
+            // Redis is down: the last known state stays in force. The outage is reported once
+            // by the processors and the heartbeat (RedisHealth), not again here.
+            rt_.log.debug("pause control: {}", e.what());
         } catch (const std::exception& e) {
             rt_.log.warn("pause control: {}", e.what());
         }
