@@ -106,18 +106,8 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # ------------------------------------------------------------------ redis
-port=$("${helper[@]}" freeport)
-redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
-    --dir "$work" --logfile "$work/redis.log" &
-redis_pid=$!
-rcli() { redis-cli -h 127.0.0.1 -p "$port" "$@"; }
-for _ in $(seq 100); do
-    [[ $(rcli ping 2>/dev/null || true) == PONG ]] && break
-    kill -0 "$redis_pid" 2>/dev/null || die "redis-server exited; log: $(cat "$work/redis.log")"
-    sleep 0.05
-done
-[[ $(rcli ping 2>/dev/null || true) == PONG ]] || die "redis-server did not answer on port $port"
-redis_url="redis://127.0.0.1:$port/0"
+source "$here/lib/redis.sh"
+start_redis "$("${helper[@]}" freeport)" "$work"
 
 printf 'redis: {url: "%s"}\n' "$redis_url" >"$work/kiqd.yml"
 printf 'redis: {url: "%s"}\nlogging: {level: warn}\n' "$redis_url" >"$work/kiqd-warn.yml"

@@ -79,17 +79,8 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-port=$("${kiqbench[@]}" freeport)
-redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
-    --dir "$work" --logfile "$work/redis.log" &
-redis_pid=$!
-rcli() { redis-cli -h 127.0.0.1 -p "$port" "$@"; }
-for _ in $(seq 100); do
-    [[ $(rcli ping 2>/dev/null || true) == PONG ]] && break
-    sleep 0.05
-done
-[[ $(rcli ping 2>/dev/null || true) == PONG ]] || die "redis-server did not answer on port $port"
-redis_url="redis://127.0.0.1:$port/0"
+source "$here/lib/redis.sh"
+start_redis "$("${kiqbench[@]}" freeport)" "$work"
 
 cat >"$work/plain.yml" <<EOF
 redis: {url: "$redis_url"}

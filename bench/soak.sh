@@ -50,13 +50,8 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-port=$(python3 "$here/lib/kiqbench.py" freeport)
-redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" \
-    --logfile "$work/redis.log" &
-redis_pid=$!
-rcli() { redis-cli -p "$port" "$@"; }
-for _ in $(seq 100); do rcli ping >/dev/null 2>&1 && break; sleep 0.1; done
-rcli ping >/dev/null || die "redis-server did not start"
+source "$here/lib/redis.sh"
+start_redis "$(python3 "$here/lib/kiqbench.py" freeport)" "$work"
 
 cat >"$work/kiqd.yml" <<YAML
 concurrency: $CONCURRENCY

@@ -7,21 +7,31 @@
 #include "kiqd/fetcher.hpp"
 
 namespace kiqd {
-namespace {
+namespace {}  // namespace
 
-// KEYS: every queue list (in order_.names() order). ARGV: see batch_order_args. Pops up to
-// ARGV[1] jobs, each from the first non-empty queue of its order; returns {index, payload, ...}.
-constexpr const char* kPopBatchScript = R"lua(
-local n = #KEYS
+// KEYS: every queue list (order.names() order), then — to move rather than pop — their
+// working lists. ARGV: see batch_order_args. Takes up to ARGV[1] jobs, each from the first
+// non-empty queue of its order (index 0 = a paused queue's padding, skipped), and returns
+// {index, payload, index, payload, ...} (1-based indexes).
+const char* const kBatchFetchScript = R"lua(
+local n = tonumber(ARGV[2])
+local move = #KEYS > n
 local want = tonumber(ARGV[1])
-local orders = (#ARGV - 1) / n
+local orders = (#ARGV - 2) / n
 local out = {}
 for j = 0, want - 1 do
-  local base = 1 + (j % orders) * n
+  local base = 2 + (j % orders) * n
   local got = false
   for k = 1, n do
     local q = tonumber(ARGV[base + k])
-    local job = q > 0 and redis.call('rpop', KEYS[q])
+    local job = false
+    if q > 0 then
+      if move then
+        job = redis.call('rpoplpush', KEYS[q], KEYS[n + q])
+      else
+        job = redis.call('rpop', KEYS[q])
+      end
+    end
     if job then
       out[#out + 1] = q
       out[#out + 1] = job
@@ -34,12 +44,26 @@ end
 return out
 )lua";
 
-}  // namespace
+std::vector<UnitOfWork> batch_units(const redis::Reply& reply,
+                                    const std::vector<std::string>& names) {
+    std::vector<UnitOfWork> out;
+    if (reply.is_nil()) return out;
+    if (reply.size() % 2) throw redis::ProtocolError("batch fetch script: unexpected reply");
+    out.reserve(reply.size() / 2);
+    for (size_t i = 0; i < reply.size(); i += 2) {
+        const auto q = static_cast<size_t>(reply[i].integer());
+        if (q < 1 || q > names.size())
+            throw redis::ProtocolError("batch fetch script: index out of range");
+        out.push_back(UnitOfWork{names[q - 1], std::string(reply[i + 1].str())});
+    }
+    return out;
+}
 
 void batch_order_args(const QueueOrder& order, std::mt19937_64& rng, size_t count,
                       std::vector<std::string>& args) {
     args.clear();
     args.push_back(std::to_string(count));
+    args.push_back(std::to_string(order.names().size()));
     const std::string* first = order.names().data();
     thread_local std::vector<const std::string*> names;
     const size_t orders = order.strict() || order.names().size() == 1 ? 1 : count;
@@ -55,7 +79,7 @@ BasicFetcher::BasicFetcher(const Keys& keys, const QueueOrder& order, size_t pre
     : keys_(keys), order_(order), prefetch_(std::max<size_t>(prefetch, 1)) {
     for (const auto& name : order_.names()) queue_keys_.push_back(keys_.queue(name));
     if (prefetch_ > 1) {
-        pop_script_ = std::make_unique<redis::Script>(kPopBatchScript);
+        pop_script_ = std::make_unique<redis::Script>(kBatchFetchScript);
         buffer_ = std::make_unique<FetchBuffer>(prefetch_ / 2);
     }
 }
@@ -107,17 +131,7 @@ std::vector<UnitOfWork> BasicFetcher::pop_batch(redis::Connection& conn, std::mt
             return pop_script_->run(conn, queue_keys_, args);  // pending went out already
         }
     }();
-    std::vector<UnitOfWork> out;
-    if (reply.is_nil()) return out;
-    if (reply.size() % 2) throw redis::ProtocolError("pop script: unexpected reply");
-    out.reserve(reply.size() / 2);
-    for (size_t i = 0; i < reply.size(); i += 2) {
-        const auto q = static_cast<size_t>(reply[i].integer());
-        if (q < 1 || q > queue_keys_.size())
-            throw redis::ProtocolError("pop script: index out of range");
-        out.push_back(UnitOfWork{order_.names()[q - 1], std::string(reply[i + 1].str())});
-    }
-    return out;
+    return batch_units(reply, order_.names());
 }
 
 std::optional<UnitOfWork> BasicFetcher::retrieve_work(redis::Connection& conn, std::mt19937_64& rng,

@@ -124,17 +124,15 @@ ConcurrencyLimitMiddleware::ConcurrencyLimitMiddleware(const Config& config, con
       acquire_script_(std::string(kPrelude) + kAcquireBody),
       release_script_(release_script_source()) {
     for (const auto& [name, cls] : config.classes)
-        if (cls.concurrency_limit) {
-            specs_.emplace(name, *cls.concurrency_limit);
-            if (cls.fair_tenant_arg) tenant_args_.emplace(name, *cls.fair_tenant_arg);
-        }
+        if (cls.concurrency_limit) classes_.emplace(name, &cls);
 }
 
 void ConcurrencyLimitMiddleware::call(JobContext& ctx, const Next& next) const {
-    auto it = specs_.find(ctx.job.handler_name());
-    if (it == specs_.end()) return next();
-    const ConcurrencySpec& spec = it->second;
-    const std::string scope = limit_scope(ctx.job, spec.by, -1, tenant_arg(ctx.job.handler_name()));
+    auto it = classes_.find(ctx.job.handler_name());
+    if (it == classes_.end()) return next();
+    const ClassSpec& cls = *it->second;
+    const ConcurrencySpec& spec = *cls.concurrency_limit;
+    const std::string scope = limit_scope(ctx.job, spec.by, -1, cls.fair_tenant_arg);
     const std::string slots = keys_.concurrency_slots(scope);
     const std::string waiting = keys_.concurrency_waiting(scope);
     const std::string member = identity_ + "|" + ctx.job.jid + "|" + random_hex();

@@ -33,11 +33,12 @@ for i = 3, #ARGV, 3 do
     moved = moved + 1
   end
 end
-if redis.call('zcard', KEYS[1]) == 0 then
+local left = redis.call('zcard', KEYS[1])
+if left == 0 then
   redis.call('del', KEYS[2])
   redis.call('hdel', KEYS[3], ARGV[1])
 end
-return moved
+return {moved, left}
 )lua";
 
 }  // namespace
@@ -100,8 +101,8 @@ void ParkedJobs::park(redis::Connection& conn, const std::string& job_class,
     park_script_.run(conn, keys, {payload, job_class, descriptor});
 }
 
-size_t ParkedJobs::resume_batch(redis::Connection& conn, const std::string& job_class,
-                                size_t batch) const {
+ParkedJobs::Resumed ParkedJobs::resume_batch(redis::Connection& conn, const std::string& job_class,
+                                             size_t batch) const {
     const std::string worker = pause_control_worker_name(job_class);
     const std::string zset = keys_.parked_jobs(worker);
     auto members = conn.command({"ZRANGE", zset, "0", std::to_string(batch - 1)});
@@ -126,14 +127,9 @@ size_t ParkedJobs::resume_batch(redis::Connection& conn, const std::string& job_
         args.push_back(std::move(payload));
     }
     // Run even with no members: it removes the keys of a class whose ZSET is already empty.
-    auto moved = resume_script_.run(
+    auto reply = resume_script_.run(
         conn, {zset, keys_.parked_score(worker), keys_.parked_classes(), keys_.queues()}, args);
-    return static_cast<size_t>(moved.integer());
-}
-
-long long ParkedJobs::count(redis::Connection& conn, const std::string& job_class) const {
-    return conn.command({"ZCARD", keys_.parked_jobs(pause_control_worker_name(job_class))})
-        .integer();
+    return {static_cast<size_t>(reply[0].integer()), reply[1].integer()};
 }
 
 void PauseControlMiddleware::call(JobContext& ctx, const Next& next) const {

@@ -104,10 +104,11 @@ long long PauseController::resume_round(redis::Connection& conn, bool* remaining
         const std::string job_class(classes[i].str());
         const std::string descriptor(classes[i + 1].str());
         if (still_paused(conn, *paused, job_class, descriptor)) continue;
-        const size_t n = parked_.resume_batch(conn, job_class, static_cast<size_t>(cfg.batch_size));
-        moved += static_cast<long long>(n);
-        if (n > 0) rt_.log.info("pause control: resumed {} parked job(s) of {}", n, job_class);
-        if (remaining && parked_.count(conn, job_class) > 0) *remaining = true;
+        const auto r = parked_.resume_batch(conn, job_class, static_cast<size_t>(cfg.batch_size));
+        moved += static_cast<long long>(r.moved);
+        if (r.moved > 0)
+            rt_.log.info("pause control: resumed {} parked job(s) of {}", r.moved, job_class);
+        if (remaining && r.left > 0) *remaining = true;
     }
     return moved;
 }

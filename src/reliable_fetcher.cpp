@@ -19,32 +19,6 @@ end
 return nil
 )lua";
 
-// KEYS[1..n] every queue list (order_.names() order), KEYS[n+1..2n] their working lists. ARGV:
-// see batch_order_args. Moves up to ARGV[1] jobs, each from the first non-empty queue of its
-// order, and returns {index, payload, index, payload, ...} (1-based indexes).
-constexpr const char* kBatchScript = R"lua(
-local n = #KEYS / 2
-local want = tonumber(ARGV[1])
-local orders = (#ARGV - 1) / n
-local out = {}
-for j = 0, want - 1 do
-  local base = 1 + (j % orders) * n
-  local got = false
-  for k = 1, n do
-    local q = tonumber(ARGV[base + k])
-    local job = q > 0 and redis.call('rpoplpush', KEYS[q], KEYS[n + q])
-    if job then
-      out[#out + 1] = q
-      out[#out + 1] = job
-      got = true
-      break
-    end
-  end
-  if not got then break end
-end
-return out
-)lua";
-
 }  // namespace
 
 ReliableFetcher::ReliableFetcher(const Keys& keys, const QueueOrder& order, std::string identity,
@@ -54,7 +28,7 @@ ReliableFetcher::ReliableFetcher(const Keys& keys, const QueueOrder& order, std:
       identity_(std::move(identity)),
       fetch_script_(kFetchScript),
       batch_(std::max<size_t>(batch_size, 1)),
-      batch_script_(kBatchScript) {
+      batch_script_(kBatchFetchScript) {
     for (const auto& name : order_.names()) {
         queue_keys_.push_back(keys_.queue(name));
         working_.emplace_back(name, keys_.working(identity_, name));
@@ -98,17 +72,7 @@ std::vector<UnitOfWork> ReliableFetcher::move_batch(redis::Connection& conn, std
             throw redis::ReplyError(std::string(reply.error_text()));
         reply = batch_script_.run(conn, batch_keys_, args);  // the acknowledgements went out
     }
-    std::vector<UnitOfWork> out;
-    if (reply.is_nil()) return out;
-    if (reply.size() % 2) throw redis::ProtocolError("fetch script: unexpected reply");
-    out.reserve(reply.size() / 2);
-    for (size_t i = 0; i < reply.size(); i += 2) {
-        const auto q = static_cast<size_t>(reply[i].integer());
-        if (q < 1 || q > working_.size())
-            throw redis::ProtocolError("fetch script: index out of range");
-        out.push_back(UnitOfWork{working_[q - 1].first, std::string(reply[i + 1].str())});
-    }
-    return out;
+    return batch_units(reply, order_.names());
 }
 
 std::optional<UnitOfWork> ReliableFetcher::retrieve_work(

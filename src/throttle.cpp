@@ -32,20 +32,18 @@ bool ThrottleMiddleware::configured(const Config& config) {
 
 ThrottleMiddleware::ThrottleMiddleware(const Config& config, const Keys& keys) : keys_(keys) {
     for (const auto& [name, cls] : config.classes)
-        if (cls.throttle) {
-            specs_.emplace(name, *cls.throttle);
-            if (cls.fair_tenant_arg) tenant_args_.emplace(name, *cls.fair_tenant_arg);
-        }
+        if (cls.throttle) classes_.emplace(name, &cls);
 }
 
 void ThrottleMiddleware::call(JobContext& ctx, const Next& next) const {
-    auto it = specs_.find(ctx.job.handler_name());
-    if (it == specs_.end()) return next();
-    const ThrottleSpec& spec = it->second;
+    auto it = classes_.find(ctx.job.handler_name());
+    if (it == classes_.end()) return next();
+    const ClassSpec& cls = *it->second;
+    const ThrottleSpec& spec = *cls.throttle;
     const auto now = static_cast<long long>(std::floor(epoch_seconds()));
     const ThrottleWindow w = throttle_window(now, spec.period);
-    const std::string key = keys_.throttle(
-        w.number, limit_scope(ctx.job, spec.by, spec.arg, tenant_arg(ctx.job.handler_name())));
+    const std::string key =
+        keys_.throttle(w.number, limit_scope(ctx.job, spec.by, spec.arg, cls.fair_tenant_arg));
     auto replies =
         ctx.redis.pipeline({{"INCRBY", key, "1"}, {"EXPIRE", key, std::to_string(w.ttl)}});
     const long long count = replies[0].integer();

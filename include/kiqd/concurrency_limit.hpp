@@ -62,14 +62,9 @@ class ConcurrencyLimitMiddleware final : public ServerMiddleware {
     const Keys& keys_;
     SlotKeeper& keeper_;
     std::string identity_;
-    std::unordered_map<std::string, ConcurrencySpec> specs_;  // by job class
-    // `fair_tenant: {arg: N}` of those classes: where `by: tenant` finds a tenant the payload
-    // does not name.
-    std::unordered_map<std::string, int> tenant_args_;
-    std::optional<int> tenant_arg(const std::string& job_class) const {
-        auto it = tenant_args_.find(job_class);
-        return it == tenant_args_.end() ? std::nullopt : std::optional<int>(it->second);
-    }
+    // The classes with a concurrency_limit, by name: their spec and `fair_tenant: {arg: N}` (where
+    // `by: tenant` finds a tenant the payload does not name). The Config outlives the chain.
+    std::unordered_map<std::string, const ClassSpec*> classes_;
     redis::Script acquire_script_;
     redis::Script release_script_;
 };

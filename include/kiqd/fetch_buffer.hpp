@@ -49,6 +49,12 @@ class FetchBuffer {
     size_t buffered() const;
 
   private:
+    // Runs `refill` without the lock (held on entry and on return), sending the deferred
+    // acknowledgements; if it throws, they and `taken` (a job this thread already took) go
+    // back into the buffer.
+    std::vector<UnitOfWork> refill_unlocked(std::unique_lock<std::mutex>& lock,
+                                            const Refill& refill, std::optional<UnitOfWork>& taken);
+
     mutable std::mutex mutex_;
     std::condition_variable cv_;
     std::deque<UnitOfWork> jobs_;

@@ -63,10 +63,12 @@ class ParkedJobs {
               const std::string& descriptor, const std::string* working_list = nullptr) const;
     // Moves up to `batch` of the class's oldest parked jobs to the back of their queues (with a
     // fresh enqueued_at, as Sidekiq's poller does), in order, in one atomic script: a crash
-    // loses or duplicates nothing. When the class has none left its keys are removed. Returns
-    // how many moved.
-    size_t resume_batch(redis::Connection& conn, const std::string& job_class, size_t batch) const;
-    long long count(redis::Connection& conn, const std::string& job_class) const;
+    // loses or duplicates nothing. When the class has none left its keys are removed.
+    struct Resumed {
+        size_t moved = 0;
+        long long left = 0;  // still parked after this batch
+    };
+    Resumed resume_batch(redis::Connection& conn, const std::string& job_class, size_t batch) const;
 
   private:
     const Keys& keys_;

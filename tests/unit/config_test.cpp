@@ -2,6 +2,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "support/config_errors.hpp"
+
 using kiqd::ConfigError;
 using kiqd::parse_config;
 
@@ -9,13 +11,7 @@ namespace {
 
 // The error a config text produces, or "" when it loads.
 std::string error_of(const std::string& yaml) {
-    try {
-        auto c = parse_config(yaml, "test.yml", "production");
-        kiqd::validate_config(c);
-        return "";
-    } catch (const ConfigError& e) {
-        return e.what();
-    }
+    return kiqd::test::config_error_of(yaml, kiqd::validate_config);
 }
 
 }  // namespace

@@ -8,20 +8,13 @@
 
 #include "kiqd/admin.hpp"
 #include "kiqd/client.hpp"
+#include "support/config_errors.hpp"
 
 using namespace kiqd;
 using nlohmann::json;
 
+using kiqd::test::config_error_of;
 namespace {
-
-std::string error_of(const std::string& yaml) {
-    try {
-        parse_config(yaml, "test.yml", "production");
-        return "";
-    } catch (const ConfigError& e) {
-        return e.what();
-    }
-}
 
 const char* kYaml = R"(
 queues: [[default, 6], [throttled_2x, 3], [throttled_4x, 1]]
@@ -65,36 +58,37 @@ TEST_CASE("fair tenant: handlers queue/fair_tenant_queues/fair_tenant and fair_t
 }
 
 TEST_CASE("fair tenant: bad values are ConfigErrors naming the key", "[fair_tenant][config]") {
-    CHECK_THAT(error_of("handlers:\n  A:\n    queue: ''\n"),
+    CHECK_THAT(config_error_of("handlers:\n  A:\n    queue: ''\n"),
                Catch::Contains("handlers.A.queue") && Catch::Contains("empty"));
-    CHECK_THAT(error_of("handlers:\n  A:\n    fair_tenant_queues: {queue: x}\n"),
+    CHECK_THAT(config_error_of("handlers:\n  A:\n    fair_tenant_queues: {queue: x}\n"),
                Catch::Contains("handlers.A.fair_tenant_queues") && Catch::Contains("list"));
-    CHECK_THAT(error_of("handlers:\n  A:\n    fair_tenant_queues: []\n"),
+    CHECK_THAT(config_error_of("handlers:\n  A:\n    fair_tenant_queues: []\n"),
                Catch::Contains("handlers.A.fair_tenant_queues") && Catch::Contains("empty"));
     CHECK_THAT(
-        error_of("handlers:\n  A:\n    fair_tenant_queues: [{threshold: 1}]\n"),
+        config_error_of("handlers:\n  A:\n    fair_tenant_queues: [{threshold: 1}]\n"),
         Catch::Contains("handlers.A.fair_tenant_queues[0].queue") && Catch::Contains("required"));
-    CHECK_THAT(error_of("handlers:\n  A:\n    fair_tenant_queues: [{queue: q}]\n"),
+    CHECK_THAT(config_error_of("handlers:\n  A:\n    fair_tenant_queues: [{queue: q}]\n"),
                Catch::Contains("handlers.A.fair_tenant_queues[0].threshold"));
-    CHECK_THAT(error_of("handlers:\n  A:\n    fair_tenant_queues: [{queue: q, threshold: -1}]\n"),
-               Catch::Contains("fair_tenant_queues[0].threshold"));
     CHECK_THAT(
-        error_of("handlers:\n  A:\n    fair_tenant_queues: [{queue: q, threshold: 1, per: 0}]\n"),
-        Catch::Contains("fair_tenant_queues[0].per") && Catch::Contains("line 3"));
-    CHECK_THAT(
-        error_of("handlers:\n  A:\n    fair_tenant_queues: [{queue: q, threshold: 1, pr: 5}]\n"),
-        Catch::Contains("fair_tenant_queues[0].pr") && Catch::Contains("unknown key"));
-    CHECK_THAT(error_of("handlers:\n  A:\n    fair_tenant: tenant_1\n"),
+        config_error_of("handlers:\n  A:\n    fair_tenant_queues: [{queue: q, threshold: -1}]\n"),
+        Catch::Contains("fair_tenant_queues[0].threshold"));
+    CHECK_THAT(config_error_of(
+                   "handlers:\n  A:\n    fair_tenant_queues: [{queue: q, threshold: 1, per: 0}]\n"),
+               Catch::Contains("fair_tenant_queues[0].per") && Catch::Contains("line 3"));
+    CHECK_THAT(config_error_of(
+                   "handlers:\n  A:\n    fair_tenant_queues: [{queue: q, threshold: 1, pr: 5}]\n"),
+               Catch::Contains("fair_tenant_queues[0].pr") && Catch::Contains("unknown key"));
+    CHECK_THAT(config_error_of("handlers:\n  A:\n    fair_tenant: tenant_1\n"),
                Catch::Contains("handlers.A.fair_tenant") && Catch::Contains("arg"));
-    CHECK_THAT(error_of("handlers:\n  A:\n    fair_tenant: {arg: -1}\n"),
+    CHECK_THAT(config_error_of("handlers:\n  A:\n    fair_tenant: {arg: -1}\n"),
                Catch::Contains("handlers.A.fair_tenant.arg"));
-    CHECK_THAT(error_of("handlers:\n  A:\n    fair_tenant: {arg: x}\n"),
+    CHECK_THAT(config_error_of("handlers:\n  A:\n    fair_tenant: {arg: x}\n"),
                Catch::Contains("handlers.A.fair_tenant.arg") && Catch::Contains("integer"));
-    CHECK_THAT(error_of("fair_tenant:\n  max_throttling_window: 0\n"),
+    CHECK_THAT(config_error_of("fair_tenant:\n  max_throttling_window: 0\n"),
                Catch::Contains("fair_tenant.max_throttling_window"));
-    CHECK_THAT(error_of("fair_tenant:\n  enqueues_key: 'x:%<tenant>s'\n"),
+    CHECK_THAT(config_error_of("fair_tenant:\n  enqueues_key: 'x:%<tenant>s'\n"),
                Catch::Contains("fair_tenant.enqueues_key") && Catch::Contains("placeholders"));
-    CHECK_THAT(error_of("fair_tenant:\n  window: 5\n"),
+    CHECK_THAT(config_error_of("fair_tenant:\n  window: 5\n"),
                Catch::Contains("fair_tenant.window") && Catch::Contains("unknown key"));
 }
 

@@ -3,22 +3,12 @@
 
 #include "kiqd/config.hpp"
 #include "kiqd/exec_handler.hpp"
+#include "support/config_errors.hpp"
 
 using kiqd::ConfigError;
 using kiqd::parse_config;
 
-namespace {
-
-std::string error_of(const std::string& yaml) {
-    try {
-        parse_config(yaml, "test.yml", "production");
-        return "";
-    } catch (const ConfigError& e) {
-        return e.what();
-    }
-}
-
-}  // namespace
+using kiqd::test::config_error_of;
 
 TEST_CASE("handlers: exec commands with timeouts, plugins as paths", "[config][handlers]") {
     auto c = parse_config(R"(
@@ -59,28 +49,28 @@ production:
 }
 
 TEST_CASE("handlers/plugins: bad shapes name the key and the line", "[config][handlers]") {
-    CHECK(error_of("handlers: [a]\n") ==
+    CHECK(config_error_of("handlers: [a]\n") ==
           "handlers (line 1): must be a map of job class → {exec: [...], lock: ...}");
-    CHECK(error_of("handlers:\n  A:\n    exec: []\n") ==
+    CHECK(config_error_of("handlers:\n  A:\n    exec: []\n") ==
           "handlers.A.exec (line 3): must be a non-empty list: [command, args...] (no shell)");
-    CHECK(error_of("handlers:\n  A:\n    exec: \"sh -c x\"\n") ==
+    CHECK(config_error_of("handlers:\n  A:\n    exec: \"sh -c x\"\n") ==
           "handlers.A.exec (line 3): must be a non-empty list: [command, args...] (no shell)");
-    CHECK(error_of("handlers:\n  A:\n    timeout: 3\n") ==
+    CHECK(config_error_of("handlers:\n  A:\n    timeout: 3\n") ==
           "handlers.A.exec (line 3): is required with timeout/grace");
-    CHECK(error_of("handlers:\n  A:\n    exec: [x]\n    timout: 3\n") ==
+    CHECK(config_error_of("handlers:\n  A:\n    exec: [x]\n    timout: 3\n") ==
           "handlers.A.timout (line 4): unknown key");
-    CHECK(error_of("handlers:\n  A:\n    exec: [x]\n    timeout: 0\n") ==
+    CHECK(config_error_of("handlers:\n  A:\n    exec: [x]\n    timeout: 0\n") ==
           "handlers.A.timeout (line 4): must be greater than 0");
-    CHECK(error_of("handlers:\n  A:\n    exec: [x]\n    timeout: soon\n") ==
+    CHECK(config_error_of("handlers:\n  A:\n    exec: [x]\n    timeout: soon\n") ==
           "handlers.A.timeout (line 4): must be a number");
-    CHECK(error_of("handlers:\n  A: /bin/true\n") ==
+    CHECK(config_error_of("handlers:\n  A: /bin/true\n") ==
           "handlers.A (line 2): must be a map (exec:, lock:, ...)");
-    CHECK(error_of("handlers:\n  A:\n    exec: [[x]]\n") ==
+    CHECK(config_error_of("handlers:\n  A:\n    exec: [[x]]\n") ==
           "handlers.A.exec (line 3): must be a string");
-    CHECK(error_of("plugins: lib.so\n") ==
+    CHECK(config_error_of("plugins: lib.so\n") ==
           "plugins (line 1): must be a list of shared-object paths");
-    CHECK(error_of("plugins: [{a: b}]\n") == "plugins[0] (line 1): must be a string");
-    CHECK(error_of("plugins: [\"\"]\n") == "plugins[0] (line 1): empty path");
+    CHECK(config_error_of("plugins: [{a: b}]\n") == "plugins[0] (line 1): must be a string");
+    CHECK(config_error_of("plugins: [\"\"]\n") == "plugins[0] (line 1): empty path");
 }
 
 TEST_CASE("exec_command_problem finds commands like execvp does", "[handlers]") {

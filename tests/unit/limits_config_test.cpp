@@ -6,19 +6,12 @@
 #include "kiqd/config.hpp"
 #include "kiqd/limit_scope.hpp"
 #include "kiqd/throttle.hpp"
+#include "support/config_errors.hpp"
 
 using namespace kiqd;
 
+using kiqd::test::config_error_of;
 namespace {
-
-std::string error_of(const std::string& yaml) {
-    try {
-        parse_config(yaml, "test.yml", "production");
-        return "";
-    } catch (const ConfigError& e) {
-        return e.what();
-    }
-}
 
 Job job_of(const std::string& raw) {
     auto parsed = parse_job(raw, "default");
@@ -76,54 +69,55 @@ concurrency_limits: {slot_ttl: 10, check_interval: 0.5}
 
 TEST_CASE("limits: bad throttle/concurrency_limit values name the key and the line",
           "[config][limits]") {
-    CHECK(error_of("handlers:\n  A:\n    throttle: 10\n") ==
+    CHECK(config_error_of("handlers:\n  A:\n    throttle: 10\n") ==
           "handlers.A.throttle (line 3): must be a map {limit: L, period: SECONDS, by: ...}");
-    CHECK(error_of("handlers:\n  A:\n    throttle: {period: 2}\n") ==
+    CHECK(config_error_of("handlers:\n  A:\n    throttle: {period: 2}\n") ==
           "handlers.A.throttle.limit (line 3): is required");
-    CHECK(error_of("handlers:\n  A:\n    throttle: {limit: 2}\n") ==
+    CHECK(config_error_of("handlers:\n  A:\n    throttle: {limit: 2}\n") ==
           "handlers.A.throttle.period (line 3): is required");
-    CHECK(error_of("handlers:\n  A:\n    throttle: {limit: 0, period: 2}\n") ==
+    CHECK(config_error_of("handlers:\n  A:\n    throttle: {limit: 0, period: 2}\n") ==
           "handlers.A.throttle.limit (line 3): must be at least 1");
-    CHECK(error_of("handlers:\n  A:\n    throttle: {limit: many, period: 2}\n") ==
+    CHECK(config_error_of("handlers:\n  A:\n    throttle: {limit: many, period: 2}\n") ==
           "handlers.A.throttle.limit (line 3): must be an integer");
-    CHECK(error_of("handlers:\n  A:\n    throttle: {limit: 1, period: 1.5}\n") ==
+    CHECK(config_error_of("handlers:\n  A:\n    throttle: {limit: 1, period: 1.5}\n") ==
           "handlers.A.throttle.period (line 3): must be an integer");
-    CHECK(error_of("handlers:\n  A:\n    throttle: {limit: 1, period: 0}\n") ==
+    CHECK(config_error_of("handlers:\n  A:\n    throttle: {limit: 1, period: 0}\n") ==
           "handlers.A.throttle.period (line 3): must be a whole number of seconds from 1 to "
           "31622400");
-    CHECK(error_of("handlers:\n  A:\n    throttle:\n      limit: 1\n      period: 1\n"
-                   "      by: queue\n") ==
+    CHECK(config_error_of("handlers:\n  A:\n    throttle:\n      limit: 1\n      period: 1\n"
+                          "      by: queue\n") ==
           "handlers.A.throttle.by (line 6): must be class, tenant or arg:N, not 'queue'");
-    CHECK(error_of("handlers:\n  A:\n    throttle: {limit: 1, period: 1, by: 'arg:x'}\n") ==
+    CHECK(config_error_of("handlers:\n  A:\n    throttle: {limit: 1, period: 1, by: 'arg:x'}\n") ==
           "handlers.A.throttle.by (line 3): arg:N needs an argument index N (0, 1, ...), not "
           "'arg:x'");
-    CHECK(error_of("handlers:\n  A:\n    throttle: {limit: 1, period: 1, by: 'arg:'}\n") ==
+    CHECK(config_error_of("handlers:\n  A:\n    throttle: {limit: 1, period: 1, by: 'arg:'}\n") ==
           "handlers.A.throttle.by (line 3): arg:N needs an argument index N (0, 1, ...), not "
           "'arg:'");
-    CHECK(error_of("handlers:\n  A:\n    throttle: {limit: 1, period: 1, per: 5}\n") ==
+    CHECK(config_error_of("handlers:\n  A:\n    throttle: {limit: 1, period: 1, per: 5}\n") ==
           "handlers.A.throttle.per (line 3): unknown key");
 
-    CHECK(error_of("handlers:\n  A:\n    concurrency_limit: 0\n") ==
+    CHECK(config_error_of("handlers:\n  A:\n    concurrency_limit: 0\n") ==
           "handlers.A.concurrency_limit (line 3): must be from 1 to 1000000");
-    CHECK(error_of("handlers:\n  A:\n    concurrency_limit: three\n") ==
+    CHECK(config_error_of("handlers:\n  A:\n    concurrency_limit: three\n") ==
           "handlers.A.concurrency_limit (line 3): must be an integer");
-    CHECK(error_of("handlers:\n  A:\n    concurrency_limit: [3]\n") ==
+    CHECK(config_error_of("handlers:\n  A:\n    concurrency_limit: [3]\n") ==
           "handlers.A.concurrency_limit (line 3): must be a number or a map {limit: N, by: class "
           "| tenant}");
-    CHECK(error_of("handlers:\n  A:\n    concurrency_limit: {by: tenant}\n") ==
+    CHECK(config_error_of("handlers:\n  A:\n    concurrency_limit: {by: tenant}\n") ==
           "handlers.A.concurrency_limit.limit (line 3): is required");
-    CHECK(error_of("handlers:\n  A:\n    concurrency_limit: {limit: 2, by: 'arg:0'}\n") ==
+    CHECK(config_error_of("handlers:\n  A:\n    concurrency_limit: {limit: 2, by: 'arg:0'}\n") ==
           "handlers.A.concurrency_limit.by (line 3): must be class or tenant, not 'arg:0'");
-    CHECK(error_of("handlers:\n  A:\n    concurrency_limit: {limit: 2, max: 3}\n") ==
+    CHECK(config_error_of("handlers:\n  A:\n    concurrency_limit: {limit: 2, max: 3}\n") ==
           "handlers.A.concurrency_limit.max (line 3): unknown key");
 
-    CHECK(error_of("concurrency_limits: {slot_ttl: 1}\n") ==
+    CHECK(config_error_of("concurrency_limits: {slot_ttl: 1}\n") ==
           "concurrency_limits.slot_ttl (line 1): must be at least 3 seconds");
-    CHECK(error_of("concurrency_limits: {check_interval: 0}\n") ==
+    CHECK(config_error_of("concurrency_limits: {check_interval: 0}\n") ==
           "concurrency_limits.check_interval (line 1): must be greater than 0");
-    CHECK(error_of("concurrency_limits: {ttl: 5}\n") ==
+    CHECK(config_error_of("concurrency_limits: {ttl: 5}\n") ==
           "concurrency_limits.ttl (line 1): unknown key");
-    CHECK(error_of("concurrency_limits: 5\n") == "concurrency_limits (line 1): must be a map");
+    CHECK(config_error_of("concurrency_limits: 5\n") ==
+          "concurrency_limits (line 1): must be a map");
 }
 
 TEST_CASE("limits: fixed windows are aligned to multiples of the period since the epoch",

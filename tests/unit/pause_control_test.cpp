@@ -9,19 +9,15 @@
 #include "kiqd/config.hpp"
 #include "kiqd/pause_strategy.hpp"
 #include "kiqd/queue_order.hpp"
+#include "support/config_errors.hpp"
 
 using namespace kiqd;
 
 namespace {
 
 std::string error_of(const std::string& yaml) {
-    try {
-        auto c = parse_config(yaml, "test.yml", "production");
-        PauseStrategies strategies(c, PauseStrategyRegistry{});
-        return "";
-    } catch (const ConfigError& e) {
-        return e.what();
-    }
+    return kiqd::test::config_error_of(
+        yaml, [](Config& c) { PauseStrategies strategies(c, PauseStrategyRegistry{}); });
 }
 
 struct AlwaysPaused final : PauseStrategy {

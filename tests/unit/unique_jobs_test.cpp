@@ -6,6 +6,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "support/config_errors.hpp"
+
 using namespace kiqd;
 
 namespace {
@@ -102,14 +104,8 @@ TEST_CASE("unique: payload options, YAML defaults and the lock types' defaults",
 }
 
 TEST_CASE("unique: YAML lock options are validated with the key and the line", "[unique][config]") {
-    auto error_of = [](const std::string& yaml) -> std::string {
-        try {
-            auto c = parse_config(yaml, "t.yml", "production");
-            validate_config(c);
-            return "";
-        } catch (const ConfigError& e) {
-            return e.what();
-        }
+    auto error_of = [](const std::string& yaml) {
+        return kiqd::test::config_error_of(yaml, validate_config);
     };
     auto c = parse_config(
         "queues: [a]\nhandlers:\n  Sync:\n    lock: while_busy\n    lock_args: [0, 2]\n"

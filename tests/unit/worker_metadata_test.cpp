@@ -6,6 +6,7 @@
 #include "kiqd/config.hpp"
 #include "kiqd/worker_catalog.hpp"
 #include "kiqd/worker_selector.hpp"
+#include "support/config_errors.hpp"
 
 using kiqd::ConfigError;
 using kiqd::parse_config;
@@ -14,16 +15,8 @@ using kiqd::Urgency;
 using kiqd::WorkerMetadata;
 using kiqd::WorkerSelector;
 
+using kiqd::test::config_error_of;
 namespace {
-
-std::string error_of(const std::string& yaml) {
-    try {
-        parse_config(yaml, "test.yml", "production");
-        return "";
-    } catch (const ConfigError& e) {
-        return e.what();
-    }
-}
 
 std::string selector_error(const std::string& query) {
     try {
@@ -82,33 +75,36 @@ handlers:
 }
 
 TEST_CASE("handlers: metadata validation names the key and line", "[config][metadata]") {
-    CHECK(error_of("handlers:\n  A:\n    urgency: high\n    resource_boundary: memory\n") ==
+    CHECK(config_error_of("handlers:\n  A:\n    urgency: high\n    resource_boundary: memory\n") ==
           "handlers.A.resource_boundary (line 2): a high-urgency worker cannot be memory-bound "
           "(use urgency: low or throttled, or resource_boundary: cpu/unknown)");
-    CHECK(error_of("handlers:\n  A:\n    external_dependencies: true\n    urgency: high\n") ==
-          "handlers.A.external_dependencies (line 2): a high-urgency worker cannot have "
-          "external dependencies (use urgency: low or throttled)");
-    CHECK(error_of("handlers:\n  A:\n    urgency: urgent\n") ==
+    CHECK(
+        config_error_of("handlers:\n  A:\n    external_dependencies: true\n    urgency: high\n") ==
+        "handlers.A.external_dependencies (line 2): a high-urgency worker cannot have "
+        "external dependencies (use urgency: low or throttled)");
+    CHECK(config_error_of("handlers:\n  A:\n    urgency: urgent\n") ==
           "handlers.A.urgency (line 3): must be high, low or throttled, not 'urgent'");
-    CHECK(error_of("handlers:\n  A:\n    resource_boundary: gpu\n") ==
+    CHECK(config_error_of("handlers:\n  A:\n    resource_boundary: gpu\n") ==
           "handlers.A.resource_boundary (line 3): must be cpu, memory or unknown, not 'gpu'");
-    CHECK(error_of("handlers:\n  A:\n    idempotent: maybe\n") ==
+    CHECK(config_error_of("handlers:\n  A:\n    idempotent: maybe\n") ==
           "handlers.A.idempotent (line 3): must be true or false, not 'maybe'");
-    CHECK(error_of("handlers:\n  A:\n    tags: search\n") ==
+    CHECK(config_error_of("handlers:\n  A:\n    tags: search\n") ==
           "handlers.A.tags (line 3): must be a list of names");
-    CHECK(error_of("handlers:\n  A:\n    tags: [a&b]\n") ==
+    CHECK(config_error_of("handlers:\n  A:\n    tags: [a&b]\n") ==
           "handlers.A.tags (line 3): tag 'a&b': letters, digits, _ - . / only");
-    CHECK(error_of("handlers:\n  A:\n    feature_category: a,b\n") ==
+    CHECK(config_error_of("handlers:\n  A:\n    feature_category: a,b\n") ==
           "handlers.A.feature_category (line 3): must be a name of letters, digits, _ - . / (not "
           "'a,b')");
-    CHECK(error_of("handlers:\n  A:\n    queue: 'bad queue'\n") ==
+    CHECK(config_error_of("handlers:\n  A:\n    queue: 'bad queue'\n") ==
           "handlers.A.queue (line 3): invalid queue name 'bad queue' (letters, digits, _ : . - "
           "only)");
-    CHECK(error_of("handlers:\n  A:\n    queue: ''\n") == "handlers.A.queue (line 3): is empty");
+    CHECK(config_error_of("handlers:\n  A:\n    queue: ''\n") ==
+          "handlers.A.queue (line 3): is empty");
     // Allowed: high + cpu, throttled + memory + external dependencies.
-    CHECK(error_of("handlers:\n  A:\n    urgency: high\n    resource_boundary: cpu\n").empty());
-    CHECK(error_of("handlers:\n  A:\n    urgency: throttled\n    resource_boundary: memory\n"
-                   "    external_dependencies: true\n")
+    CHECK(config_error_of("handlers:\n  A:\n    urgency: high\n    resource_boundary: cpu\n")
+              .empty());
+    CHECK(config_error_of("handlers:\n  A:\n    urgency: throttled\n    resource_boundary: memory\n"
+                          "    external_dependencies: true\n")
               .empty());
 }
 
@@ -136,19 +132,19 @@ job_metadata: false
     CHECK(c.cpu_bound_concurrency == 3);
     CHECK_FALSE(c.job_metadata);
 
-    CHECK(error_of("routing_rules: [[\"urgency=hi\", q]]\n") ==
+    CHECK(config_error_of("routing_rules: [[\"urgency=hi\", q]]\n") ==
           "routing_rules[0] (line 1): 'urgency=hi': urgency must be high, low or throttled, not "
           "'hi'");
-    CHECK(error_of("routing_rules: [[\"*\"]]\n") ==
+    CHECK(config_error_of("routing_rules: [[\"*\"]]\n") ==
           "routing_rules[0] (line 1): must be a [query, queue] pair");
-    CHECK(error_of("metrics: {listen: localhost}\n") ==
+    CHECK(config_error_of("metrics: {listen: localhost}\n") ==
           "metrics.listen (line 1): must be host:port, e.g. 127.0.0.1:9394, not 'localhost'");
-    CHECK(error_of("metrics: {listen: \"127.0.0.1:99999\"}\n") ==
+    CHECK(config_error_of("metrics: {listen: \"127.0.0.1:99999\"}\n") ==
           "metrics.listen (line 1): port must be at most 65535");
-    CHECK(error_of("metrics: {port: 1}\n") == "metrics.port (line 1): unknown key");
-    CHECK(error_of("selector: \"urgency\"\n") ==
+    CHECK(config_error_of("metrics: {port: 1}\n") == "metrics.port (line 1): unknown key");
+    CHECK(config_error_of("selector: \"urgency\"\n") ==
           "selector (line 1): 'urgency': expected attribute=value or attribute!=value");
-    CHECK(error_of("cpu_bound_concurrency: 0\n") ==
+    CHECK(config_error_of("cpu_bound_concurrency: 0\n") ==
           "cpu_bound_concurrency (line 1): must be between 1 and 1000");
 
     kiqd::Config defaults;
