@@ -75,12 +75,13 @@ void batch_order_args(const QueueOrder& order, std::mt19937_64& rng, size_t coun
     }
 }
 
-BasicFetcher::BasicFetcher(const Keys& keys, const QueueOrder& order, size_t prefetch)
+BasicFetcher::BasicFetcher(const Keys& keys, const QueueOrder& order, size_t prefetch,
+                           size_t max_refills)
     : keys_(keys), order_(order), prefetch_(std::max<size_t>(prefetch, 1)) {
     for (const auto& name : order_.names()) queue_keys_.push_back(keys_.queue(name));
     if (prefetch_ > 1) {
         pop_script_ = std::make_unique<redis::Script>(kBatchFetchScript);
-        buffer_ = std::make_unique<FetchBuffer>(prefetch_ / 2);
+        buffer_ = std::make_unique<FetchBuffer>(prefetch_, max_refills);
     }
 }
 

@@ -22,7 +22,7 @@ return nil
 }  // namespace
 
 ReliableFetcher::ReliableFetcher(const Keys& keys, const QueueOrder& order, std::string identity,
-                                 size_t batch_size)
+                                 size_t batch_size, size_t max_refills)
     : keys_(keys),
       order_(order),
       identity_(std::move(identity)),
@@ -35,7 +35,7 @@ ReliableFetcher::ReliableFetcher(const Keys& keys, const QueueOrder& order, std:
     }
     batch_keys_ = queue_keys_;
     for (const auto& w : working_) batch_keys_.push_back(w.second);
-    if (batch_ > 1) buffer_ = std::make_unique<FetchBuffer>(batch_ / 2);
+    if (batch_ > 1) buffer_ = std::make_unique<FetchBuffer>(batch_, max_refills);
 }
 
 ReliableFetcher::~ReliableFetcher() = default;

@@ -74,7 +74,9 @@ class BasicFetcher final : public Fetcher {
   public:
     static constexpr int kTimeoutSeconds = 2;  // Sidekiq's BasicFetch::TIMEOUT
 
-    BasicFetcher(const Keys& keys, const QueueOrder& order, size_t prefetch = 1);
+    // `max_refills`: prefetch round trips that may be in flight at once (see FetchBuffer).
+    BasicFetcher(const Keys& keys, const QueueOrder& order, size_t prefetch = 1,
+                 size_t max_refills = 1);
     ~BasicFetcher() override;
     using Fetcher::retrieve_work;
     std::optional<UnitOfWork> retrieve_work(redis::Connection& conn, std::mt19937_64& rng,

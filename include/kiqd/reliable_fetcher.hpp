@@ -35,7 +35,7 @@ class ReliableFetcher final : public Fetcher {
     static constexpr int kBlockSeconds = 2;
 
     ReliableFetcher(const Keys& keys, const QueueOrder& order, std::string identity,
-                    size_t batch_size = 1);
+                    size_t batch_size = 1, size_t max_refills = 1);
     ~ReliableFetcher() override;
 
     using Fetcher::retrieve_work;
