@@ -4,8 +4,9 @@
 //   * looks up the class's worker metadata (WorkerCatalog) and adds urgency, resource boundary
 //     and feature category to the job's done/fail log lines (JobContext::log_tags);
 //   * measures the scheduling latency (enqueued_at → start), the run time (steady clock) and the
-//     CPU time of the processor thread (CLOCK_THREAD_CPUTIME_ID; the work of an exec handler's
-//     child process is not in it);
+//     CPU time of the processor thread (CLOCK_THREAD_CPUTIME_ID, read once per job: since the
+//     thread's previous job ended, so kiqd's own dispatch of the job is in it; the work of an
+//     exec handler's child process is not);
 //   * judges the job against its urgency's targets and records all of it in JobMetrics.
 // A job a later middleware parked (handler never reached, no exception) is not counted; an
 // Interrupted job (hard shutdown, already requeued) neither. Stateless apart from the shared

@@ -238,7 +238,9 @@ TEST_CASE("metrics: /metrics in Prometheus format, SLO counters, /healthz, clean
     push_raw(c, "Test::Record", "urgent", now - 30);
     // A throttled job that fails: failed counter; throttled has no scheduling target.
     push_raw(c, "Test::FailOnce", "default", now - 120);
-    REQUIRE(wait_until([&] { return ran(c).size() == 3; }));
+    // A job that burns 0.2 s of its thread's CPU time: the CPU counter must show at least that.
+    push_raw(c, "Test::Burn", "default", now, nlohmann::json::array({0.2}));
+    REQUIRE(wait_until([&] { return ran(c).size() == 4; }));
 
     Exposition e;
     REQUIRE(wait_until([&] {
@@ -279,6 +281,8 @@ TEST_CASE("metrics: /metrics in Prometheus format, SLO counters, /healthz, clean
     CHECK(e.value("kiqd_redis_up", {}) == 1);
     CHECK(e.value("kiqd_queue_size", {{"queue", "urgent"}}) == 0);
     CHECK(e.value("kiqd_cpu_bound_running", {}) == 0);
+    CHECK(e.value("kiqd_job_cpu_seconds_total", {{"class", "Test::Burn"}}) >= 0.2);
+    CHECK(e.value("kiqd_job_cpu_seconds_total", record) < 0.2);
     CHECK(check_histograms(e) >= 4);
 
     // The job log lines carry the metadata and the SLO verdict.

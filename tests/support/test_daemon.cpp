@@ -15,6 +15,7 @@
 
 #include "kiqd/clock.hpp"
 #include "kiqd/kiqd.hpp"
+#include "kiqd/metadata_middleware.hpp"
 
 namespace {
 
@@ -52,6 +53,14 @@ int main(int argc, char** argv) {
     handlers.add("Test::FailOnce", [](const kiqd::Job& job, kiqd::JobContext& ctx) {
         if (!job.retry_count()) throw kiqd::JobError("Test::FirstAttempt", "first attempt fails");
         record(job, ctx, kiqd::epoch_seconds());
+    });
+    // Burns args[0] seconds of this thread's CPU time, then records (for the CPU-time metric).
+    handlers.add("Test::Burn", [](const kiqd::Job& job, kiqd::JobContext& ctx) {
+        const double started = kiqd::epoch_seconds();
+        const double until = kiqd::thread_cpu_seconds() + job.args().at(0).get<double>();
+        volatile unsigned long spin = 0;
+        while (kiqd::thread_cpu_seconds() < until) spin = spin + 1;
+        record(job, ctx, started);
     });
     handlers.add("Test::Spawn", [](const kiqd::Job& job, kiqd::JobContext& ctx) {
         const double started = kiqd::epoch_seconds();
