@@ -265,11 +265,11 @@ FairTenantServerMiddleware::FairTenantServerMiddleware(const Config& config, Key
 
 void FairTenantServerMiddleware::call(JobContext& ctx, const Next& next) const {
     const auto& job = ctx.job;
-    if (auto m = job.payload.find(kFairTenantRegistered); m != job.payload.end() && truthy(*m))
+    if (auto m = job.payload().find(kFairTenantRegistered); m != job.payload().end() && truthy(*m))
         return next();  // a kiqd client registered it at push time
     std::optional<FairTenantPlan> plan;
     try {
-        plan = fair_.plan(job.payload, job.queue);
+        plan = fair_.plan(job.payload(), job.queue);
     } catch (const std::invalid_argument& e) {
         throw JobError("Kiqd::InvalidFairTenant", e.what());
     }
@@ -277,7 +277,7 @@ void FairTenantServerMiddleware::call(JobContext& ctx, const Next& next) const {
     // One payload per rule: the job as the gem would have pushed it to that rule's queue.
     auto obj = RawJsonObject::parse(job.raw);
     if (!obj) return next();  // parse_job accepted it, so this does not happen
-    if (auto t = job.payload.find("fair_tenant"); t == job.payload.end() || !truthy(*t))
+    if (auto t = job.payload().find("fair_tenant"); t == job.payload().end() || !truthy(*t))
         obj->set("fair_tenant", plan->tenant_value.dump());
     obj->set(kFairTenantRegistered, "true");
     std::vector<std::string> moved;

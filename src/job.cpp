@@ -1,5 +1,9 @@
 #include "kiqd/job.hpp"
 
+#include <cstdint>
+#include <limits>
+#include <tuple>
+
 #include "kiqd/clock.hpp"
 #include "kiqd/raw_json_object.hpp"
 
@@ -13,9 +17,16 @@ const nlohmann::json& empty_array() {
 
 }  // namespace
 
+const nlohmann::json& Job::payload() const {
+    // parse_job checked the text, so this parse cannot fail on a Job it made.
+    if (!payload_) payload_ = raw.empty() ? nlohmann::json::object() : nlohmann::json::parse(raw);
+    return *payload_;
+}
+
 const nlohmann::json& Job::args() const {
-    auto it = payload.find("args");
-    return it != payload.end() && it->is_array() ? *it : empty_array();
+    const auto& p = payload();
+    auto it = p.find("args");
+    return it != p.end() && it->is_array() ? *it : empty_array();
 }
 
 const nlohmann::json* Job::active_job_arguments() const {
@@ -25,23 +36,175 @@ const nlohmann::json* Job::active_job_arguments() const {
     return it != a[0].end() && it->is_array() ? &*it : nullptr;
 }
 
-std::optional<long long> Job::retry_count() const {
-    auto it = payload.find("retry_count");
-    if (it == payload.end() || !it->is_number_integer()) return std::nullopt;
-    return it->get<long long>();
-}
+// The one pass of parse_job: nlohmann's SAX interface, checking the whole text and keeping only
+// the top-level members a job needs. Duplicate members: the last wins, as in nlohmann's tree.
+class JobFieldReader {
+  public:
+    explicit JobFieldReader(Job& job) : job_(job) {}
 
-const std::string& Job::display_class() const {
-    auto it = payload.find("display_class");
-    if (it != payload.end() && it->is_string()) return it->get_ref<const std::string&>();
-    return handler_name();
-}
+    // After sax_parse: why the payload cannot be run, or nullopt (and then the job's string
+    // fields are filled in).
+    std::optional<InvalidJob> verdict(bool parsed) {
+        if (!parsed) return InvalidJob{"JSON::ParserError", parse_error_};
+        if (!is_object_) return InvalidJob{"Kiqd::InvalidJob", "payload is not a JSON object"};
+        for (auto [name, text, required] :
+             {std::tuple<const char*, Text*, bool>{"class", &class_, true},
+              {"wrapped", &wrapped_, false},
+              {"jid", &jid_, false}}) {
+            if (!text->present) {
+                if (required)
+                    return InvalidJob{"Kiqd::InvalidJob", std::string("missing \"") + name + "\""};
+            } else if (!text->is_string) {
+                return InvalidJob{"Kiqd::InvalidJob",
+                                  std::string("\"") + name + "\" is not a string"};
+            }
+        }
+        if (class_.value.empty()) return InvalidJob{"Kiqd::InvalidJob", "\"class\" is empty"};
+        if (args_bad_) return InvalidJob{"Kiqd::InvalidJob", "\"args\" is not an array"};
+        job_.job_class = std::move(class_.value);
+        job_.wrapped = std::move(wrapped_.value);
+        job_.jid = std::move(jid_.value);
+        return std::nullopt;
+    }
 
-std::optional<double> Job::enqueued_at() const {
-    auto it = payload.find("enqueued_at");
-    if (it == payload.end() || !it->is_number()) return std::nullopt;
-    return timestamp_seconds(it->get<double>(), it->is_number_integer());
-}
+    // The SAX interface (nlohmann::json_sax).
+    bool null() { return value(Kind::other); }
+    bool boolean(bool) { return value(Kind::other); }
+    bool number_integer(std::int64_t v) { return number(static_cast<double>(v), true, v); }
+    bool number_unsigned(std::uint64_t v) {
+        std::optional<long long> exact;
+        if (v <= static_cast<std::uint64_t>(std::numeric_limits<long long>::max()))
+            exact = static_cast<long long>(v);
+        return number(static_cast<double>(v), true, exact);
+    }
+    bool number_float(double v, const std::string&) { return number(v, false, std::nullopt); }
+    bool string(std::string& v) {
+        value(Kind::string);
+        if (depth_ != 1) return true;
+        switch (member_) {
+            case Member::job_class:
+                class_.value = std::move(v);
+                break;
+            case Member::wrapped:
+                wrapped_.value = std::move(v);
+                break;
+            case Member::jid:
+                jid_.value = std::move(v);
+                break;
+            case Member::display_class:
+                job_.display_class_ = std::move(v);
+                break;
+            default:
+                break;
+        }
+        return true;
+    }
+    bool binary(nlohmann::json::binary_t&) { return value(Kind::other); }
+    bool start_object(std::size_t) {
+        if (depth_ == 0)
+            is_object_ = true;
+        else
+            value(Kind::other);
+        ++depth_;
+        return true;
+    }
+    bool start_array(std::size_t) {
+        value(Kind::array);
+        ++depth_;
+        return true;
+    }
+    bool end_object() { return --depth_, true; }
+    bool end_array() { return --depth_, true; }
+    bool key(std::string& k) {
+        if (depth_ == 1) member_ = member_of(k);
+        return true;
+    }
+    bool parse_error(std::size_t, const std::string&, const nlohmann::json::exception& e) {
+        parse_error_ = e.what();
+        return false;
+    }
+
+  private:
+    enum class Kind { string, array, number, other };
+    enum class Member {
+        other,
+        job_class,
+        wrapped,
+        jid,
+        display_class,
+        args,
+        enqueued_at,
+        retry_count
+    };
+    struct Text {
+        bool present = false;
+        bool is_string = false;
+        std::string value;
+    };
+
+    static Member member_of(const std::string& k) {
+        if (k == "class") return Member::job_class;
+        if (k == "wrapped") return Member::wrapped;
+        if (k == "jid") return Member::jid;
+        if (k == "display_class") return Member::display_class;
+        if (k == "args") return Member::args;
+        if (k == "enqueued_at") return Member::enqueued_at;
+        if (k == "retry_count") return Member::retry_count;
+        return Member::other;
+    }
+
+    // A value begins. Only members of the top-level object matter; a later duplicate replaces
+    // what an earlier one said.
+    bool value(Kind kind) {
+        if (depth_ != 1) return true;
+        auto text = [&](Text& t) {
+            t.present = true;
+            t.is_string = kind == Kind::string;
+            t.value.clear();
+        };
+        switch (member_) {
+            case Member::job_class:
+                text(class_);
+                break;
+            case Member::wrapped:
+                text(wrapped_);
+                break;
+            case Member::jid:
+                text(jid_);
+                break;
+            case Member::display_class:
+                job_.display_class_.clear();
+                break;
+            case Member::args:
+                args_bad_ = kind != Kind::array;
+                break;
+            case Member::enqueued_at:
+                job_.enqueued_at_.reset();
+                break;
+            case Member::retry_count:
+                job_.retry_count_.reset();
+                break;
+            case Member::other:
+                break;
+        }
+        return true;
+    }
+    bool number(double v, bool integer, std::optional<long long> exact) {
+        value(Kind::number);
+        if (depth_ != 1) return true;
+        if (member_ == Member::enqueued_at) job_.enqueued_at_ = timestamp_seconds(v, integer);
+        if (member_ == Member::retry_count && integer) job_.retry_count_ = exact;
+        return true;
+    }
+
+    Job& job_;
+    int depth_ = 0;
+    Member member_ = Member::other;
+    bool is_object_ = false;
+    bool args_bad_ = false;
+    Text class_, wrapped_, jid_;
+    std::string parse_error_;
+};
 
 std::variant<Job, InvalidJob> parse_job(std::string raw, std::string queue,
                                         const JobLimits& limits) {
@@ -54,30 +217,9 @@ std::variant<Job, InvalidJob> parse_job(std::string raw, std::string queue,
             "Kiqd::InvalidJob",
             "payload nests deeper than " + std::to_string(limits.max_nesting_depth) + " levels"};
     Job job;
-    try {
-        job.payload = nlohmann::json::parse(raw);
-    } catch (const nlohmann::json::exception& e) {
-        return InvalidJob{"JSON::ParserError", e.what()};
-    }
-    if (!job.payload.is_object())
-        return InvalidJob{"Kiqd::InvalidJob", "payload is not a JSON object"};
-    auto str_field = [&](const char* name, std::string& out, bool required) -> std::string {
-        auto it = job.payload.find(name);
-        if (it == job.payload.end()) return required ? std::string("missing \"") + name + "\"" : "";
-        if (!it->is_string()) return std::string("\"") + name + "\" is not a string";
-        out = it->get<std::string>();
-        return "";
-    };
-    for (auto [name, out, required] :
-         {std::tuple<const char*, std::string*, bool>{"class", &job.job_class, true},
-          {"wrapped", &job.wrapped, false},
-          {"jid", &job.jid, false}}) {
-        if (auto err = str_field(name, *out, required); !err.empty())
-            return InvalidJob{"Kiqd::InvalidJob", err};
-    }
-    if (job.job_class.empty()) return InvalidJob{"Kiqd::InvalidJob", "\"class\" is empty"};
-    if (auto it = job.payload.find("args"); it != job.payload.end() && !it->is_array())
-        return InvalidJob{"Kiqd::InvalidJob", "\"args\" is not an array"};
+    JobFieldReader reader(job);
+    const bool parsed = nlohmann::json::sax_parse(raw, &reader);
+    if (auto invalid = reader.verdict(parsed)) return *invalid;
     job.raw = std::move(raw);
     job.queue = std::move(queue);
     return job;

@@ -36,7 +36,7 @@ long long JobRetry::delay_seconds(long long count, Compat compat, std::mt19937_6
 RetryPlan JobRetry::plan(const Job& job, const Failure& failure, double now,
                          std::mt19937_64& rng) const {
     RetryPlan plan;
-    const auto& p = job.payload;
+    const auto& p = job.payload();
     // Ruby truthiness: absent means the default (true); false and null disable retries.
     auto retry_it = p.find("retry");
     const bool retry_enabled =

@@ -17,8 +17,8 @@ std::optional<std::string> tenant_text(const nlohmann::json& v) {
 }  // namespace
 
 std::optional<std::string> job_tenant(const Job& job, std::optional<int> tenant_arg) {
-    auto it = job.payload.find("fair_tenant");
-    if (it != job.payload.end()) return tenant_text(*it);
+    auto it = job.payload().find("fair_tenant");
+    if (it != job.payload().end()) return tenant_text(*it);
     const auto& args = job.args();
     if (tenant_arg && *tenant_arg >= 0 && args.is_array() &&
         static_cast<size_t>(*tenant_arg) < args.size())

@@ -107,7 +107,7 @@ bool contains_object(const nlohmann::json& v) {
 // and nlohmann::json sorts object keys, which would change the digest. Only then is the raw
 // payload read again (a measured third of the cost of a unique job when done every time).
 nlohmann::ordered_json lock_args_of(const Job& job, const ClassSpec* defaults) {
-    const auto& p = job.payload;
+    const auto& p = job.payload();
     const bool own = p.contains("lock_args");
     std::optional<RawJsonObject> raw;
     if (contains_object(own ? p["lock_args"] : job.args())) raw = RawJsonObject::parse(job.raw);
@@ -154,7 +154,7 @@ std::string unique_digest(const std::string& prefix, const std::string* job_clas
 
 std::optional<LockSpec> resolve_lock(const Job& job, const ClassSpec* defaults,
                                      const UniqueJobsConfig& config) {
-    const auto& p = job.payload;
+    const auto& p = job.payload();
     LockSpec s;
     if (auto it = p.find("lock"); it != p.end() && !it->is_null()) {
         if (!it->is_string()) invalid("lock must be a string");
@@ -267,7 +267,7 @@ void UniqueJobsMiddleware::release_client_lock(JobContext& ctx, const LockSpec& 
 void UniqueJobsMiddleware::run_with_exec_lock(JobContext& ctx, const Next& next,
                                               const LockSpec& lock) const {
     const bool use_wait = lock.type == kUntilAndWhile;
-    const auto& p = ctx.job.payload;
+    const auto& p = ctx.job.payload();
     const std::string carried = p.value("lock_wait_token", std::string());
     const double since = p.value("lock_wait_since", 0.0);
     const std::string wait_key = keys_.digest_key(lock.digest, ":WAIT");

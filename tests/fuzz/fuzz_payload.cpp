@@ -54,7 +54,7 @@ void check_job(const kiqd::Job& job, const kiqd::JobRetry& retry, const kiqd::De
     // RawJsonObject round trip: same members, same values (duplicates: the last wins in both).
     auto obj = kiqd::RawJsonObject::parse(job.raw);
     require(obj.has_value(), "a valid Job is not a RawJsonObject");
-    require(parse_object(obj->dump(), "RawJsonObject dump") == job.payload,
+    require(parse_object(obj->dump(), "RawJsonObject dump") == job.payload(),
             "RawJsonObject round trip changed the payload");
     static const char kHostile[] = "bad \xff\xfe \"quoted\" \0 nul";
     // A failure with hostile text: invalid UTF-8, quotes, a NUL, a long message.
@@ -68,7 +68,7 @@ void check_job(const kiqd::Job& job, const kiqd::JobRetry& retry, const kiqd::De
         auto edited = parse_object(plan.payload, "retry payload");
         require(edited["error_class"] == "RuntimeError", "retry payload lost error_class");
         require(edited["retry_count"].is_number_integer(), "retry payload without retry_count");
-        for (const auto& [key, value] : job.payload.items()) {
+        for (const auto& [key, value] : job.payload().items()) {
             static const char* owned[] = {"queue",          "error_message", "error_class",
                                           "retried_at",     "failed_at",     "retry_count",
                                           "error_backtrace"};

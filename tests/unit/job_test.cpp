@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "kiqd/client.hpp"
+#include "kiqd/clock.hpp"
 #include "kiqd/dead_set.hpp"
 
 using namespace kiqd;
@@ -45,6 +46,58 @@ TEST_CASE("bad payloads are refused with a reason", "[job]") {
           "payload nests deeper than 256 levels");
     CHECK(invalid(R"({"class":"W","args":[]})", JobLimits{10, 256}).error_class ==
           "Kiqd::PayloadTooLarge");
+}
+
+TEST_CASE("parse_job's one pass reads the same fields as a full parse", "[job]") {
+    // The reference: the same fields read from nlohmann's tree, as kiqd did before.
+    auto check = [](const std::string& raw) {
+        INFO(raw);
+        auto parsed = parse_job(raw, "q");
+        REQUIRE(std::holds_alternative<Job>(parsed));
+        const auto& job = std::get<Job>(parsed);
+        const auto tree = nlohmann::json::parse(raw);
+        CHECK(job.payload() == tree);
+        CHECK(job.job_class == tree["class"].get<std::string>());
+        CHECK(job.wrapped == tree.value("wrapped", ""));
+        CHECK(job.jid == tree.value("jid", ""));
+        auto dc = tree.find("display_class");
+        CHECK(job.display_class() ==
+              (dc != tree.end() && dc->is_string() ? dc->get<std::string>() : job.handler_name()));
+        auto rc = tree.find("retry_count");
+        CHECK(job.retry_count() == (rc != tree.end() && rc->is_number_integer()
+                                        ? std::optional<long long>(rc->get<long long>())
+                                        : std::nullopt));
+        auto ea = tree.find("enqueued_at");
+        if (ea != tree.end() && ea->is_number())
+            CHECK(job.enqueued_at() ==
+                  Approx(timestamp_seconds(ea->get<double>(), ea->is_number_integer())));
+        else
+            CHECK_FALSE(job.enqueued_at());
+    };
+    check(R"({"class":"W","args":[]})");
+    // Look-alike keys nested in args and in other members do not count.
+    check(R"({"args":[{"class":"X","jid":"no","enqueued_at":1}],"class":"W",)"
+          R"("meta":{"retry_count":9,"display_class":"no"},"jid":"j"})");
+    // Duplicates: the last wins, as in the tree.
+    check(R"({"class":"A","class":"B","jid":"1","jid":"2","retry_count":1,"retry_count":"x"})");
+    check(R"({"class":"W","enqueued_at":1795312741.25,"retry_count":3,"display_class":"D"})");
+    check(R"({"class":"W","enqueued_at":1795312741250,"display_class":7})");  // Sidekiq 8 ms
+    check(R"({"class":"W","enqueued_at":"soon","retry_count":2.5,"wrapped":"R"})");
+    // A non-string duplicate after a string, and the reverse, decide the verdict the same way.
+    CHECK(invalid(R"({"class":"W","class":7})").error_message == "\"class\" is not a string");
+    CHECK(std::holds_alternative<Job>(parse_job(R"({"class":7,"class":"W"})", "q")));
+    CHECK(invalid(R"({"class":"W","args":[],"args":null})").error_message ==
+          "\"args\" is not an array");
+    // The parser's message is nlohmann's own, word for word.
+    std::string expected;
+    try {
+        (void)nlohmann::json::parse(R"({"class":"W",})");
+    } catch (const nlohmann::json::exception& e) {
+        expected = e.what();
+    }
+    CHECK(invalid(R"({"class":"W",})").error_message == expected);
+    // A Job not made by parse_job has an empty payload, not an exception.
+    CHECK(Job{}.payload().empty());
 }
 
 TEST_CASE("dead-set entries for unrunnable payloads keep the original", "[job]") {
