@@ -99,7 +99,17 @@ JobMetrics::Verdict JobMetrics::record(const Observation& o) {
     Series& s = it->second;
     ++s.processed;
     if (o.failed) ++s.failed;
-    s.cpu_seconds += o.cpu_seconds;
+    shard.cpu_pending.emplace_back(&s, o.run_seconds);
+    shard.cpu_pending_run += o.run_seconds;
+    if (o.cpu_seconds) {
+        const size_t n = shard.cpu_pending.size();
+        for (auto& [series, run] : shard.cpu_pending)
+            series->cpu_seconds += shard.cpu_pending_run > 0
+                                       ? *o.cpu_seconds * run / shard.cpu_pending_run
+                                       : *o.cpu_seconds / static_cast<double>(n);
+        shard.cpu_pending.clear();
+        shard.cpu_pending_run = 0;
+    }
     if (o.scheduling_seconds) s.scheduling.observe(*o.scheduling_seconds);
     s.run.observe(o.run_seconds);
     auto& slo = shard.slo[static_cast<int>(o.urgency)];

@@ -36,7 +36,11 @@ class JobMetrics {
         bool failed = false;
         std::optional<double> scheduling_seconds{};  // nullopt: the payload had no enqueued_at
         double run_seconds = 0;
-        double cpu_seconds = 0;
+        // The thread's CPU time since its previous reading, when the caller took one at the end
+        // of this job. The jobs the thread finished since that reading (this one included)
+        // share it in proportion to their run time; nullopt: no reading, the job waits for the
+        // thread's next one.
+        std::optional<double> cpu_seconds{};
     };
     enum class Target { scheduling = 0, execution = 1 };
     struct Verdict {
@@ -72,6 +76,10 @@ class JobMetrics {
         std::mutex mutex;
         std::unordered_map<std::string, Series> series;  // key: class \x1f queue \x1f urgency
         SloCounts slo{};
+        // Jobs of this thread waiting for a CPU reading: their series (node-based map: stable
+        // pointers) and run time.
+        std::vector<std::pair<Series*, double>> cpu_pending;
+        double cpu_pending_run = 0;
     };
     Shard& local();
 

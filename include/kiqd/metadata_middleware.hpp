@@ -4,9 +4,9 @@
 //   * looks up the class's worker metadata (WorkerCatalog) and adds urgency, resource boundary
 //     and feature category to the job's done/fail log lines (JobContext::log_tags);
 //   * measures the scheduling latency (enqueued_at → start), the run time (steady clock) and the
-//     CPU time of the processor thread (CLOCK_THREAD_CPUTIME_ID, read once per job: since the
-//     thread's previous job ended, so kiqd's own dispatch of the job is in it; the work of an
-//     exec handler's child process is not);
+//     CPU time of the processor thread (CLOCK_THREAD_CPUTIME_ID; read at the end of every job
+//     whose line shows it, else at most once per millisecond per thread, the span's CPU shared
+//     among its jobs by run time; kiqd's own dispatch is in it, an exec handler's child is not);
 //   * judges the job against its urgency's targets and records all of it in JobMetrics.
 // A job a later middleware parked (handler never reached, no exception) is not counted; an
 // Interrupted job (hard shutdown, already requeued) neither. Stateless apart from the shared

@@ -4,11 +4,13 @@
 
 #include "kiqd/client.hpp"
 #include "kiqd/config.hpp"
+#include "kiqd/job_metrics.hpp"
 #include "kiqd/worker_catalog.hpp"
 #include "kiqd/worker_selector.hpp"
 #include "support/config_errors.hpp"
 
 using kiqd::ConfigError;
+using kiqd::JobMetrics;
 using kiqd::parse_config;
 using kiqd::ResourceBoundary;
 using kiqd::Urgency;
@@ -317,4 +319,33 @@ TEST_CASE("the process client (kiqd enqueue, handlers' follow-ups) applies routi
     // Without routing_rules the class's own queue still applies.
     auto plain = parse_config("handlers: {Own: {queue: own_q}}\n", "test.yml", "development");
     CHECK(kiqd::make_process_client(plain).prepare({{"class", "Own"}}).queue == "own_q");
+}
+
+TEST_CASE(
+    "job metrics: a CPU reading is shared by the thread's jobs since the last one, by run time",
+    "[metadata]") {
+    JobMetrics metrics;
+    const std::string a = "A", b = "B", q = "default";
+    auto observe = [&](const std::string& cls, double run, std::optional<double> cpu) {
+        JobMetrics::Observation o{cls, q, Urgency::low};
+        o.run_seconds = run;
+        o.cpu_seconds = cpu;
+        metrics.record(o);
+    };
+    observe(a, 1, std::nullopt);
+    observe(a, 1, std::nullopt);
+    observe(b, 2, std::nullopt);
+    observe(b, 4, 0.8);  // spans all four jobs: A ran 2 of 8 s, B 6 of 8
+    observe(a, 0, 0.5);  // a span of one job that ran 0 s still gets its reading
+    std::string text;
+    metrics.render(text);
+    auto cpu_of = [&](const std::string& cls) {
+        const std::string prefix =
+            "kiqd_job_cpu_seconds_total{class=\"" + cls + "\",queue=\"default\",urgency=\"low\"} ";
+        const auto at = text.find(prefix);
+        REQUIRE(at != std::string::npos);
+        return std::stod(text.substr(at + prefix.size()));
+    };
+    CHECK(cpu_of("A") == Approx(0.2 + 0.5));
+    CHECK(cpu_of("B") == Approx(0.6));
 }
