@@ -1,10 +1,12 @@
 #include "kiqd/job.hpp"
 
+#include <charconv>
 #include <cstdint>
 #include <limits>
 #include <tuple>
 
 #include "kiqd/clock.hpp"
+#include "kiqd/json_scan.hpp"
 #include "kiqd/raw_json_object.hpp"
 
 namespace kiqd {
@@ -115,9 +117,45 @@ class JobFieldReader {
     }
     bool end_object() { return --depth_, true; }
     bool end_array() { return --depth_, true; }
-    bool key(std::string& k) {
+    bool key(std::string& k) { return key_view(k); }
+    bool key_view(std::string_view k) {
         if (depth_ == 1) member_ = member_of(k);
         return true;
+    }
+    // Whether the value of the current top-level member is kept when it is a string.
+    bool wants_text() const {
+        return member_ == Member::job_class || member_ == Member::wrapped ||
+               member_ == Member::jid || member_ == Member::display_class;
+    }
+    // The value of the current top-level member, from its raw token (the fast path: json_scan
+    // checked the whole text, so the token is valid JSON).
+    void token(std::string_view t) {
+        switch (t.front()) {
+            case '"':
+                if (!wants_text()) {
+                    value(Kind::string);
+                } else if (t.find('\\') == std::string_view::npos) {
+                    std::string text(t.substr(1, t.size() - 2));
+                    string(text);
+                } else {
+                    auto text = nlohmann::json::parse(t).get<std::string>();
+                    string(text);
+                }
+                return;
+            case '{':
+                value(Kind::other);
+                return;
+            case '[':
+                value(Kind::array);
+                return;
+            case 't':
+            case 'f':
+            case 'n':
+                value(Kind::other);
+                return;
+            default:
+                number_token(t);
+        }
     }
     bool parse_error(std::size_t, const std::string&, const nlohmann::json::exception& e) {
         parse_error_ = e.what();
@@ -142,7 +180,32 @@ class JobFieldReader {
         std::string value;
     };
 
-    static Member member_of(const std::string& k) {
+    // As nlohmann's lexer types a number: an integer token that fits is signed (with a minus)
+    // or unsigned, anything else a double.
+    void number_token(std::string_view t) {
+        const char* first = t.data();
+        const char* last = first + t.size();
+        if (t.find_first_of(".eE") == std::string_view::npos) {
+            if (t.front() == '-') {
+                std::int64_t v;
+                if (std::from_chars(first, last, v).ec == std::errc()) {
+                    number_integer(v);
+                    return;
+                }
+            } else {
+                std::uint64_t v;
+                if (std::from_chars(first, last, v).ec == std::errc()) {
+                    number_unsigned(v);
+                    return;
+                }
+            }
+        }
+        double d = 0;
+        std::from_chars(first, last, d);
+        number_float(d, {});
+    }
+
+    static Member member_of(std::string_view k) {
         if (k == "class") return Member::job_class;
         if (k == "wrapped") return Member::wrapped;
         if (k == "jid") return Member::jid;
@@ -206,20 +269,52 @@ class JobFieldReader {
     std::string parse_error_;
 };
 
+// Feeds json_scan's top-level members to a JobFieldReader as if its SAX parser had read them.
+class ScannedMembers final : public JsonMemberVisitor {
+  public:
+    explicit ScannedMembers(JobFieldReader& reader) : reader_(reader) { reader_.start_object(0); }
+    void member(std::string_view key, std::string_view value) override {
+        if (key.find('\\') == std::string_view::npos) {
+            reader_.key_view(key.substr(1, key.size() - 2));
+        } else {
+            auto text = nlohmann::json::parse(key).get<std::string>();
+            reader_.key_view(text);
+        }
+        reader_.token(value);
+    }
+
+  private:
+    JobFieldReader& reader_;
+};
+
 std::variant<Job, InvalidJob> parse_job(std::string raw, std::string queue,
                                         const JobLimits& limits) {
     if (raw.size() > limits.max_payload_bytes)
         return InvalidJob{"Kiqd::PayloadTooLarge",
                           "payload of " + std::to_string(raw.size()) + " bytes exceeds the " +
                               std::to_string(limits.max_payload_bytes) + "-byte limit"};
-    if (json_nesting_depth(raw) > limits.max_nesting_depth)
-        return InvalidJob{
-            "Kiqd::InvalidJob",
-            "payload nests deeper than " + std::to_string(limits.max_nesting_depth) + " levels"};
     Job job;
-    JobFieldReader reader(job);
-    const bool parsed = nlohmann::json::sax_parse(raw, &reader);
-    if (auto invalid = reader.verdict(parsed)) return *invalid;
+    std::optional<InvalidJob> invalid;
+    bool scanned = false;
+    {
+        JobFieldReader reader(job);
+        ScannedMembers members(reader);
+        const auto scan = json_scan(raw, &members, limits.max_nesting_depth);
+        scanned = scan.valid && scan.is_object;
+        if (scanned) invalid = reader.verdict(true);
+    }
+    if (!scanned) {
+        // Refused by the fast path, or not an object: the checks kiqd made before it decide,
+        // and their messages (nlohmann's own, for bad JSON) are the reason.
+        job = Job{};
+        if (json_nesting_depth(raw) > limits.max_nesting_depth)
+            return InvalidJob{"Kiqd::InvalidJob", "payload nests deeper than " +
+                                                      std::to_string(limits.max_nesting_depth) +
+                                                      " levels"};
+        JobFieldReader reader(job);
+        invalid = reader.verdict(nlohmann::json::sax_parse(raw, &reader));
+    }
+    if (invalid) return *invalid;
     job.raw = std::move(raw);
     job.queue = std::move(queue);
     return job;
