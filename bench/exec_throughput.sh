@@ -38,13 +38,8 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --daemonize no \
-    >"$work/redis.log" 2>&1 &
-redis_pid=$!
-cli=(redis-cli -p "$port")
-for _ in $(seq 100); do "${cli[@]}" ping >/dev/null 2>&1 && break; sleep 0.05; done
-"${cli[@]}" ping >/dev/null || die "redis-server did not start"
+source "$repo/bench/lib/redis.sh"
+start_redis "$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')" "$work"
 
 cat >"$work/kiqd.yml" <<YAML
 redis: {url: "redis://127.0.0.1:$port/0"}
@@ -75,19 +70,19 @@ PY
 
 rates=()
 for run in $(seq "$RUNS"); do
-    "${cli[@]}" flushall >/dev/null
-    "${cli[@]}" --pipe <"$work/push.resp" >/dev/null
-    [[ $("${cli[@]}" llen queue:default) == "$JOBS" ]] || die "push failed"
+    rcli flushall >/dev/null
+    rcli --pipe <"$work/push.resp" >/dev/null
+    [[ $(rcli llen queue:default) == "$JOBS" ]] || die "push failed"
     start=$(date +%s.%N)
     "$KIQD" -C "$work/kiqd.yml" >"$work/kiqd.log" 2>&1 &
     kiqd_pid=$!
-    while [[ $("${cli[@]}" llen queue:default) != 0 ]]; do sleep 0.02; done
+    while [[ $(rcli llen queue:default) != 0 ]]; do sleep 0.02; done
     kill -TERM "$kiqd_pid"
     wait "$kiqd_pid" || die "kiqd exited with $? (log: $(tail -5 "$work/kiqd.log"))"
     end=$(date +%s.%N)
     kiqd_pid=""
-    processed=$("${cli[@]}" get stat:processed)
-    failed=$("${cli[@]}" get stat:failed)
+    processed=$(rcli get stat:processed)
+    failed=$(rcli get stat:failed)
     [[ $processed == "$JOBS" ]] || die "stat:processed=$processed, expected $JOBS"
     [[ -z $failed || $failed == 0 ]] || die "stat:failed=$failed"
     rate=$(python3 -c "print(round($JOBS / ($end - $start)))")
