@@ -12,7 +12,8 @@
 // processors take them from a process-wide FetchBuffer (fetch_buffer.hpp). A success's LREM is
 // deferred and rides along with the next refill: a job leaves the working list only after its
 // outcome, so a kill -9 can run a finished job again (at most max_refills × batch_size +
-// concurrency of them: what the buffer can hold plus the running jobs) but never loses one; buffered jobs are in the working list, so orphan recovery returns them.
+// concurrency of them: what the buffer can hold plus the running jobs) but never loses one;
+// buffered jobs are in the working list, so orphan recovery returns them.
 //
 // When every queue is empty the thread blocks (BRPOPLPUSH, 2 s) on one queue; idle threads
 // spread over the queues (thread i waits on queue (i + round) mod n), so with concurrency >=
