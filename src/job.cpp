@@ -17,6 +17,13 @@ const nlohmann::json& empty_array() {
     return kEmpty;
 }
 
+// The text of a valid JSON string token (quotes included); nlohmann decodes escapes.
+std::string unquote(std::string_view token) {
+    if (token.find('\\') == std::string_view::npos)
+        return std::string(token.substr(1, token.size() - 2));
+    return nlohmann::json::parse(token).get<std::string>();
+}
+
 }  // namespace
 
 const nlohmann::json& Job::payload() const {
@@ -130,16 +137,14 @@ class JobFieldReader {
     // The value of the current top-level member, from its raw token (the fast path: json_scan
     // checked the whole text, so the token is valid JSON).
     void token(std::string_view t) {
+        if (member_ == Member::other) return;  // a member no job field comes from: nothing to read
         switch (t.front()) {
             case '"':
-                if (!wants_text()) {
-                    value(Kind::string);
-                } else if (t.find('\\') == std::string_view::npos) {
-                    std::string text(t.substr(1, t.size() - 2));
+                if (wants_text()) {
+                    std::string text = unquote(t);
                     string(text);
                 } else {
-                    auto text = nlohmann::json::parse(t).get<std::string>();
-                    string(text);
+                    value(Kind::string);
                 }
                 return;
             case '{':
@@ -274,12 +279,10 @@ class ScannedMembers final : public JsonMemberVisitor {
   public:
     explicit ScannedMembers(JobFieldReader& reader) : reader_(reader) { reader_.start_object(0); }
     void member(std::string_view key, std::string_view value) override {
-        if (key.find('\\') == std::string_view::npos) {
-            reader_.key_view(key.substr(1, key.size() - 2));
-        } else {
-            auto text = nlohmann::json::parse(key).get<std::string>();
-            reader_.key_view(text);
-        }
+        if (key.find('\\') == std::string_view::npos)
+            reader_.key_view(key.substr(1, key.size() - 2));  // no escapes: no copy
+        else
+            reader_.key_view(unquote(key));
         reader_.token(value);
     }
 
