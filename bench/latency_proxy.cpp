@@ -9,8 +9,6 @@
 // back at once. So each request/reply round trip costs DELAY_US more, whatever its size.
 // Prints "ready" on stdout once listening. One thread (Boost.Asio); stops on SIGTERM/SIGINT.
 #include <array>
-#include <utility>  // first: Boost 1.74's awaitable.hpp uses std::exchange without it
-
 #include <boost/asio.hpp>
 #include <chrono>
 #include <cstdio>
@@ -18,6 +16,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <utility>  // first: Boost 1.74's awaitable.hpp uses std::exchange without it
 #include <vector>
 
 namespace asio = boost::asio;

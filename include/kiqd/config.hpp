@@ -15,13 +15,19 @@
 #include <vector>
 
 #include "kiqd/clock.hpp"
-#include "kiqd/queue_order.hpp"
 #include "kiqd/redis/endpoint.hpp"
 #include "kiqd/redis/sentinel.hpp"
 #include "kiqd/worker_metadata.hpp"
 #include "kiqd/worker_selector.hpp"
 
 namespace kiqd {
+
+// One entry of `queues:` ("name" or "name,weight"); fetch/queue_order.hpp turns the list into
+// the order a fetch asks Redis in.
+struct QueueWeight {
+    std::string name;
+    int weight = 0;  // 0 = given without a weight
+};
 
 class ConfigError : public std::runtime_error {
   public:

@@ -9,11 +9,11 @@
 #include <random>
 #include <string>
 
-#include "kiqd/dead_set.hpp"
+#include "job/dead_set.hpp"
+#include "job/job_retry.hpp"
+#include "job/raw_json_object.hpp"
 #include "kiqd/job.hpp"
-#include "kiqd/job_retry.hpp"
 #include "kiqd/keys.hpp"
-#include "kiqd/raw_json_object.hpp"
 
 namespace {
 
@@ -58,9 +58,8 @@ void check_job(const kiqd::Job& job, const kiqd::JobRetry& retry, const kiqd::De
             "RawJsonObject round trip changed the payload");
     static const char kHostile[] = "bad \xff\xfe \"quoted\" \0 nul";
     // A failure with hostile text: invalid UTF-8, quotes, a NUL, a long message.
-    kiqd::Failure failure{"RuntimeError",
-                          std::string(kHostile, sizeof kHostile - 1),
-                          {"a.rb:1:in `x'", "\xc3"}};
+    kiqd::Failure failure{
+        "RuntimeError", std::string(kHostile, sizeof kHostile - 1), {"a.rb:1:in `x'", "\xc3"}};
     failure.message += std::string(job.raw.size() % 97, 'x');
     std::mt19937_64 rng(42);
     auto plan = retry.plan(job, failure, 1.7e9, rng);

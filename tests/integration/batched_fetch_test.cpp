@@ -8,10 +8,10 @@
 #include <catch2/catch.hpp>
 #include <set>
 
+#include "fetch/fetch_buffer.hpp"
 #include "kiqd/client.hpp"
-#include "kiqd/fetch_buffer.hpp"
-#include "kiqd/orphan_recovery.hpp"
-#include "kiqd/processor.hpp"
+#include "server/orphan_recovery.hpp"
+#include "server/processor.hpp"
 #include "support/kiqd_process.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_runtime.hpp"

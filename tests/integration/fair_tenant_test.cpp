@@ -4,7 +4,7 @@
 // matching rule wins), client-side rerouting, server-side rerouting of jobs pushed by other
 // producers (moved, not run, not counted; gem-registered and kiqd-registered jobs left alone),
 // `kiqd enqueue`, and a daemon whose handler enqueues follow-up jobs through its client.
-#include "kiqd/fair_tenant.hpp"
+#include "middleware/fair_tenant.hpp"
 
 #include <signal.h>
 #include <unistd.h>
@@ -17,7 +17,7 @@
 #include <regex>
 
 #include "kiqd/client.hpp"
-#include "kiqd/processor.hpp"
+#include "server/processor.hpp"
 #include "support/kiqd_process.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_runtime.hpp"

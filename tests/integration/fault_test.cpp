@@ -12,8 +12,8 @@
 #include <thread>
 
 #include "kiqd/client.hpp"
-#include "kiqd/heartbeat.hpp"
-#include "kiqd/process_identity.hpp"
+#include "server/heartbeat.hpp"
+#include "server/process_identity.hpp"
 #include "support/kiqd_process.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_runtime.hpp"

@@ -13,8 +13,8 @@
 #include <set>
 
 #include "kiqd/client.hpp"
-#include "kiqd/concurrency_limit.hpp"
-#include "kiqd/throttle.hpp"
+#include "middleware/limits/concurrency_limit.hpp"
+#include "middleware/limits/throttle.hpp"
 #include "support/kiqd_process.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_runtime.hpp"

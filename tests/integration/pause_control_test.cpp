@@ -3,7 +3,7 @@
 // parked order kept exactly (one thread), kill -9 of the process doing a resume, a queue paused
 // across two processes, and the redis_flag strategy — driven through the `kiqd pause/resume/
 // paused` commands an operator uses.
-#include "kiqd/pause_control.hpp"
+#include "middleware/pause/pause_control.hpp"
 
 #include <signal.h>
 

@@ -1,4 +1,4 @@
-#include "kiqd/processor.hpp"
+#include "server/processor.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -10,8 +10,8 @@
 #include <thread>
 
 #include "kiqd/client.hpp"
-#include "kiqd/orphan_recovery.hpp"
-#include "kiqd/processor.hpp"
+#include "server/orphan_recovery.hpp"
+#include "server/processor.hpp"
 #include "support/kiqd_process.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_runtime.hpp"

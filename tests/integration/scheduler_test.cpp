@@ -1,4 +1,4 @@
-#include "kiqd/scheduler.hpp"
+#include "server/scheduler.hpp"
 
 #include <catch2/catch.hpp>
 #include <thread>

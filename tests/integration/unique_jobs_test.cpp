@@ -3,7 +3,7 @@
 // keeper's extension and reaper — and with real daemons, 3 processes × 5 threads hammering the
 // same identities with duplicates (no overlap, no lost update, at most one waiter), and kill -9
 // of a lock holder.
-#include "kiqd/unique_jobs.hpp"
+#include "middleware/unique/unique_jobs.hpp"
 
 #include <signal.h>
 

@@ -15,7 +15,7 @@
 
 #include "kiqd/clock.hpp"
 #include "kiqd/kiqd.hpp"
-#include "kiqd/metadata_middleware.hpp"
+#include "middleware/metadata_middleware.hpp"
 
 namespace {
 

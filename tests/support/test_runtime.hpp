@@ -6,8 +6,8 @@
 
 #include <memory>
 
-#include "kiqd/reliable_fetcher.hpp"
-#include "kiqd/runtime.hpp"
+#include "fetch/reliable_fetcher.hpp"
+#include "server/runtime.hpp"
 #include "support/redis_server.hpp"
 
 namespace kiqd::test {

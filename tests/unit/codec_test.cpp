@@ -1,8 +1,8 @@
 #include <catch2/catch.hpp>
 
-#include "kiqd/backtrace_codec.hpp"
+#include "job/backtrace_codec.hpp"
+#include "job/raw_json_object.hpp"
 #include "kiqd/clock.hpp"
-#include "kiqd/raw_json_object.hpp"
 #include "kiqd/redis/endpoint.hpp"
 
 using namespace kiqd;

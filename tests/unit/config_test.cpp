@@ -2,6 +2,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "fetch/queue_order.hpp"
 #include "support/config_errors.hpp"
 
 using kiqd::ConfigError;

@@ -2,11 +2,11 @@
 // format, and which jobs get registered with which tenant and rules (the gem's enabled? /
 // tenant_id / original_queue logic). The Redis side of the decision is in
 // tests/integration/fair_tenant_test.cpp. Also `kiqd enqueue --at` parsing.
-#include "kiqd/fair_tenant.hpp"
+#include "middleware/fair_tenant.hpp"
 
 #include <catch2/catch.hpp>
 
-#include "kiqd/admin.hpp"
+#include "admin/admin.hpp"
 #include "kiqd/client.hpp"
 #include "support/config_errors.hpp"
 

@@ -1,7 +1,7 @@
 // FetchBuffer without Redis: the refill is a function here, so these tests pin down the
 // buffer's own rules — every job handed out once, refills in flight bounded, more than one in
 // flight when the round trip is slow, acknowledgements kept when a refill fails.
-#include "kiqd/fetch_buffer.hpp"
+#include "fetch/fetch_buffer.hpp"
 
 #include <atomic>
 #include <catch2/catch.hpp>

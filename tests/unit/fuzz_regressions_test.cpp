@@ -4,8 +4,8 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "job/job_retry.hpp"
 #include "kiqd/config.hpp"
-#include "kiqd/job_retry.hpp"
 
 using namespace kiqd;
 

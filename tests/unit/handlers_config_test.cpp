@@ -1,8 +1,8 @@
 // `handlers:` (exec handlers) and `plugins:` in the YAML: shapes, defaults and strict errors.
 #include <catch2/catch.hpp>
 
+#include "handlers/exec_handler.hpp"
 #include "kiqd/config.hpp"
-#include "kiqd/exec_handler.hpp"
 #include "support/config_errors.hpp"
 
 using kiqd::ConfigError;

@@ -2,9 +2,9 @@
 
 #include <catch2/catch.hpp>
 
+#include "job/dead_set.hpp"
 #include "kiqd/client.hpp"
 #include "kiqd/clock.hpp"
-#include "kiqd/dead_set.hpp"
 
 using namespace kiqd;
 

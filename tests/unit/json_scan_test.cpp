@@ -2,7 +2,7 @@
 // accept what nlohmann accepts (else the job only takes the slow path). Checked on hand-made
 // edge cases and on 30,000 random mutations of a Sidekiq payload, against nlohmann::json::accept
 // and, for accepted texts, against the fields nlohmann's tree gives.
-#include "kiqd/json_scan.hpp"
+#include "job/json_scan.hpp"
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>

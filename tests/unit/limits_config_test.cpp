@@ -2,10 +2,10 @@
 // naming its key and line), the fixed-window arithmetic, and which scope a job counts in.
 #include <catch2/catch.hpp>
 
-#include "kiqd/concurrency_limit.hpp"
 #include "kiqd/config.hpp"
-#include "kiqd/limit_scope.hpp"
-#include "kiqd/throttle.hpp"
+#include "middleware/limits/concurrency_limit.hpp"
+#include "middleware/limits/limit_scope.hpp"
+#include "middleware/limits/throttle.hpp"
 #include "support/config_errors.hpp"
 
 using namespace kiqd;

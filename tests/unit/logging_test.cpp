@@ -1,4 +1,4 @@
-#include "kiqd/logging.hpp"
+#include "server/logging.hpp"
 
 #include <unistd.h>
 

@@ -1,14 +1,14 @@
 // Pause control without Redis: the `pause_control:` keys, strategies resolved against the
 // registry (unknown names and bad options are exit-78 errors naming the key), GitLab's worker
 // key names, and the queue order leaving paused queues out.
-#include "kiqd/pause_control.hpp"
+#include "middleware/pause/pause_control.hpp"
 
 #include <catch2/catch.hpp>
 #include <map>
 
+#include "fetch/queue_order.hpp"
 #include "kiqd/config.hpp"
 #include "kiqd/pause_strategy.hpp"
-#include "kiqd/queue_order.hpp"
 #include "support/config_errors.hpp"
 
 using namespace kiqd;

@@ -1,4 +1,4 @@
-#include "kiqd/queue_order.hpp"
+#include "fetch/queue_order.hpp"
 
 #include <catch2/catch.hpp>
 #include <map>

@@ -1,8 +1,8 @@
 #include <catch2/catch.hpp>
 #include <set>
 
-#include "kiqd/backtrace_codec.hpp"
-#include "kiqd/job_retry.hpp"
+#include "job/backtrace_codec.hpp"
+#include "job/job_retry.hpp"
 
 using namespace kiqd;
 

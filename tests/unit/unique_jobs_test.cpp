@@ -2,7 +2,7 @@
 // computes (the constant below was produced by Ruby 3.1 with Sidekiq.dump_json and
 // Digest::MD5 over the same item), payload options win over YAML defaults, and bad values fail
 // clearly.
-#include "kiqd/unique_jobs.hpp"
+#include "middleware/unique/unique_jobs.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -2,11 +2,11 @@
 // rules and `--selector` queue selection (WorkerCatalog).
 #include <catch2/catch.hpp>
 
+#include "config/worker_catalog.hpp"
 #include "kiqd/client.hpp"
 #include "kiqd/config.hpp"
-#include "kiqd/job_metrics.hpp"
-#include "kiqd/worker_catalog.hpp"
 #include "kiqd/worker_selector.hpp"
+#include "middleware/job_metrics.hpp"
 #include "support/config_errors.hpp"
 
 using kiqd::ConfigError;

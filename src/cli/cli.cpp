@@ -1,0 +1,296 @@
+// The kiqd command line: the daemon (default), `check-config`, the admin commands
+// (`stats`, `queues`, `processes`, `retries`, `dead`, `quiet`, `stop`; see admin.hpp) and
+// `enqueue` (push one job through the process client). Parses flags
+// with CLI11, loads and validates the configuration (exit 78 naming the key on any problem, before
+// Redis is touched), builds the logger, registry and middleware chain, and hands over to the
+// Launcher.
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <csignal>
+#include <iostream>
+
+#include "admin/admin.hpp"
+#include "config/worker_catalog.hpp"
+#include "handlers/exec_handler.hpp"
+#include "handlers/plugin_loader.hpp"
+#include "kiqd/kiqd.hpp"
+#include "server/launcher.hpp"
+#include "server/logging.hpp"
+
+namespace kiqd {
+namespace {
+
+struct CliOptions {
+    std::string config_path;
+    std::string environment;
+    std::optional<int> concurrency;
+    std::vector<std::string> queues;
+    std::optional<double> timeout;
+    std::optional<std::string> tag;
+    std::optional<std::string> fetch;
+    std::optional<std::string> selector;
+    bool verbose = false;
+};
+
+void add_common(CLI::App& app, CliOptions& o) {
+    app.add_option("-C,--config", o.config_path, "YAML config file (sidekiq.yml works too)");
+    app.add_option("-e,--environment", o.environment,
+                   "environment sub-hash to apply (default: $RAILS_ENV, $APP_ENV, $RACK_ENV)");
+    app.add_option("-c,--concurrency", o.concurrency, "processor threads");
+    app.add_option("-q,--queue", o.queues, "queue to process, NAME or NAME,WEIGHT (repeatable)");
+    app.add_option("-t,--timeout", o.timeout, "shutdown timeout in seconds");
+    app.add_option("-g,--tag", o.tag, "process tag shown in the Web UI");
+    app.add_option("--fetch", o.fetch, "basic (Sidekiq's BasicFetch) or reliable (no job lost)");
+    app.add_option("--selector", o.selector,
+                   "serve only the queues of workers matching this query, e.g. "
+                   "'urgency=high&resource_boundary!=memory'");
+    app.add_flag("-v,--verbose", o.verbose, "debug logging");
+}
+
+// need_queues = false for the admin commands: they read the same file and REDIS_URL as the
+// daemon but process no queue, so a config without `queues` is fine for them.
+Config build_config(const CliOptions& o, bool need_queues = true) {
+    std::string env = o.environment;
+    for (const char* var : {"RAILS_ENV", "APP_ENV", "RACK_ENV"}) {
+        if (!env.empty()) break;
+        if (const char* v = std::getenv(var)) env = v;
+    }
+    if (env.empty()) env = "development";
+    Config c = o.config_path.empty() ? Config{} : load_config_file(o.config_path, env);
+    c.environment = env;
+    if (o.concurrency) {
+        if (*o.concurrency < 1) throw ConfigError("-c", "must be at least 1");
+        c.concurrency = *o.concurrency;
+    }
+    if (!o.queues.empty()) {
+        c.queues.clear();
+        for (const auto& q : o.queues) c.queues.push_back(parse_queue_arg(q));
+    }
+    if (o.selector) {
+        c.selector = *o.selector;
+        c.selector_line = -1;
+    }
+    // With a selector the queues come from the matching workers (apply_selector, once the
+    // handlers are registered); `queues:` then only lends its weights.
+    if ((o.config_path.empty() || !need_queues || !c.selector.empty()) && c.queues.empty())
+        c.queues.push_back({"default", 0});
+    if (o.timeout) {
+        if (!(*o.timeout > 0) || *o.timeout > 1e10)
+            throw ConfigError("-t", "must be greater than 0 and at most 1e10 seconds");
+        c.timeout = std::chrono::milliseconds(static_cast<long long>(*o.timeout * 1000));
+    }
+    if (o.tag) c.tag = *o.tag;
+    if (o.fetch) c.fetch = parse_fetch_mode("--fetch", *o.fetch);
+    if (o.verbose) c.verbose = true;
+    validate_config(c);
+    return c;
+}
+
+std::vector<std::string> queue_names(const Config& c) {
+    std::vector<std::string> out;
+    for (const auto& q : c.queues) out.push_back(q.name);
+    return out;
+}
+
+int config_error(const ConfigError& e, const std::string& source) {
+    std::cerr << "kiqd: configuration error in " << (source.empty() ? "command line" : source)
+              << ": " << e.what() << std::endl;
+    return kExitConfig;
+}
+
+// The admin subcommands, each with the daemon's -C/-e (so config and REDIS_URL resolve the same).
+struct AdminCli {
+    admin::Request request;
+    CliOptions opts;
+    std::vector<std::pair<CLI::App*, std::string>> subs;
+
+    void add(CLI::App& app) {
+        auto sub = [&](const std::string& name, const std::string& help) {
+            auto* s = app.add_subcommand(name, help);
+            // Only what locates Redis: the daemon's tuning flags mean nothing here.
+            s->add_option("-C,--config", opts.config_path,
+                          "YAML config file (the daemon's; only redis: is used)");
+            s->add_option("-e,--environment", opts.environment,
+                          "environment sub-hash (default: $RAILS_ENV, $APP_ENV, $RACK_ENV)");
+            s->add_flag("--json", request.json, "JSON output for scripts");
+            subs.emplace_back(s, name);
+            return s;
+        };
+        sub("stats", "cluster counters (as Sidekiq::Stats)");
+        sub("queues", "size and latency of each queue");
+        sub("processes", "live processes: identity, busy/concurrency, RSS, last beat, quiet");
+        for (const std::string set : {"retries", "dead"}) {
+            auto* s = sub(set, "list, retry or delete " + set + " entries");
+            s->add_option("action", request.action, "list (default), retry or delete");
+            s->add_option("jid", request.targets, "JIDs to act on");
+            s->add_option("--class", request.job_class, "only entries of this job class");
+            s->add_flag("--all", request.all, "retry/delete every entry");
+            s->add_option("--limit", request.limit, "list at most this many entries");
+        }
+        for (const std::string verb : {"pause", "resume"}) {
+            auto* s = sub(verb, verb +
+                                    " a worker class (its jobs are parked) or a queue (not "
+                                    "fetched from) in every kiqd process");
+            s->add_option("kind", request.action, "worker or queue")
+                ->required()
+                ->check(CLI::IsMember({"worker", "queue"}));
+            s->add_option("name", request.targets, "the job class or queue name")
+                ->required()
+                ->expected(1);
+        }
+        sub("paused", "what is paused, with the jobs queued or parked behind each pause");
+        for (const std::string sig : {"quiet", "stop"}) {
+            auto* s = sub(sig, sig + " processes through their -signals list (as Sidekiq's API)");
+            s->add_option("identity", request.targets, "process identities (see kiqd processes)");
+            s->add_flag("--all", request.all, "every live process");
+        }
+    }
+    const std::string* parsed() const {
+        for (const auto& [s, name] : subs)
+            if (s->parsed()) return &name;
+        return nullptr;
+    }
+};
+
+// `kiqd enqueue CLASS [ARG_JSON...] [--queue Q] [--at TIME] [--tenant T]`, with the daemon's
+// -C/-e so that REDIS_URL, redis:, the key prefix and the per-class `handlers:` settings (queue,
+// fair-tenant rules) resolve as in the daemon.
+struct EnqueueCli {
+    admin::EnqueueRequest request;
+    CliOptions opts;
+    CLI::App* sub = nullptr;
+
+    void add(CLI::App& app) {
+        sub =
+            app.add_subcommand("enqueue", "push a job (as Sidekiq's client does); prints its jid");
+        sub->add_option("-C,--config", opts.config_path,
+                        "YAML config file (the daemon's: redis:, handlers: queue and fair-tenant "
+                        "rules apply)");
+        sub->add_option("-e,--environment", opts.environment,
+                        "environment sub-hash (default: $RAILS_ENV, $APP_ENV, $RACK_ENV)");
+        sub->add_option("class", request.job_class, "job class, e.g. HardWorker")->required();
+        sub->add_option("args", request.args_json,
+                        "job arguments, each one JSON value: 42 '\"text\"' '{\"a\":1}' "
+                        "(put -- before a negative number)");
+        sub->add_option("--queue", request.queue, "queue (default: the class's, else default)");
+        sub->add_option("--at", request.at, "run at TIME: epoch seconds, +N[s|m|h|d], or ISO 8601");
+        sub->add_option("--tenant", request.tenant, "the job's fair_tenant");
+    }
+};
+
+}  // namespace
+
+int run(int argc, char** argv, HandlerRegistry& handlers, MiddlewareRegistry& middleware) {
+    // First of all: systemd's notify variables leave the environment before exec handlers (or
+    // anything else) copy it, so that no child can talk to systemd in kiqd's name.
+    SystemdNotifier notifier = SystemdNotifier::from_environment();
+    CLI::App app{"kiqd: a Sidekiq-compatible job processor"};
+    app.set_version_flag("--version", std::string("kiqd ") + KIQD_VERSION);
+    CliOptions opts;
+    add_common(app, opts);
+    auto* check = app.add_subcommand("check-config", "validate the configuration and exit");
+    CliOptions check_opts;
+    add_common(*check, check_opts);
+    AdminCli admin_cli;
+    admin_cli.add(app);
+    EnqueueCli enqueue_cli;
+    enqueue_cli.add(app);
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::CallForHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::CallForVersion& e) {
+        return app.exit(e);
+    } catch (const CLI::ParseError& e) {
+        app.exit(e);
+        return kExitUsage;
+    }
+
+    // A write to a socket the peer closed (Redis restarted, a child exited before reading its
+    // stdin) must fail with EPIPE, not kill the daemon.
+    std::signal(SIGPIPE, SIG_IGN);
+    if (const std::string* command = admin_cli.parsed()) {
+        admin_cli.request.command = *command;
+        Config admin_config;
+        try {
+            admin_config = build_config(admin_cli.opts, false);
+        } catch (const ConfigError& e) {
+            return config_error(e, admin_cli.opts.config_path);
+        }
+        return admin::run_admin(admin_cli.request, admin_config, std::cout, std::cerr);
+    }
+    if (enqueue_cli.sub->parsed()) {
+        Config enqueue_config;
+        try {
+            enqueue_config = build_config(enqueue_cli.opts, false);
+        } catch (const ConfigError& e) {
+            return config_error(e, enqueue_cli.opts.config_path);
+        }
+        return admin::run_enqueue(enqueue_cli.request, enqueue_config, std::cout, std::cerr);
+    }
+    register_builtin_handlers(handlers);
+    const CliOptions& o = check->parsed() ? check_opts : opts;
+    Config config;
+    MiddlewareChain chain;
+    std::vector<LoadedPlugin> plugins;
+    PauseStrategies pause_strategies;
+    try {
+        config = build_config(o);
+        // Plugins first: they may add middleware that server_middleware: names. Exec handlers
+        // from the YAML come last and win over a C++ or plugin handler of the same class.
+        plugins = load_plugins(config, handlers, middleware);
+        chain = middleware.build(config.server_middleware);
+        pause_strategies = PauseStrategies(config, middleware.pause_strategies);
+        register_exec_handlers(config, handlers);
+        // C++ metadata declarations are checked here (exit 78); a selector picks the queues.
+        const WorkerCatalog catalog(config, handlers);
+        apply_selector(config, catalog, o.selector ? "--selector" : "selector");
+    } catch (const ConfigError& e) {
+        return config_error(e, o.config_path);
+    }
+    // An exec command that cannot be started is not fatal (it may be installed later, and the
+    // job is retried), but it is worth a warning.
+    std::vector<std::string> warnings;
+    for (const auto& spec : config.exec_handlers) {
+        if (auto problem = exec_command_problem(spec))
+            warnings.push_back("handlers." + spec.job_class + " (line " +
+                               std::to_string(spec.line) + "): cannot be started: " + *problem);
+    }
+    if (check->parsed()) {
+        for (const auto& w : warnings) std::cerr << "kiqd: warning: " << w << std::endl;
+        std::cout << "kiqd: " << (o.config_path.empty() ? "command line" : o.config_path)
+                  << " is valid: concurrency=" << config.concurrency << ", " << config.queues.size()
+                  << " queue(s) (" << fmt::format("{}", fmt::join(queue_names(config), ","))
+                  << "), " << config.exec_handlers.size() << " exec handler(s), "
+                  << config.plugins.size() << " plugin(s), redis "
+                  << redis::parse_redis_url(config.redis.url).describe() << std::endl;
+        return 0;
+    }
+    std::shared_ptr<spdlog::logger> logger;
+    try {
+        logger = make_logger(config.logging, config.verbose);
+    } catch (const spdlog::spdlog_ex& e) {
+        return config_error(ConfigError("logging.file", e.what()), o.config_path);
+    }
+    for (const auto& p : plugins)
+        logger->info("loaded plugin {} ({} new handler(s))", p.path, p.handlers_added);
+    for (const auto& w : warnings) logger->warn("{}", w);
+    int code = 0;
+    {
+        Launcher launcher(config, handlers, chain, *logger, std::move(notifier),
+                          std::move(pause_strategies));
+        code = launcher.run();
+    }
+    logger->flush();
+    spdlog::shutdown();
+    return code;
+}
+
+int run(int argc, char** argv) {
+    HandlerRegistry handlers;
+    MiddlewareRegistry middleware;
+    return run(argc, argv, handlers, middleware);
+}
+
+}  // namespace kiqd

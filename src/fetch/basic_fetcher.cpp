@@ -1,0 +1,195 @@
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <thread>
+
+#include "fetch/fetch_buffer.hpp"
+#include "fetch/fetcher.hpp"
+
+namespace kiqd {
+namespace {}  // namespace
+
+// KEYS: every queue list (order.names() order), then — to move rather than pop — their
+// working lists. ARGV: see batch_order_args. Takes up to ARGV[1] jobs, each from the first
+// non-empty queue of its order (index 0 = a paused queue's padding, skipped), and returns
+// {index, payload, index, payload, ...} (1-based indexes).
+const char* const kBatchFetchScript = R"lua(
+local n = tonumber(ARGV[2])
+local move = #KEYS > n
+local want = tonumber(ARGV[1])
+local orders = (#ARGV - 2) / n
+local out = {}
+for j = 0, want - 1 do
+  local base = 2 + (j % orders) * n
+  local got = false
+  for k = 1, n do
+    local q = tonumber(ARGV[base + k])
+    local job = false
+    if q > 0 then
+      if move then
+        job = redis.call('rpoplpush', KEYS[q], KEYS[n + q])
+      else
+        job = redis.call('rpop', KEYS[q])
+      end
+    end
+    if job then
+      out[#out + 1] = q
+      out[#out + 1] = job
+      got = true
+      break
+    end
+  end
+  if not got then break end
+end
+return out
+)lua";
+
+std::vector<UnitOfWork> batch_units(const redis::Reply& reply,
+                                    const std::vector<std::string>& names) {
+    std::vector<UnitOfWork> out;
+    if (reply.is_nil()) return out;
+    if (reply.size() % 2) throw redis::ProtocolError("batch fetch script: unexpected reply");
+    out.reserve(reply.size() / 2);
+    for (size_t i = 0; i < reply.size(); i += 2) {
+        const auto q = static_cast<size_t>(reply[i].integer());
+        if (q < 1 || q > names.size())
+            throw redis::ProtocolError("batch fetch script: index out of range");
+        out.push_back(UnitOfWork{names[q - 1], std::string(reply[i + 1].str())});
+    }
+    return out;
+}
+
+void batch_order_args(const QueueOrder& order, std::mt19937_64& rng, size_t count,
+                      std::vector<std::string>& args) {
+    args.clear();
+    args.push_back(std::to_string(count));
+    args.push_back(std::to_string(order.names().size()));
+    const std::string* first = order.names().data();
+    thread_local std::vector<const std::string*> names;
+    const size_t orders = order.strict() || order.names().size() == 1 ? 1 : count;
+    for (size_t j = 0; j < orders; ++j) {
+        order.order(rng, names);
+        for (const auto* n : names) args.push_back(std::to_string(n - first + 1));
+        // Paused queues are left out of the order; 0 pads it to its fixed length (skipped).
+        for (size_t k = names.size(); k < order.names().size(); ++k) args.push_back("0");
+    }
+}
+
+BasicFetcher::BasicFetcher(const Keys& keys, const QueueOrder& order, size_t prefetch,
+                           size_t max_refills)
+    : keys_(keys), order_(order), prefetch_(std::max<size_t>(prefetch, 1)) {
+    for (const auto& name : order_.names()) queue_keys_.push_back(keys_.queue(name));
+    if (prefetch_ > 1) {
+        pop_script_ = std::make_unique<redis::Script>(kBatchFetchScript);
+        buffer_ = std::make_unique<FetchBuffer>(prefetch_, max_refills);
+    }
+}
+
+BasicFetcher::~BasicFetcher() = default;
+
+redis::Reply command_after(redis::Connection& conn, std::vector<redis::Command>& pending,
+                           const redis::Command& command) {
+    if (pending.empty()) return conn.command(command);
+    pending.push_back(command);
+    std::vector<redis::Reply> replies;
+    try {
+        replies = conn.pipeline_unchecked(pending);
+    } catch (...) {
+        // Keep only the after-job commands for the next try: a fetch command left in `pending`
+        // would be sent again next time and its popped job dropped with its unread reply.
+        pending.pop_back();
+        throw;
+    }
+    pending.clear();
+    redis::Reply reply = std::move(replies.back());
+    if (reply.is_error()) throw redis::ReplyError(std::string(reply.error_text()));
+    return reply;
+}
+
+std::optional<UnitOfWork> wait_all_paused(redis::Connection& conn,
+                                          std::vector<redis::Command>& pending, int seconds) {
+    // Nothing to block on in Redis: send what is pending and wait here, as Sidekiq Pro's fetch
+    // sleeps when every queue is paused. A quarter of the fetch timeout, so that a resumed queue
+    // is fetched from again soon after the pause controller has seen it.
+    if (!pending.empty()) {
+        conn.pipeline_unchecked(pending);
+        pending.clear();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(seconds * 250));
+    return std::nullopt;
+}
+
+std::vector<UnitOfWork> BasicFetcher::pop_batch(redis::Connection& conn, std::mt19937_64& rng,
+                                                std::vector<redis::Command>& pending) const {
+    thread_local std::vector<std::string> args;
+    batch_order_args(order_, rng, prefetch_, args);
+    redis::Reply reply = [&] {
+        if (pending.empty()) return pop_script_->run(conn, queue_keys_, args);
+        try {
+            return command_after(conn, pending, pop_script_->evalsha_command(queue_keys_, args));
+        } catch (const redis::ReplyError& e) {
+            if (!e.starts_with("NOSCRIPT")) throw;
+            return pop_script_->run(conn, queue_keys_, args);  // pending went out already
+        }
+    }();
+    return batch_units(reply, order_.names());
+}
+
+std::optional<UnitOfWork> BasicFetcher::retrieve_work(redis::Connection& conn, std::mt19937_64& rng,
+                                                      size_t,
+                                                      std::vector<redis::Command>& pending) const {
+    if (order_.all_paused()) return wait_all_paused(conn, pending, kTimeoutSeconds);
+    if (buffer_) {
+        bool drained = false;
+        auto unit = buffer_->take_or_refill(
+            [&](std::vector<UnitOfWork>&) { return pop_batch(conn, rng, pending); },
+            std::chrono::seconds(kTimeoutSeconds), drained);
+        if (unit) {
+            // Lock releases of the previous job go out before this one runs, as with BRPOP.
+            if (!pending.empty()) {
+                conn.pipeline_unchecked(pending);
+                pending.clear();
+            }
+            return unit;
+        }
+        if (!drained) return std::nullopt;
+        // Every queue was empty: block below, as without prefetch.
+    }
+    thread_local std::vector<const std::string*> names;
+    thread_local std::vector<std::string> argv_storage;
+    order_.order(rng, names);
+    if (names.empty()) return wait_all_paused(conn, pending, kTimeoutSeconds);
+    argv_storage.clear();
+    argv_storage.push_back("BRPOP");
+    for (const auto* n : names) argv_storage.push_back(keys_.queue(*n));
+    argv_storage.push_back(std::to_string(kTimeoutSeconds));
+    auto reply = command_after(conn, pending, argv_storage);
+    if (reply.is_nil()) return std::nullopt;
+    if (reply.size() != 2) throw redis::ProtocolError("BRPOP returned an unexpected reply");
+    return UnitOfWork{std::string(keys_.queue_name(reply[0].str())), std::string(reply[1].str())};
+}
+
+std::vector<redis::Command> BasicFetcher::requeue_commands(
+    const std::vector<UnitOfWork>& units) const {
+    std::map<std::string, redis::Command> by_queue;
+    for (const auto& u : units) {
+        auto& cmd = by_queue[u.queue];
+        if (cmd.empty()) cmd = {"RPUSH", keys_.queue(u.queue)};
+        cmd.push_back(u.payload);
+    }
+    std::vector<redis::Command> out;
+    for (auto& [q, cmd] : by_queue) out.push_back(std::move(cmd));
+    return out;
+}
+
+std::vector<UnitOfWork> BasicFetcher::take_buffered() const {
+    return buffer_ ? buffer_->take_buffered() : std::vector<UnitOfWork>{};
+}
+
+std::vector<redis::Command> BasicFetcher::release_commands() const {
+    auto units = take_buffered();
+    std::reverse(units.begin(), units.end());  // the first fetched ends up at the very front
+    return units.empty() ? std::vector<redis::Command>{} : requeue_commands(units);
+}
+
+}  // namespace kiqd

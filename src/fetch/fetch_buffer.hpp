@@ -1,0 +1,84 @@
+#pragma once
+// FetchBuffer: the process-wide local buffer of a batched fetch (reliable_fetch.batch_size > 1,
+// or basic fetch with prefetch > 1). A processor thread refills it with one round trip that
+// moves up to N jobs out of the queues; threads that find it empty while a refill is on its way
+// wait for that refill instead of asking Redis themselves, then take the buffered jobs one by
+// one without a round trip. The thread that notices the buffer running low refills ahead, so
+// that the round trip overlaps the other threads' work. How far ahead is measured, not fixed:
+// the buffer keeps jobs plus refills in flight above (3 × jobs taken per second × refill time),
+// at least N/2, with up to `max_refills` refills in flight — one on loopback, where a round trip
+// costs less than a job; several on a slow link (at +1 ms per round trip one refill of 50 lasts
+// as long as ~100 no-op jobs, so a single refill in flight caps a process at ~40k jobs/s). It also
+// holds the acknowledgements that reliable fetch defers (successful jobs whose LREM rides along
+// with the next refill), so that orphan recovery can tell a buffered or finished-but-unacked job
+// in this process's working list from a stranded one.
+// Shared by all processor threads; every member is guarded by one mutex.
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "fetch/fetcher.hpp"
+
+namespace kiqd {
+
+class FetchBuffer {
+  public:
+    using Refill = std::function<std::vector<UnitOfWork>(std::vector<UnitOfWork>& acks)>;
+
+    // `batch`: the jobs one refill asks for. `max_refills`: how many may be in flight at once.
+    explicit FetchBuffer(size_t batch, size_t max_refills = 1)
+        : batch_(batch), low_water_(batch / 2), max_refills_(max_refills < 1 ? 1 : max_refills) {}
+
+    // Takes a buffered job, or — when the buffer is empty and no refill is in flight — calls
+    // `refill` (without the lock), keeps what it returned and takes the first job. A thread that
+    // finds the buffer running low puts its job back for the others, refills ahead the same way,
+    // and then takes the oldest buffered job. While the buffer is empty and a refill is in
+    // flight, waits for it (at most `wait`). `refill` gets the deferred
+    // acknowledgements to send in the same write; if it throws they are kept for the next
+    // write. Returns nullopt when nothing came; `drained` then says whether this thread's own
+    // refill found every queue empty (false: it only waited for another thread's refill).
+    std::optional<UnitOfWork> take_or_refill(const Refill& refill, std::chrono::milliseconds wait,
+                                             bool& drained);
+    // Records a successful job whose acknowledgement is deferred to the next refill.
+    void defer_ack(UnitOfWork unit);
+    // Every buffered job and every deferred acknowledgement, removing them (shutdown).
+    std::vector<UnitOfWork> take_buffered();
+    std::vector<UnitOfWork> take_acks();
+    // Gives back acknowledgements whose write failed.
+    void restore_acks(std::vector<UnitOfWork> acks);
+    // Payloads of buffered jobs and of deferred acknowledgements (they are still in the working
+    // list, and no processor is running them).
+    std::vector<std::string> held_payloads() const;
+    size_t buffered() const;
+    size_t refills_in_flight() const;
+
+  private:
+    // Runs `refill` without the lock (held on entry and on return), sending the deferred
+    // acknowledgements; if it throws, they go back for the next write.
+    std::vector<UnitOfWork> refill_unlocked(std::unique_lock<std::mutex>& lock,
+                                            const Refill& refill);
+    // Whether the buffer plus the refills in flight are below what the measured pace needs.
+    bool running_low() const;
+    // Updates the measured pace after a refill that took `took` (lock held).
+    void record_refill(std::chrono::steady_clock::duration took);
+
+    mutable std::mutex mutex_;
+    std::condition_variable cv_;
+    std::deque<UnitOfWork> jobs_;
+    std::vector<UnitOfWork> acks_;
+    size_t refills_ = 0;  // in flight
+    const size_t batch_;
+    const size_t low_water_;
+    const size_t max_refills_;
+    // The pace, as moving averages: jobs taken per second and seconds per refill.
+    size_t taken_since_sample_ = 0;
+    std::chrono::steady_clock::time_point sample_start_ = std::chrono::steady_clock::now();
+    double take_rate_ = 0;
+    double refill_seconds_ = 0;
+};
+
+}  // namespace kiqd

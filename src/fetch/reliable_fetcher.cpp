@@ -1,0 +1,204 @@
+#include "fetch/reliable_fetcher.hpp"
+
+#include <algorithm>
+
+#include "fetch/fetch_buffer.hpp"
+
+namespace kiqd {
+namespace {
+
+// KEYS[1..n] queue lists in this fetch's order, KEYS[n+1..2n] their working lists.
+// Moves the job at the popping end of the first non-empty queue into its working list and
+// returns {index, payload}; nil when every queue is empty.
+constexpr const char* kFetchScript = R"lua(
+local n = #KEYS / 2
+for i = 1, n do
+  local job = redis.call('rpoplpush', KEYS[i], KEYS[n + i])
+  if job then return {i, job} end
+end
+return nil
+)lua";
+
+}  // namespace
+
+ReliableFetcher::ReliableFetcher(const Keys& keys, const QueueOrder& order, std::string identity,
+                                 size_t batch_size, size_t max_refills)
+    : keys_(keys),
+      order_(order),
+      identity_(std::move(identity)),
+      fetch_script_(kFetchScript),
+      batch_(std::max<size_t>(batch_size, 1)),
+      batch_script_(kBatchFetchScript) {
+    for (const auto& name : order_.names()) {
+        queue_keys_.push_back(keys_.queue(name));
+        working_.emplace_back(name, keys_.working(identity_, name));
+    }
+    batch_keys_ = queue_keys_;
+    for (const auto& w : working_) batch_keys_.push_back(w.second);
+    if (batch_ > 1) buffer_ = std::make_unique<FetchBuffer>(batch_, max_refills);
+}
+
+ReliableFetcher::~ReliableFetcher() = default;
+
+size_t ReliableFetcher::idle_queue(size_t slot, unsigned round) const {
+    // A different queue per idle thread and round, skipping paused ones.
+    size_t index = (slot + round) % queue_keys_.size();
+    for (size_t k = 0; k < queue_keys_.size() && order_.paused(index); ++k)
+        index = (index + 1) % queue_keys_.size();
+    return index;
+}
+
+redis::Command ReliableFetcher::ack_command(const UnitOfWork& unit) const {
+    // From the tail: the oldest entries are the ones that finished (new fetches go to the head).
+    return {"LREM", keys_.working(identity_, unit.queue), "-1", unit.payload};
+}
+
+std::vector<UnitOfWork> ReliableFetcher::move_batch(redis::Connection& conn, std::mt19937_64& rng,
+                                                    std::vector<redis::Command>& pending,
+                                                    const std::vector<UnitOfWork>& acks) const {
+    thread_local std::vector<std::string> args;
+    batch_order_args(order_, rng, batch_, args);
+    // Deferred acknowledgements and lock releases go out in the same write as the fetch.
+    std::vector<redis::Command> cmds;
+    cmds.reserve(acks.size() + pending.size() + 1);
+    for (const auto& a : acks) cmds.push_back(ack_command(a));
+    for (const auto& p : pending) cmds.push_back(p);
+    cmds.push_back(batch_script_.evalsha_command(batch_keys_, args));
+    auto replies = conn.pipeline_unchecked(cmds);
+    pending.clear();
+    redis::Reply reply = std::move(replies.back());
+    if (reply.is_error()) {
+        if (reply.error_text().substr(0, 8) != "NOSCRIPT")
+            throw redis::ReplyError(std::string(reply.error_text()));
+        reply = batch_script_.run(conn, batch_keys_, args);  // the acknowledgements went out
+    }
+    return batch_units(reply, order_.names());
+}
+
+std::optional<UnitOfWork> ReliableFetcher::retrieve_work(
+    redis::Connection& conn, std::mt19937_64& rng, size_t slot,
+    std::vector<redis::Command>& pending) const {
+    if (!ready_.stop_requested()) {
+        ready_.wait_for(std::chrono::seconds(kBlockSeconds));
+        return std::nullopt;
+    }
+    if (order_.all_paused()) return wait_all_paused(conn, pending, kBlockSeconds);
+    thread_local unsigned idle_rounds = 0;
+    if (buffer_) {
+        bool drained = false;
+        auto unit = buffer_->take_or_refill(
+            [&](std::vector<UnitOfWork>& acks) { return move_batch(conn, rng, pending, acks); },
+            std::chrono::seconds(kBlockSeconds), drained);
+        if (unit) {
+            // Lock releases of the previous job go out before this one runs, as with BRPOP.
+            if (!pending.empty()) {
+                conn.pipeline_unchecked(pending);
+                pending.clear();
+            }
+            return unit;
+        }
+        if (!drained) return std::nullopt;
+        // Every queue was empty (and the acknowledgements went out): block on one queue.
+        const size_t index = idle_queue(slot, idle_rounds++);
+        auto blocked = command_after(conn, pending,
+                                     {"BRPOPLPUSH", queue_keys_[index], working_[index].second,
+                                      std::to_string(kBlockSeconds)});
+        if (blocked.is_nil()) return std::nullopt;
+        return UnitOfWork{working_[index].first, std::string(blocked.str())};
+    }
+    thread_local std::vector<const std::string*> names;
+    thread_local std::vector<std::string> keys;
+    order_.order(rng, names);
+    if (names.empty()) return wait_all_paused(conn, pending, kBlockSeconds);
+    const std::string* first = order_.names().data();
+    auto index_of = [&](size_t i) { return static_cast<size_t>(names[i] - first); };
+    // Under load the first queue of the order usually has a job, and a plain RPOPLPUSH costs
+    // Redis less than a script call (drain of 100,000 no-ops at c=10: 19.4k → 20.9k jobs/s).
+    // The script then tries the rest of the order, so the weighted shares are unchanged.
+    const size_t head = index_of(0);
+    auto popped =
+        command_after(conn, pending, {"RPOPLPUSH", queue_keys_[head], working_[head].second});
+    if (!popped.is_nil()) return UnitOfWork{working_[head].first, std::string(popped.str())};
+    if (names.size() > 1) {
+        const size_t rest = names.size() - 1;
+        keys.resize(2 * rest);
+        for (size_t i = 0; i < rest; ++i) {
+            keys[i] = queue_keys_[index_of(i + 1)];
+            keys[rest + i] = working_[index_of(i + 1)].second;
+        }
+        auto reply = fetch_script_.run(conn, keys, {});
+        if (!reply.is_nil()) {
+            if (reply.size() != 2) throw redis::ProtocolError("fetch script: unexpected reply");
+            const auto i = static_cast<size_t>(reply[0].integer());  // 1-based over the rest
+            if (i < 1 || i > rest) throw redis::ProtocolError("fetch script: index out of range");
+            return UnitOfWork{*names[i], std::string(reply[1].str())};
+        }
+    }
+    // Everything was empty: wait on one queue, a different one per idle thread and round.
+    const size_t index = idle_queue(slot, idle_rounds++);
+    auto blocked = conn.command(
+        {"BRPOPLPUSH", queue_keys_[index], working_[index].second, std::to_string(kBlockSeconds)});
+    if (blocked.is_nil()) return std::nullopt;
+    return UnitOfWork{working_[index].first, std::string(blocked.str())};
+}
+
+std::vector<redis::Command> ReliableFetcher::with_acknowledgement(
+    const UnitOfWork& unit, std::vector<redis::Command> outcome) const {
+    redis::Command ack = ack_command(unit);
+    if (outcome.empty()) return {std::move(ack)};
+    // The outcome and the acknowledgement land together or not at all.
+    std::vector<redis::Command> out;
+    out.reserve(outcome.size() + 3);
+    out.push_back({"MULTI"});
+    for (auto& c : outcome) out.push_back(std::move(c));
+    out.push_back(std::move(ack));
+    out.push_back({"EXEC"});
+    return out;
+}
+
+bool ReliableFetcher::defer_acknowledgement(const UnitOfWork& unit) const {
+    if (!buffer_) return false;
+    buffer_->defer_ack(unit);
+    return true;
+}
+
+std::vector<UnitOfWork> ReliableFetcher::take_buffered() const {
+    return buffer_ ? buffer_->take_buffered() : std::vector<UnitOfWork>{};
+}
+
+std::vector<std::string> ReliableFetcher::held_payloads() const {
+    return buffer_ ? buffer_->held_payloads() : std::vector<std::string>{};
+}
+
+std::vector<redis::Command> ReliableFetcher::release_commands() const {
+    if (!buffer_) return {};
+    std::vector<redis::Command> out;
+    for (const auto& a : buffer_->take_acks()) out.push_back(ack_command(a));
+    // RPUSHed last-fetched first, so the first fetched is at the very front again.
+    auto buffered = buffer_->take_buffered();
+    std::reverse(buffered.begin(), buffered.end());
+    auto requeue = requeue_commands(buffered);
+    for (auto& c : requeue) out.push_back(std::move(c));
+    return out;
+}
+
+const std::string* ReliableFetcher::working_list(const std::string& queue) const {
+    for (const auto& [name, list] : working_)  // a handful of queues: a scan beats a map
+        if (name == queue) return &list;
+    return nullptr;
+}
+
+std::vector<redis::Command> ReliableFetcher::requeue_commands(
+    const std::vector<UnitOfWork>& units) const {
+    if (units.empty()) return {};
+    std::vector<redis::Command> out;
+    out.push_back({"MULTI"});
+    for (const auto& u : units) {
+        out.push_back({"RPUSH", keys_.queue(u.queue), u.payload});
+        out.push_back({"LREM", keys_.working(identity_, u.queue), "1", u.payload});
+    }
+    out.push_back({"EXEC"});
+    return out;
+}
+
+}  // namespace kiqd

@@ -1,0 +1,87 @@
+#pragma once
+// ReliableFetcher (`fetch: reliable`): no job is lost when a process dies. A fetch moves a job
+// atomically from its queue into this process's working list for that queue (RPOPLPUSH, the
+// same move as LMOVE RIGHT LEFT: first on the first queue of this fetch's weighted or strict
+// order, then by one Lua script over the rest), and the job leaves the working list only in the
+// same MULTI that
+// records its outcome (acknowledge, retry, dead) or puts it back (requeue). If the process
+// dies, its working lists stay in Redis and OrphanRecovery (orphan_recovery.hpp) returns them.
+//
+// Batched (reliable_fetch.batch_size N > 1, the default): one Lua script moves up to N jobs, each
+// from the first non-empty queue of its own weighted draw, into the working lists, and the
+// processors take them from a process-wide FetchBuffer (fetch_buffer.hpp). A success's LREM is
+// deferred and rides along with the next refill: a job leaves the working list only after its
+// outcome, so a kill -9 can run a finished job again (at most max_refills × batch_size +
+// concurrency of them: what the buffer can hold plus the running jobs) but never loses one;
+// buffered jobs are in the working list, so orphan recovery returns them.
+//
+// When every queue is empty the thread blocks (BRPOPLPUSH, 2 s) on one queue; idle threads
+// spread over the queues (thread i waits on queue (i + round) mod n), so with concurrency >=
+// the number of queues a new job in any queue is taken at once.
+//
+// Shared by all processor threads (immutable except the ready latch). Processors do not fetch
+// until the process has registered its working lists and liveness key (set_ready), so that no
+// other process's recovery can take a freshly fetched job for an orphan.
+#include <string>
+#include <vector>
+
+#include "fetch/fetcher.hpp"
+#include "kiqd/job_context.hpp"
+#include "kiqd/redis/script.hpp"
+
+namespace kiqd {
+
+class ReliableFetcher final : public Fetcher {
+  public:
+    static constexpr int kBlockSeconds = 2;
+
+    ReliableFetcher(const Keys& keys, const QueueOrder& order, std::string identity,
+                    size_t batch_size = 1, size_t max_refills = 1);
+    ~ReliableFetcher() override;
+
+    using Fetcher::retrieve_work;
+    std::optional<UnitOfWork> retrieve_work(redis::Connection& conn, std::mt19937_64& rng,
+                                            size_t slot,
+                                            std::vector<redis::Command>& pending) const override;
+    std::vector<redis::Command> with_acknowledgement(
+        const UnitOfWork& unit, std::vector<redis::Command> outcome) const override;
+    std::vector<redis::Command> requeue_commands(
+        const std::vector<UnitOfWork>& units) const override;
+    bool defer_acknowledgement(const UnitOfWork& unit) const override;
+    std::vector<redis::Command> release_commands() const override;
+    std::vector<UnitOfWork> take_buffered() const override;
+    std::vector<std::string> held_payloads() const override;
+    size_t batch_size() const { return batch_; }
+    const std::string* working_list(const std::string& queue) const override;
+
+    // This process's working lists, one per configured queue (queue name, list key).
+    const std::vector<std::pair<std::string, std::string>>& working_lists() const {
+        return working_;
+    }
+    const std::string& identity() const { return identity_; }
+    // Called once the working lists and the liveness key are in Redis.
+    void set_ready() const { ready_.request_stop(); }
+
+  private:
+    // The queue an idle thread blocks on: a different one per slot and round, not paused.
+    size_t idle_queue(size_t slot, unsigned round) const;
+    std::vector<UnitOfWork> move_batch(redis::Connection& conn, std::mt19937_64& rng,
+                                       std::vector<redis::Command>& pending,
+                                       const std::vector<UnitOfWork>& acks) const;
+    redis::Command ack_command(const UnitOfWork& unit) const;
+
+    const Keys& keys_;
+    const QueueOrder& order_;
+    std::string identity_;
+    std::vector<std::string> queue_keys_;                       // by index in order_.names()
+    std::vector<std::pair<std::string, std::string>> working_;  // by index in order_.names()
+    redis::Script fetch_script_;
+    size_t batch_;
+    std::vector<std::string> batch_keys_;  // queue keys, then working list keys
+    redis::Script batch_script_;
+    std::unique_ptr<FetchBuffer> buffer_;  // only when batch_ > 1
+    // A one-shot latch (StopSignal's shape: set once, awaitable), not a stop request.
+    mutable StopSignal ready_;
+};
+
+}  // namespace kiqd

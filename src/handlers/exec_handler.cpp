@@ -1,0 +1,462 @@
+#include "handlers/exec_handler.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <system_error>
+#include <thread>
+
+extern char** environ;
+
+namespace kiqd {
+namespace {
+
+using Steady = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// An owned file descriptor.
+class Fd {
+  public:
+    Fd() = default;
+    explicit Fd(int fd) : fd_(fd) {}
+    Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+    Fd& operator=(Fd&& o) noexcept {
+        if (this != &o) {
+            reset();
+            fd_ = std::exchange(o.fd_, -1);
+        }
+        return *this;
+    }
+    ~Fd() { reset(); }
+    int get() const { return fd_; }
+    bool open() const { return fd_ >= 0; }
+    void reset() {
+        if (fd_ >= 0) ::close(fd_);
+        fd_ = -1;
+    }
+
+  private:
+    int fd_ = -1;
+};
+
+struct Pipe {
+    Fd read, write;
+};
+
+Pipe make_pipe() {
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) != 0)
+        throw JobError("Kiqd::ExecError",
+                       std::string("cannot create a pipe: ") + std::strerror(errno));
+    return {Fd(p[0]), Fd(p[1])};
+}
+
+void set_nonblocking(int fd) {
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+int open_pidfd(pid_t pid) {
+#ifdef SYS_pidfd_open
+    return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));  // close-on-exec by definition
+#else
+    (void)pid;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+std::string signal_name(int sig) {
+    const char* abbrev = ::sigabbrev_np(sig);
+    return abbrev ? std::string("SIG") + abbrev : std::to_string(sig);
+}
+
+std::string seconds_text(milliseconds d) {
+    return fmt::format("{:g}s", std::chrono::duration<double>(d).count());
+}
+
+bool is_executable_file(const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+           ::access(path.c_str(), X_OK) == 0;
+}
+
+// Splits a child's output into lines for the log, and keeps the tail of stderr.
+class LineSink {
+  public:
+    LineSink(const char* stream, size_t max_line, const Job& job, spdlog::logger& log,
+             std::deque<std::string>* tail, size_t tail_lines, size_t tail_bytes)
+        : stream_(stream),
+          max_line_(max_line),
+          job_(job),
+          log_(log),
+          tail_(tail),
+          tail_lines_(tail_lines),
+          tail_bytes_(tail_bytes) {}
+
+    void feed(const char* data, size_t n) {
+        buf_.append(data, n);
+        size_t start = 0;
+        for (;;) {
+            size_t nl = buf_.find('\n', start);
+            if (nl == std::string::npos) {
+                if (buf_.size() - start >= max_line_) {
+                    emit(buf_.substr(start, max_line_));
+                    start += max_line_;
+                    continue;
+                }
+                break;
+            }
+            emit(buf_.substr(start, nl - start));
+            start = nl + 1;
+        }
+        buf_.erase(0, start);
+    }
+    void finish() {
+        if (!buf_.empty()) emit(std::move(buf_));
+        buf_.clear();
+    }
+
+  private:
+    void emit(std::string line) {
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        log_.info("class={} jid={} {}: {}", job_.display_class(), job_.jid, stream_, line);
+        if (!tail_) return;
+        tail_->push_back(std::move(line));
+        size_t bytes = 0;
+        for (const auto& l : *tail_) bytes += l.size() + 1;
+        while (tail_->size() > 1 && (tail_->size() > tail_lines_ || bytes > tail_bytes_)) {
+            bytes -= tail_->front().size() + 1;
+            tail_->pop_front();
+        }
+        if (tail_->size() == 1 && tail_->front().size() > tail_bytes_)
+            tail_->front().erase(0, tail_->front().size() - tail_bytes_);
+    }
+
+    const char* stream_;
+    size_t max_line_;
+    const Job& job_;
+    spdlog::logger& log_;
+    std::deque<std::string>* tail_;
+    size_t tail_lines_, tail_bytes_;
+    std::string buf_;
+};
+
+// A started child: killed (whole group) and reaped when it goes out of scope unreaped, so no
+// exception path leaves a zombie or a stray process behind.
+class Child {
+  public:
+    explicit Child(pid_t pid) : pid_(pid) {}
+    ~Child() {
+        if (reaped_) return;
+        ::kill(-pid_, SIGKILL);
+        int status;
+        while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+        }
+    }
+    pid_t pid() const { return pid_; }
+    bool reaped() const { return reaped_; }
+    int status() const { return status_; }
+    // Non-blocking reap; true once the child has exited.
+    bool try_reap() {
+        if (reaped_) return true;
+        int status;
+        pid_t r = ::waitpid(pid_, &status, WNOHANG);
+        if (r == pid_) {
+            reaped_ = true;
+            status_ = status;
+        }
+        return reaped_;
+    }
+    // The whole process group (the child is its leader); falls back to the child alone.
+    void signal(int sig) const {
+        if (::kill(-pid_, sig) != 0) ::kill(pid_, sig);
+    }
+
+  private:
+    pid_t pid_;
+    bool reaped_ = false;
+    int status_ = 0;
+};
+
+class ExecRunner {
+  public:
+    ExecRunner(ExecHandlerSpec spec, milliseconds timeout, ExecLimits limits)
+        : spec_(std::move(spec)), timeout_(timeout), limits_(limits) {
+        for (char** e = environ; e && *e; ++e) {
+            std::string_view v(*e);
+            if (v.rfind("KIQD_JID=", 0) == 0 || v.rfind("KIQD_CLASS=", 0) == 0 ||
+                v.rfind("KIQD_QUEUE=", 0) == 0 || v.rfind("KIQD_RETRY_COUNT=", 0) == 0)
+                continue;
+            base_env_.emplace_back(v);
+        }
+        command_line_ = fmt::format("{}", fmt::join(spec_.argv, " "));
+    }
+
+    void operator()(const Job& job, JobContext& ctx) const;
+
+  private:
+    ExecHandlerSpec spec_;
+    milliseconds timeout_;
+    ExecLimits limits_;
+    std::vector<std::string> base_env_;
+    std::string command_line_;
+};
+
+void ExecRunner::operator()(const Job& job, JobContext& ctx) const {
+    // argv and envp for the child; built before anything is started.
+    std::vector<std::string> env = base_env_;
+    env.push_back("KIQD_JID=" + job.jid);
+    env.push_back("KIQD_CLASS=" + job.handler_name());
+    env.push_back("KIQD_QUEUE=" + job.queue);
+    const auto retry = job.retry_count();
+    env.push_back("KIQD_RETRY_COUNT=" + (retry ? std::to_string(*retry) : std::string()));
+    std::vector<char*> envp, argv;
+    for (auto& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    std::vector<std::string> args = spec_.argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+
+    Pipe in = make_pipe(), out = make_pipe(), err = make_pipe();
+
+    posix_spawn_file_actions_t actions;
+    posix_spawnattr_t attr;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawnattr_init(&attr);
+    // dup2 clears close-on-exec on 0/1/2 only; every other descriptor kiqd owns closes at exec.
+    posix_spawn_file_actions_adddup2(&actions, in.read.get(), 0);
+    posix_spawn_file_actions_adddup2(&actions, out.write.get(), 1);
+    posix_spawn_file_actions_adddup2(&actions, err.write.get(), 2);
+    sigset_t none, all;
+    sigemptyset(&none);
+    sigfillset(&all);
+    posix_spawnattr_setsigmask(&attr, &none);    // kiqd's threads may block signals
+    posix_spawnattr_setsigdefault(&attr, &all);  // kiqd ignores SIGPIPE; the child must not
+    posix_spawnattr_setpgroup(&attr, 0);         // own group: timeouts signal its children too
+    posix_spawnattr_setflags(
+        &attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    pid_t pid = -1;
+    const int rc = ::posix_spawnp(&pid, argv[0], &actions, &attr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&actions);
+    posix_spawnattr_destroy(&attr);
+    if (rc != 0) {
+        throw JobError("Kiqd::ExecError",
+                       fmt::format("cannot start {}: {}", spec_.argv[0], std::strerror(rc)),
+                       {"exec: " + command_line_});
+    }
+    Child child(pid);
+    in.read.reset();
+    out.write.reset();
+    err.write.reset();
+    set_nonblocking(in.write.get());
+    set_nonblocking(out.read.get());
+    set_nonblocking(err.read.get());
+    Fd pidfd(open_pidfd(pid));
+    ctx.log.debug("class={} jid={} started pid {}: {}", job.display_class(), job.jid, pid,
+                  command_line_);
+
+    std::deque<std::string> stderr_tail;
+    LineSink out_sink("stdout", limits_.max_log_line_bytes, job, ctx.log, nullptr, 0, 0);
+    LineSink err_sink("stderr", limits_.max_log_line_bytes, job, ctx.log, &stderr_tail,
+                      limits_.stderr_tail_lines, limits_.stderr_tail_bytes);
+
+    const std::string& payload = job.raw;
+    size_t written = 0;
+    if (payload.empty()) in.write.reset();
+
+    enum class Phase { running, timed_out, stopping } phase = Phase::running;
+    const auto started = Steady::now();
+    const auto deadline = started + timeout_;
+    auto kill_at = Steady::time_point::max();
+    bool killed = false;
+    auto drain_until = Steady::time_point::max();
+    char buf[65536];
+
+    auto read_from = [&](Fd& fd, LineSink& sink) {
+        // A bounded number of reads per wake, so that a command flooding its output cannot
+        // keep the loop from its deadlines.
+        for (int reads = 0; reads < 16; ++reads) {
+            ssize_t n = ::read(fd.get(), buf, sizeof buf);
+            if (n > 0) {
+                sink.feed(buf, static_cast<size_t>(n));
+                if (static_cast<size_t>(n) < sizeof buf) return;
+                continue;
+            }
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0 && errno == EAGAIN) return;
+            fd.reset();  // EOF or error
+            return;
+        }
+    };
+
+    for (;;) {
+        const auto now = Steady::now();
+        if (child.reaped()) {
+            if ((!out.read.open() && !err.read.open()) || now >= drain_until) break;
+        } else if (phase == Phase::running && ctx.stop.stop_requested()) {
+            phase = Phase::stopping;
+            child.signal(SIGTERM);
+            kill_at = now + limits_.shutdown_grace;
+        } else if (phase == Phase::running && now >= deadline) {
+            phase = Phase::timed_out;
+            child.signal(SIGTERM);
+            kill_at = now + spec_.grace;
+        } else if (phase != Phase::running && !killed && now >= kill_at) {
+            killed = true;
+            child.signal(SIGKILL);
+        }
+
+        // Wake for output, for the child's exit (pidfd), and at least every 100 ms to see a
+        // shutdown; sooner for the next deadline.
+        auto wake = now + milliseconds(100);
+        if (phase == Phase::running)
+            wake = std::min(wake, deadline);
+        else if (!killed)
+            wake = std::min(wake, kill_at);
+        int timeout_ms = static_cast<int>(
+            std::max<long long>(0, std::chrono::ceil<milliseconds>(wake - now).count()));
+        if (child.reaped())
+            timeout_ms = 0;
+        else if (!pidfd.open() && !out.read.open() && !err.read.open())
+            timeout_ms = std::min(timeout_ms, 5);  // no pidfd: poll waitpid
+
+        pollfd fds[4];
+        int n = 0, in_i = -1, out_i = -1, err_i = -1, pid_i = -1;
+        if (in.write.open()) {
+            in_i = n;
+            fds[n++] = {in.write.get(), POLLOUT, 0};
+        }
+        if (out.read.open()) {
+            out_i = n;
+            fds[n++] = {out.read.get(), POLLIN, 0};
+        }
+        if (err.read.open()) {
+            err_i = n;
+            fds[n++] = {err.read.get(), POLLIN, 0};
+        }
+        if (pidfd.open() && !child.reaped()) {
+            pid_i = n;
+            fds[n++] = {pidfd.get(), POLLIN, 0};
+        }
+        const int ready = ::poll(fds, static_cast<nfds_t>(n), timeout_ms);
+        if (ready < 0 && errno != EINTR)
+            throw JobError("Kiqd::ExecError", std::string("poll: ") + std::strerror(errno));
+        if (ready <= 0) {
+            if (child.reaped()) break;  // exited and nothing more to read right now
+            if (!pidfd.open()) child.try_reap();
+            continue;
+        }
+        if (in_i >= 0 && fds[in_i].revents) {
+            if (fds[in_i].revents & (POLLERR | POLLHUP)) {
+                in.write.reset();  // the command does not read its stdin: not an error
+            } else {
+                ssize_t w =
+                    ::write(in.write.get(), payload.data() + written, payload.size() - written);
+                if (w > 0)
+                    written += static_cast<size_t>(w);
+                else if (w < 0 && errno != EAGAIN && errno != EINTR)
+                    in.write.reset();
+                if (written == payload.size()) in.write.reset();
+            }
+        }
+        if (out_i >= 0 && fds[out_i].revents) read_from(out.read, out_sink);
+        if (err_i >= 0 && fds[err_i].revents) read_from(err.read, err_sink);
+        if ((pid_i >= 0 && fds[pid_i].revents) || !pidfd.open()) {
+            if (child.try_reap()) {
+                in.write.reset();
+                // Output still buffered in the pipes is read; descendants that keep them open
+                // are not waited for beyond a short drain.
+                drain_until = Steady::now() + milliseconds(200);
+            }
+        }
+    }
+    out_sink.finish();
+    err_sink.finish();
+
+    const double elapsed = std::chrono::duration<double>(Steady::now() - started).count();
+    auto tail_text = [&] {
+        if (stderr_tail.empty()) return std::string();
+        return fmt::format("; stderr: {}", fmt::join(stderr_tail, "\n"));
+    };
+    const int status = child.status();
+    std::vector<std::string> backtrace{"exec: " + command_line_};
+    if (phase == Phase::stopping) {
+        ctx.log.info("class={} jid={} command pid {} stopped by shutdown after {:.3f} s",
+                     job.display_class(), job.jid, pid, elapsed);
+        throw Interrupted();
+    }
+    if (phase == Phase::timed_out) {
+        throw JobError(
+            "Kiqd::Timeout",
+            fmt::format("{} did not finish within {} (pid {}; sent SIGTERM{})", spec_.argv[0],
+                        seconds_text(timeout_), pid,
+                        killed ? ", then SIGKILL after " + seconds_text(spec_.grace) : "") +
+                tail_text(),
+            std::move(backtrace));
+    }
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return;
+    const std::string how =
+        WIFEXITED(status)     ? fmt::format("exited with status {}", WEXITSTATUS(status))
+        : WIFSIGNALED(status) ? fmt::format("was killed by signal {} ({})", WTERMSIG(status),
+                                            signal_name(WTERMSIG(status)))
+                              : fmt::format("ended with wait status {}", status);
+    throw JobError("Kiqd::ExecError", fmt::format("{} {}", spec_.argv[0], how) + tail_text(),
+                   std::move(backtrace));
+}
+
+}  // namespace
+
+Handler make_exec_handler(const ExecHandlerSpec& spec, milliseconds default_timeout,
+                          ExecLimits limits) {
+    if (spec.argv.empty()) throw ConfigError("handlers." + spec.job_class + ".exec", "is empty");
+    // A child that exits before reading its stdin must not kill kiqd with SIGPIPE: writes
+    // then fail with EPIPE instead. (Children get the default disposition back at exec.)
+    std::signal(SIGPIPE, SIG_IGN);
+    auto runner =
+        std::make_shared<const ExecRunner>(spec, spec.timeout.value_or(default_timeout), limits);
+    return [runner](const Job& job, JobContext& ctx) { (*runner)(job, ctx); };
+}
+
+void register_exec_handlers(const Config& config, HandlerRegistry& registry) {
+    for (const auto& spec : config.exec_handlers)
+        registry.add(spec.job_class, make_exec_handler(spec, config.timeout));
+}
+
+std::optional<std::string> exec_command_problem(const ExecHandlerSpec& spec) {
+    if (spec.argv.empty()) return "no command";
+    const std::string& cmd = spec.argv[0];
+    if (cmd.find('/') != std::string::npos) {
+        struct stat st {};
+        if (::stat(cmd.c_str(), &st) != 0) return fmt::format("{}: {}", cmd, std::strerror(errno));
+        if (!S_ISREG(st.st_mode)) return fmt::format("{}: not a regular file", cmd);
+        if (::access(cmd.c_str(), X_OK) != 0) return fmt::format("{}: not executable", cmd);
+        return std::nullopt;
+    }
+    const char* path_env = std::getenv("PATH");
+    std::string path = path_env ? path_env : "/usr/local/bin:/usr/bin:/bin";
+    size_t start = 0;
+    for (;;) {
+        size_t colon = path.find(':', start);
+        std::string dir = path.substr(start, colon == std::string::npos ? colon : colon - start);
+        if (dir.empty()) dir = ".";
+        if (is_executable_file(dir + "/" + cmd)) return std::nullopt;
+        if (colon == std::string::npos) break;
+        start = colon + 1;
+    }
+    return fmt::format("{}: not found in PATH", cmd);
+}
+
+}  // namespace kiqd

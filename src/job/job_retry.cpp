@@ -1,0 +1,108 @@
+#include "job/job_retry.hpp"
+
+#include <algorithm>
+#include <limits>
+
+#include "job/backtrace_codec.hpp"
+#include "job/raw_json_object.hpp"
+#include "kiqd/clock.hpp"
+
+namespace kiqd {
+
+std::string truncate_utf8(const std::string& text, size_t max_chars) {
+    size_t chars = 0;
+    for (size_t i = 0; i < text.size(); ++i) {
+        if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) {  // a code point starts here
+            if (chars == max_chars) return text.substr(0, i);
+            ++chars;
+        }
+    }
+    return text;
+}
+
+long long JobRetry::delay_seconds(long long count, Compat compat, std::mt19937_64& rng) {
+    // retry_count comes from the payload: clamp it so that count⁴ cannot overflow (50,000⁴ s is
+    // 2·10¹¹ years, "never" either way) and a negative count cannot invert the jitter range.
+    count = std::clamp(count, 0LL, 50000LL);
+    const long long base = count * count * count * count + 15;
+    if (compat == Compat::v8) {
+        std::uniform_int_distribution<long long> jitter(0, 10 * (count + 1) - 1);
+        return base + jitter(rng);
+    }
+    std::uniform_int_distribution<long long> r(0, 9);
+    return base + r(rng) * (count + 1);
+}
+
+RetryPlan JobRetry::plan(const Job& job, const Failure& failure, double now,
+                         std::mt19937_64& rng) const {
+    RetryPlan plan;
+    const auto& p = job.payload();
+    // Ruby truthiness: absent means the default (true); false and null disable retries.
+    auto retry_it = p.find("retry");
+    const bool retry_enabled =
+        retry_it == p.end() || !(retry_it->is_null() || (retry_it->is_boolean() && !*retry_it));
+    if (!retry_enabled) return plan;  // no retry, no morgue (death handlers would run here)
+    const long long max = retry_it != p.end() && retry_it->is_number_integer()
+                              ? retry_it->get<long long>()
+                              : max_retries_;
+
+    auto obj = RawJsonObject::parse(job.raw);  // the original, not anything middleware changed
+    auto retry_queue = p.find("retry_queue");
+    obj->set_string("queue", retry_queue != p.end() && retry_queue->is_string()
+                                 ? retry_queue->get<std::string>()
+                                 : job.queue);
+    obj->set_string("error_message", truncate_utf8(failure.message, 10000));
+    obj->set_string("error_class", failure.error_class);
+    long long count = 0;
+    const std::string now_ts = payload_timestamp(compat_, now);
+    if (auto previous = job.retry_count()) {
+        // Saturating: a payload may carry any retry_count, even the largest long long.
+        count = *previous < std::numeric_limits<long long>::max() ? *previous + 1 : *previous;
+        obj->set("retried_at", now_ts);
+    } else {
+        obj->set("failed_at", now_ts);
+    }
+    obj->set("retry_count", std::to_string(count));
+    if (auto bt = p.find("backtrace");
+        bt != p.end() && !bt->is_null() && !(bt->is_boolean() && !*bt)) {
+        std::vector<std::string> lines = failure.backtrace;
+        if (bt->is_number_integer() && bt->get<long long>() >= 0 &&
+            lines.size() > static_cast<size_t>(bt->get<long long>()))
+            lines.resize(static_cast<size_t>(bt->get<long long>()));
+        obj->set_string("error_backtrace", encode_backtrace(lines));
+    }
+
+    bool exhausted = count >= max;
+    if (auto rf = p.find("retry_for"); rf != p.end() && rf->is_number()) {
+        // 7.1+: retry until failed_at + retry_for, whatever the count.
+        double first = now;
+        if (auto fa = p.find("failed_at"); fa != p.end() && fa->is_number())
+            first = timestamp_seconds(fa->get<double>(), fa->is_number_integer());
+        exhausted = first + rf->get<double>() < now;
+    }
+    plan.payload = obj->dump();
+    if (exhausted) {
+        auto dead = p.find("dead");
+        plan.outcome = dead != p.end() && dead->is_boolean() && !*dead ? FailureOutcome::Discarded
+                                                                       : FailureOutcome::Dead;
+        plan.score = now;
+    } else {
+        plan.outcome = FailureOutcome::Retried;
+        plan.score = now + static_cast<double>(delay_seconds(count, compat_, rng));
+    }
+    return plan;
+}
+
+std::vector<redis::Command> JobRetry::commands(const RetryPlan& plan) const {
+    switch (plan.outcome) {
+        case FailureOutcome::Retried:
+            return {{"ZADD", keys_.retry(), score_text(plan.score), plan.payload}};
+        case FailureOutcome::Dead:
+            return dead_.kill_commands(plan.payload, plan.score);
+        case FailureOutcome::Discarded:
+            break;
+    }
+    return {};
+}
+
+}  // namespace kiqd

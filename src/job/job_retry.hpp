@@ -1,0 +1,52 @@
+#pragma once
+// JobRetry: what happens to a job whose handler failed, exactly as Sidekiq's JobRetry does it
+// (sidekiq-data-model §5): the original payload gains retry_count/failed_at/retried_at/
+// error_class/error_message (+ error_backtrace when "backtrace" is set) — every other field
+// byte-for-byte unchanged — and goes to the "retry" ZSET after count⁴ + 15 + jitter seconds,
+// or to "dead" once retries are exhausted (unless "dead": false), or nowhere for "retry": false.
+// plan() is pure (unit-tested); record() writes the plan. Stateless; shared by all threads.
+#include <random>
+#include <string>
+#include <vector>
+
+#include "job/dead_set.hpp"
+#include "kiqd/job.hpp"
+#include "kiqd/redis/connection.hpp"
+
+namespace kiqd {
+
+struct Failure {
+    std::string error_class;
+    std::string message;
+    std::vector<std::string> backtrace;
+};
+
+enum class FailureOutcome { Retried, Dead, Discarded };
+
+struct RetryPlan {
+    FailureOutcome outcome = FailureOutcome::Discarded;
+    std::string payload;  // the retry/dead member
+    double score = 0;     // retry-at (Retried) or time of death (Dead)
+};
+
+class JobRetry {
+  public:
+    JobRetry(Compat compat, int max_retries, const Keys& keys, const DeadSet& dead)
+        : compat_(compat), max_retries_(max_retries), keys_(keys), dead_(dead) {}
+
+    RetryPlan plan(const Job& job, const Failure& failure, double now, std::mt19937_64& rng) const;
+    std::vector<redis::Command> commands(const RetryPlan& plan) const;
+    // Seconds until the next attempt after the failure numbered `count` (0 = first failure).
+    static long long delay_seconds(long long count, Compat compat, std::mt19937_64& rng);
+
+  private:
+    Compat compat_;
+    int max_retries_;
+    const Keys& keys_;
+    const DeadSet& dead_;
+};
+
+// Sidekiq keeps at most 10,000 characters of an error message.
+std::string truncate_utf8(const std::string& text, size_t max_chars);
+
+}  // namespace kiqd

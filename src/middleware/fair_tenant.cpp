@@ -1,0 +1,304 @@
+#include "middleware/fair_tenant.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <stdexcept>
+
+#include "job/raw_json_object.hpp"
+#include "kiqd/clock.hpp"
+
+namespace kiqd {
+namespace {
+
+// The gem's register_job (MULTI { ZREMRANGEBYSCORE; ZADD; EXPIRE }) and assign_queue (one ZCOUNT
+// per rule, the last match wins) in one script. Times are the caller's clock, as the gem uses
+// the pushing process's Time.now; every bound is floored to whole seconds as the gem's .to_i
+// does, and both ZREMRANGEBYSCORE and ZCOUNT bounds are inclusive (the gem passes integers).
+// KEYS[1] the enqueues ZSET; server mode also KEYS[2] `queues`, KEYS[2+i] queue:<rule i queue>.
+// ARGV[1] 'c' (client) | 's' (server), ARGV[2] now (float seconds), ARGV[3] max window
+// (integer seconds), ARGV[4] member "jid:<jid>", ARGV[5] n, then per rule i (1..n):
+// ARGV[4+2i] per ('' = max window), ARGV[5+2i] threshold; server mode then ARGV[5+2n+i] the
+// payload to push when rule i wins ('' = do not move) and ARGV[5+3n+i] its queue name.
+// Returns the winning rule (1-based), 0 for none, -1 (server) when the jid was registered.
+constexpr const char* kScript = R"lua(
+local key = KEYS[1]
+local now = tonumber(ARGV[2])
+local max = tonumber(ARGV[3])
+local n = tonumber(ARGV[5])
+if ARGV[1] == 's' and redis.call('zscore', key, ARGV[4]) then return -1 end
+local t = math.floor(now)
+redis.call('zremrangebyscore', key, '-inf', string.format('%d', math.floor(now - max)))
+redis.call('zadd', key, string.format('%d', t), ARGV[4])
+redis.call('expire', key, ARGV[3])
+local chosen = 0
+for i = 1, n do
+  local per = ARGV[4 + 2 * i]
+  if per == '' then per = max else per = tonumber(per) end
+  local count = redis.call('zcount', key, string.format('%d', math.floor(now - per)),
+                           string.format('%d', t))
+  if tonumber(ARGV[5 + 2 * i]) < count then chosen = i end
+end
+if ARGV[1] == 's' and chosen > 0 then
+  local payload = ARGV[5 + 2 * n + chosen]
+  if payload ~= '' then
+    redis.call('sadd', KEYS[2], ARGV[5 + 3 * n + chosen])
+    redis.call('lpush', KEYS[2 + chosen], payload)
+  end
+end
+return chosen
+)lua";
+
+// What Ruby's to_s gives for the usual tenant values (strings and integers; floats as JSON
+// prints them, which matches Ruby for the common cases); anything else is its JSON text.
+std::string tenant_text(const nlohmann::json& v) {
+    if (v.is_string()) return v.get<std::string>();
+    return v.dump();
+}
+
+// Ruby truthiness: nil and false are "no tenant"; "" and 0 are tenants.
+bool truthy(const nlohmann::json& v) {
+    return !v.is_null() && !(v.is_boolean() && !v.get<bool>());
+}
+
+template <class Json>
+std::vector<FairTenantRule> rules_from_job(const Json& v) {
+    if (!v.is_array())
+        throw std::invalid_argument(
+            "fair_tenant_queues must be an array of {queue, threshold, per}");
+    std::vector<FairTenantRule> rules;
+    for (size_t i = 0; i < v.size(); ++i) {
+        const auto& r = v[i];
+        const std::string where = "fair_tenant_queues[" + std::to_string(i) + "]";
+        if (!r.is_object()) throw std::invalid_argument(where + " must be an object");
+        FairTenantRule rule;
+        auto q = r.find("queue");
+        if (q == r.end() || !q->is_string() || q->template get<std::string>().empty())
+            throw std::invalid_argument(where + ".queue must be a non-empty string");
+        rule.queue = q->template get<std::string>();
+        auto t = r.find("threshold");
+        if (t == r.end() || !t->is_number() || !std::isfinite(t->template get<double>()))
+            throw std::invalid_argument(where + ".threshold must be a number");
+        rule.threshold = t->template get<double>();
+        if (auto p = r.find("per"); p != r.end() && !p->is_null()) {
+            if (!p->is_number() || !std::isfinite(p->template get<double>()) ||
+                p->template get<double>() <= 0 || p->template get<double>() > 1e10)
+                throw std::invalid_argument(where + ".per must be a number of seconds > 0");
+            rule.per = p->template get<double>();
+        }
+        rules.push_back(std::move(rule));
+    }
+    return rules;
+}
+
+std::string number_text(double v) {
+    if (v == std::floor(v) && std::abs(v) < 1e15)
+        return fmt::format("{}", static_cast<long long>(v));
+    return fmt::format("{}", v);
+}
+
+}  // namespace
+
+std::optional<std::string> enqueues_key_problem(const std::string& format) {
+    for (size_t i = 0; i < format.size(); ++i) {
+        if (format[i] != '%') continue;
+        if (i + 1 < format.size() && format[i + 1] == '%') {
+            ++i;
+            continue;
+        }
+        bool known = false;
+        for (const char* name : {"%<queue>s", "%<job_class>s", "%<fair_tenant>s"})
+            if (format.compare(i, std::char_traits<char>::length(name), name) == 0) known = true;
+        if (!known)
+            return "only the placeholders %<queue>s, %<job_class>s and %<fair_tenant>s (and %%) "
+                   "are supported";
+    }
+    if (format.empty()) return std::string("is empty");
+    return std::nullopt;
+}
+
+std::string format_enqueues_key(const std::string& format, const std::string& queue,
+                                const std::string& job_class, const std::string& tenant) {
+    std::string out;
+    for (size_t i = 0; i < format.size(); ++i) {
+        if (format[i] != '%') {
+            out += format[i];
+            continue;
+        }
+        auto take = [&](const char* name, const std::string& value) {
+            const size_t n = std::char_traits<char>::length(name);
+            if (format.compare(i, n, name) != 0) return false;
+            out += value;
+            i += n - 1;
+            return true;
+        };
+        if (i + 1 < format.size() && format[i + 1] == '%') {
+            out += '%';
+            ++i;
+        } else if (!take("%<queue>s", queue) && !take("%<job_class>s", job_class) &&
+                   !take("%<fair_tenant>s", tenant)) {
+            out += '%';  // validated at config load; keep it literal if it ever gets here
+        }
+    }
+    return out;
+}
+
+FairTenant::FairTenant(const Config& config, Keys keys)
+    : keys_(std::move(keys)), settings_(config.fair_tenant), script_(kScript) {
+    for (const auto& [name, spec] : config.classes) {
+        if (spec.queue.empty() && spec.fair_tenant_queues.empty() && !spec.fair_tenant_arg)
+            continue;
+        classes_[name] = ClassRules{spec.queue, spec.fair_tenant_queues, spec.fair_tenant_arg};
+    }
+}
+
+template <class Json>
+std::optional<FairTenantPlan> FairTenant::plan_impl(const Json& job,
+                                                    const std::string& queue) const {
+    FairTenantPlan plan;
+    if (auto w = job.find("wrapped"); w != job.end() && w->is_string())
+        plan.job_class = w->template get<std::string>();
+    else if (auto c = job.find("class"); c != job.end() && c->is_string())
+        plan.job_class = c->template get<std::string>();
+    const auto cls_it = classes_.find(plan.job_class);
+    const ClassRules* cls = cls_it == classes_.end() ? nullptr : &cls_it->second;
+
+    // enabled?: rules (the job's own win, and an empty list there means "none", as .blank?)
+    if (auto r = job.find("fair_tenant_queues"); r != job.end() && !r->is_null())
+        plan.rules = rules_from_job(*r);
+    else if (cls)
+        plan.rules = cls->rules;
+    if (plan.rules.empty()) return std::nullopt;
+    // ... and not rerouted already.
+    if (cls && !cls->queue.empty()) {
+        if (queue != cls->queue) return std::nullopt;
+    } else {
+        for (const auto& rule : plan.rules)
+            if (rule.queue == queue) return std::nullopt;
+    }
+
+    // The tenant: job["fair_tenant"] ||= the class's (args[N] here) || job["apartment"].
+    if (auto t = job.find("fair_tenant"); t != job.end() && truthy(nlohmann::json(*t))) {
+        plan.tenant_value = nlohmann::json(*t);
+    } else if (cls && cls->tenant_arg) {
+        const Json* args = nullptr;
+        if (auto a = job.find("args"); a != job.end() && a->is_array()) args = &*a;
+        // ActiveJob: the job's own arguments are in args[0]["arguments"], as the gem reads them.
+        if (args && job.contains("wrapped") && !args->empty() && (*args)[0].is_object()) {
+            auto inner = (*args)[0].find("arguments");
+            args = inner != (*args)[0].end() && inner->is_array() ? &*inner : nullptr;
+        }
+        const auto i = static_cast<size_t>(*cls->tenant_arg);
+        if (args && i < args->size() && truthy(nlohmann::json((*args)[i])))
+            plan.tenant_value = nlohmann::json((*args)[i]);
+    }
+    if (plan.tenant_value.is_null()) {
+        if (auto a = job.find("apartment"); a != job.end() && truthy(nlohmann::json(*a)))
+            plan.tenant_value = nlohmann::json(*a);
+    }
+    if (plan.tenant_value.is_null()) return std::nullopt;  // the gem logs "won't be throttled"
+    plan.tenant = tenant_text(plan.tenant_value);
+    plan.key = keys_.prefix() +
+               format_enqueues_key(settings_.enqueues_key, queue, plan.job_class, plan.tenant);
+    return plan;
+}
+
+std::optional<FairTenantPlan> FairTenant::plan(const nlohmann::json& job,
+                                               const std::string& queue) const {
+    return plan_impl(job, queue);
+}
+
+std::optional<FairTenantPlan> FairTenant::plan(const nlohmann::ordered_json& job,
+                                               const std::string& queue) const {
+    return plan_impl(job, queue);
+}
+
+std::vector<std::string> FairTenant::script_args(char mode, const FairTenantPlan& plan,
+                                                 const std::string& jid, double now) const {
+    std::vector<std::string> args{std::string(1, mode), fmt::format("{:.6f}", now),
+                                  std::to_string(settings_.max_throttling_window), "jid:" + jid,
+                                  std::to_string(plan.rules.size())};
+    for (const auto& rule : plan.rules) {
+        args.push_back(rule.per ? number_text(*rule.per) : "");
+        args.push_back(number_text(rule.threshold));
+    }
+    return args;
+}
+
+size_t FairTenant::register_and_decide(redis::Connection& redis, const FairTenantPlan& plan,
+                                       const std::string& jid, double now) const {
+    auto reply = script_.run(redis, {plan.key}, script_args('c', plan, jid, now));
+    return static_cast<size_t>(reply.integer());
+}
+
+long long FairTenant::register_and_move(redis::Connection& redis, const FairTenantPlan& plan,
+                                        const std::string& jid, double now,
+                                        const std::vector<std::string>& moved_payloads) const {
+    std::vector<std::string> keys{plan.key, keys_.queues()};
+    for (const auto& rule : plan.rules) keys.push_back(keys_.queue(rule.queue));
+    auto args = script_args('s', plan, jid, now);
+    for (const auto& p : moved_payloads) args.push_back(p);
+    for (const auto& rule : plan.rules) args.push_back(rule.queue);
+    return script_.run(redis, keys, args).integer();
+}
+
+FairTenantClientMiddleware::FairTenantClientMiddleware(const Config& config, Keys keys)
+    : fair_(config, std::move(keys)) {}
+
+void FairTenantClientMiddleware::call(nlohmann::ordered_json& job, redis::Connection& redis,
+                                      const ClientNext& next) const {
+    const std::string queue = job.value("queue", std::string("default"));
+    auto plan = fair_.plan(job, queue);
+    if (!plan) return next();
+    if (auto t = job.find("fair_tenant"); t == job.end() || !truthy(nlohmann::json(*t)))
+        job["fair_tenant"] = plan->tenant_value;
+    const std::string jid =
+        job["jid"].is_string() ? job["jid"].get<std::string>() : job["jid"].dump();
+    const size_t chosen = fair_.register_and_decide(redis, *plan, jid, epoch_seconds());
+    if (chosen > 0) job["queue"] = plan->rules[chosen - 1].queue;
+    job[kFairTenantRegistered] = true;
+    next();
+}
+
+FairTenantServerMiddleware::FairTenantServerMiddleware(const Config& config, Keys keys)
+    : fair_(config, std::move(keys)) {}
+
+void FairTenantServerMiddleware::call(JobContext& ctx, const Next& next) const {
+    const auto& job = ctx.job;
+    if (auto m = job.payload().find(kFairTenantRegistered); m != job.payload().end() && truthy(*m))
+        return next();  // a kiqd client registered it at push time
+    std::optional<FairTenantPlan> plan;
+    try {
+        plan = fair_.plan(job.payload(), job.queue);
+    } catch (const std::invalid_argument& e) {
+        throw JobError("Kiqd::InvalidFairTenant", e.what());
+    }
+    if (!plan || job.jid.empty()) return next();
+    // One payload per rule: the job as the gem would have pushed it to that rule's queue.
+    auto obj = RawJsonObject::parse(job.raw);
+    if (!obj) return next();  // parse_job accepted it, so this does not happen
+    if (auto t = job.payload().find("fair_tenant"); t == job.payload().end() || !truthy(*t))
+        obj->set("fair_tenant", plan->tenant_value.dump());
+    obj->set(kFairTenantRegistered, "true");
+    std::vector<std::string> moved;
+    for (const auto& rule : plan->rules) {
+        if (rule.queue == job.queue) {
+            moved.emplace_back();  // "rerouted" to where it is: just run it
+            continue;
+        }
+        obj->set_string("queue", rule.queue);
+        moved.push_back(obj->dump());
+    }
+    const long long chosen =
+        fair_.register_and_move(ctx.redis, *plan, job.jid, epoch_seconds(), moved);
+    if (chosen > 0 && !moved[static_cast<size_t>(chosen - 1)].empty()) {
+        ctx.log.info(
+            "class={} jid={} tenant={} over its fair share: moved from queue:{} to queue:{}",
+            job.display_class(), job.jid, plan->tenant, job.queue,
+            plan->rules[static_cast<size_t>(chosen - 1)].queue);
+        return;  // stored in the throttled queue by the script: not run, not failed
+    }
+    next();
+}
+
+}  // namespace kiqd

@@ -1,0 +1,65 @@
+#include "middleware/limits/throttle.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "kiqd/clock.hpp"
+#include "middleware/limits/limit_scope.hpp"
+
+namespace kiqd {
+namespace {
+
+// Up to a tenth of the period, at most 5 s: enough to spread a window's throttled jobs over
+// the scheduler's polls without pushing them far into the window they are waiting for.
+double jitter_seconds(long long period) {
+    thread_local std::mt19937_64 rng(std::random_device{}());
+    const double max = std::min(5.0, static_cast<double>(period) / 10.0);
+    return std::uniform_real_distribution<double>(0.0, max)(rng);
+}
+
+}  // namespace
+
+ThrottleWindow throttle_window(long long now, long long period) {
+    const long long number = now / period;  // now ≥ 0: the epoch is behind us
+    return {number, period - now % period + 1, (number + 1) * period};
+}
+
+bool ThrottleMiddleware::configured(const Config& config) {
+    return std::any_of(config.classes.begin(), config.classes.end(),
+                       [](const auto& kv) { return kv.second.throttle.has_value(); });
+}
+
+ThrottleMiddleware::ThrottleMiddleware(const Config& config, const Keys& keys) : keys_(keys) {
+    for (const auto& [name, cls] : config.classes)
+        if (cls.throttle) classes_.emplace(name, &cls);
+}
+
+void ThrottleMiddleware::call(JobContext& ctx, const Next& next) const {
+    auto it = classes_.find(ctx.job.handler_name());
+    if (it == classes_.end()) return next();
+    const ClassSpec& cls = *it->second;
+    const ThrottleSpec& spec = *cls.throttle;
+    const auto now = static_cast<long long>(std::floor(epoch_seconds()));
+    const ThrottleWindow w = throttle_window(now, spec.period);
+    const std::string key =
+        keys_.throttle(w.number, limit_scope(ctx.job, spec.by, spec.arg, cls.fair_tenant_arg));
+    auto replies =
+        ctx.redis.pipeline({{"INCRBY", key, "1"}, {"EXPIRE", key, std::to_string(w.ttl)}});
+    const long long count = replies[0].integer();
+    if (count <= spec.limit) return next();
+    const double at = static_cast<double>(w.next_start) + jitter_seconds(spec.period);
+    // Stored before returning (the processor then records neither success nor failure), and
+    // with reliable fetch taken out of the working list in the same transaction.
+    redis::Command zadd{"ZADD", keys_.schedule(), score_text(at), ctx.job.raw};
+    if (ctx.working_list)
+        ctx.redis.pipeline(
+            {{"MULTI"}, zadd, {"LREM", *ctx.working_list, "1", ctx.job.raw}, {"EXEC"}});
+    else
+        ctx.redis.command(zadd);
+    ctx.log.debug("class={} jid={} throttled ({} > {} in {} s window {}): rescheduled at {:.3f}",
+                  ctx.job.display_class(), ctx.job.jid, count, spec.limit, spec.period, w.number,
+                  at);
+}
+
+}  // namespace kiqd

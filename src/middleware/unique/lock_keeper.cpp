@@ -1,0 +1,154 @@
+#include "middleware/unique/lock_keeper.hpp"
+
+#include <set>
+#include <vector>
+
+namespace kiqd {
+namespace {
+
+// KEYS[1] exec lock; ARGV[1] owner, ARGV[2] ttl ms. Extends only the owner's own lock.
+constexpr const char* kExtendScript = R"lua(
+if redis.call('get', KEYS[1]) == ARGV[1] then
+  return redis.call('pexpire', KEYS[1], ARGV[2])
+end
+return 0
+)lua";
+
+constexpr const char* kReleaseScript = R"lua(
+local freed = 0
+if redis.call('get', KEYS[1]) == ARGV[1] then
+  redis.call('del', KEYS[1])
+  freed = 1
+end
+if redis.call('hget', KEYS[2], KEYS[1]) == ARGV[1] then redis.call('hdel', KEYS[2], KEYS[1]) end
+return freed
+)lua";
+
+constexpr auto kTick = std::chrono::milliseconds(500);
+
+}  // namespace
+
+const char* LockKeeper::release_script_source() {
+    return kReleaseScript;
+}
+
+LockKeeper::LockKeeper(const Keys& keys, redis::ConnectionOptions options,
+                       std::chrono::milliseconds reaper_interval, std::string identity,
+                       spdlog::logger& log)
+    : keys_(keys),
+      options_(std::move(options)),
+      reaper_interval_(reaper_interval),
+      identity_(std::move(identity)),
+      held_hash_(keys.unique_held()),
+      log_(log),
+      extend_script_(kExtendScript),
+      release_script_(kReleaseScript) {}
+
+LockKeeper::~LockKeeper() {
+    stop();
+}
+
+void LockKeeper::start() {
+    thread_ = std::thread([this] { run(); });
+}
+
+void LockKeeper::stop() noexcept {
+    stop_.request_stop();
+    if (thread_.joinable()) thread_.join();
+}
+
+uint64_t LockKeeper::hold(std::string key, std::string owner, std::chrono::milliseconds ttl) {
+    std::lock_guard lock(mutex_);
+    const uint64_t id = next_id_++;
+    locks_[id] = Held{std::move(key), std::move(owner), ttl, std::chrono::steady_clock::now()};
+    return id;
+}
+
+void LockKeeper::release(uint64_t id) {
+    std::lock_guard lock(mutex_);
+    locks_.erase(id);
+}
+
+size_t LockKeeper::held() const {
+    std::lock_guard lock(mutex_);
+    return locks_.size();
+}
+
+size_t LockKeeper::extend_due(redis::Connection& conn, bool all) {
+    const auto now = std::chrono::steady_clock::now();
+    std::vector<std::pair<uint64_t, Held>> due;
+    {
+        std::lock_guard lock(mutex_);
+        for (const auto& [id, h] : locks_)
+            if (all || now - h.extended >= h.ttl / 3) due.emplace_back(id, h);
+    }
+    size_t extended = 0;
+    for (const auto& [id, h] : due) {
+        auto r = extend_script_.run(conn, {h.key}, {h.owner, std::to_string(h.ttl.count())});
+        if (r.integer() == 1) {
+            ++extended;
+        } else {
+            // Expired (this process stalled longer than the TTL) or reaped: say so once; the
+            // job keeps running, but another copy may start.
+            log_.warn("unique lock {} was lost while its job ran (TTL {} ms)", h.key,
+                      h.ttl.count());
+        }
+        std::lock_guard lock(mutex_);
+        auto it = locks_.find(id);
+        if (it != locks_.end()) it->second.extended = now;
+    }
+    return extended;
+}
+
+size_t LockKeeper::reap(redis::Connection& conn, bool take_lock) {
+    if (take_lock) {
+        auto won = conn.command({"SET", keys_.unique_reaper_lock(), identity_, "NX", "PX",
+                                 std::to_string(reaper_interval_.count())});
+        if (won.is_nil()) return 0;
+    }
+    auto held = conn.command({"HGETALL", held_hash_});
+    std::vector<std::pair<std::string, std::string>> entries;  // lock key, owner
+    std::set<std::string> identities;
+    for (size_t i = 0; i + 1 < held.size(); i += 2) {
+        std::string owner(held[i + 1].str());
+        identities.insert(owner.substr(0, owner.find(' ')));
+        entries.emplace_back(std::string(held[i].str()), std::move(owner));
+    }
+    if (entries.empty()) return 0;
+    std::vector<redis::Command> checks;
+    for (const auto& id : identities) checks.push_back({"EXISTS", keys_.process(id)});
+    auto replies = conn.pipeline(checks);
+    std::set<std::string> gone;
+    size_t i = 0;
+    for (const auto& id : identities)
+        if (replies[i++].integer() == 0) gone.insert(id);
+    size_t reaped = 0;
+    for (const auto& [key, owner] : entries) {
+        const auto id = owner.substr(0, owner.find(' '));
+        if (!gone.count(id)) continue;
+        release_script_.run(conn, {key, held_hash_}, {owner});
+        log_.warn("unique lock {} released: its owner {} is gone", key, id);
+        ++reaped;
+    }
+    return reaped;
+}
+
+void LockKeeper::run() noexcept {
+    redis::Connection conn(options_);
+    auto next_reap = std::chrono::steady_clock::now() + reaper_interval_;
+    while (!stop_.wait_for(kTick)) {
+        try {
+            extend_due(conn);
+            if (std::chrono::steady_clock::now() >= next_reap) {
+                next_reap = std::chrono::steady_clock::now() + reaper_interval_;
+                reap(conn);
+            }
+        } catch (const redis::Error& e) {
+            log_.debug("unique locks: keeper round failed: {}", e.what());
+        } catch (const std::exception& e) {
+            log_.error("unique locks: keeper error: {}", e.what());
+        }
+    }
+}
+
+}  // namespace kiqd

@@ -1,0 +1,356 @@
+#include "middleware/unique/unique_jobs.hpp"
+
+#include <openssl/evp.h>
+
+#include <cmath>
+#include <random>
+
+#include "job/raw_json_object.hpp"
+#include "kiqd/clock.hpp"
+
+namespace kiqd {
+namespace {
+
+constexpr const char* kUntilAndWhile = "until_and_while_executing";
+constexpr const char* kWhileExecuting = "while_executing";
+constexpr auto kWaitLockTtl = std::chrono::seconds(60);
+constexpr double kRescheduleSeconds = 5.0;  // the gem's default schedule_in
+
+// Frees the gem's client lock of digest D for one jid, as its unlock.lua does (§12.1), and wakes
+// a gem waiter. Keys: D, D:LOCKED, D:QUEUED, D:PRIMED, D:INFO, uniquejobs:digests.
+#define KIQD_CLIENT_UNLOCK_LUA                                       \
+    "local function release_client_lock(k, jid)\n"                   \
+    "  redis.call('lrem', k[3], 0, jid)\n"                           \
+    "  redis.call('lrem', k[4], 0, jid)\n"                           \
+    "  if redis.call('hexists', k[2], jid) == 0 then return 0 end\n" \
+    "  redis.call('hdel', k[2], jid)\n"                              \
+    "  if redis.call('hlen', k[2]) == 0 then\n"                      \
+    "    redis.call('del', k[1], k[2], k[5])\n"                      \
+    "    redis.call('zrem', k[6], k[1])\n"                           \
+    "  end\n"                                                        \
+    "  redis.call('lpush', k[3], '1')\n"                             \
+    "  redis.call('pexpire', k[3], 5000)\n"                          \
+    "  return 1\n"                                                   \
+    "end\n"
+
+// KEYS[1] wait lock, KEYS[2] exec lock, KEYS[3] held-locks hash, KEYS[4..9] the gem's client
+// lock keys. ARGV[1] "1" = use the wait lock, ARGV[2] the wait token this copy carries ("" if
+// none), ARGV[3] a fresh token, ARGV[4] exec owner "<identity> <token>", ARGV[5] exec TTL ms,
+// ARGV[6] wait TTL ms, ARGV[7] jid whose client lock to release on success ("" = none).
+// Returns {0} another copy waits (a duplicate), {1} run, {2, token} wait (parked by the caller).
+constexpr const char* kAcquireScript = KIQD_CLIENT_UNLOCK_LUA R"lua(
+local w = false
+if ARGV[1] == '1' then
+  w = redis.call('get', KEYS[1])
+  if w and w ~= ARGV[2] then return {0} end
+end
+if redis.call('set', KEYS[2], ARGV[4], 'NX', 'PX', ARGV[5]) then
+  if w then redis.call('del', KEYS[1]) end
+  redis.call('hset', KEYS[3], KEYS[2], ARGV[4])
+  if ARGV[7] ~= '' then
+    release_client_lock({KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]}, ARGV[7])
+  end
+  return {1}
+end
+if ARGV[1] ~= '1' then return {2, ''} end
+local token = w or ARGV[3]
+redis.call('set', KEYS[1], token, 'PX', ARGV[6])
+return {2, token}
+)lua";
+
+// KEYS[1..6] the gem's client lock keys; ARGV[1] jid.
+constexpr const char* kClientUnlockScript = KIQD_CLIENT_UNLOCK_LUA R"lua(
+return release_client_lock(KEYS, ARGV[1])
+)lua";
+
+// KEYS[1] wait lock; ARGV[1] token. Gives the wait lock up (a copy that stops waiting).
+constexpr const char* kDropWaitScript = R"lua(
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
+return 0
+)lua";
+
+[[noreturn]] void invalid(const std::string& message) {
+    throw JobError("Kiqd::InvalidLock", message);
+}
+
+std::optional<std::chrono::milliseconds> seconds_field(const nlohmann::json& p, const char* key) {
+    auto it = p.find(key);
+    if (it == p.end() || it->is_null()) return std::nullopt;
+    if (!it->is_number()) invalid(std::string(key) + " must be a number of seconds");
+    const double seconds = it->get<double>();
+    if (!std::isfinite(seconds) || std::abs(seconds) > 1e10)
+        invalid(std::string(key) + " is out of range");
+    return std::chrono::milliseconds(static_cast<long long>(seconds * 1000.0));
+}
+
+std::string random_hex() {
+    thread_local std::mt19937_64 rng(std::random_device{}());
+    static constexpr char kHex[] = "0123456789abcdef";
+    std::string out(16, '0');
+    auto v = rng();
+    for (auto& c : out) {
+        c = kHex[v & 15];
+        v >>= 4;
+    }
+    return out;
+}
+
+bool contains_object(const nlohmann::json& v) {
+    if (v.is_object()) return true;
+    if (v.is_array())
+        for (const auto& e : v)
+            if (contains_object(e)) return true;
+    return false;
+}
+
+// The identity arguments in the producer's own key order: Ruby hashes keep insertion order,
+// and nlohmann::json sorts object keys, which would change the digest. Only then is the raw
+// payload read again (a measured third of the cost of a unique job when done every time).
+nlohmann::ordered_json lock_args_of(const Job& job, const ClassSpec* defaults) {
+    const auto& p = job.payload();
+    const bool own = p.contains("lock_args");
+    std::optional<RawJsonObject> raw;
+    if (contains_object(own ? p["lock_args"] : job.args())) raw = RawJsonObject::parse(job.raw);
+    auto member = [&](const char* key) -> nlohmann::ordered_json {
+        if (!raw)
+            return p.contains(key) ? nlohmann::ordered_json(p[key])
+                                   : nlohmann::ordered_json::array();
+        const std::string* text = raw->find(key);
+        return text ? nlohmann::ordered_json::parse(*text) : nlohmann::ordered_json::array();
+    };
+    if (own) return member("lock_args");
+    auto args = member("args");
+    if (!defaults || !defaults->lock.lock_args) return args;
+    nlohmann::ordered_json picked = nlohmann::ordered_json::array();
+    for (int i : *defaults->lock.lock_args)
+        picked.push_back(args.is_array() && static_cast<size_t>(i) < args.size() ? args[i]
+                                                                                 : nullptr);
+    return picked;
+}
+
+}  // namespace
+
+std::string unique_digest(const std::string& prefix, const std::string* job_class,
+                          const std::string* queue, const nlohmann::ordered_json& lock_args) {
+    // JSON of the sorted [key, value] pairs: class < lock_args < queue.
+    nlohmann::ordered_json pairs = nlohmann::ordered_json::array();
+    if (job_class) pairs.push_back({"class", *job_class});
+    pairs.push_back({"lock_args", lock_args});
+    if (queue) pairs.push_back({"queue", *queue});
+    const std::string text = pairs.dump();
+    // OpenSSL 3 looks EVP_md5() up in its provider on every use; fetch it once.
+    static EVP_MD* const md5 = EVP_MD_fetch(nullptr, "MD5", nullptr);
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    EVP_Digest(text.data(), text.size(), md, &len, md5, nullptr);
+    static constexpr char kHex[] = "0123456789abcdef";
+    std::string out = prefix + ":";
+    for (unsigned int i = 0; i < len; ++i) {
+        out += kHex[md[i] >> 4];
+        out += kHex[md[i] & 15];
+    }
+    return out;
+}
+
+std::optional<LockSpec> resolve_lock(const Job& job, const ClassSpec* defaults,
+                                     const UniqueJobsConfig& config) {
+    const auto& p = job.payload();
+    LockSpec s;
+    if (auto it = p.find("lock"); it != p.end() && !it->is_null()) {
+        if (!it->is_string()) invalid("lock must be a string");
+        s.type = canonical_lock_type(it->get<std::string>());
+        if (s.type.empty()) invalid("unknown lock type '" + it->get<std::string>() + "'");
+    } else if (defaults && !defaults->lock.lock.empty()) {
+        s.type = defaults->lock.lock;
+    } else {
+        return std::nullopt;
+    }
+    const LockDefaults* d = defaults ? &defaults->lock : nullptr;
+
+    auto ttl = seconds_field(p, "lock_ttl");
+    if (!ttl) ttl = seconds_field(p, "lock_expiration");  // the gem's legacy name
+    if (!ttl || ttl->count() < 1000) ttl = d && d->lock_ttl ? d->lock_ttl : std::nullopt;
+    s.ttl = ttl ? *ttl : config.default_lock_ttl;
+
+    if (p.contains("lock_timeout")) {
+        s.timeout = seconds_field(p, "lock_timeout");  // null: wait as long as it takes
+    } else if (d && d->lock_timeout) {
+        s.timeout = d->lock_timeout;
+    } else if (s.type == kWhileExecuting) {
+        s.timeout = std::chrono::milliseconds(0);  // the gem's default: do not wait
+    }
+
+    std::string on_conflict;
+    if (auto it = p.find("on_conflict"); it != p.end() && !it->is_null()) {
+        const auto& v = it->is_object() && it->contains("server") ? (*it)["server"] : *it;
+        if (!v.is_string()) invalid("on_conflict must be a string or {\"server\": ...}");
+        on_conflict = v.get<std::string>();
+    } else if (d && !d->on_conflict.empty()) {
+        on_conflict = d->on_conflict;
+    }
+    if (on_conflict == "raise") on_conflict = "reject";  // an error the operator can see
+    if (on_conflict != "reject" && on_conflict != "reschedule" && on_conflict != "log") {
+        if (!on_conflict.empty() && on_conflict != "replace")
+            invalid("unknown on_conflict '" + on_conflict + "'");
+        // A dropped duplicate of until_and_while_executing loses nothing (the waiting copy
+        // runs later); for while_executing it would, so its duplicates go to the dead set.
+        on_conflict = s.type == kUntilAndWhile ? "log" : "reject";
+    }
+    s.on_conflict = on_conflict;
+
+    if (auto it = p.find("lock_digest");
+        it != p.end() && it->is_string() && !it->get<std::string>().empty()) {
+        s.digest = it->get<std::string>();
+        s.client_lock = true;
+    } else {
+        std::string prefix = "uniquejobs";
+        if (auto pit = p.find("lock_prefix"); pit != p.end() && pit->is_string())
+            prefix = pit->get<std::string>();
+        const bool across_queues = p.value("unique_across_queues", false);
+        const bool across_workers = p.value("unique_across_workers", false);
+        s.digest = unique_digest(prefix, across_workers ? nullptr : &job.job_class,
+                                 across_queues ? nullptr : &job.queue, lock_args_of(job, defaults));
+    }
+    return s;
+}
+
+UniqueJobsMiddleware::UniqueJobsMiddleware(const Config& config, const Keys& keys,
+                                           const DeadSet& dead, LockKeeper& keeper,
+                                           std::string identity)
+    : config_(config),
+      keys_(keys),
+      dead_(dead),
+      keeper_(keeper),
+      identity_(std::move(identity)),
+      acquire_script_(kAcquireScript),
+      client_unlock_script_(kClientUnlockScript),
+      release_script_(LockKeeper::release_script_source()),
+      drop_wait_script_(kDropWaitScript) {}
+
+std::vector<std::string> UniqueJobsMiddleware::client_lock_keys(const std::string& digest) const {
+    return {keys_.digest_key(digest),
+            keys_.digest_key(digest, ":LOCKED"),
+            keys_.digest_key(digest, ":QUEUED"),
+            keys_.digest_key(digest, ":PRIMED"),
+            keys_.digest_key(digest, ":INFO"),
+            keys_.digest_key("uniquejobs:digests")};
+}
+
+void UniqueJobsMiddleware::call(JobContext& ctx, const Next& next) const {
+    auto cls = config_.classes.find(ctx.job.handler_name());
+    auto lock = resolve_lock(ctx.job, cls == config_.classes.end() ? nullptr : &cls->second,
+                             config_.unique_jobs);
+    if (!lock) return next();
+    if (lock->type == kUntilAndWhile || lock->type == kWhileExecuting)
+        return run_with_exec_lock(ctx, next, *lock);
+    if (lock->type == "until_executing") {
+        release_client_lock(ctx, *lock);
+        return next();
+    }
+    if (lock->type == "until_executed") {
+        try {
+            next();
+        } catch (...) {
+            release_client_lock(ctx, *lock);  // the gem unlocks in an ensure
+            throw;
+        }
+        return release_client_lock(ctx, *lock);
+    }
+    next();  // until_expired: the client lock expires by its TTL
+}
+
+void UniqueJobsMiddleware::release_client_lock(JobContext& ctx, const LockSpec& lock) const {
+    if (!lock.client_lock || ctx.job.jid.empty()) return;
+    client_unlock_script_.run(ctx.redis, client_lock_keys(lock.digest), {ctx.job.jid});
+}
+
+void UniqueJobsMiddleware::run_with_exec_lock(JobContext& ctx, const Next& next,
+                                              const LockSpec& lock) const {
+    const bool use_wait = lock.type == kUntilAndWhile;
+    const auto& p = ctx.job.payload();
+    const std::string carried = p.value("lock_wait_token", std::string());
+    const double since = p.value("lock_wait_since", 0.0);
+    const std::string wait_key = keys_.digest_key(lock.digest, ":WAIT");
+    const std::string exec_key = keys_.digest_key(lock.digest, ":EXEC");
+    const std::string owner = identity_ + " " + random_hex();
+    std::vector<std::string> keys{wait_key, exec_key, keeper_.held_hash()};
+    if (lock.client_lock)  // only a producer's digest can have a client lock to release
+        for (auto& k : client_lock_keys(lock.digest)) keys.push_back(std::move(k));
+    auto reply = acquire_script_.run(
+        ctx.redis, keys,
+        {use_wait ? "1" : "0", carried, random_hex(), owner, std::to_string(lock.ttl.count()),
+         std::to_string(std::chrono::milliseconds(kWaitLockTtl).count()),
+         lock.client_lock ? ctx.job.jid : std::string()});
+    const long long outcome = reply[0].integer();
+    if (outcome == 0)
+        return conflict(ctx, lock, "another copy is already waiting for lock " + lock.digest);
+    if (outcome == 2) {
+        const std::string token = use_wait ? std::string(reply[1].str()) : std::string();
+        const double now = epoch_seconds();
+        const double first = since > 0 ? since : now;
+        if (lock.timeout && std::chrono::duration<double>(now - first) >= *lock.timeout) {
+            if (!token.empty()) drop_wait_script_.run(ctx.redis, {wait_key}, {token});
+            return conflict(ctx, lock,
+                            "lock " + lock.digest + " stayed busy longer than lock_timeout");
+        }
+        return park(ctx, lock, token, first);
+    }
+    const uint64_t held = keeper_.hold(exec_key, owner, lock.ttl);
+    auto release = [&] {
+        keeper_.release(held);
+        if (ctx.after_job) {  // sent with the outcome or the next fetch: one round trip less
+            ctx.after_job->push_back({"EVAL", LockKeeper::release_script_source(), "2", exec_key,
+                                      keeper_.held_hash(), owner});
+            return;
+        }
+        try {
+            release_script_.run(ctx.redis, {exec_key, keeper_.held_hash()}, {owner});
+        } catch (const redis::Error& e) {
+            // It expires by its TTL (no longer extended) or the reaper frees it.
+            ctx.log.warn("jid={} could not release unique lock {}: {}", ctx.job.jid, exec_key,
+                         e.what());
+        }
+    };
+    try {
+        next();
+    } catch (...) {
+        release();  // a failed job must not keep the lock: its retry contends like a new copy
+        throw;
+    }
+    release();
+}
+
+void UniqueJobsMiddleware::park(JobContext& ctx, const LockSpec& lock,
+                                const std::string& wait_token, double since) const {
+    auto obj = RawJsonObject::parse(ctx.job.raw);
+    if (!obj) throw JobError("Kiqd::InvalidLock", "payload is not a JSON object");
+    if (!wait_token.empty()) obj->set_string("lock_wait_token", wait_token);
+    obj->set("lock_wait_since", score_text(since));
+    const double at =
+        epoch_seconds() + std::chrono::duration<double>(config_.unique_jobs.wait_interval).count();
+    ctx.redis.command({"ZADD", keys_.schedule(), score_text(at), obj->dump()});
+    ctx.log.debug("class={} jid={} waits for unique lock {}", ctx.job.display_class(), ctx.job.jid,
+                  lock.digest);
+}
+
+void UniqueJobsMiddleware::conflict(JobContext& ctx, const LockSpec& lock,
+                                    const std::string& why) const {
+    const auto& job = ctx.job;
+    if (lock.on_conflict == "reject") {
+        const std::string entry =
+            dead_.invalid_entry(job.raw, job.queue, InvalidJob{"Kiqd::UniqueConflict", why});
+        ctx.redis.pipeline(dead_.kill_commands(entry, epoch_seconds()));
+        ctx.log.warn("class={} jid={} duplicate sent to the dead set: {}", job.display_class(),
+                     job.jid, why);
+    } else if (lock.on_conflict == "reschedule") {
+        ctx.redis.command(
+            {"ZADD", keys_.schedule(), score_text(epoch_seconds() + kRescheduleSeconds), job.raw});
+        ctx.log.info("class={} jid={} duplicate rescheduled in {} s: {}", job.display_class(),
+                     job.jid, kRescheduleSeconds, why);
+    } else {
+        ctx.log.warn("class={} jid={} duplicate dropped (on_conflict: log): {}",
+                     job.display_class(), job.jid, why);
+    }
+}
+
+}  // namespace kiqd

@@ -1,0 +1,184 @@
+// Heartbeat: the process record, busy hash and stats flush of a Sidekiq cluster member (see
+// heartbeat.hpp for the keys and the idempotent flush).
+#include "server/heartbeat.hpp"
+
+#include <fmt/format.h>
+
+#include <ctime>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "job/raw_json_object.hpp"
+
+namespace kiqd {
+namespace {
+
+std::string utc_date() {
+    std::time_t t = std::time(nullptr);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char buf[16];
+    std::strftime(buf, sizeof buf, "%Y-%m-%d", &tm);
+    return buf;
+}
+
+constexpr const char* kStatsTtl = "157680000";  // 5 years, as Sidekiq sets on the daily keys
+// How long the last applied sequence number is remembered: a retry of a flush whose reply was
+// lost later than this could count twice. Outages are far shorter; one small key per process.
+constexpr const char* kFlushMarkerTtl = "604800";  // a week
+
+// KEYS: marker, stat:processed, stat:processed:<date>, stat:failed, stat:failed:<date>.
+// ARGV: seq, processed, failed, stats TTL, marker TTL. Returns 1 when applied, 0 for a repeat.
+constexpr const char* kFlushScript = R"lua(
+local last = tonumber(redis.call('get', KEYS[1]) or '0')
+if tonumber(ARGV[1]) <= last then return 0 end
+redis.call('set', KEYS[1], ARGV[1], 'EX', ARGV[5])
+redis.call('incrby', KEYS[2], ARGV[2])
+redis.call('incrby', KEYS[3], ARGV[2])
+redis.call('expire', KEYS[3], ARGV[4])
+redis.call('incrby', KEYS[4], ARGV[3])
+redis.call('incrby', KEYS[5], ARGV[3])
+redis.call('expire', KEYS[5], ARGV[4])
+return 1
+)lua";
+
+}  // namespace
+
+redis::Command stats_flush_command(const Keys& keys, const std::string& identity, long long seq,
+                                   long long processed, long long failed, const std::string& date) {
+    return {"EVAL",
+            kFlushScript,
+            "5",
+            keys.process(identity) + ":flushed",
+            keys.stat("processed"),
+            keys.stat_daily("processed", date),
+            keys.stat("failed"),
+            keys.stat_daily("failed", date),
+            std::to_string(seq),
+            std::to_string(processed),
+            std::to_string(failed),
+            kStatsTtl,
+            kFlushMarkerTtl};
+}
+
+Heartbeat::Heartbeat(Runtime& rt, const ProcessIdentity& me, std::string info_json)
+    : rt_(rt), me_(me), info_json_(std::move(info_json)), conn_(rt.connection_options) {}
+
+std::chrono::seconds Heartbeat::period() const {
+    return std::chrono::seconds(rt_.config.compat == Compat::v6 ? 5 : 10);
+}
+
+void Heartbeat::flush_and_publish_work() {
+    const auto& k = rt_.keys;
+    // A batch that failed before stays as it was (same numbers, same seq): Redis may already
+    // have applied it. Counts made since then wait in the counters for the next batch.
+    if (!pending_)
+        pending_ =
+            StatsBatch{++flush_seq_, rt_.work.processed.exchange(0), rt_.work.failed.exchange(0)};
+    // The date of the daily keys is the date of the first attempt's send, as near as matters.
+    std::vector<redis::Command> cmds{
+        {"MULTI"},
+        stats_flush_command(k, me_.identity, pending_->seq, pending_->processed, pending_->failed,
+                            utc_date())};
+    // The busy hash: one field per running job, {"queue","payload" (a JSON *string*),"run_at"}.
+    // 6.4 readers use :workers, 6.5+ and the unique-jobs reaper use :work; in 6 mode write both.
+    std::vector<std::string> work_keys{k.work(me_.identity, rt_.config.compat)};
+    if (rt_.config.compat == Compat::v6) work_keys.push_back(k.work(me_.identity, Compat::v7));
+    const auto running = rt_.work.snapshot();
+    for (const auto& key : work_keys) {
+        cmds.push_back({"UNLINK", key});
+        if (running.empty()) continue;
+        redis::Command hset{"HSET", key};
+        for (const auto& e : running) {
+            hset.push_back(*e.tid);
+            hset.push_back("{\"queue\":" + json_string(e.job.queue) +
+                           ",\"payload\":" + json_string(e.job.payload) +
+                           ",\"run_at\":" + std::to_string(e.job.run_at) + "}");
+        }
+        cmds.push_back(std::move(hset));
+        cmds.push_back({"EXPIRE", key, "60"});
+    }
+    cmds.push_back({"EXEC"});
+    conn_.pipeline(cmds);
+    pending_.reset();
+}
+
+std::optional<std::string> Heartbeat::beat() {
+    try {
+        flush_and_publish_work();
+    } catch (const redis::Error& e) {
+        rt_.health.failed(e);  // the batch stays pending for the next beat
+        return std::nullopt;
+    }
+    try {
+        const auto t0 = std::chrono::steady_clock::now();
+        conn_.command({"PING"});
+        const auto rtt_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                                std::chrono::steady_clock::now() - t0)
+                                .count();
+        const auto& k = rt_.keys;
+        const std::string id = k.process(me_.identity);
+        redis::Command hset{"HSET",   id,
+                            "info",   info_json_,
+                            "busy",   std::to_string(rt_.work.busy()),
+                            "beat",   score_text(epoch_seconds()),
+                            "quiet",  rt_.lifecycle.is_quiet() ? "true" : "false",
+                            "rss",    std::to_string(current_rss_kb()),
+                            "rtt_us", std::to_string(rtt_us)};
+        if (rt_.config.compat == Compat::v8) {
+            hset.push_back("concurrency");
+            hset.push_back(std::to_string(rt_.config.concurrency));
+        }
+        auto replies = conn_.pipeline({{"MULTI"},
+                                       {"SADD", k.processes(), me_.identity},
+                                       {"EXISTS", id},
+                                       hset,
+                                       {"EXPIRE", id, "60"},
+                                       {"RPOP", k.signals(me_.identity)},
+                                       {"EXEC"}});
+        rt_.health.succeeded();
+        const auto& exec = replies.back();
+        if (exec.size() == 5 && exec[1].is_integer() && exec[1].integer() == 0)
+            rt_.log.debug("heartbeat registered {} (first beat or after an outage)", me_.identity);
+        if (exec.size() == 5 && !exec[4].is_nil()) return std::string(exec[4].str());
+    } catch (const redis::Error& e) {
+        rt_.health.failed(e);
+    }
+    return std::nullopt;
+}
+
+void Heartbeat::publish_quiet() {
+    try {
+        // Only when the hash exists: HSET alone would create a record without "info" or a TTL.
+        conn_.command({"EVAL",
+                       "if redis.call('exists', KEYS[1]) == 1 then "
+                       "redis.call('hset', KEYS[1], 'quiet', 'true') end return 0",
+                       "1", rt_.keys.process(me_.identity)});
+    } catch (const redis::Error& e) {
+        rt_.health.failed(e);  // the next beat writes it anyway
+    }
+}
+
+void Heartbeat::clear() {
+    for (int attempt = 0; attempt < 5; ++attempt) {
+        try {
+            // A pending batch first, then whatever the counters hold (normally nothing by now).
+            while (pending_ || rt_.work.processed.load() || rt_.work.failed.load())
+                flush_and_publish_work();
+            std::vector<redis::Command> cmds{{"SREM", rt_.keys.processes(), me_.identity}};
+            cmds.push_back({"UNLINK", rt_.keys.work(me_.identity, rt_.config.compat)});
+            cmds.push_back({"UNLINK", rt_.keys.work(me_.identity, Compat::v7)});
+            conn_.pipeline(cmds);
+            return;
+        } catch (const redis::Error& e) {
+            rt_.log.warn("could not clear the heartbeat record ({}), retrying", e.what());
+            std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        }
+    }
+    const long long processed = rt_.work.processed.load() + (pending_ ? pending_->processed : 0);
+    const long long failed = rt_.work.failed.load() + (pending_ ? pending_->failed : 0);
+    rt_.log.error("gave up clearing the heartbeat; stats possibly lost: processed={} failed={}",
+                  processed, failed);
+}
+
+}  // namespace kiqd

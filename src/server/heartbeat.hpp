@@ -1,0 +1,58 @@
+#pragma once
+// Heartbeat: makes this process a member of the Sidekiq cluster (sidekiq-data-model §7).
+// Every 5 s (Sidekiq 6) or 10 s (7/8), in two MULTIs on its own connection:
+//   stat:processed/failed (+ daily keys, 5-year TTL) += counts since the last beat;
+//   <identity>:workers (6.x; 7+: :work, and 6 mode writes both) = running jobs, TTL 60 s;
+//   SADD processes; HSET <identity> info/busy/beat/quiet/rss/rtt_us (8: concurrency), TTL 60 s;
+//   RPOP <identity>-signals (remote TSTP/TERM/TTIN).
+// The stats flush is idempotent: each batch of counts carries a per-process sequence number and
+// one Lua script applies it only if <identity>:flushed (the last applied number) is lower. When a
+// flush reaches Redis but its reply is lost (connection dropped, timeout), the batch is retried
+// with the same number and is not counted twice; new counts wait for the next batch.
+// clear() leaves "processes" and deletes the busy hash at shutdown. Runs on the launcher's io
+// thread only.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiqd/keys.hpp"
+#include "server/process_identity.hpp"
+#include "server/runtime.hpp"
+
+namespace kiqd {
+
+class Heartbeat {
+  public:
+    Heartbeat(Runtime& rt, const ProcessIdentity& me, std::string info_json);
+
+    // One beat. Returns the remote signal popped from <identity>-signals, if any.
+    std::optional<std::string> beat();
+    // Flushes the counters (retrying a few times) and removes this process from "processes".
+    void clear();
+    std::chrono::seconds period() const;
+    // Writes quiet=true at once, so the Web UI shows a quieted process without waiting a beat.
+    void publish_quiet();
+
+  private:
+    struct StatsBatch {
+        long long seq, processed, failed;
+    };
+    // Flushes the pending batch (or a new one from the counters) and the busy hash. Throws
+    // redis::Error; the batch then stays pending and is retried with its sequence number.
+    void flush_and_publish_work();
+
+    Runtime& rt_;
+    const ProcessIdentity& me_;
+    std::string info_json_;
+    redis::Connection conn_;
+    long long flush_seq_ = 0;
+    std::optional<StatsBatch> pending_;
+};
+
+// The EVAL command of one stats flush: stat:processed/failed and their daily keys += the counts,
+// applied only when `seq` is above the last one applied for `identity` (kept in
+// <identity>:flushed for a week). Sending it again — a retry after a lost reply — is a no-op.
+redis::Command stats_flush_command(const Keys& keys, const std::string& identity, long long seq,
+                                   long long processed, long long failed, const std::string& date);
+
+}  // namespace kiqd

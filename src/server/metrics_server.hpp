@@ -1,0 +1,70 @@
+#pragma once
+// MetricsServer: a small HTTP/1.1 server (Boost.Beast) on its own thread with its own
+// io_context and its own Redis connection, enabled by `metrics: {listen: "host:port"}`:
+//   GET /metrics  Prometheus text format 0.0.4: the JobMetrics series, kiqd_busy_threads,
+//                 kiqd_threads, kiqd_cpu_bound_running / _held, and per queue of this process
+//                 kiqd_queue_size and kiqd_queue_latency_seconds read from Redis at scrape time
+//                 (LLEN and the oldest job's enqueued_at, as Sidekiq's Queue#latency), plus
+//                 kiqd_redis_up.
+//   GET /healthz  200 "ok" when Redis answers PING and every processor thread is alive (or the
+//                 process is quiet: "quiet"); 503 with the reason otherwise.
+// Requests are served one at a time (a scrape is cheap; a 5 s timeout bounds a slow client).
+// start() binds on the caller's thread (so a bad address fails startup) and then runs the
+// thread; stop() closes the acceptor and joins. Only the server thread touches its connection.
+#include <spdlog/logger.h>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "kiqd/config.hpp"
+#include "kiqd/keys.hpp"
+#include "kiqd/redis/connection.hpp"
+#include "middleware/job_metrics.hpp"
+#include "server/work_state.hpp"
+
+namespace kiqd {
+
+class MetricsServer {
+  public:
+    struct Sources {
+        const JobMetrics& jobs;
+        const WorkState& work;
+        const Keys& keys;
+        std::vector<std::string> queues;                 // this process's queues
+        redis::ConnectionOptions redis;                  // for queue sizes and /healthz
+        std::function<size_t()> threads_alive;           // processor threads running now
+        std::function<bool()> quiet;                     // the process is quiet or stopping
+        std::function<std::pair<size_t, size_t>()> cpu;  // cpu-bound (running, held)
+    };
+    MetricsServer(const MetricsConfig& config, Sources sources, spdlog::logger& log);
+    ~MetricsServer();
+
+    // Binds and starts the thread. Throws std::runtime_error naming the address on failure.
+    void start();
+    void stop() noexcept;                      // idempotent
+    int port() const { return port_.load(); }  // the bound port (useful with port 0)
+
+    // The bodies, public for tests: (status, content type, body).
+    struct Response {
+        int status;
+        std::string content_type;
+        std::string body;
+    };
+    Response handle(const std::string& target);
+
+  private:
+    struct Impl;
+    std::string render_metrics();
+    MetricsConfig config_;
+    Sources sources_;
+    spdlog::logger& log_;
+    redis::Connection conn_;  // server thread only
+    std::unique_ptr<Impl> impl_;
+    std::thread thread_;
+    std::atomic<int> port_{0};
+};
+
+}  // namespace kiqd

@@ -1,0 +1,275 @@
+#include "server/orphan_recovery.hpp"
+
+#include <fmt/format.h>
+
+#include <map>
+#include <set>
+
+#include "fetch/cpu_gate.hpp"
+#include "kiqd/clock.hpp"
+
+namespace kiqd {
+namespace {
+
+// KEYS[1] working list, KEYS[2] queue list, KEYS[3] "queues", KEYS[4] interruptions hash,
+// KEYS[5] dead zset. ARGV[1] payload, ARGV[2] queue name, ARGV[3] interruption key (the jid),
+// ARGV[4] max interruptions (0: do not count), ARGV[5] TTL of the hash in seconds,
+// ARGV[6] dead score, ARGV[7] dead entry.
+// Returns 0 when the job was no longer in the working list (someone else moved it), 1 when it
+// was requeued, 2 when it went to the dead set.
+constexpr const char* kRequeueScript = R"lua(
+if redis.call('lrem', KEYS[1], -1, ARGV[1]) == 0 then return 0 end
+local max = tonumber(ARGV[4])
+if max > 0 then
+  local n = redis.call('hincrby', KEYS[4], ARGV[3], 1)
+  redis.call('expire', KEYS[4], ARGV[5])
+  if n >= max then
+    redis.call('hdel', KEYS[4], ARGV[3])
+    redis.call('zadd', KEYS[5], ARGV[6], ARGV[7])
+    return 2
+  end
+end
+redis.call('sadd', KEYS[3], ARGV[2])
+redis.call('rpush', KEYS[2], ARGV[1])
+return 1
+)lua";
+
+// Interruption counts are forgotten a week after a job's last interruption.
+constexpr long long kInterruptionsTtlSeconds = 7 * 24 * 3600;
+
+// Splits "<prefix>queue:sq|<identity>|<queue>" into identity and queue; false if not one.
+bool parse_working_key(const Keys& keys, const std::string& key, std::string& identity,
+                       std::string& queue) {
+    const std::string head = keys.queue("sq|");
+    if (key.compare(0, head.size(), head) != 0) return false;
+    const auto bar = key.find('|', head.size());
+    if (bar == std::string::npos) return false;
+    identity = key.substr(head.size(), bar - head.size());
+    queue = key.substr(bar + 1);
+    return !identity.empty() && !queue.empty();
+}
+
+// The jid when the payload has one, else a hash of its bytes (an unparseable payload still
+// needs a stable name for its interruption count).
+std::string interruption_key(const std::string& payload, const std::string& queue) {
+    auto parsed = parse_job(payload, queue);
+    if (auto* job = std::get_if<Job>(&parsed); job && !job->jid.empty()) return job->jid;
+    return fmt::format("raw:{:016x}", std::hash<std::string>{}(payload));
+}
+
+}  // namespace
+
+OrphanRecovery::OrphanRecovery(Runtime& rt, const ReliableFetcher& fetcher)
+    : rt_(rt), fetcher_(fetcher), requeue_script_(kRequeueScript) {}
+
+OrphanRecovery::~OrphanRecovery() {
+    stop(false);
+}
+
+void OrphanRecovery::start() {
+    thread_ = std::thread([this] { run(); });
+}
+
+void OrphanRecovery::register_alive(redis::Connection& conn) {
+    const auto& cfg = rt_.config.reliable_fetch;
+    redis::Command sadd{"SADD", rt_.keys.working_lists()};
+    for (const auto& [queue, list] : fetcher_.working_lists()) sadd.push_back(list);
+    conn.pipeline({sadd,
+                   {"SET", rt_.keys.alive(fetcher_.identity()), "1", "PX",
+                    std::to_string(cfg.liveness_ttl.count())}});
+}
+
+void OrphanRecovery::run() noexcept {
+    const auto& cfg = rt_.config.reliable_fetch;
+    const auto refresh = cfg.liveness_ttl / 3;
+    redis::Connection conn(rt_.connection_options);
+    auto next_check = std::chrono::steady_clock::now();  // recover once at start, as super_fetch
+    do {
+        try {
+            register_alive(conn);
+            fetcher_.set_ready();
+            if (size_t n = return_stranded(conn))
+                rt_.log.warn(
+                    "reliable fetch: returned {} stranded job(s) to their queues "
+                    "(fetched, but the reply never reached a processor)",
+                    n);
+            if (std::chrono::steady_clock::now() >= next_check) {
+                next_check = std::chrono::steady_clock::now() + cfg.orphan_check_interval;
+                const auto r = recover_orphans(conn);
+                if (r.lists > 0)
+                    rt_.log.warn(
+                        "reliable fetch: recovered {} orphaned working list(s): {} job(s) back "
+                        "in their queues, {} sent to the dead set",
+                        r.lists, r.requeued, r.dead);
+            }
+        } catch (const redis::Error& e) {
+            // The processors report Redis outages; this thread just tries again next round.
+            // Acknowledgements held up by the outage are still on their way: suspect nothing.
+            suspects_.clear();
+            rt_.log.debug("reliable fetch: liveness/recovery round failed: {}", e.what());
+        } catch (const std::exception& e) {
+            rt_.log.error("reliable fetch: orphan recovery error: {}", e.what());
+        }
+    } while (!stop_.wait_for(refresh));
+}
+
+OrphanRecovery::Result OrphanRecovery::recover_orphans(redis::Connection& conn, bool take_lock) {
+    Result result;
+    if (take_lock) {
+        auto won =
+            conn.command({"SET", rt_.keys.recovery_lock(), fetcher_.identity(), "NX", "PX",
+                          std::to_string(rt_.config.reliable_fetch.orphan_check_interval.count())});
+        if (won.is_nil()) return result;
+    }
+    result.ran = true;
+    auto members = conn.command({"SMEMBERS", rt_.keys.working_lists()});
+    struct Orphan {
+        std::string list, identity, queue;
+    };
+    std::vector<Orphan> candidates;
+    std::vector<std::string> stale;  // registry entries that are not working lists at all
+    std::set<std::string> identities;
+    for (size_t i = 0; i < members.size(); ++i) {
+        Orphan o{std::string(members[i].str()), {}, {}};
+        if (!parse_working_key(rt_.keys, o.list, o.identity, o.queue)) {
+            stale.push_back(o.list);
+            continue;
+        }
+        if (o.identity == fetcher_.identity()) continue;
+        identities.insert(o.identity);
+        candidates.push_back(std::move(o));
+    }
+    if (!stale.empty()) {
+        redis::Command srem{"SREM", rt_.keys.working_lists()};
+        srem.insert(srem.end(), stale.begin(), stale.end());
+        conn.command(srem);
+    }
+    if (candidates.empty()) return result;
+    std::vector<redis::Command> checks;
+    for (const auto& id : identities) checks.push_back({"EXISTS", rt_.keys.alive(id)});
+    auto replies = conn.pipeline(checks);
+    std::set<std::string> dead_owners;
+    size_t i = 0;
+    for (const auto& id : identities)
+        if (replies[i++].integer() == 0) dead_owners.insert(id);
+    for (const auto& o : candidates) {
+        if (!dead_owners.count(o.identity)) continue;
+        rt_.log.warn("reliable fetch: process {} is gone; recovering {}", o.identity, o.list);
+        recover_list(conn, o.list, o.queue, true, result);
+        // Unregister the list only once it is empty; a job pushed in between stays registered.
+        conn.command({"EVAL",
+                      "if redis.call('llen', KEYS[1]) == 0 then "
+                      "redis.call('srem', KEYS[2], KEYS[1]) return 1 end return 0",
+                      "2", o.list, rt_.keys.working_lists()});
+        ++result.lists;
+    }
+    return result;
+}
+
+size_t OrphanRecovery::return_stranded(redis::Connection& conn,
+                                       std::chrono::steady_clock::duration after) {
+    // Snapshot the running jobs before reading the lists: a job fetched in between shows up as
+    // a suspect once, and is running (or done) by the time it could be returned.
+    std::multiset<std::string> running;
+    for (auto& e : rt_.work.snapshot()) running.insert(std::move(e.job.payload));
+    // Buffered by a batched fetch, or done with the acknowledgement deferred: held, not lost.
+    for (auto& p : fetcher_.held_payloads()) running.insert(std::move(p));
+    // cpu-bound jobs waiting in this process for a slot (cpu_gate.hpp) are claimed too.
+    if (rt_.cpu_gate)
+        for (auto& p : rt_.cpu_gate->held_payloads()) running.insert(std::move(p));
+    const auto now = std::chrono::steady_clock::now();
+    decltype(suspects_) still;
+    Result result;
+    for (const auto& [queue, list] : fetcher_.working_lists()) {
+        auto jobs = conn.command({"LRANGE", list, "0", "-1"});
+        for (size_t i = 0; i < jobs.size(); ++i) {
+            std::string payload(jobs[i].str());
+            if (auto it = running.find(payload); it != running.end()) {
+                running.erase(it);
+                continue;
+            }
+            auto key = std::make_pair(list, std::move(payload));
+            auto seen = suspects_.find(key);
+            const auto since = seen == suspects_.end() ? now : seen->second;
+            if (now - since >= after)
+                requeue_one(conn, list, queue, key.second, 0, result);
+            else
+                still.emplace(std::move(key), since);
+        }
+    }
+    suspects_ = std::move(still);
+    return result.requeued;
+}
+
+void OrphanRecovery::recover_list(redis::Connection& conn, const std::string& list,
+                                  const std::string& queue, bool count, Result& result) {
+    const int max = count ? rt_.config.reliable_fetch.max_interruptions : 0;
+    // LRANGE lists the newest fetch first; RPUSHing in that order puts the oldest at the very
+    // front, so the jobs come back in the order they were fetched.
+    auto jobs = conn.command({"LRANGE", list, "0", "-1"});
+    for (size_t i = 0; i < jobs.size(); ++i)
+        requeue_one(conn, list, queue, std::string(jobs[i].str()), max, result);
+}
+
+void OrphanRecovery::requeue_one(redis::Connection& conn, const std::string& list,
+                                 const std::string& queue, const std::string& payload, int max,
+                                 Result& result) {
+    const std::string message = fmt::format(
+        "interrupted {} times: the kiqd process running it died each time "
+        "(reliable_fetch.max_interruptions: {})",
+        max, max);
+    const double now = epoch_seconds();
+    auto reply = requeue_script_.run(
+        conn,
+        {list, rt_.keys.queue(queue), rt_.keys.queues(), rt_.keys.interruptions(), rt_.keys.dead()},
+        {payload, queue, interruption_key(payload, queue), std::to_string(max),
+         std::to_string(kInterruptionsTtlSeconds), score_text(now),
+         max > 0 ? rt_.dead.invalid_entry(payload, queue,
+                                          InvalidJob{"Kiqd::RepeatedlyInterrupted", message})
+                 : std::string()});
+    switch (reply.integer()) {
+        case 1:
+            ++result.requeued;
+            break;
+        case 2:
+            ++result.dead;
+            rt_.log.error("queue={} job sent to the dead set: {}: {}", queue, message, payload);
+            break;
+        default:
+            break;  // already moved by someone else
+    }
+}
+
+void OrphanRecovery::return_own_lists() {
+    redis::Connection conn(rt_.connection_options);
+    for (int attempt = 0; attempt < 5; ++attempt) {
+        try {
+            Result r;
+            redis::Command srem{"SREM", rt_.keys.working_lists()};
+            for (const auto& [queue, list] : fetcher_.working_lists()) {
+                recover_list(conn, list, queue, false, r);
+                srem.push_back(list);
+            }
+            conn.pipeline({srem, {"DEL", rt_.keys.alive(fetcher_.identity())}});
+            if (r.requeued > 0)
+                rt_.log.warn("reliable fetch: returned {} leftover job(s) to their queues",
+                             r.requeued);
+            return;
+        } catch (const redis::Error& e) {
+            rt_.log.warn("reliable fetch: could not unregister ({}); retrying", e.what());
+            std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        }
+    }
+    rt_.log.error(
+        "reliable fetch: giving up unregistering; orphan recovery will return any "
+        "leftover jobs once the liveness key expires");
+}
+
+void OrphanRecovery::stop(bool clean) noexcept {
+    if (stopped_.exchange(true)) return;
+    stop_.request_stop();
+    if (thread_.joinable()) thread_.join();
+    if (clean) return_own_lists();
+}
+
+}  // namespace kiqd

@@ -1,0 +1,78 @@
+#pragma once
+// OrphanRecovery: the other half of reliable fetch. Its own thread (with its own connection)
+//  * registers this process's working lists in the `kiqd:reliable:working` set and keeps the
+//    liveness key `kiqd:reliable:alive:<identity>` alive (SET EX liveness_ttl every third of
+//    it), then lets the processors fetch (ReliableFetcher::set_ready);
+//  * at start and then every orphan_check_interval, if it wins the cluster-wide lock
+//    (SET NX PX interval, so one recovery per interval for the whole fleet), puts the jobs of
+//    every working list whose owner's liveness key has expired back at the front of their
+//    queues. Each job moves in one Lua script (LREM from the working list, and only if that won,
+//    RPUSH onto the queue), so two recoveries never requeue the same job twice and a crash in
+//    the middle loses nothing. A job a dying process interrupted max_interruptions times goes to
+//    the dead set instead (poison-pill guard; the count lives in a hash keyed by jid, so the
+//    payload itself is never rewritten).
+//  * every round, returns jobs *stranded* in this process's own working lists: a fetch whose
+//    reply was lost (Redis moved the job, then the connection dropped) leaves a job there that
+//    no processor runs. An entry that no processor has been running for kStrandedAfter (longer
+//    than an acknowledgement retried after an outage takes to land) goes back to its queue.
+// stop(clean) ends the thread; when every processor thread ended, it also returns anything left
+// in this process's working lists and unregisters them. After an unclean stop it leaves them to
+// a later recovery, because a stuck thread may still fetch.
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <thread>
+
+#include "fetch/reliable_fetcher.hpp"
+#include "kiqd/redis/script.hpp"
+#include "server/runtime.hpp"
+
+namespace kiqd {
+
+class OrphanRecovery {
+  public:
+    OrphanRecovery(Runtime& rt, const ReliableFetcher& fetcher);
+    ~OrphanRecovery();
+    void start();
+    void stop(bool clean) noexcept;  // idempotent
+
+    struct Result {
+        size_t lists = 0;     // orphaned working lists emptied
+        size_t requeued = 0;  // jobs put back in their queues
+        size_t dead = 0;      // jobs sent to the dead set by the poison-pill guard
+        bool ran = false;     // false: another process holds the recovery lock
+    };
+    // Registers the working lists and refreshes the liveness key. Public for tests.
+    void register_alive(redis::Connection& conn);
+    // One recovery pass; `take_lock` false skips the cluster lock (tests). Public for tests.
+    Result recover_orphans(redis::Connection& conn, bool take_lock = true);
+    // One pass over this process's own working lists; returns the jobs put back. `after` is how
+    // long an entry must have been seen without a processor running it. Public for tests.
+    static constexpr std::chrono::seconds kStrandedAfter{15};
+    size_t return_stranded(redis::Connection& conn,
+                           std::chrono::steady_clock::duration after = kStrandedAfter);
+
+  private:
+    void run() noexcept;
+    // Moves every job of one working list back to `queue`; `count` applies the poison-pill
+    // guard (false for this process's own leftovers at a clean stop).
+    void recover_list(redis::Connection& conn, const std::string& list, const std::string& queue,
+                      bool count, Result& result);
+    // Moves one job from `list` back to `queue` (the poison-pill count applies when `max` > 0).
+    void requeue_one(redis::Connection& conn, const std::string& list, const std::string& queue,
+                     const std::string& payload, int max, Result& result);
+    void return_own_lists();
+
+    Runtime& rt_;
+    const ReliableFetcher& fetcher_;
+    redis::Script requeue_script_;
+    StopSignal stop_;
+    std::thread thread_;
+    std::atomic<bool> stopped_{false};
+    // (working list, payload) → when it was first seen with no processor running it.
+    std::map<std::pair<std::string, std::string>, std::chrono::steady_clock::time_point>
+        suspects_;  // recovery thread only
+};
+
+}  // namespace kiqd

@@ -1,0 +1,69 @@
+#include "server/process_identity.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "kiqd/clock.hpp"
+
+namespace kiqd {
+
+ProcessIdentity ProcessIdentity::create() {
+    ProcessIdentity p;
+    if (const char* dyno = std::getenv("DYNO"); dyno && *dyno) {
+        p.hostname = dyno;
+    } else {
+        char buf[256] = {};
+        gethostname(buf, sizeof buf - 1);
+        p.hostname = buf;
+    }
+    p.pid = static_cast<int>(getpid());
+    std::mt19937_64 rng{std::random_device{}()};
+    p.nonce = fmt::format("{:012x}", rng() & 0xffffffffffffULL);
+    p.identity = fmt::format("{}:{}:{}", p.hostname, p.pid, p.nonce);
+    p.started_at = epoch_seconds();
+    return p;
+}
+
+std::string ProcessIdentity::info_json(const Config& config, const QueueOrder& queues) const {
+    nlohmann::ordered_json info;
+    info["hostname"] = hostname;
+    info["started_at"] = started_at;
+    info["pid"] = pid;
+    info["tag"] = config.tag;
+    info["concurrency"] = config.concurrency;
+    info["queues"] = queues.names();
+    info["labels"] = config.labels;
+    info["identity"] = identity;
+    if (config.compat != Compat::v6) {
+        nlohmann::ordered_json weights = nlohmann::ordered_json::object();
+        for (const auto& q : config.queues) weights[q.name] = q.weight;
+        info["weights"] = nlohmann::ordered_json::array({weights});
+        info["version"] = std::string("kiqd-") + KIQD_VERSION;
+        info["embedded"] = false;
+    }
+    if (config.compat == Compat::v8) {
+        nlohmann::ordered_json weights = nlohmann::ordered_json::object();
+        for (const auto& q : config.queues) weights[q.name] = q.weight;
+        info["capsules"] = {{"default",
+                             {{"concurrency", config.concurrency},
+                              {"mode", queues.strict() ? "strict" : "weighted"},
+                              {"weights", weights}}}};
+    }
+    return info.dump();
+}
+
+long long current_rss_kb() {
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    while (std::getline(status, line)) {
+        if (line.rfind("VmRSS:", 0) == 0) return std::atoll(line.c_str() + 6);
+    }
+    return 0;
+}
+
+}  // namespace kiqd

@@ -1,0 +1,248 @@
+#include "server/processor.hpp"
+
+#include <cxxabi.h>
+
+#include <typeinfo>
+
+#include "fetch/cpu_gate.hpp"
+
+namespace kiqd {
+namespace {
+
+std::string demangle(const char* name) {
+    int status = 0;
+    char* out = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+    std::string result = status == 0 && out ? out : name;
+    std::free(out);
+    return result;
+}
+
+double ms_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+        .count();
+}
+
+}  // namespace
+
+Processor::Processor(Runtime& rt, size_t slot, std::function<void()> on_exit)
+    : rt_(rt), slot_(slot), on_exit_(std::move(on_exit)), rng_(std::random_device{}()) {}
+
+Processor::~Processor() {
+    if (thread_.joinable()) thread_.detach();
+}
+
+void Processor::start() {
+    running_ = true;
+    thread_ = std::thread([this] { run(); });
+}
+
+void Processor::join() {
+    if (thread_.joinable()) thread_.join();
+}
+
+void Processor::detach() {
+    if (thread_.joinable()) thread_.detach();
+}
+
+void Processor::run() noexcept {
+    redis::Connection conn(rt_.connection_options);
+    std::chrono::milliseconds backoff{0};
+    while (!rt_.lifecycle.is_quiet()) {
+        try {
+            auto unit = rt_.fetcher.retrieve_work(conn, rng_, slot_, pending_);
+            rt_.health.succeeded();
+            backoff = std::chrono::milliseconds{0};
+            if (!unit) continue;
+            if (rt_.lifecycle.is_quiet()) {
+                // Fetched after quiet: push it straight back to the front of its queue.
+                write_with_pending(conn, rt_.fetcher.requeue_commands({*unit}), "requeue",
+                                   unit->payload);
+                break;
+            }
+            process(conn, std::move(*unit));
+        } catch (const redis::Error& e) {
+            rt_.health.failed(e);
+            backoff = std::min(std::chrono::milliseconds(5000),
+                               std::max(std::chrono::milliseconds(250), backoff * 2));
+            rt_.lifecycle.wait_quiet_for(backoff);
+        } catch (const std::exception& e) {
+            // A bug, not an input problem: log it and keep the thread alive.
+            rt_.log.critical("processor {} error: {}", rt_.work.tid(slot_), e.what());
+            rt_.lifecycle.wait_quiet_for(std::chrono::milliseconds(1000));
+        }
+    }
+    // Deferred acknowledgements and jobs still in the fetch buffer (put back in their queues).
+    write_with_pending(conn, rt_.fetcher.release_commands(), "release of buffered jobs", "");
+    // The first thread out closes the cpu gate and pushes its held jobs back (cpu_gate.hpp).
+    std::vector<redis::Command> last;
+    std::string held_payloads;
+    if (rt_.cpu_gate) {
+        auto held = rt_.cpu_gate->close();
+        if (!held.empty()) {
+            last = rt_.fetcher.requeue_commands(held);
+            for (const auto& u : held) held_payloads += u.payload + "\n";
+            rt_.log.info("pushed {} held cpu-bound job(s) back to their queues", held.size());
+        }
+    }
+    write_with_pending(conn, std::move(last), "requeue/lock release", held_payloads);
+    running_ = false;
+    if (on_exit_) on_exit_();
+}
+
+void Processor::write_until_done(redis::Connection& conn,
+                                 const std::vector<redis::Command>& commands,
+                                 const std::string& what, const std::string& payload) {
+    if (commands.empty()) return;
+    std::chrono::milliseconds backoff{250};
+    for (;;) {
+        try {
+            conn.pipeline(commands);
+            rt_.health.succeeded();
+            return;
+        } catch (const redis::ReplyError& e) {
+            rt_.log.error("Redis refused the {} of a job ({}); payload: {}", what, e.what(),
+                          payload);
+            return;  // retrying a refused command cannot help; the payload is in the log
+        } catch (const redis::Error& e) {
+            rt_.health.failed(e);
+            if (rt_.lifecycle.hard_stop.wait_for(backoff)) {
+                rt_.log.error("shutdown while Redis is down: could not record the {} of: {}", what,
+                              payload);
+                return;
+            }
+            backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+        }
+    }
+}
+
+void Processor::write_with_pending(redis::Connection& conn, std::vector<redis::Command> commands,
+                                   const std::string& what, const std::string& payload) {
+    for (auto& c : pending_) commands.push_back(std::move(c));
+    pending_.clear();
+    write_until_done(conn, commands, what, payload);
+}
+
+Failure Processor::failure_from_current_exception(const Job& job) const {
+    try {
+        throw;
+    } catch (const JobError& e) {
+        auto bt = e.backtrace();
+        if (bt.empty()) bt.push_back("kiqd:in `" + job.handler_name() + "'");
+        return {e.error_class(), e.what(), std::move(bt)};
+    } catch (const std::exception& e) {
+        return {demangle(typeid(e).name()), e.what(), {"kiqd:in `" + job.handler_name() + "'"}};
+    } catch (...) {
+        return {"Exception", "unknown exception", {"kiqd:in `" + job.handler_name() + "'"}};
+    }
+}
+
+void Processor::process(redis::Connection& conn, UnitOfWork unit) {
+    if (!rt_.cpu_gate) return run_unit(conn, std::move(unit), nullptr);
+    // The cpu-bound cap (cpu_gate.hpp): a cpu-bound job runs only with a cpu slot; otherwise it
+    // is held and this thread fetches on. After a cpu-bound job, the slot passes to the oldest
+    // held job, which this thread runs next.
+    std::optional<UnitOfWork> next = std::move(unit);
+    bool holding_slot = false;
+    while (next) {
+        UnitOfWork current = std::move(*next);
+        next.reset();
+        run_unit(conn, std::move(current), [&](UnitOfWork& u, const Job& job) {
+            if (holding_slot || !rt_.cpu_gate->cpu_bound(job.handler_name())) return true;
+            switch (rt_.cpu_gate->admit(u)) {
+                case CpuGate::Admit::run:
+                    holding_slot = true;
+                    return true;
+                case CpuGate::Admit::held:
+                    rt_.log.debug("class={} jid={} queue={} held: {} cpu-bound jobs running",
+                                  job.display_class(), job.jid, job.queue, rt_.cpu_gate->limit());
+                    return false;
+                case CpuGate::Admit::closed:
+                    write_with_pending(conn, rt_.fetcher.requeue_commands({u}), "requeue",
+                                       u.payload);
+                    return false;
+            }
+            return true;
+        });
+        if (holding_slot) {
+            next = rt_.cpu_gate->release();
+            holding_slot = next.has_value();
+        }
+    }
+}
+
+void Processor::run_unit(redis::Connection& conn, UnitOfWork unit, const Admission& admit) {
+    auto parsed = parse_job(unit.payload, unit.queue, rt_.limits);
+    if (auto* invalid = std::get_if<InvalidJob>(&parsed)) {
+        rt_.log.error("queue={} unrunnable payload sent to the dead set: {}: {}", unit.queue,
+                      invalid->error_class, invalid->error_message);
+        auto cmds = rt_.fetcher.with_acknowledgement(
+            unit, rt_.dead.kill_commands(rt_.dead.invalid_entry(unit.payload, unit.queue, *invalid),
+                                         epoch_seconds()));
+        write_with_pending(conn, std::move(cmds), "dead-set entry", unit.payload);
+        return;
+    }
+    Job& job = std::get<Job>(parsed);
+    if (admit && !admit(unit, job)) return;
+    const auto started = std::chrono::steady_clock::now();
+    rt_.work.begin(slot_, RunningJob{job.queue, job.raw, job.display_class(), job.jid,
+                                     static_cast<long long>(epoch_seconds()), started});
+    rt_.log.info("class={} jid={} queue={} start", job.display_class(), job.jid, job.queue);
+
+    JobContext ctx{job, rt_.log, rt_.lifecycle.hard_stop, conn, rt_.keys, rt_.config, rt_.identity};
+    ctx.after_job = &pending_;
+    ctx.client = rt_.client;
+    ctx.working_list = rt_.fetcher.working_list(unit.queue);
+    std::optional<Failure> failure;
+    bool interrupted = false;
+    try {
+        rt_.chain.invoke(ctx, [&] {
+            const Handler* handler = rt_.handlers.find(job.handler_name());
+            if (!handler)
+                throw JobError("NameError", "uninitialized constant " + job.handler_name() +
+                                                " (no kiqd handler is registered for it)");
+            (*handler)(job, ctx);
+        });
+    } catch (const Interrupted&) {
+        interrupted = true;
+    } catch (...) {
+        failure = failure_from_current_exception(job);
+    }
+    if (!rt_.work.finish(slot_)) {
+        // The shutdown deadline passed while it ran: the manager already pushed the original
+        // payload back (and counted it, as Sidekiq does), so nothing more is recorded here.
+        rt_.log.info("class={} jid={} interrupted by shutdown; it is back in queue:{}",
+                     job.display_class(), job.jid, job.queue);
+        write_with_pending(conn, {}, "lock release", job.raw);
+        return;
+    }
+    if (interrupted && !failure)
+        failure = Failure{"Kiqd::Interrupted",
+                          "handler raised Interrupted without a shutdown",
+                          {"kiqd:in `" + job.handler_name() + "'"}};
+    const double elapsed = ms_since(started);
+    if (!failure) {
+        if (ctx.handler_ran) rt_.work.processed.fetch_add(1, std::memory_order_relaxed);
+        rt_.log.info("class={} jid={} queue={} done: {:.3f} ms{}", job.display_class(), job.jid,
+                     job.queue, elapsed, ctx.log_tags);
+        // With basic fetch there is nothing to acknowledge: pending commands then ride along
+        // with the next fetch.
+        // A batched reliable fetch sends the acknowledgement with its next refill.
+        if (rt_.fetcher.defer_acknowledgement(unit)) return;
+        auto ack = rt_.fetcher.with_acknowledgement(unit, {});
+        if (!ack.empty()) write_with_pending(conn, std::move(ack), "acknowledgement", job.raw);
+        return;
+    }
+    rt_.work.processed.fetch_add(1, std::memory_order_relaxed);
+    rt_.work.failed.fetch_add(1, std::memory_order_relaxed);
+    const RetryPlan plan = rt_.retry.plan(job, *failure, epoch_seconds(), rng_);
+    static constexpr const char* kOutcome[] = {"retry scheduled", "sent to the dead set",
+                                               "discarded (retry: false)"};
+    rt_.log.warn("class={} jid={} queue={} fail: {:.3f} ms: {}: {} ({}){}", job.display_class(),
+                 job.jid, job.queue, elapsed, failure->error_class, failure->message,
+                 kOutcome[static_cast<int>(plan.outcome)], ctx.log_tags);
+    auto cmds = rt_.fetcher.with_acknowledgement(unit, rt_.retry.commands(plan));
+    write_with_pending(conn, std::move(cmds), "failure",
+                       plan.payload.empty() ? job.raw : plan.payload);
+}
+
+}  // namespace kiqd

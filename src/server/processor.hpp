@@ -1,0 +1,50 @@
+#pragma once
+// Processor: one OS thread with its own Redis connection. Loop: fetch (BRPOP, 2 s) → parse →
+// middleware chain → handler → record the outcome (retry/dead on failure), until quiet. A job
+// fetched after quiet is pushed back at once. Unrunnable payloads go to the dead set with a
+// reason. Redis errors never end the thread: it backs off and reconnects, and writes of an
+// outcome are retried until they land (or the process is hard-stopped, when the payload is
+// logged). Owned by the Manager; only this thread touches its connection and RNG.
+#include <atomic>
+#include <functional>
+#include <random>
+#include <thread>
+
+#include "server/runtime.hpp"
+
+namespace kiqd {
+
+class Processor {
+  public:
+    Processor(Runtime& rt, size_t slot, std::function<void()> on_exit);
+    ~Processor();
+    void start();
+    void join();
+    void detach();
+    bool running() const { return running_.load(); }
+
+    // Runs one fetched unit to its recorded outcome. Public so tests can drive it directly.
+    void process(redis::Connection& conn, UnitOfWork unit);
+
+  private:
+    // Decides, once the job is parsed, whether it runs now (true) or was held/requeued (false).
+    using Admission = std::function<bool(UnitOfWork& unit, const Job& job)>;
+    void run_unit(redis::Connection& conn, UnitOfWork unit, const Admission& admit);
+    void run() noexcept;
+    Failure failure_from_current_exception(const Job& job) const;
+    void write_until_done(redis::Connection& conn, const std::vector<redis::Command>& commands,
+                          const std::string& what, const std::string& payload);
+    // write_until_done of `commands` followed by the pending after-job commands.
+    void write_with_pending(redis::Connection& conn, std::vector<redis::Command> commands,
+                            const std::string& what, const std::string& payload);
+
+    Runtime& rt_;
+    size_t slot_;
+    std::function<void()> on_exit_;
+    std::mt19937_64 rng_;
+    std::vector<redis::Command> pending_;  // JobContext::after_job of the last job(s)
+    std::thread thread_;
+    std::atomic<bool> running_{false};
+};
+
+}  // namespace kiqd
