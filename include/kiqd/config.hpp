@@ -219,7 +219,7 @@ struct ReliableFetchConfig {
     int max_interruptions = 3;
     // Jobs moved from the queues into the working list per round trip (one Lua script) and
     // handed to the processors from a process-wide buffer (reliable_fetcher.hpp). 1 = one job
-    // per fetch. Default chosen by measurement (README, "Batched fetch").
+    // per fetch. Default chosen by measurement (docs/reliable-fetch.md).
     int batch_size = kDefaultBatchSize;
     static constexpr int kDefaultBatchSize = 50;
     static constexpr int kMaxBatchSize = 1000;
