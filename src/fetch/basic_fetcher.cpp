@@ -9,10 +9,23 @@
 namespace kiqd {
 namespace {}  // namespace
 
-// KEYS: every queue list (order.names() order), then — to move rather than pop — their
-// working lists. ARGV: see batch_order_args. Takes up to ARGV[1] jobs, each from the first
-// non-empty queue of its order (index 0 = a paused queue's padding, skipped), and returns
-// {index, payload, index, payload, ...} (1-based indexes).
+// Every batched fetch (basic `prefetch` and batched reliable fetch): takes up to ARGV[1] jobs,
+// each from the first non-empty queue of its own queue order. It pops them (RPOP), or, when
+// the working lists are given, moves each into its queue's working list (RPOPLPUSH).
+//
+// KEYS[1..n]    every queue list, in order.names() order
+// KEYS[n+1..2n] optional (reliable fetch): their working lists; KEYS[n+q] receives KEYS[q]'s
+//               jobs. The script moves rather than pops whenever it has more than n KEYS.
+// ARGV[1]       how many jobs to take at most
+// ARGV[2]       n, the number of queues
+// ARGV[3..]     one or more queue orders of n entries each, 1-based indexes into KEYS[1..n]
+//               (0 = a paused queue's padding, skipped); job j (from 0) uses order
+//               j mod <number of orders> (batch_order_args)
+//
+// Returns {q, payload, q, payload, ...}: for each job taken, the 1-based index of its queue and
+// the job, in the order taken. It stops at the first job that finds every queue of its order
+// empty, so the reply can be shorter than ARGV[1] jobs, and is an empty array when no queue has
+// a job.
 const char* const kBatchFetchScript = R"lua(
 local n = tonumber(ARGV[2])
 local move = #KEYS > n

@@ -7,9 +7,16 @@
 namespace kiqd {
 namespace {
 
-// KEYS[1..n] queue lists in this fetch's order, KEYS[n+1..2n] their working lists.
-// Moves the job at the popping end of the first non-empty queue into its working list and
-// returns {index, payload}; nil when every queue is empty.
+// One unbatched reliable fetch over the queues after the first of this fetch's order (the
+// first was tried with a plain RPOPLPUSH): moves the job at the popping end of the first
+// non-empty queue into its working list (RPOPLPUSH).
+//
+// KEYS[1..n]    the queue lists, in this fetch's order
+// KEYS[n+1..2n] their working lists: KEYS[n+i] receives KEYS[i]'s job
+// ARGV          none
+//
+// Returns {i, payload}: the 1-based index of the queue in KEYS[1..n] and the moved job; nil when
+// every queue is empty (nothing moved).
 constexpr const char* kFetchScript = R"lua(
 local n = #KEYS / 2
 for i = 1, n do

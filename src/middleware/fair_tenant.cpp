@@ -15,12 +15,29 @@ namespace {
 // per rule, the last match wins) in one script. Times are the caller's clock, as the gem uses
 // the pushing process's Time.now; every bound is floored to whole seconds as the gem's .to_i
 // does, and both ZREMRANGEBYSCORE and ZCOUNT bounds are inclusive (the gem passes integers).
-// KEYS[1] the enqueues ZSET; server mode also KEYS[2] `queues`, KEYS[2+i] queue:<rule i queue>.
-// ARGV[1] 'c' (client) | 's' (server), ARGV[2] now (float seconds), ARGV[3] max window
-// (integer seconds), ARGV[4] member "jid:<jid>", ARGV[5] n, then per rule i (1..n):
-// ARGV[4+2i] per ('' = max window), ARGV[5+2i] threshold; server mode then ARGV[5+2n+i] the
-// payload to push when rule i wins ('' = do not move) and ARGV[5+3n+i] its queue name.
-// Returns the winning rule (1-based), 0 for none, -1 (server) when the jid was registered.
+//
+// KEYS[1]     the tenant's enqueues ZSET (member "jid:<jid>", score = integer epoch second)
+// server mode only:
+// KEYS[2]     the `queues` set
+// KEYS[2+i]   queue:<queue of rule i>, for each rule i in 1..n
+// ARGV[1]     'c' (client: register and decide) or 's' (server: register, decide and move)
+// ARGV[2]     now, in seconds (fractional)
+// ARGV[3]     the max throttling window, in whole seconds: entries scored at or below
+//             floor(now − ARGV[3]) are trimmed, and KEYS[1] expires after it
+// ARGV[4]     the member to register, "jid:<jid>"
+// ARGV[5]     n, the number of rules; then for each rule i in 1..n:
+// ARGV[4+2i]  its `per` window in seconds ('' = the max window)
+// ARGV[5+2i]  its threshold: it matches when threshold < the count of entries scored within
+//             [floor(now − per), floor(now)], the new entry included
+// server mode only, for each rule i in 1..n:
+// ARGV[5+2n+i] the payload to LPUSH to KEYS[2+i] when rule i wins ('' = do not move: the job
+//             is already in that queue)
+// ARGV[5+3n+i] rule i's queue name (SADDed to KEYS[2] with the push)
+//
+// Returns the 1-based index of the winning rule (the last that matched), 0 when none matched,
+// and in server mode -1 when ARGV[4] is already in KEYS[1] (registered by the gem at push time
+// or by an earlier run of the same jid; nothing written). Client mode registers a member that
+// is already present again (its score becomes floor(now)).
 constexpr const char* kScript = R"lua(
 local key = KEYS[1]
 local now = tonumber(ARGV[2])

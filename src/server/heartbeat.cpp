@@ -27,8 +27,22 @@ constexpr const char* kStatsTtl = "157680000";  // 5 years, as Sidekiq sets on t
 // lost later than this could count twice. Outages are far shorter; one small key per process.
 constexpr const char* kFlushMarkerTtl = "604800";  // a week
 
-// KEYS: marker, stat:processed, stat:processed:<date>, stat:failed, stat:failed:<date>.
-// ARGV: seq, processed, failed, stats TTL, marker TTL. Returns 1 when applied, 0 for a repeat.
+// Applies one batch of the stats counts, unless a batch with this sequence number (or a later
+// one) was applied already: the retry of a flush whose reply was lost counts nothing twice.
+//
+// KEYS[1] <identity>:flushed — the sequence number of the last batch applied (absent: 0)
+// KEYS[2] stat:processed
+// KEYS[3] stat:processed:<date>
+// KEYS[4] stat:failed
+// KEYS[5] stat:failed:<date>
+// ARGV[1] the batch's sequence number
+// ARGV[2] jobs processed in the batch (INCRBY on KEYS[2] and KEYS[3])
+// ARGV[3] jobs failed in the batch (INCRBY on KEYS[4] and KEYS[5])
+// ARGV[4] TTL of the daily keys in seconds (set again at every flush)
+// ARGV[5] TTL of KEYS[1] in seconds
+//
+// Returns 1 when the batch was applied (KEYS[1] set to ARGV[1], the four counters increased),
+// 0 when ARGV[1] is not above KEYS[1] (nothing written).
 constexpr const char* kFlushScript = R"lua(
 local last = tonumber(redis.call('get', KEYS[1]) or '0')
 if tonumber(ARGV[1]) <= last then return 0 end
@@ -150,6 +164,8 @@ std::optional<std::string> Heartbeat::beat() {
 void Heartbeat::publish_quiet() {
     try {
         // Only when the hash exists: HSET alone would create a record without "info" or a TTL.
+        // KEYS[1] this process's record (the <identity> hash); no ARGV. Sets its `quiet` field
+        // to "true" when the hash exists, else writes nothing. Returns 0 either way.
         conn_.command({"EVAL",
                        "if redis.call('exists', KEYS[1]) == 1 then "
                        "redis.call('hset', KEYS[1], 'quiet', 'true') end return 0",

@@ -5,11 +5,6 @@
 #include <csignal>
 
 #include "kiqd/kiqd.hpp"
-#include "middleware/fair_tenant.hpp"
-#include "middleware/limits/concurrency_limit.hpp"
-#include "middleware/limits/throttle.hpp"
-#include "middleware/metadata_middleware.hpp"
-#include "middleware/unique/unique_jobs.hpp"
 #include "server/logging.hpp"
 
 namespace kiqd {
@@ -74,6 +69,11 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
           JobLimits{config.max_payload_bytes, 256},
           &client_,
           cpu_gate_.get()},
+      // Processors start in run(), so the chain can still gain kiqd's own middlewares here.
+      chain_assembly_(rt_,
+                      ChainAssembly::SharedState{pause_state_, parked_jobs_, pause_strategies_,
+                                                 catalog_, job_metrics_},
+                      chain_),
       manager_(rt_),
       scheduler_(rt_),
       heartbeat_(rt_, me_, me_.info_json(config, order_)),
@@ -85,35 +85,10 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
     signals_.add(SIGTTIN);
     signals_.add(SIGHUP);
     if (reliable_) recovery_ = std::make_unique<OrphanRecovery>(rt_, *reliable_);
-    // Processors start in run(), so the chain can still gain its first member here.
-    lock_keeper_ = std::make_unique<LockKeeper>(
-        keys_, rt_.connection_options, config.unique_jobs.reaper_interval, me_.identity, log);
-    chain_.prepend(
-        std::make_shared<UniqueJobsMiddleware>(config, keys_, dead_, *lock_keeper_, me_.identity));
-    // Limits go outside the unique-jobs middleware, so a job they park holds no unique lock
-    // while it waits. Each is in the chain only when some class configures it.
-    if (ConcurrencyLimitMiddleware::configured(config)) {
-        slot_keeper_ = std::make_unique<SlotKeeper>(keys_, rt_.connection_options,
-                                                    config.concurrency_limits, me_.identity, log);
-        chain_.prepend(std::make_shared<ConcurrencyLimitMiddleware>(config, keys_, *slot_keeper_,
-                                                                    me_.identity));
-    }
-    if (ThrottleMiddleware::configured(config))
-        chain_.prepend(std::make_shared<ThrottleMiddleware>(config, keys_));
     // Follow-up jobs are routed with everything the catalog knows, C++ declarations included.
     if (!config.routing_rules.empty())
         client_.set_router(
             [this](const std::string& job_class) { return catalog_.routed_queue(job_class); });
-    // Fair-tenant rerouting before the limits: a job moved to a throttled queue is not counted
-    // and takes no lock.
-    chain_.prepend(std::make_shared<FairTenantServerMiddleware>(config, keys_));
-    // Before the others: a parked job is neither rerouted nor counted, and takes no lock.
-    chain_.prepend(std::make_shared<PauseControlMiddleware>(pause_state_, parked_jobs_,
-                                                            pause_strategies_, keys_));
-    // Outermost, so that its run time covers the other middlewares; a job one of them parks is
-    // not recorded (only jobs whose handler ran are).
-    if (config.job_metadata)
-        chain_.prepend(std::make_shared<MetadataMiddleware>(catalog_, job_metrics_));
     if (!config.metrics.listen.empty()) {
         metrics_ = std::make_unique<MetricsServer>(
             config.metrics,
@@ -219,9 +194,9 @@ void Launcher::begin_stop() {
         all_threads_ended_ = ended;
         scheduler_.stop();
         if (recovery_) recovery_->stop(ended);
-        lock_keeper_->stop();
+        chain_assembly_.lock_keeper().stop();
         pause_controller_.stop();
-        if (slot_keeper_) slot_keeper_->stop();
+        if (auto* slots = chain_assembly_.slot_keeper()) slots->stop();
         if (metrics_) metrics_->stop();
         boost::asio::post(io_, [this] {
             beat_timer_.cancel();
@@ -272,10 +247,10 @@ int Launcher::run() {
     if (cpu_gate_)
         log_.info("cpu-bound jobs: at most {} at once (cpu_bound_concurrency)", cpu_gate_->limit());
     if (recovery_) recovery_->start();  // processors fetch once it has registered this process
-    lock_keeper_->start();
+    chain_assembly_.lock_keeper().start();
     pause_controller_.refresh_before_start();
     pause_controller_.start();
-    if (slot_keeper_) slot_keeper_->start();
+    if (auto* slots = chain_assembly_.slot_keeper()) slots->start();
     manager_.start();
     scheduler_.start();
     schedule_beat(std::chrono::steady_clock::duration::zero());  // first beat at once

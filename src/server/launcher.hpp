@@ -1,7 +1,8 @@
 #pragma once
 // Launcher: wires one kiqd process together and runs it until it is stopped. It owns the
 // Manager (processor threads), the Scheduler thread, with `fetch: reliable` the OrphanRecovery
-// thread, the LockKeeper and PauseController threads, with `metrics:` the MetricsServer thread,
+// thread, the PauseController thread, through its ChainAssembly the LockKeeper and (with a
+// concurrency_limit) SlotKeeper threads, with `metrics:` the MetricsServer thread,
 // the worker catalog, job metrics and cpu gate shared by the processors, and, on the calling
 // (main) thread, an Asio
 // io_context that handles OS signals and the heartbeat timer:
@@ -26,9 +27,8 @@
 #include "fetch/cpu_gate.hpp"
 #include "kiqd/client.hpp"
 #include "middleware/job_metrics.hpp"
-#include "middleware/limits/slot_keeper.hpp"
 #include "middleware/pause/pause_controller.hpp"
-#include "middleware/unique/lock_keeper.hpp"
+#include "server/chain_assembly.hpp"
 #include "server/heartbeat.hpp"
 #include "server/manager.hpp"
 #include "server/metrics_server.hpp"
@@ -74,10 +74,7 @@ class Launcher {
     WorkState work_;
     Lifecycle lifecycle_;
     RedisHealth health_;
-    // kiqd's own middlewares, then the configured chain: job metadata (timings, SLOs), pause
-    // control, fair-tenant rerouting, throttle and concurrency limit (when configured), unique
-    // jobs — each outside the next, so that a job one of them parks or moves is not counted or
-    // locked by the next.
+    // kiqd's own middlewares, then the configured chain (the order: chain_assembly.hpp).
     MiddlewareChain chain_;
     PauseStrategies pause_strategies_;
     PauseState pause_state_;
@@ -87,8 +84,8 @@ class Launcher {
     JobMetrics job_metrics_;
     std::unique_ptr<CpuGate> cpu_gate_;  // when some declared class is cpu-bound
     Runtime rt_;
-    std::unique_ptr<LockKeeper> lock_keeper_;
-    std::unique_ptr<SlotKeeper> slot_keeper_;  // when some class has a concurrency_limit
+    // Puts kiqd's own middlewares into chain_; owns the LockKeeper and SlotKeeper.
+    ChainAssembly chain_assembly_;
     Manager manager_;
     Scheduler scheduler_;
     Heartbeat heartbeat_;

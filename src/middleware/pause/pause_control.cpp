@@ -8,10 +8,21 @@
 namespace kiqd {
 namespace {
 
-// KEYS[1] the class's ZSET, KEYS[2] its score counter, KEYS[3] the parked-classes hash,
-// KEYS[4] (reliable fetch) the working list that holds the job. ARGV[1] payload, ARGV[2] class,
-// ARGV[3] strategy descriptor. Leaving the working list in the same step means a crash right
-// after parking cannot also recover the job to its queue (and run it twice).
+// Parks one job of a paused class after the class's other parked jobs. Leaving the working list
+// in the same step means a crash right after parking cannot also recover the job to its queue
+// (and run it twice).
+//
+// KEYS[1] the class's parked-jobs ZSET (sidekiq:pause_control:paused_jobs:zset:{<worker>})
+// KEYS[2] its score counter (sidekiq:pause_control:paused_jobs:score:{<worker>}), INCRed
+// KEYS[3] the parked-classes hash (kiqd:pause:parked, class → strategy descriptor)
+// KEYS[4] optional (reliable fetch): the working list that holds the job; one copy of ARGV[1]
+//         is removed from it
+// ARGV[1] the job's payload, byte for byte (the ZSET member)
+// ARGV[2] the job class (the field in KEYS[3])
+// ARGV[3] the class's pause-strategy descriptor (the value in KEYS[3])
+//
+// Returns the job's new score (the counter's new value). A payload that is already parked is
+// not added twice: it gets the new score and so moves behind the others.
 constexpr const char* kParkScript = R"lua(
 local score = redis.call('incr', KEYS[2])
 redis.call('zadd', KEYS[1], score, ARGV[1])
@@ -20,10 +31,25 @@ if KEYS[4] then redis.call('lrem', KEYS[4], 1, ARGV[1]) end
 return score
 )lua";
 
-// KEYS[1] the class's ZSET, KEYS[2] its score counter, KEYS[3] the parked-classes hash,
-// KEYS[4] the `queues` set. ARGV[1] class, ARGV[2] key prefix, then triples (member, queue,
-// payload to push). Each job moves only if this call removed it from the ZSET, so a batch run
-// twice (a retry after a lost reply) moves nothing twice.
+// Moves a batch of a resumed class's parked jobs back to their queues, in the given order. Each
+// job moves only if this call removed it from the ZSET, so a batch run twice (a retry after a
+// lost reply) moves nothing twice.
+//
+// KEYS[1] the class's parked-jobs ZSET
+// KEYS[2] its score counter
+// KEYS[3] the parked-classes hash
+// KEYS[4] the `queues` set
+// ARGV[1] the job class (its field in KEYS[3])
+// ARGV[2] the key prefix: each job is LPUSHed to ARGV[2] .. "queue:" .. <its queue>, a key the
+//         script builds itself (not among KEYS)
+// then one triple per job, i = 3, 6, 9, …:
+// ARGV[i]   its member in KEYS[1], byte for byte (ZREMed)
+// ARGV[i+1] its queue name (SADDed to KEYS[4])
+// ARGV[i+2] the payload to push (the member with a fresh enqueued_at)
+// No triple at all is fine: the call then only removes the class's keys if its ZSET is empty.
+//
+// Returns {moved, left}: how many jobs this call moved, and how many stay parked (ZCARD of
+// KEYS[1]). When none is left, KEYS[2] is deleted and ARGV[1] removed from KEYS[3].
 constexpr const char* kResumeScript = R"lua(
 local moved = 0
 for i = 3, #ARGV, 3 do

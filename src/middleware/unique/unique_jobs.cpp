@@ -17,7 +17,18 @@ constexpr auto kWaitLockTtl = std::chrono::seconds(60);
 constexpr double kRescheduleSeconds = 5.0;  // the gem's default schedule_in
 
 // Frees the gem's client lock of digest D for one jid, as its unlock.lua does (§12.1), and wakes
-// a gem waiter. Keys: D, D:LOCKED, D:QUEUED, D:PRIMED, D:INFO, uniquejobs:digests.
+// a gem waiter. A Lua function, put in front of the scripts that call it:
+//   release_client_lock(k, jid)
+// k[1] D, the digest key
+// k[2] D:LOCKED, the hash of the lock's holders, keyed by jid
+// k[3] D:QUEUED, a list of jids, where the gem's waiters block
+// k[4] D:PRIMED, a list of jids
+// k[5] D:INFO, the lock's info
+// k[6] uniquejobs:digests, the ZSET of the digests in use
+// jid  the job whose lock to free
+// Removes jid from D:QUEUED and D:PRIMED in any case. Returns 0 when jid does not hold the lock
+// (nothing else written); else frees it (with the last holder D, D:LOCKED and D:INFO go and
+// D leaves the digests ZSET), pushes '1' to D:QUEUED with a 5 s TTL, and returns 1.
 #define KIQD_CLIENT_UNLOCK_LUA                                       \
     "local function release_client_lock(k, jid)\n"                   \
     "  redis.call('lrem', k[3], 0, jid)\n"                           \
@@ -33,11 +44,33 @@ constexpr double kRescheduleSeconds = 5.0;  // the gem's default schedule_in
     "  return 1\n"                                                   \
     "end\n"
 
-// KEYS[1] wait lock, KEYS[2] exec lock, KEYS[3] held-locks hash, KEYS[4..9] the gem's client
-// lock keys. ARGV[1] "1" = use the wait lock, ARGV[2] the wait token this copy carries ("" if
-// none), ARGV[3] a fresh token, ARGV[4] exec owner "<identity> <token>", ARGV[5] exec TTL ms,
-// ARGV[6] wait TTL ms, ARGV[7] jid whose client lock to release on success ("" = none).
-// Returns {0} another copy waits (a duplicate), {1} run, {2, token} wait (parked by the caller).
+// One starting copy of a while_executing or until_and_while_executing job tries to take the
+// EXEC lock; with the wait lock (until_and_while_executing), a copy that finds EXEC busy becomes
+// or stays the one copy that waits.
+//
+// KEYS[1]    <digest>:WAIT, the wait lock (value: the waiting copy's token)
+// KEYS[2]    <digest>:EXEC, the exec lock (value: its owner)
+// KEYS[3]    the held-locks hash (kiqd:unique:held, exec lock key → owner), read by the reaper
+// KEYS[4..9] the gem's client lock keys (k[1..6] of release_client_lock); needed only when
+//            ARGV[7] is not '' (without them, freeing the client lock fails with a script error)
+// ARGV[1]    "1" = use the wait lock (until_and_while_executing), else "0"
+// ARGV[2]    the wait token this copy carries in its payload ("" if none)
+// ARGV[3]    a fresh token, for a copy that starts to wait
+// ARGV[4]    the exec lock's owner, "<identity> <token>"
+// ARGV[5]    the exec lock's TTL in ms
+// ARGV[6]    the wait lock's TTL in ms
+// ARGV[7]    the jid whose client lock to free once the exec lock is taken ("" = none)
+//
+// Returns
+//   {0}         with the wait lock: another copy (a different token) holds it, so this one is
+//               a duplicate; nothing written.
+//   {1}         the exec lock was free and is now ARGV[4]'s (SET NX PX ARGV[5]), recorded in
+//               KEYS[3]; the wait lock, if this copy held it, is deleted, and ARGV[7]'s client
+//               lock (when ARGV[7] is not '') is freed: run the job.
+//   {2, ''}     without the wait lock: the exec lock is busy; nothing written.
+//   {2, token}  with the wait lock: the exec lock is busy, and this copy now holds the wait lock
+//               under `token` (the one it carried, else ARGV[3]) for another ARGV[6] ms: park it
+//               with the token.
 constexpr const char* kAcquireScript = KIQD_CLIENT_UNLOCK_LUA R"lua(
 local w = false
 if ARGV[1] == '1' then
@@ -58,12 +91,24 @@ redis.call('set', KEYS[1], token, 'PX', ARGV[6])
 return {2, token}
 )lua";
 
-// KEYS[1..6] the gem's client lock keys; ARGV[1] jid.
+// Frees the gem's client lock for one jid (until_executing, until_executed), with
+// release_client_lock above.
+//
+// KEYS[1..6] the gem's client lock keys (k[1..6] of release_client_lock)
+// ARGV[1]    the jid
+//
+// Returns 1 when the jid held the lock and it was freed, 0 when it did not hold it.
 constexpr const char* kClientUnlockScript = KIQD_CLIENT_UNLOCK_LUA R"lua(
 return release_client_lock(KEYS, ARGV[1])
 )lua";
 
-// KEYS[1] wait lock; ARGV[1] token. Gives the wait lock up (a copy that stops waiting).
+// Gives the wait lock up: a waiting copy whose lock_timeout ran out stops waiting.
+//
+// KEYS[1] <digest>:WAIT, the wait lock
+// ARGV[1] the token of the copy giving it up
+//
+// Returns 1 when the lock held ARGV[1] and was deleted, 0 when it held another token or was
+// gone (left as it is).
 constexpr const char* kDropWaitScript = R"lua(
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
 return 0
