@@ -1,144 +1,18 @@
 #pragma once
-// The admin command line (`kiqd stats|queues|processes|retries|dead|quiet|stop`): reads and acts
-// on a Sidekiq cluster's Redis data the way Sidekiq's own API does (sidekiq-data-model §1, §2,
-// §5, §7, §8), so it works on clusters of Ruby Sidekiq processes, kiqd processes, or both.
-//
-// Two layers: functions on a redis::Connection that return plain data or perform one action
-// (fetch_stats, fetch_queues, fetch_processes, list_entries, retry_entries, delete_entries,
-// send_signal), and run_admin(), which opens the connection from a validated Config, runs one
-// command and prints a table or JSON. Everything runs on the calling thread; nothing is shared.
-#include <optional>
+// The admin command line (`kiqd stats|queues|processes|retries|dead|quiet|stop|pause|resume|
+// paused`): run_admin opens one Redis connection, runs the command (the *_commands files) and
+// maps failures to exit codes. enqueue.hpp is included so the CLI gets both of its entry points
+// (run_admin, run_enqueue) from this header. Single-threaded, on the caller's thread.
 #include <ostream>
-#include <string>
-#include <vector>
 
+#include "admin/enqueue.hpp"
+#include "admin/exit_codes.hpp"
+#include "admin/request.hpp"
 #include "kiqd/config.hpp"
-#include "kiqd/keys.hpp"
-#include "kiqd/redis/connection.hpp"
 
 namespace kiqd::admin {
 
-struct Stats {
-    long long processed = 0, failed = 0;
-    long long busy = 0;      // sum of `busy` over live processes (Sidekiq's workers_size)
-    long long enqueued = 0;  // sum of LLEN over the `queues` set
-    long long scheduled = 0, retries = 0, dead = 0;
-    long long processes = 0;             // SCARD processes, as Stats#processes_size
-    double default_queue_latency = 0.0;  // seconds
-};
-
-struct QueueInfo {
-    std::string name;
-    long long size = 0;
-    double latency = 0.0;  // seconds since the oldest job's enqueued_at (0 when empty)
-};
-
-struct ProcessInfo {
-    std::string identity, hostname, tag;
-    long long pid = 0;
-    std::vector<std::string> queues, labels;
-    long long concurrency = 0, busy = 0, rss_kb = 0;
-    double beat = 0.0, started_at = 0.0;  // epoch seconds
-    bool quiet = false;
-};
-
-// One member of the retry or dead set.
-struct SetEntry {
-    double score = 0.0;
-    std::string member;  // the exact string in the ZSET: what ZREM needs
-    std::string jid, job_class, queue, error_class, error_message;
-    std::optional<long long> retry_count;
-};
-
-// Which entries of a set an action applies to. Empty jids and job_class match everything.
-struct EntryFilter {
-    std::vector<std::string> jids;
-    std::string job_class;  // matches `class`, or `wrapped` (ActiveJob)
-};
-
-Stats fetch_stats(redis::Connection& conn, const Keys& keys);
-// Every queue in the `queues` set, sorted by name. Latency as Sidekiq's Queue#latency computes
-// it: now − enqueued_at of the rightmost (oldest) element.
-std::vector<QueueInfo> fetch_queues(redis::Connection& conn, const Keys& keys);
-// Live processes (members of `processes` whose hash still has `info`), sorted by identity.
-std::vector<ProcessInfo> fetch_processes(redis::Connection& conn, const Keys& keys);
-// Entries of `set_key` (keys.retry() or keys.dead()) that match, in score order.
-std::vector<SetEntry> list_entries(redis::Connection& conn, const std::string& set_key,
-                                   const EntryFilter& filter);
-// SortedEntry#retry for each entry: retry_count − 1 (when present), a fresh enqueued_at, then
-// ZREM from the set and, only if that removed it, SADD queues + LPUSH to its queue — in one Lua
-// script per entry, so a job is never lost between the two steps and never pushed twice (an
-// entry that the scheduler or another admin moved first is skipped). Returns how many moved.
-size_t retry_entries(redis::Connection& conn, const Keys& keys, const std::string& set_key,
-                     const std::vector<SetEntry>& entries, Compat compat);
-// ZREM of each exact member (SortedEntry#delete). Returns how many were removed.
-size_t delete_entries(redis::Connection& conn, const std::string& set_key,
-                      const std::vector<SetEntry>& entries);
-// Process#signal: MULTI { LPUSH <identity>-signals SIG; EXPIRE 60 }. The process pops it at its
-// next heartbeat.
-void send_signal(redis::Connection& conn, const Keys& keys, const std::string& identity,
-                 const std::string& signal);
-
-// Pause control (pause_control.hpp): what is paused and what waits.
-struct PausedReport {
-    struct Queue {
-        std::string name;
-        long long size = 0;  // jobs waiting in it, untouched
-    };
-    struct Worker {
-        std::string job_class;
-        bool paused = false;   // an operator paused it (kiqd pause worker)
-        long long parked = 0;  // jobs in its parked-jobs ZSET
-        std::string strategy;  // descriptor stored with its parked jobs ("" = none parked)
-    };
-    std::vector<Queue> queues;    // sorted by name
-    std::vector<Worker> workers;  // operator-paused or with parked jobs, sorted by class
-};
-PausedReport fetch_paused(redis::Connection& conn, const Keys& keys);
-// `kind` "worker" or "queue"; SADD/SREM of `name` in the paused set. Returns false when it was
-// already in the requested state.
-bool set_paused(redis::Connection& conn, const Keys& keys, const std::string& kind,
-                const std::string& name, bool paused);
-
-// One admin invocation, as parsed from the command line.
-struct Request {
-    std::string command;  // stats, queues, processes, retries, dead, quiet, stop, pause, resume,
-                          // paused
-    std::string action;   // retries/dead: list (default), retry, delete; pause/resume: worker,
-                          // queue
-    std::vector<std::string> targets;  // JIDs (retries/dead), identities (quiet/stop), or the
-                                       // class/queue name (pause/resume)
-    std::string job_class;             // --class
-    bool all = false;                  // --all
-    bool json = false;                 // --json
-    std::optional<size_t> limit;       // --limit (listings)
-};
-
-// Exit codes besides 0: 1 nothing matched (unknown identity, no such JID) or bad usage of an
-// action, 69 (EX_UNAVAILABLE) Redis unreachable or failing. Errors are one line on `err`.
-constexpr int kExitNotFound = 1;
-constexpr int kExitUnavailable = 69;
-
+// Errors are one line on `err`; the exit codes are exit_codes.hpp's.
 int run_admin(const Request& request, const Config& config, std::ostream& out, std::ostream& err);
-
-// `kiqd enqueue CLASS [ARG_JSON...] [--queue Q] [--at TIME] [--tenant T]`: one job pushed
-// through the process client (client.hpp: the YAML's per-class queue and fair-tenant rules
-// apply). Prints the jid. Exit 64 (EX_USAGE) for an argument that is not JSON or a TIME that
-// is not understood, 1 when a client middleware stopped the push, 69 when Redis fails.
-struct EnqueueRequest {
-    std::string job_class;
-    std::vector<std::string> args_json;  // each one JSON value
-    std::optional<std::string> queue;
-    std::optional<std::string> at;
-    std::optional<std::string> tenant;  // → the job's `fair_tenant`
-};
-constexpr int kExitBadInput = 64;
-int run_enqueue(const EnqueueRequest& request, const Config& config, std::ostream& out,
-                std::ostream& err);
-
-// A --at TIME: epoch seconds ("1795312741.5"), "+N" with an optional unit s, m, h or d (from
-// `now`), or ISO 8601 "YYYY-MM-DDTHH:MM:SS[.frac][Z|±HH:MM]" (a space works for the T; no zone
-// means UTC). nullopt when it is none of these.
-std::optional<double> parse_enqueue_time(const std::string& text, double now);
 
 }  // namespace kiqd::admin

@@ -1,0 +1,73 @@
+// `kiqd processes`, `kiqd quiet` and `kiqd stop` (see process_commands.hpp).
+#include "admin/process_commands.hpp"
+
+#include <algorithm>
+
+#include "admin/exit_codes.hpp"
+#include "admin/sidekiq_api.hpp"
+#include "admin/table.hpp"
+
+namespace kiqd::admin {
+
+int cmd_processes(redis::Connection& conn, const Keys& keys, const Request& r, std::ostream& out) {
+    const auto procs = fetch_processes(conn, keys);
+    const double now = epoch_seconds();
+    if (r.json) {
+        ojson a = ojson::array();
+        for (const auto& p : procs)
+            a.push_back({{"identity", p.identity},
+                         {"hostname", p.hostname},
+                         {"pid", p.pid},
+                         {"tag", p.tag},
+                         {"labels", p.labels},
+                         {"queues", p.queues},
+                         {"concurrency", p.concurrency},
+                         {"busy", p.busy},
+                         {"rss_kb", p.rss_kb},
+                         {"beat", p.beat},
+                         {"started_at", p.started_at},
+                         {"quiet", p.quiet}});
+        out << a.dump() << "\n";
+        return 0;
+    }
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& p : procs)
+        rows.push_back({p.identity, p.tag,
+                        std::to_string(p.busy) + "/" + std::to_string(p.concurrency),
+                        fixed(p.rss_kb / 1024.0, 1) + " MB", human_duration(now - p.beat) + " ago",
+                        p.quiet ? "yes" : "no", join(p.queues, ",")});
+    print_table(out, {"IDENTITY", "TAG", "BUSY", "RSS", "LAST BEAT", "QUIET", "QUEUES"}, rows);
+    return 0;
+}
+
+int cmd_signal(redis::Connection& conn, const Keys& keys, const Request& r, std::ostream& out,
+               std::ostream& err) {
+    const std::string signal = r.command == "quiet" ? "TSTP" : "TERM";
+    if (r.targets.empty() == !r.all) {
+        err << "kiqd: " << r.command << ": give one or more IDENTITY or --all (see kiqd processes)"
+            << std::endl;
+        return kExitNotFound;
+    }
+    const auto procs = fetch_processes(conn, keys);
+    std::vector<std::string> ids;
+    if (r.all) {
+        for (const auto& p : procs) ids.push_back(p.identity);
+    } else {
+        for (const auto& id : r.targets) {
+            const bool live = std::any_of(procs.begin(), procs.end(),
+                                          [&](const ProcessInfo& p) { return p.identity == id; });
+            if (!live) throw NotFound("no live process with identity " + id);
+            ids.push_back(id);
+        }
+    }
+    for (const auto& id : ids) send_signal(conn, keys, id, signal);
+    if (r.json) {
+        out << ojson{{"signal", signal}, {"identities", ids}}.dump() << "\n";
+    } else {
+        for (const auto& id : ids) out << r.command << ": sent " << signal << " to " << id << "\n";
+        if (ids.empty()) out << r.command << ": no live processes\n";
+    }
+    return 0;
+}
+
+}  // namespace kiqd::admin
