@@ -12,8 +12,8 @@
 #include <sstream>
 #include <thread>
 
+#include "config/enqueues_key.hpp"
 #include "kiqd/redis/endpoint.hpp"
-#include "middleware/fair_tenant.hpp"
 
 namespace kiqd {
 namespace {
