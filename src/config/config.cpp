@@ -13,67 +13,14 @@
 #include <thread>
 
 #include "config/enqueues_key.hpp"
+#include "config/yaml_helpers.hpp"
 #include "kiqd/redis/endpoint.hpp"
 
 namespace kiqd {
+
+using namespace config_detail;
+
 namespace {
-
-int line_of(const YAML::Node& n) {
-    return n.Mark().line >= 0 ? n.Mark().line + 1 : -1;
-}
-
-// Sidekiq symbolises keys, so ":concurrency:" and "concurrency:" mean the same.
-std::string normalize_key(std::string key) {
-    // A lone ":" stays as it is, so that every error names a key.
-    if (key.size() > 1 && key.front() == ':') key.erase(0, 1);
-    return key;
-}
-
-[[noreturn]] void type_error(const std::string& key, const YAML::Node& n, const char* expected) {
-    throw ConfigError(key, std::string("must be ") + expected, line_of(n));
-}
-
-std::string as_string(const std::string& key, const YAML::Node& n) {
-    if (!n.IsScalar()) type_error(key, n, "a string");
-    return n.Scalar();
-}
-
-long long as_int(const std::string& key, const YAML::Node& n) {
-    if (!n.IsScalar()) type_error(key, n, "an integer");
-    try {
-        size_t used = 0;
-        long long v = std::stoll(n.Scalar(), &used);
-        if (used != n.Scalar().size()) throw std::invalid_argument("trailing");
-        return v;
-    } catch (const std::exception&) {
-        type_error(key, n, "an integer");
-    }
-}
-
-double as_number(const std::string& key, const YAML::Node& n) {
-    if (!n.IsScalar()) type_error(key, n, "a number");
-    try {
-        size_t used = 0;
-        double v = std::stod(n.Scalar(), &used);
-        if (used != n.Scalar().size()) throw std::invalid_argument("trailing");
-        return v;
-    } catch (const std::exception&) {
-        type_error(key, n, "a number");
-    }
-}
-
-bool as_bool(const std::string& key, const YAML::Node& n) {
-    if (!n.IsScalar()) type_error(key, n, "true or false");
-    const auto& s = n.Scalar();
-    if (s == "true" || s == "yes" || s == "on") return true;
-    if (s == "false" || s == "no" || s == "off") return false;
-    type_error(key, n, "true or false");
-}
-
-std::string strip_symbol(std::string s) {
-    if (!s.empty() && s.front() == ':') s.erase(0, 1);
-    return s;
-}
 
 std::vector<QueueWeight> parse_queues(const YAML::Node& n) {
     if (!n.IsSequence()) type_error("queues", n, "a list of names or [name, weight] pairs");
@@ -85,7 +32,7 @@ std::vector<QueueWeight> parse_queues(const YAML::Node& n) {
         if (item.IsScalar()) {
             q.name = strip_symbol(item.Scalar());
         } else if (item.IsSequence() && (item.size() == 1 || item.size() == 2)) {
-            q.name = strip_symbol(as_string(key, item[0]));
+            q.name = as_symbol(key, item[0]);
             if (item.size() == 2) {
                 long long w = as_int(key + ".weight", item[1]);
                 if (w < 1) throw ConfigError(key, "weight must be at least 1", line_of(item[1]));
@@ -100,20 +47,6 @@ std::vector<QueueWeight> parse_queues(const YAML::Node& n) {
     }
     if (out.empty()) throw ConfigError("queues", "is empty: list at least one queue", line_of(n));
     return out;
-}
-
-long long seconds_to_ms(const std::string& key, const YAML::Node& n) {
-    const double seconds = as_number(key, n);
-    // Beyond ~300 years is a typo, and the milliseconds would overflow (found by fuzz_config).
-    if (!std::isfinite(seconds) || std::abs(seconds) > 1e10)
-        throw ConfigError(key, "is out of range", line_of(n));
-    return static_cast<long long>(seconds * 1000.0);
-}
-
-std::string non_empty_string(const std::string& key, const YAML::Node& n) {
-    std::string s = as_string(key, n);
-    if (s.empty()) throw ConfigError(key, "is empty", line_of(n));
-    return s;
 }
 
 // redis.password / password_file / password_env: exactly one may be given (the URL's password
@@ -229,12 +162,6 @@ void parse_redis(const YAML::Node& n, RedisConfig& r) {
     }
 }
 
-std::chrono::milliseconds positive_seconds(const std::string& key, const YAML::Node& n) {
-    const long long ms = seconds_to_ms(key, n);
-    if (ms <= 0) throw ConfigError(key, "must be greater than 0", line_of(n));
-    return std::chrono::milliseconds(ms);
-}
-
 void parse_reliable_fetch(const YAML::Node& n, ReliableFetchConfig& r) {
     if (!n.IsMap()) type_error("reliable_fetch", n, "a map");
     for (const auto& kv : n) {
@@ -298,13 +225,6 @@ std::vector<MiddlewareSpec> parse_middleware(const YAML::Node& n) {
     return out;
 }
 
-void check_queue_name(const std::string& key, const std::string& name, int line) {
-    static const std::regex queue_name(R"(^[A-Za-z0-9_:.\-]+$)");
-    if (!std::regex_match(name, queue_name))
-        throw ConfigError(key, "invalid queue name '" + name + "' (letters, digits, _ : . - only)",
-                          line);
-}
-
 // routing_rules: [["urgency=high", "urgent"], ["*", "default"]] (GitLab's shape).
 std::vector<RoutingRule> parse_routing_rules(const YAML::Node& n) {
     if (!n.IsSequence()) type_error("routing_rules", n, "a list of [query, queue] pairs");
@@ -321,7 +241,7 @@ std::vector<RoutingRule> parse_routing_rules(const YAML::Node& n) {
             throw ConfigError(key, e.what(), line_of(item[0]));
         }
         if (!item[1].IsNull()) {
-            rule.queue = strip_symbol(as_string(key + ".queue", item[1]));
+            rule.queue = as_symbol(key + ".queue", item[1]);
             if (!rule.queue.empty()) check_queue_name(key, rule.queue, line_of(item[1]));
         }
         out.push_back(std::move(rule));
@@ -505,7 +425,7 @@ std::vector<FairTenantRule> parse_fair_tenant_queues(const std::string& key, con
             const std::string k = normalize_key(kv.first.Scalar());
             const std::string rkey = ikey + "." + k;
             if (k == "queue") {
-                rule.queue = strip_symbol(as_string(rkey, kv.second));
+                rule.queue = as_symbol(rkey, kv.second);
                 if (rule.queue.empty()) throw ConfigError(rkey, "is empty", line_of(kv.second));
             } else if (k == "threshold") {
                 rule.threshold = as_number(rkey, kv.second);
@@ -808,29 +728,6 @@ void apply_map(const YAML::Node& root, Config& c, const std::string& environment
 
 }  // namespace
 
-namespace {
-
-// Control bytes (a NUL in a quoted YAML key, say) would cut or garble the message on a terminal
-// or in the journal: show them as \xNN.
-std::string printable(const std::string& text) {
-    std::string out;
-    for (unsigned char c : text) {
-        if (c < 0x20 || c == 0x7f)
-            out += fmt::format("\\x{:02x}", c);
-        else
-            out += static_cast<char>(c);
-    }
-    return out;
-}
-
-}  // namespace
-
-ConfigError::ConfigError(std::string key, std::string message, int line)
-    : std::runtime_error(printable(key) + (line > 0 ? " (line " + std::to_string(line) + ")" : "") +
-                         ": " + printable(message)),
-      key_(std::move(key)),
-      line_(line) {}
-
 std::string expand_erb(const std::string& text) {
     // Tags are found by plain string search, not std::regex: libstdc++'s regex engine recurses
     // once per character, so a long unterminated "<%=" overflowed the stack (found by
@@ -986,12 +883,9 @@ void validate_config(Config& c) {
                               "must be a whole number of seconds, at least 1");
         c.fair_tenant.max_throttling_window = v;
     }
-    static const std::regex queue_name(R"(^[A-Za-z0-9_:.\-]+$)");
     std::set<std::string> seen;
     for (const auto& q : c.queues) {
-        if (!std::regex_match(q.name, queue_name))
-            throw ConfigError(
-                "queues", "invalid queue name '" + q.name + "' (letters, digits, _ : . - only)");
+        check_queue_name("queues", q.name);
         if (!seen.insert(q.name).second)
             throw ConfigError("queues", "queue '" + q.name + "' is listed twice");
     }
