@@ -53,113 +53,133 @@ const std::set<std::string>& environment_names() {
 }
 
 void apply_map(const YAML::Node& root, Config& c, const std::string& environment, bool top_level) {
-    for (const auto& kv : root) {
-        if (!kv.first.IsScalar()) throw ConfigError("?", "keys must be strings", line_of(kv.first));
-        if (kv.first.Scalar().empty())
-            throw ConfigError("(empty key)", "keys must not be empty", line_of(kv.first));
-        const std::string k = normalize_key(kv.first.Scalar());
-        const YAML::Node& v = kv.second;
-        if (k == "concurrency") {
-            c.concurrency = static_cast<int>(as_int(k, v));
-            if (c.concurrency < 1) throw ConfigError(k, "must be at least 1", line_of(v));
-        } else if (k == "timeout") {
-            c.timeout = std::chrono::milliseconds(seconds_to_ms(k, v));
-            if (c.timeout.count() <= 0) throw ConfigError(k, "must be greater than 0", line_of(v));
-        } else if (k == "queues") {
-            c.queues = parse_queues(v);
-        } else if (k == "fetch") {
-            c.fetch = parse_fetch_mode(k, as_string(k, v), line_of(v));
-        } else if (k == "reliable_fetch") {
-            parse_reliable_fetch(v, c.reliable_fetch);
-        } else if (k == "prefetch") {
-            const long long b = as_int(k, v);
-            if (b < 1 || b > ReliableFetchConfig::kMaxBatchSize)
-                throw ConfigError(
-                    k,
-                    "must be between 1 and " + std::to_string(ReliableFetchConfig::kMaxBatchSize),
-                    line_of(v));
-            c.prefetch = static_cast<int>(b);
-        } else if (k == "tag") {
-            c.tag = as_string(k, v);
-        } else if (k == "labels") {
-            if (!v.IsSequence()) type_error(k, v, "a list of strings");
-            c.labels.clear();
-            for (const auto& l : v) c.labels.push_back(as_string(k, l));
-        } else if (k == "verbose") {
-            c.verbose = as_bool(k, v);
-        } else if (k == "strict" || k == "require" || k == "pidfile" || k == "logfile" ||
-                   k == "environment") {
-            // Ruby-only or legacy Sidekiq keys: accepted so an existing sidekiq.yml loads
-            // unchanged; kiqd has nothing to do with them (strict/weighted follows the weights,
-            // as in Sidekiq 6.4.1).
-        } else if (k == "compat") {
-            long long v6 = as_int(k, v);
-            if (v6 != 6 && v6 != 7 && v6 != 8)
-                throw ConfigError(k, "must be 6, 7 or 8", line_of(v));
-            c.compat = static_cast<Compat>(v6);
-        } else if (k == "redis") {
-            parse_redis(v, c.redis);
-        } else if (k == "logging") {
-            parse_logging(v, c.logging);
-        } else if (k == "max_retries") {
-            c.max_retries = static_cast<int>(as_int(k, v));
-            if (c.max_retries < 0) throw ConfigError(k, "must not be negative", line_of(v));
-        } else if (k == "dead_max_jobs") {
-            c.dead_max_jobs = as_int(k, v);
-            if (c.dead_max_jobs < 1) throw ConfigError(k, "must be at least 1", line_of(v));
-        } else if (k == "dead_timeout_in_seconds") {
-            c.dead_timeout_seconds = as_int(k, v);
-            if (c.dead_timeout_seconds < 1) throw ConfigError(k, "must be at least 1", line_of(v));
-        } else if (k == "average_scheduled_poll_interval") {
-            c.average_scheduled_poll_interval = as_number(k, v);
-            if (c.average_scheduled_poll_interval <= 0)
-                throw ConfigError(k, "must be greater than 0", line_of(v));
-        } else if (k == "poll_interval_average") {
-            c.poll_interval_average = as_number(k, v);
-            if (*c.poll_interval_average <= 0)
-                throw ConfigError(k, "must be greater than 0", line_of(v));
-        } else if (k == "max_payload_bytes") {
-            long long b = as_int(k, v);
-            if (b < 1024) throw ConfigError(k, "must be at least 1024", line_of(v));
-            c.max_payload_bytes = static_cast<size_t>(b);
-        } else if (k == "server_middleware") {
-            c.server_middleware = parse_middleware(v);
-        } else if (k == "handlers") {
-            c.exec_handlers = parse_handlers(v, c.classes);
-        } else if (k == "unique_jobs") {
-            parse_unique_jobs(v, c.unique_jobs);
-        } else if (k == "pause_control") {
-            parse_pause_control_config(v, c.pause_control);
-        } else if (k == "concurrency_limits") {
-            parse_concurrency_limits(v, c.concurrency_limits);
-        } else if (k == "fair_tenant") {
-            parse_fair_tenant(v, c.fair_tenant);
-        } else if (k == "plugins") {
-            c.plugins = parse_plugins(v);
-        } else if (k == "routing_rules") {
-            c.routing_rules = parse_routing_rules(v);
-        } else if (k == "selector") {
-            c.selector = non_empty_string(k, v);
-            c.selector_line = line_of(v);
-            try {
-                WorkerSelector::parse(c.selector);
-            } catch (const std::invalid_argument& e) {
-                throw ConfigError(k, e.what(), line_of(v));
-            }
-        } else if (k == "metrics") {
-            parse_metrics(v, c.metrics);
-        } else if (k == "cpu_bound_concurrency") {
-            c.cpu_bound_concurrency = static_cast<int>(as_int(k, v));
-            if (c.cpu_bound_concurrency < 1 || c.cpu_bound_concurrency > 1000)
-                throw ConfigError(k, "must be between 1 and 1000", line_of(v));
-        } else if (k == "job_metadata") {
-            c.job_metadata = as_bool(k, v);
-        } else if (top_level && (environment_names().count(k) || k == environment) && v.IsMap()) {
-            if (k == environment) apply_map(v, c, environment, false);
-        } else {
-            throw ConfigError(k, "unknown key", line_of(kv.first));
-        }
-    }
+    // Ruby-only or legacy Sidekiq keys: accepted so an existing sidekiq.yml loads unchanged;
+    // kiqd has nothing to do with them (strict/weighted follows the weights, as in Sidekiq 6.4.1).
+    auto ignored = [](const std::string&, const YAML::Node&) {};
+    read_map(
+        root, "",
+        {{"concurrency",
+          [&](const auto& key, const auto& v) {
+              c.concurrency = static_cast<int>(as_int(key, v));
+              if (c.concurrency < 1) throw ConfigError(key, "must be at least 1", line_of(v));
+          }},
+         {"timeout",
+          [&](const auto& key, const auto& v) {
+              c.timeout = std::chrono::milliseconds(seconds_to_ms(key, v));
+              if (c.timeout.count() <= 0)
+                  throw ConfigError(key, "must be greater than 0", line_of(v));
+          }},
+         {"queues", [&](const auto&, const auto& v) { c.queues = parse_queues(v); }},
+         {"fetch",
+          [&](const auto& key, const auto& v) {
+              c.fetch = parse_fetch_mode(key, as_string(key, v), line_of(v));
+          }},
+         {"reliable_fetch",
+          [&](const auto&, const auto& v) { parse_reliable_fetch(v, c.reliable_fetch); }},
+         {"prefetch",
+          [&](const auto& key, const auto& v) { c.prefetch = fetch_batch_size(key, v); }},
+         {"tag", [&](const auto& key, const auto& v) { c.tag = as_string(key, v); }},
+         {"labels",
+          [&](const auto& key, const auto& v) {
+              if (!v.IsSequence()) type_error(key, v, "a list of strings");
+              c.labels.clear();
+              for (const auto& l : v) c.labels.push_back(as_string(key, l));
+          }},
+         {"verbose", [&](const auto& key, const auto& v) { c.verbose = as_bool(key, v); }},
+         {"strict", ignored},
+         {"require", ignored},
+         {"pidfile", ignored},
+         {"logfile", ignored},
+         {"environment", ignored},
+         {"compat",
+          [&](const auto& key, const auto& v) {
+              long long v6 = as_int(key, v);
+              if (v6 != 6 && v6 != 7 && v6 != 8)
+                  throw ConfigError(key, "must be 6, 7 or 8", line_of(v));
+              c.compat = static_cast<Compat>(v6);
+          }},
+         {"redis", [&](const auto&, const auto& v) { parse_redis(v, c.redis); }},
+         {"logging", [&](const auto&, const auto& v) { parse_logging(v, c.logging); }},
+         {"max_retries",
+          [&](const auto& key, const auto& v) {
+              c.max_retries = static_cast<int>(as_int(key, v));
+              if (c.max_retries < 0) throw ConfigError(key, "must not be negative", line_of(v));
+          }},
+         {"dead_max_jobs",
+          [&](const auto& key, const auto& v) {
+              c.dead_max_jobs = as_int(key, v);
+              if (c.dead_max_jobs < 1) throw ConfigError(key, "must be at least 1", line_of(v));
+          }},
+         {"dead_timeout_in_seconds",
+          [&](const auto& key, const auto& v) {
+              c.dead_timeout_seconds = as_int(key, v);
+              if (c.dead_timeout_seconds < 1)
+                  throw ConfigError(key, "must be at least 1", line_of(v));
+          }},
+         {"average_scheduled_poll_interval",
+          [&](const auto& key, const auto& v) {
+              c.average_scheduled_poll_interval = as_number(key, v);
+              if (c.average_scheduled_poll_interval <= 0)
+                  throw ConfigError(key, "must be greater than 0", line_of(v));
+          }},
+         {"poll_interval_average",
+          [&](const auto& key, const auto& v) {
+              c.poll_interval_average = as_number(key, v);
+              if (*c.poll_interval_average <= 0)
+                  throw ConfigError(key, "must be greater than 0", line_of(v));
+          }},
+         {"max_payload_bytes",
+          [&](const auto& key, const auto& v) {
+              long long b = as_int(key, v);
+              if (b < 1024) throw ConfigError(key, "must be at least 1024", line_of(v));
+              c.max_payload_bytes = static_cast<size_t>(b);
+          }},
+         {"server_middleware",
+          [&](const auto&, const auto& v) { c.server_middleware = parse_middleware(v); }},
+         {"handlers",
+          [&](const auto&, const auto& v) { c.exec_handlers = parse_handlers(v, c.classes); }},
+         {"unique_jobs", [&](const auto&, const auto& v) { parse_unique_jobs(v, c.unique_jobs); }},
+         {"pause_control",
+          [&](const auto&, const auto& v) { parse_pause_control_config(v, c.pause_control); }},
+         {"concurrency_limits",
+          [&](const auto&, const auto& v) { parse_concurrency_limits(v, c.concurrency_limits); }},
+         {"fair_tenant", [&](const auto&, const auto& v) { parse_fair_tenant(v, c.fair_tenant); }},
+         {"plugins", [&](const auto&, const auto& v) { c.plugins = parse_plugins(v); }},
+         {"routing_rules",
+          [&](const auto&, const auto& v) { c.routing_rules = parse_routing_rules(v); }},
+         {"selector",
+          [&](const auto& key, const auto& v) {
+              c.selector = non_empty_string(key, v);
+              c.selector_line = line_of(v);
+              try {
+                  WorkerSelector::parse(c.selector);
+              } catch (const std::invalid_argument& e) {
+                  throw ConfigError(key, e.what(), line_of(v));
+              }
+          }},
+         {"metrics", [&](const auto&, const auto& v) { parse_metrics(v, c.metrics); }},
+         {"cpu_bound_concurrency",
+          [&](const auto& key, const auto& v) {
+              c.cpu_bound_concurrency = static_cast<int>(as_int(key, v));
+              if (c.cpu_bound_concurrency < 1 || c.cpu_bound_concurrency > 1000)
+                  throw ConfigError(key, "must be between 1 and 1000", line_of(v));
+          }},
+         {"job_metadata",
+          [&](const auto& key, const auto& v) { c.job_metadata = as_bool(key, v); }}},
+        "unknown key",
+        // Keys that are not strings, and the environment sub-hashes (production: {...}).
+        [&](const std::string& name, const std::string&, const YAML::Node& key_node,
+            const YAML::Node& v) {
+            if (!key_node.IsScalar())
+                throw ConfigError("?", "keys must be strings", line_of(key_node));
+            if (key_node.Scalar().empty())
+                throw ConfigError("(empty key)", "keys must not be empty", line_of(key_node));
+            if (!top_level || !(environment_names().count(name) || name == environment) ||
+                !v.IsMap())
+                return false;
+            if (name == environment) apply_map(v, c, environment, false);
+            return true;
+        });
 }
 
 }  // namespace

@@ -11,50 +11,54 @@
 
 namespace kiqd {
 namespace config_detail {
+namespace {
+
+// fair_tenant.max_throttling_window, from the YAML or the gem's environment variable.
+constexpr const char* kThrottlingWindowRange = "must be a whole number of seconds, at least 1";
+bool valid_throttling_window(long long seconds) {
+    return seconds >= 1 && seconds <= 100LL * 365 * 86400;
+}
+
+}  // namespace
+
+int fetch_batch_size(const std::string& key, const YAML::Node& v) {
+    const long long b = as_int(key, v);
+    if (b < 1 || b > ReliableFetchConfig::kMaxBatchSize)
+        throw ConfigError(
+            key, "must be between 1 and " + std::to_string(ReliableFetchConfig::kMaxBatchSize),
+            line_of(v));
+    return static_cast<int>(b);
+}
 
 void parse_reliable_fetch(const YAML::Node& n, ReliableFetchConfig& r) {
     if (!n.IsMap()) type_error("reliable_fetch", n, "a map");
-    for (const auto& kv : n) {
-        const std::string k = normalize_key(kv.first.Scalar());
-        const std::string key = "reliable_fetch." + k;
-        if (k == "orphan_check_interval") {
-            r.orphan_check_interval = positive_seconds(key, kv.second);
-        } else if (k == "liveness_ttl") {
-            r.liveness_ttl = positive_seconds(key, kv.second);
-            if (r.liveness_ttl < std::chrono::seconds(3))
-                throw ConfigError(key, "must be at least 3 seconds", line_of(kv.second));
-        } else if (k == "max_interruptions") {
-            r.max_interruptions = static_cast<int>(as_int(key, kv.second));
-            if (r.max_interruptions < 1)
-                throw ConfigError(key, "must be at least 1", line_of(kv.second));
-        } else if (k == "batch_size") {
-            const long long b = as_int(key, kv.second);
-            if (b < 1 || b > ReliableFetchConfig::kMaxBatchSize)
-                throw ConfigError(
-                    key,
-                    "must be between 1 and " + std::to_string(ReliableFetchConfig::kMaxBatchSize),
-                    line_of(kv.second));
-            r.batch_size = static_cast<int>(b);
-        } else {
-            throw ConfigError(key, "unknown key", line_of(kv.first));
-        }
-    }
+    read_map(n, "reliable_fetch",
+             {{"orphan_check_interval",
+               [&](const auto& key, const auto& v) {
+                   r.orphan_check_interval = positive_seconds(key, v);
+               }},
+              {"liveness_ttl",
+               [&](const auto& key, const auto& v) {
+                   r.liveness_ttl = positive_seconds(key, v);
+                   if (r.liveness_ttl < std::chrono::seconds(3))
+                       throw ConfigError(key, "must be at least 3 seconds", line_of(v));
+               }},
+              {"max_interruptions",
+               [&](const auto& key, const auto& v) {
+                   r.max_interruptions = static_cast<int>(as_int(key, v));
+                   if (r.max_interruptions < 1)
+                       throw ConfigError(key, "must be at least 1", line_of(v));
+               }},
+              {"batch_size",
+               [&](const auto& key, const auto& v) { r.batch_size = fetch_batch_size(key, v); }}});
 }
 
 void parse_logging(const YAML::Node& n, LoggingConfig& l) {
     if (!n.IsMap()) type_error("logging", n, "a map");
-    for (const auto& kv : n) {
-        const std::string k = normalize_key(kv.first.Scalar());
-        const std::string key = "logging." + k;
-        if (k == "level")
-            l.level = as_string(key, kv.second);
-        else if (k == "format")
-            l.format = as_string(key, kv.second);
-        else if (k == "file")
-            l.file = as_string(key, kv.second);
-        else
-            throw ConfigError(key, "unknown key", line_of(kv.first));
-    }
+    read_map(n, "logging",
+             {{"level", [&](const auto& key, const auto& v) { l.level = as_string(key, v); }},
+              {"format", [&](const auto& key, const auto& v) { l.format = as_string(key, v); }},
+              {"file", [&](const auto& key, const auto& v) { l.file = as_string(key, v); }}});
 }
 
 std::vector<MiddlewareSpec> parse_middleware(const YAML::Node& n) {
@@ -101,100 +105,83 @@ std::vector<RoutingRule> parse_routing_rules(const YAML::Node& n) {
 
 void parse_metrics(const YAML::Node& n, MetricsConfig& m) {
     if (!n.IsMap()) type_error("metrics", n, "a map ({listen: \"127.0.0.1:9394\"})");
-    for (const auto& kv : n) {
-        const std::string k = normalize_key(kv.first.Scalar());
-        const std::string key = "metrics." + k;
-        if (k == "listen") {
-            m.line = line_of(kv.second);
-            parse_listen_address(key, non_empty_string(key, kv.second), m, m.line);
-        } else {
-            throw ConfigError(key, "unknown key", line_of(kv.first));
-        }
-    }
+    read_map(n, "metrics", {{"listen", [&](const auto& key, const auto& v) {
+                                 m.line = line_of(v);
+                                 parse_listen_address(key, non_empty_string(key, v), m, m.line);
+                             }}});
 }
 
 void parse_concurrency_limits(const YAML::Node& n, ConcurrencyLimitsConfig& c) {
     if (!n.IsMap()) type_error("concurrency_limits", n, "a map");
-    for (const auto& kv : n) {
-        const std::string k = normalize_key(kv.first.Scalar());
-        const std::string key = "concurrency_limits." + k;
-        if (k == "slot_ttl") {
-            c.slot_ttl = positive_seconds(key, kv.second);
-            // Held slots are extended every third of it: below 3 s a busy Redis could let a
-            // running job's slot expire.
-            if (c.slot_ttl < std::chrono::seconds(3))
-                throw ConfigError(key, "must be at least 3 seconds", line_of(kv.second));
-        } else if (k == "check_interval") {
-            c.check_interval = positive_seconds(key, kv.second);
-        } else {
-            throw ConfigError(key, "unknown key", line_of(kv.first));
-        }
-    }
+    read_map(n, "concurrency_limits",
+             {{"slot_ttl",
+               [&](const auto& key, const auto& v) {
+                   c.slot_ttl = positive_seconds(key, v);
+                   // Held slots are extended every third of it: below 3 s a busy Redis could
+                   // let a running job's slot expire.
+                   if (c.slot_ttl < std::chrono::seconds(3))
+                       throw ConfigError(key, "must be at least 3 seconds", line_of(v));
+               }},
+              {"check_interval", [&](const auto& key, const auto& v) {
+                   c.check_interval = positive_seconds(key, v);
+               }}});
 }
 
 void parse_fair_tenant(const YAML::Node& n, FairTenantConfig& f) {
     if (!n.IsMap()) type_error("fair_tenant", n, "a map");
-    for (const auto& kv : n) {
-        const std::string k = normalize_key(kv.first.Scalar());
-        const std::string key = "fair_tenant." + k;
-        if (k == "max_throttling_window") {
-            f.max_throttling_window = as_int(key, kv.second);
-            if (f.max_throttling_window < 1 || f.max_throttling_window > 100LL * 365 * 86400)
-                throw ConfigError(key, "must be a whole number of seconds, at least 1",
-                                  line_of(kv.second));
-            f.window_set = true;
-        } else if (k == "enqueues_key") {
-            f.enqueues_key = as_string(key, kv.second);
-            if (auto problem = enqueues_key_problem(f.enqueues_key))
-                throw ConfigError(key, *problem, line_of(kv.second));
-            f.key_set = true;
-        } else {
-            throw ConfigError(key, "unknown key (max_throttling_window, enqueues_key)",
-                              line_of(kv.first));
-        }
-    }
+    read_map(n, "fair_tenant",
+             {{"max_throttling_window",
+               [&](const auto& key, const auto& v) {
+                   f.max_throttling_window = as_int(key, v);
+                   if (!valid_throttling_window(f.max_throttling_window))
+                       throw ConfigError(key, kThrottlingWindowRange, line_of(v));
+                   f.window_set = true;
+               }},
+              {"enqueues_key",
+               [&](const auto& key, const auto& v) {
+                   f.enqueues_key = as_string(key, v);
+                   if (auto problem = enqueues_key_problem(f.enqueues_key))
+                       throw ConfigError(key, *problem, line_of(v));
+                   f.key_set = true;
+               }}},
+             "unknown key (max_throttling_window, enqueues_key)");
 }
 
 void parse_unique_jobs(const YAML::Node& n, UniqueJobsConfig& u) {
     if (!n.IsMap()) type_error("unique_jobs", n, "a map");
-    for (const auto& kv : n) {
-        const std::string k = normalize_key(kv.first.Scalar());
-        const std::string key = "unique_jobs." + k;
-        if (k == "default_lock_ttl") {
-            u.default_lock_ttl = positive_seconds(key, kv.second);
-            if (u.default_lock_ttl < std::chrono::seconds(1))
-                throw ConfigError(key, "must be at least 1 second", line_of(kv.second));
-        } else if (k == "reaper_interval") {
-            u.reaper_interval = positive_seconds(key, kv.second);
-        } else if (k == "wait_interval") {
-            u.wait_interval = positive_seconds(key, kv.second);
-        } else {
-            throw ConfigError(key, "unknown key", line_of(kv.first));
-        }
-    }
+    read_map(
+        n, "unique_jobs",
+        {{"default_lock_ttl",
+          [&](const auto& key, const auto& v) {
+              u.default_lock_ttl = positive_seconds(key, v);
+              if (u.default_lock_ttl < std::chrono::seconds(1))
+                  throw ConfigError(key, "must be at least 1 second", line_of(v));
+          }},
+         {"reaper_interval",
+          [&](const auto& key, const auto& v) { u.reaper_interval = positive_seconds(key, v); }},
+         {"wait_interval",
+          [&](const auto& key, const auto& v) { u.wait_interval = positive_seconds(key, v); }}});
 }
 
 void parse_pause_control_config(const YAML::Node& n, PauseControlConfig& p) {
     if (!n.IsMap()) type_error("pause_control", n, "a map");
-    for (const auto& kv : n) {
-        const std::string k = normalize_key(kv.first.Scalar());
-        const std::string key = "pause_control." + k;
-        if (k == "refresh_interval") {
-            p.refresh_interval = positive_seconds(key, kv.second);
-            // The promise: a pause is seen everywhere within a second.
-            if (p.refresh_interval > std::chrono::seconds(1))
-                throw ConfigError(key, "must be at most 1 second", line_of(kv.second));
-        } else if (k == "resume_interval") {
-            p.resume_interval = positive_seconds(key, kv.second);
-        } else if (k == "batch_size") {
-            const long long b = as_int(key, kv.second);
-            if (b < 1 || b > 100000)
-                throw ConfigError(key, "must be between 1 and 100000", line_of(kv.second));
-            p.batch_size = static_cast<int>(b);
-        } else {
-            throw ConfigError(key, "unknown key", line_of(kv.first));
-        }
-    }
+    read_map(
+        n, "pause_control",
+        {{"refresh_interval",
+          [&](const auto& key, const auto& v) {
+              p.refresh_interval = positive_seconds(key, v);
+              // The promise: a pause is seen everywhere within a second.
+              if (p.refresh_interval > std::chrono::seconds(1))
+                  throw ConfigError(key, "must be at most 1 second", line_of(v));
+          }},
+         {"resume_interval",
+          [&](const auto& key, const auto& v) { p.resume_interval = positive_seconds(key, v); }},
+         {"batch_size", [&](const auto& key, const auto& v) {
+              const long long b = as_int(key, v);
+              if (b < 1 || b > 100000)
+                  throw ConfigError(key, "must be between 1 and 100000", line_of(v));
+              p.batch_size = static_cast<int>(b);
+          }}});
 }
 
 std::vector<PluginSpec> parse_plugins(const YAML::Node& n) {
@@ -223,9 +210,8 @@ void apply_fair_tenant_environment(FairTenantConfig& f) {
         char* end = nullptr;
         errno = 0;
         const long long v = std::strtoll(env, &end, 10);
-        if (errno || *end || v < 1 || v > 100LL * 365 * 86400)
-            throw ConfigError("SIDEKIQ_FAIR_TENANT_MAX_THROTTLING_WINDOW",
-                              "must be a whole number of seconds, at least 1");
+        if (errno || *end || !valid_throttling_window(v))
+            throw ConfigError("SIDEKIQ_FAIR_TENANT_MAX_THROTTLING_WINDOW", kThrottlingWindowRange);
         f.max_throttling_window = v;
     }
 }

@@ -4,11 +4,15 @@
 // thread, then read-only.
 #include <yaml-cpp/yaml.h>
 
+#include <string>
 #include <vector>
 
 #include "kiqd/config.hpp"
 
 namespace kiqd::config_detail {
+
+// Jobs fetched per round trip (reliable_fetch.batch_size, prefetch): 1 to kMaxBatchSize.
+int fetch_batch_size(const std::string& key, const YAML::Node& v);
 
 void parse_reliable_fetch(const YAML::Node& n, ReliableFetchConfig& r);
 void parse_logging(const YAML::Node& n, LoggingConfig& l);

@@ -12,38 +12,43 @@ namespace kiqd {
 namespace config_detail {
 namespace {
 
-void parse_lock_option(const std::string& k, const std::string& key, const YAML::Node& v,
-                       LockDefaults& lock) {
-    if (k == "lock") {
-        lock.lock = canonical_lock_type(as_string(key, v));
-        if (lock.lock.empty())
-            throw ConfigError(key,
-                              "must be until_and_while_executing, while_executing, "
-                              "until_executing, until_executed or until_expired",
-                              line_of(v));
-    } else if (k == "lock_args") {
-        if (!v.IsSequence()) type_error(key, v, "a list of argument indexes, e.g. [0, 2]");
-        std::vector<int> indexes;
-        for (const auto& i : v) {
-            const long long index = as_int(key, i);
-            if (index < 0) throw ConfigError(key, "indexes must not be negative", line_of(i));
-            indexes.push_back(static_cast<int>(index));
-        }
-        lock.lock_args = std::move(indexes);
-    } else if (k == "lock_ttl") {
-        lock.lock_ttl = std::chrono::milliseconds(seconds_to_ms(key, v));
-        if (lock.lock_ttl->count() < 1000)
-            throw ConfigError(key, "must be at least 1 second", line_of(v));
-    } else if (k == "lock_timeout") {
-        lock.lock_timeout = std::chrono::milliseconds(seconds_to_ms(key, v));
-        if (lock.lock_timeout->count() < 0)
-            throw ConfigError(key, "must not be negative", line_of(v));
-    } else {  // on_conflict
-        lock.on_conflict = as_string(key, v);
-        if (lock.on_conflict != "reject" && lock.on_conflict != "reschedule" &&
-            lock.on_conflict != "log")
-            throw ConfigError(key, "must be reject, reschedule or log", line_of(v));
+// Per-class uniqueness defaults (lock:, lock_args:, lock_ttl:, lock_timeout:, on_conflict:).
+void parse_lock_type(const std::string& key, const YAML::Node& v, LockDefaults& lock) {
+    lock.lock = canonical_lock_type(as_string(key, v));
+    if (lock.lock.empty())
+        throw ConfigError(key,
+                          "must be until_and_while_executing, while_executing, "
+                          "until_executing, until_executed or until_expired",
+                          line_of(v));
+}
+
+void parse_lock_args(const std::string& key, const YAML::Node& v, LockDefaults& lock) {
+    if (!v.IsSequence()) type_error(key, v, "a list of argument indexes, e.g. [0, 2]");
+    std::vector<int> indexes;
+    for (const auto& i : v) {
+        const long long index = as_int(key, i);
+        if (index < 0) throw ConfigError(key, "indexes must not be negative", line_of(i));
+        indexes.push_back(static_cast<int>(index));
     }
+    lock.lock_args = std::move(indexes);
+}
+
+void parse_lock_ttl(const std::string& key, const YAML::Node& v, LockDefaults& lock) {
+    lock.lock_ttl = std::chrono::milliseconds(seconds_to_ms(key, v));
+    if (lock.lock_ttl->count() < 1000)
+        throw ConfigError(key, "must be at least 1 second", line_of(v));
+}
+
+void parse_lock_timeout(const std::string& key, const YAML::Node& v, LockDefaults& lock) {
+    lock.lock_timeout = std::chrono::milliseconds(seconds_to_ms(key, v));
+    if (lock.lock_timeout->count() < 0) throw ConfigError(key, "must not be negative", line_of(v));
+}
+
+void parse_on_conflict(const std::string& key, const YAML::Node& v, LockDefaults& lock) {
+    lock.on_conflict = as_string(key, v);
+    if (lock.on_conflict != "reject" && lock.on_conflict != "reschedule" &&
+        lock.on_conflict != "log")
+        throw ConfigError(key, "must be reject, reschedule or log", line_of(v));
 }
 
 // `pause_control: manual`, `pause_control: none` or `{strategy: NAME, ...}`. Whether NAME
@@ -91,23 +96,22 @@ void parse_limit_scope(const std::string& key, const YAML::Node& v, bool allow_a
 ThrottleSpec parse_throttle(const std::string& base, const YAML::Node& n) {
     if (!n.IsMap()) type_error(base, n, "a map {limit: L, period: SECONDS, by: ...}");
     ThrottleSpec t;
-    for (const auto& kv : n) {
-        const std::string k = normalize_key(kv.first.Scalar());
-        const std::string key = base + "." + k;
-        if (k == "limit") {
-            t.limit = as_int(key, kv.second);
-            if (t.limit < 1) throw ConfigError(key, "must be at least 1", line_of(kv.second));
-        } else if (k == "period") {
-            t.period = as_int(key, kv.second);  // whole seconds: windows are epoch-aligned
-            if (t.period < 1 || t.period > 366LL * 24 * 3600)
-                throw ConfigError(key, "must be a whole number of seconds from 1 to 31622400",
-                                  line_of(kv.second));
-        } else if (k == "by") {
-            parse_limit_scope(key, kv.second, true, t.by, t.arg);
-        } else {
-            throw ConfigError(key, "unknown key", line_of(kv.first));
-        }
-    }
+    read_map(n, base,
+             {{"limit",
+               [&](const auto& key, const auto& v) {
+                   t.limit = as_int(key, v);
+                   if (t.limit < 1) throw ConfigError(key, "must be at least 1", line_of(v));
+               }},
+              {"period",
+               [&](const auto& key, const auto& v) {
+                   t.period = as_int(key, v);  // whole seconds: windows are epoch-aligned
+                   if (t.period < 1 || t.period > 366LL * 24 * 3600)
+                       throw ConfigError(
+                           key, "must be a whole number of seconds from 1 to 31622400", line_of(v));
+               }},
+              {"by", [&](const auto& key, const auto& v) {
+                   parse_limit_scope(key, v, true, t.by, t.arg);
+               }}});
     if (t.limit == 0) throw ConfigError(base + ".limit", "is required", line_of(n));
     if (t.period == 0) throw ConfigError(base + ".period", "is required", line_of(n));
     return t;
@@ -126,16 +130,9 @@ ConcurrencySpec parse_concurrency_limit(const std::string& base, const YAML::Nod
     }
     if (!n.IsMap()) type_error(base, n, "a number or a map {limit: N, by: class | tenant}");
     int unused = -1;
-    for (const auto& kv : n) {
-        const std::string k = normalize_key(kv.first.Scalar());
-        const std::string key = base + "." + k;
-        if (k == "limit")
-            limit(key, kv.second);
-        else if (k == "by")
-            parse_limit_scope(key, kv.second, false, c.by, unused);
-        else
-            throw ConfigError(key, "unknown key", line_of(kv.first));
-    }
+    read_map(n, base, {{"limit", limit}, {"by", [&](const auto& key, const auto& v) {
+                                              parse_limit_scope(key, v, false, c.by, unused);
+                                          }}});
     if (c.limit == 0) throw ConfigError(base + ".limit", "is required", line_of(n));
     return c;
 }
@@ -151,26 +148,27 @@ std::vector<FairTenantRule> parse_fair_tenant_queues(const std::string& key, con
             type_error(ikey, item, "a map {queue: NAME, threshold: N, per: SECONDS}");
         FairTenantRule rule;
         bool have_threshold = false;
-        for (const auto& kv : item) {
-            const std::string k = normalize_key(kv.first.Scalar());
-            const std::string rkey = ikey + "." + k;
-            if (k == "queue") {
-                rule.queue = as_symbol(rkey, kv.second);
-                if (rule.queue.empty()) throw ConfigError(rkey, "is empty", line_of(kv.second));
-            } else if (k == "threshold") {
-                rule.threshold = as_number(rkey, kv.second);
-                if (!std::isfinite(rule.threshold) || rule.threshold < 0)
-                    throw ConfigError(rkey, "must be a number, 0 or more", line_of(kv.second));
-                have_threshold = true;
-            } else if (k == "per") {
-                const double per = as_number(rkey, kv.second);
-                if (!std::isfinite(per) || per <= 0 || per > 1e10)
-                    throw ConfigError(rkey, "must be a number of seconds > 0", line_of(kv.second));
-                rule.per = per;
-            } else {
-                throw ConfigError(rkey, "unknown key (queue, threshold, per)", line_of(kv.first));
-            }
-        }
+        read_map(item, ikey,
+                 {{"queue",
+                   [&](const auto& key, const auto& v) {
+                       rule.queue = as_symbol(key, v);
+                       if (rule.queue.empty()) throw ConfigError(key, "is empty", line_of(v));
+                   }},
+                  {"threshold",
+                   [&](const auto& key, const auto& v) {
+                       rule.threshold = as_number(key, v);
+                       if (!std::isfinite(rule.threshold) || rule.threshold < 0)
+                           throw ConfigError(key, "must be a number, 0 or more", line_of(v));
+                       have_threshold = true;
+                   }},
+                  {"per",
+                   [&](const auto& key, const auto& v) {
+                       const double per = as_number(key, v);
+                       if (!std::isfinite(per) || per <= 0 || per > 1e10)
+                           throw ConfigError(key, "must be a number of seconds > 0", line_of(v));
+                       rule.per = per;
+                   }}},
+                 "unknown key (queue, threshold, per)");
         if (rule.queue.empty()) throw ConfigError(ikey + ".queue", "is required", line_of(item));
         if (!have_threshold) throw ConfigError(ikey + ".threshold", "is required", line_of(item));
         rules.push_back(std::move(rule));
@@ -187,6 +185,85 @@ int parse_fair_tenant_source(const std::string& key, const YAML::Node& v) {
     if (index < 0 || index > 1000000)
         throw ConfigError(key + ".arg", "must be an argument index (0 or more)", line_of(v["arg"]));
     return static_cast<int>(index);
+}
+
+// One `handlers:` entry: `spec` gets exec:, timeout:, grace:; `cls` everything else. True when
+// the entry has exec:.
+bool parse_handler(const std::string& base, const YAML::Node& entry, ExecHandlerSpec& spec,
+                   ClassSpec& cls) {
+    bool have_exec = false;
+    read_map(
+        entry, base,
+        {{"exec",
+          [&](const auto& key, const auto& v) {
+              if (!v.IsSequence() || v.size() == 0)
+                  type_error(key, v, "a non-empty list: [command, args...] (no shell)");
+              for (const auto& a : v) spec.argv.push_back(as_string(key, a));
+              if (spec.argv[0].empty())
+                  throw ConfigError(key, "the command must not be empty", line_of(v));
+              have_exec = true;
+          }},
+         {"timeout",
+          [&](const auto& key, const auto& v) {
+              spec.timeout = std::chrono::milliseconds(seconds_to_ms(key, v));
+              if (spec.timeout->count() <= 0)
+                  throw ConfigError(key, "must be greater than 0", line_of(v));
+          }},
+         {"grace",
+          [&](const auto& key, const auto& v) {
+              spec.grace = std::chrono::milliseconds(seconds_to_ms(key, v));
+              if (spec.grace.count() < 0)
+                  throw ConfigError(key, "must not be negative", line_of(v));
+          }},
+         {"lock", [&](const auto& key, const auto& v) { parse_lock_type(key, v, cls.lock); }},
+         {"lock_args", [&](const auto& key, const auto& v) { parse_lock_args(key, v, cls.lock); }},
+         {"lock_ttl", [&](const auto& key, const auto& v) { parse_lock_ttl(key, v, cls.lock); }},
+         {"lock_timeout",
+          [&](const auto& key, const auto& v) { parse_lock_timeout(key, v, cls.lock); }},
+         {"on_conflict",
+          [&](const auto& key, const auto& v) { parse_on_conflict(key, v, cls.lock); }},
+         {"pause_control",
+          [&](const auto& key, const auto& v) { cls.pause_control = parse_pause_control(key, v); }},
+         {"throttle",
+          [&](const auto& key, const auto& v) { cls.throttle = parse_throttle(key, v); }},
+         {"concurrency_limit",
+          [&](const auto& key, const auto& v) {
+              cls.concurrency_limit = parse_concurrency_limit(key, v);
+          }},
+         {"fair_tenant_queues",
+          [&](const auto& key, const auto& v) {
+              cls.fair_tenant_queues = parse_fair_tenant_queues(key, v);
+          }},
+         {"fair_tenant",
+          [&](const auto& key, const auto& v) {
+              cls.fair_tenant_arg = parse_fair_tenant_source(key, v);
+          }},
+         {"queue",
+          [&](const auto& key, const auto& v) {
+              cls.queue = strip_symbol(non_empty_string(key, v));
+              check_queue_name(key, cls.queue, line_of(v));
+          }}},
+        "unknown key",
+        // urgency, resource_boundary, ... (worker_metadata.cpp)
+        [&](const std::string& name, const std::string& key, const YAML::Node&,
+            const YAML::Node& v) { return parse_metadata_option(name, key, v, cls.metadata); });
+    // timeout/grace only mean something with exec: the error names the last one given.
+    if (!have_exec) {
+        int exec_option_line = -1;
+        for (const auto& e : entry) {
+            const std::string k = normalize_key(e.first.Scalar());
+            if (k == "timeout" || k == "grace") exec_option_line = line_of(e.first);
+        }
+        if (exec_option_line > 0)
+            throw ConfigError(base + ".exec", "is required with timeout/grace", exec_option_line);
+    }
+    if (cls.lock.lock.empty() && (cls.lock.lock_args || cls.lock.lock_ttl ||
+                                  cls.lock.lock_timeout || !cls.lock.on_conflict.empty()))
+        throw ConfigError(base + ".lock",
+                          "is required with lock_args/lock_ttl/lock_timeout/on_conflict",
+                          spec.line);
+    validate_metadata(base, cls.metadata, spec.line);
+    return have_exec;
 }
 
 }  // namespace
@@ -207,60 +284,8 @@ std::vector<ExecHandlerSpec> parse_handlers(const YAML::Node& n,
         ClassSpec cls;  // members set one by one: every issue adds its own per-class keys
         cls.job_class = spec.job_class;
         cls.line = spec.line;
-        bool have_exec = false;
-        int exec_option_line = -1;  // timeout/grace only mean something with exec
-        for (const auto& e : kv.second) {
-            const std::string k = normalize_key(e.first.Scalar());
-            const std::string key = base + "." + k;
-            const YAML::Node& v = e.second;
-            if (k == "exec") {
-                if (!v.IsSequence() || v.size() == 0)
-                    type_error(key, v, "a non-empty list: [command, args...] (no shell)");
-                for (const auto& a : v) spec.argv.push_back(as_string(key, a));
-                if (spec.argv[0].empty())
-                    throw ConfigError(key, "the command must not be empty", line_of(v));
-                have_exec = true;
-            } else if (k == "timeout") {
-                spec.timeout = std::chrono::milliseconds(seconds_to_ms(key, v));
-                if (spec.timeout->count() <= 0)
-                    throw ConfigError(key, "must be greater than 0", line_of(v));
-                exec_option_line = line_of(e.first);
-            } else if (k == "grace") {
-                spec.grace = std::chrono::milliseconds(seconds_to_ms(key, v));
-                if (spec.grace.count() < 0)
-                    throw ConfigError(key, "must not be negative", line_of(v));
-                exec_option_line = line_of(e.first);
-            } else if (k == "lock" || k == "lock_args" || k == "lock_ttl" || k == "lock_timeout" ||
-                       k == "on_conflict") {
-                parse_lock_option(k, key, v, cls.lock);
-            } else if (k == "pause_control") {
-                cls.pause_control = parse_pause_control(key, v);
-            } else if (k == "throttle") {
-                cls.throttle = parse_throttle(key, v);
-            } else if (k == "concurrency_limit") {
-                cls.concurrency_limit = parse_concurrency_limit(key, v);
-            } else if (k == "fair_tenant_queues") {
-                cls.fair_tenant_queues = parse_fair_tenant_queues(key, v);
-            } else if (k == "fair_tenant") {
-                cls.fair_tenant_arg = parse_fair_tenant_source(key, v);
-            } else if (k == "queue") {
-                cls.queue = strip_symbol(non_empty_string(key, v));
-                check_queue_name(key, cls.queue, line_of(v));
-            } else if (parse_metadata_option(k, key, v, cls.metadata)) {
-                // urgency, resource_boundary, ... (worker_metadata.cpp)
-            } else {
-                throw ConfigError(key, "unknown key", line_of(e.first));
-            }
-        }
-        if (!have_exec && exec_option_line > 0)
-            throw ConfigError(base + ".exec", "is required with timeout/grace", exec_option_line);
-        if (cls.lock.lock.empty() && (cls.lock.lock_args || cls.lock.lock_ttl ||
-                                      cls.lock.lock_timeout || !cls.lock.on_conflict.empty()))
-            throw ConfigError(base + ".lock",
-                              "is required with lock_args/lock_ttl/lock_timeout/on_conflict",
-                              spec.line);
-        validate_metadata(base, cls.metadata, spec.line);
-        if (have_exec) out.push_back(std::move(spec));
+        const bool has_exec = parse_handler(base, kv.second, spec, cls);
+        if (has_exec) out.push_back(std::move(spec));
         classes[cls.job_class] = std::move(cls);
     }
     return out;

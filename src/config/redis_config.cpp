@@ -91,31 +91,33 @@ void parse_redis(const YAML::Node& n, RedisConfig& r) {
             r.password_key.clear();
         }
     }
-    for (const auto& kv : n) {
-        const std::string k = normalize_key(kv.first.Scalar());
-        const std::string key = "redis." + k;
-        if (k == "url")
-            r.url = as_string(key, kv.second);
-        else if (k == "key_prefix" || k == "namespace")
-            r.key_prefix = as_string(key, kv.second);
-        else if (k == "connect_timeout")
-            r.connect_timeout = std::chrono::milliseconds(seconds_to_ms(key, kv.second));
-        else if (k == "username") {
-            r.username = non_empty_string(key, kv.second);
-            r.username_line = line_of(kv.second);
-        } else if (k == "password" || k == "password_file" || k == "password_env")
-            set_password_source(r, key, kv.second);
-        else if (k == "sentinels")
-            parse_sentinels(r, key, kv.second);
-        else if (k == "master_name")
-            r.sentinel.master_name = non_empty_string(key, kv.second);
-        else if (k == "sentinel_username")
-            r.sentinel.username = non_empty_string(key, kv.second);
-        else if (k == "sentinel_password")
-            r.sentinel.password = non_empty_string(key, kv.second);
-        else
-            throw ConfigError(key, "unknown key", line_of(kv.first));
-    }
+    auto key_prefix = [&](const auto& key, const auto& v) { r.key_prefix = as_string(key, v); };
+    auto password = [&](const auto& key, const auto& v) { set_password_source(r, key, v); };
+    read_map(
+        n, "redis",
+        {{"url", [&](const auto& key, const auto& v) { r.url = as_string(key, v); }},
+         {"key_prefix", key_prefix},
+         {"namespace", key_prefix},
+         {"connect_timeout",
+          [&](const auto& key, const auto& v) {
+              r.connect_timeout = std::chrono::milliseconds(seconds_to_ms(key, v));
+          }},
+         {"username",
+          [&](const auto& key, const auto& v) {
+              r.username = non_empty_string(key, v);
+              r.username_line = line_of(v);
+          }},
+         {"password", password},
+         {"password_file", password},
+         {"password_env", password},
+         {"sentinels", [&](const auto& key, const auto& v) { parse_sentinels(r, key, v); }},
+         {"master_name", [&](const auto& key,
+                             const auto& v) { r.sentinel.master_name = non_empty_string(key, v); }},
+         {"sentinel_username",
+          [&](const auto& key, const auto& v) { r.sentinel.username = non_empty_string(key, v); }},
+         {"sentinel_password", [&](const auto& key, const auto& v) {
+              r.sentinel.password = non_empty_string(key, v);
+          }}});
     if (r.sentinel.sentinels.empty()) {
         for (const char* k : {"master_name", "sentinel_username", "sentinel_password"})
             if (n[k])

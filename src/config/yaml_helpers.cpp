@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <regex>
 #include <stdexcept>
@@ -120,6 +121,22 @@ void check_queue_name(const std::string& key, const std::string& name, int line)
     if (!std::regex_match(name, queue_name))
         throw ConfigError(key, "invalid queue name '" + name + "' (letters, digits, _ : . - only)",
                           line);
+}
+
+void read_map(const YAML::Node& section, const std::string& prefix,
+              std::initializer_list<KeyReader> readers, const char* unknown,
+              const OtherKeyReader& other) {
+    for (const auto& kv : section) {
+        // Not a string (a list as a key, say): Scalar() is "", which no reader is named.
+        const std::string name = normalize_key(kv.first.Scalar());
+        const std::string key = prefix.empty() ? name : prefix + "." + name;
+        const auto reader = std::find_if(readers.begin(), readers.end(),
+                                         [&](const KeyReader& r) { return r.name == name; });
+        if (reader != readers.end())
+            reader->read(key, kv.second);
+        else if (!other || !other(name, key, kv.first, kv.second))
+            throw ConfigError(key, unknown, line_of(kv.first));
+    }
 }
 
 }  // namespace config_detail
