@@ -2,24 +2,17 @@
 
 #include <regex>
 
-#include "kiqd/config.hpp"
+#include "config/yaml_helpers.hpp"
 
 namespace kiqd {
 namespace {
 
-int line_of(const YAML::Node& n) {
-    return n.Mark().line >= 0 ? n.Mark().line + 1 : -1;
-}
+using config_detail::as_symbol;
+using config_detail::line_of;
 
-std::string scalar(const std::string& key, const YAML::Node& n, const char* expected) {
-    if (!n.IsScalar()) throw ConfigError(key, std::string("must be ") + expected, line_of(n));
-    std::string s = n.Scalar();
-    if (!s.empty() && s.front() == ':') s.erase(0, 1);  // Ruby symbols (:high) as GitLab writes
-    return s;
-}
-
+// Metadata flags name the value they reject, unlike the other sections' booleans.
 bool boolean(const std::string& key, const YAML::Node& n) {
-    const std::string s = scalar(key, n, "true or false");
+    const std::string s = as_symbol(key, n, "true or false");
     if (s == "true" || s == "yes" || s == "on") return true;
     if (s == "false" || s == "no" || s == "off") return false;
     throw ConfigError(key, "must be true or false, not '" + s + "'", line_of(n));
@@ -88,19 +81,19 @@ std::optional<ResourceBoundary> parse_resource_boundary(const std::string& text)
 bool parse_metadata_option(const std::string& k, const std::string& key, const YAML::Node& v,
                            WorkerMetadata& md) {
     if (k == "urgency") {
-        const std::string s = scalar(key, v, "high, low or throttled");
+        const std::string s = as_symbol(key, v, "high, low or throttled");
         auto u = parse_urgency(s);
         if (!u)
             throw ConfigError(key, "must be high, low or throttled, not '" + s + "'", line_of(v));
         md.urgency = *u;
     } else if (k == "resource_boundary" || k == "worker_resource_boundary") {
-        const std::string s = scalar(key, v, "cpu, memory or unknown");
+        const std::string s = as_symbol(key, v, "cpu, memory or unknown");
         auto b = parse_resource_boundary(s);
         if (!b)
             throw ConfigError(key, "must be cpu, memory or unknown, not '" + s + "'", line_of(v));
         md.resource_boundary = *b;
     } else if (k == "feature_category") {
-        const std::string s = scalar(key, v, "a string");
+        const std::string s = as_symbol(key, v);
         if (!std::regex_match(s, name_pattern()))
             throw ConfigError(key, "must be a name of letters, digits, _ - . / (not '" + s + "')",
                               line_of(v));
@@ -113,7 +106,7 @@ bool parse_metadata_option(const std::string& k, const std::string& key, const Y
         if (!v.IsSequence()) throw ConfigError(key, "must be a list of names", line_of(v));
         md.tags.clear();
         for (const auto& t : v) {
-            const std::string s = scalar(key, t, "a name");
+            const std::string s = as_symbol(key, t, "a name");
             if (!std::regex_match(s, name_pattern()))
                 throw ConfigError(key, "tag '" + s + "': letters, digits, _ - . / only",
                                   line_of(t));

@@ -44,12 +44,6 @@ namespace kiqd {
 // The payload field with which kiqd's client marks a job it registered.
 inline constexpr const char* kFairTenantRegistered = "fair_tenant_registered";
 
-// A Ruby format string of the gem's enqueues_key: only %<queue>s, %<job_class>s,
-// %<fair_tenant>s and %% are supported. nullopt when fine, else what is wrong.
-std::optional<std::string> enqueues_key_problem(const std::string& format);
-std::string format_enqueues_key(const std::string& format, const std::string& queue,
-                                const std::string& job_class, const std::string& tenant);
-
 // What one job's registration needs.
 struct FairTenantPlan {
     std::string job_class;        // `wrapped` (ActiveJob) or `class`: the key's %<job_class>s

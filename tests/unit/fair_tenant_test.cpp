@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include "admin/admin.hpp"
+#include "config/enqueues_key.hpp"
 #include "kiqd/client.hpp"
 #include "support/config_errors.hpp"
 
