@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "middleware/limits/concurrency_limit.hpp"
+#include "middleware/limits/concurrency_scripts.hpp"
 
 namespace kiqd {
 namespace {
@@ -43,7 +43,7 @@ SlotKeeper::SlotKeeper(const Keys& keys, redis::ConnectionOptions options,
       identity_(std::move(identity)),
       log_(log),
       extend_script_(kExtendScript),
-      check_script_(ConcurrencyLimitMiddleware::check_script_source()),
+      check_script_(concurrency_check_script()),
       worker_("slot-keeper", log) {}
 
 SlotKeeper::~SlotKeeper() {
