@@ -4,6 +4,7 @@
 
 #include <map>
 #include <set>
+#include <thread>
 
 #include "fetch/cpu_gate.hpp"
 #include "kiqd/clock.hpp"
@@ -11,10 +12,22 @@
 namespace kiqd {
 namespace {
 
-// KEYS[1] working list, KEYS[2] queue list, KEYS[3] "queues", KEYS[4] interruptions hash,
-// KEYS[5] dead zset. ARGV[1] payload, ARGV[2] queue name, ARGV[3] interruption key (the jid),
-// ARGV[4] max interruptions (0: do not count), ARGV[5] TTL of the hash in seconds,
-// ARGV[6] dead score, ARGV[7] dead entry.
+// Moves one job from a working list back to the front of its queue, only if this call removed
+// it (LREM), so two recoveries never requeue it twice. With the poison-pill guard on, it counts
+// the interruption and sends the job to the dead set instead once the count reaches the maximum.
+// KEYS[1] -> the working list ("queue:sq|<identity>|<queue>")
+// KEYS[2] -> the queue list ("queue:<queue>")
+// KEYS[3] -> the "queues" set
+// KEYS[4] -> the interruptions hash ("kiqd:reliable:interruptions": jid -> count)
+// KEYS[5] -> the dead set ("dead")
+// --
+// ARGV[1] -> the payload
+// ARGV[2] -> the queue name (added to KEYS[3])
+// ARGV[3] -> the interruption key (the jid, or a hash of an unparseable payload)
+// ARGV[4] -> max interruptions (0: do not count)
+// ARGV[5] -> the TTL of the interruptions hash in seconds
+// ARGV[6] -> the dead-set score (now, epoch seconds)
+// ARGV[7] -> the dead-set entry (only used when ARGV[4] > 0)
 // Returns 0 when the job was no longer in the working list (someone else moved it), 1 when it
 // was requeued, 2 when it went to the dead set.
 constexpr const char* kRequeueScript = R"lua(
@@ -33,6 +46,15 @@ redis.call('sadd', KEYS[3], ARGV[2])
 redis.call('rpush', KEYS[2], ARGV[1])
 return 1
 )lua";
+
+// Unregisters a recovered working list, but only once it is empty: a job pushed onto it in
+// between keeps it registered for the next recovery.
+// KEYS[1] -> the working list
+// KEYS[2] -> the working-lists registry ("kiqd:reliable:working")
+// Returns 1 when the list was unregistered, 0 when it was not empty.
+constexpr const char* kUnregisterIfEmptyScript =
+    "if redis.call('llen', KEYS[1]) == 0 then "
+    "redis.call('srem', KEYS[2], KEYS[1]) return 1 end return 0";
 
 // Interruption counts are forgotten a week after a job's last interruption.
 constexpr long long kInterruptionsTtlSeconds = 7 * 24 * 3600;
@@ -60,14 +82,20 @@ std::string interruption_key(const std::string& payload, const std::string& queu
 }  // namespace
 
 OrphanRecovery::OrphanRecovery(Runtime& rt, const ReliableFetcher& fetcher)
-    : rt_(rt), fetcher_(fetcher), requeue_script_(kRequeueScript) {}
+    : rt_(rt),
+      fetcher_(fetcher),
+      requeue_script_(kRequeueScript),
+      worker_("orphan-recovery", rt.log) {}
 
 OrphanRecovery::~OrphanRecovery() {
     stop(false);
 }
 
 void OrphanRecovery::start() {
-    thread_ = std::thread([this] { run(); });
+    conn_.emplace(rt_.connection_options);
+    next_check_ = DueTime();  // recover once at start, as super_fetch
+    worker_.start(PeriodicWorker::Duration::zero(), rt_.config.reliable_fetch.liveness_ttl / 3,
+                  [this] { round(); });
 }
 
 void OrphanRecovery::register_alive(redis::Connection& conn) {
@@ -79,38 +107,32 @@ void OrphanRecovery::register_alive(redis::Connection& conn) {
                     std::to_string(cfg.liveness_ttl.count())}});
 }
 
-void OrphanRecovery::run() noexcept {
-    const auto& cfg = rt_.config.reliable_fetch;
-    const auto refresh = cfg.liveness_ttl / 3;
-    redis::Connection conn(rt_.connection_options);
-    auto next_check = std::chrono::steady_clock::now();  // recover once at start, as super_fetch
-    do {
-        try {
-            register_alive(conn);
-            fetcher_.set_ready();
-            if (size_t n = return_stranded(conn))
+void OrphanRecovery::round() {
+    try {
+        register_alive(*conn_);
+        fetcher_.set_ready();
+        if (size_t n = return_stranded(*conn_))
+            rt_.log.warn(
+                "reliable fetch: returned {} stranded job(s) to their queues "
+                "(fetched, but the reply never reached a processor)",
+                n);
+        if (next_check_.reached()) {
+            next_check_.set_in(rt_.config.reliable_fetch.orphan_check_interval);
+            const auto r = recover_orphans(*conn_);
+            if (r.lists > 0)
                 rt_.log.warn(
-                    "reliable fetch: returned {} stranded job(s) to their queues "
-                    "(fetched, but the reply never reached a processor)",
-                    n);
-            if (std::chrono::steady_clock::now() >= next_check) {
-                next_check = std::chrono::steady_clock::now() + cfg.orphan_check_interval;
-                const auto r = recover_orphans(conn);
-                if (r.lists > 0)
-                    rt_.log.warn(
-                        "reliable fetch: recovered {} orphaned working list(s): {} job(s) back "
-                        "in their queues, {} sent to the dead set",
-                        r.lists, r.requeued, r.dead);
-            }
-        } catch (const redis::Error& e) {
-            // The processors report Redis outages; this thread just tries again next round.
-            // Acknowledgements held up by the outage are still on their way: suspect nothing.
-            suspects_.clear();
-            rt_.log.debug("reliable fetch: liveness/recovery round failed: {}", e.what());
-        } catch (const std::exception& e) {
-            rt_.log.error("reliable fetch: orphan recovery error: {}", e.what());
+                    "reliable fetch: recovered {} orphaned working list(s): {} job(s) back "
+                    "in their queues, {} sent to the dead set",
+                    r.lists, r.requeued, r.dead);
         }
-    } while (!stop_.wait_for(refresh));
+    } catch (const redis::Error& e) {
+        // The processors report Redis outages; this thread just tries again next round.
+        // Acknowledgements held up by the outage are still on their way: suspect nothing.
+        suspects_.clear();
+        rt_.log.debug("reliable fetch: liveness/recovery round failed: {}", e.what());
+    } catch (const std::exception& e) {
+        rt_.log.error("reliable fetch: orphan recovery error: {}", e.what());
+    }
 }
 
 OrphanRecovery::Result OrphanRecovery::recover_orphans(redis::Connection& conn, bool take_lock) {
@@ -156,11 +178,7 @@ OrphanRecovery::Result OrphanRecovery::recover_orphans(redis::Connection& conn, 
         if (!dead_owners.count(o.identity)) continue;
         rt_.log.warn("reliable fetch: process {} is gone; recovering {}", o.identity, o.list);
         recover_list(conn, o.list, o.queue, true, result);
-        // Unregister the list only once it is empty; a job pushed in between stays registered.
-        conn.command({"EVAL",
-                      "if redis.call('llen', KEYS[1]) == 0 then "
-                      "redis.call('srem', KEYS[2], KEYS[1]) return 1 end return 0",
-                      "2", o.list, rt_.keys.working_lists()});
+        conn.command({"EVAL", kUnregisterIfEmptyScript, "2", o.list, rt_.keys.working_lists()});
         ++result.lists;
     }
     return result;
@@ -267,8 +285,8 @@ void OrphanRecovery::return_own_lists() {
 
 void OrphanRecovery::stop(bool clean) noexcept {
     if (stopped_.exchange(true)) return;
-    stop_.request_stop();
-    if (thread_.joinable()) thread_.join();
+    worker_.stop();
+    conn_.reset();  // the connection closes with the thread
     if (clean) return_own_lists();
 }
 

@@ -21,9 +21,9 @@
 #include <atomic>
 #include <chrono>
 #include <map>
-#include <memory>
-#include <thread>
+#include <optional>
 
+#include "common/periodic_worker.hpp"
 #include "fetch/reliable_fetcher.hpp"
 #include "kiqd/redis/script.hpp"
 #include "server/runtime.hpp"
@@ -54,7 +54,7 @@ class OrphanRecovery {
                            std::chrono::steady_clock::duration after = kStrandedAfter);
 
   private:
-    void run() noexcept;
+    void round();  // one round of the recovery thread
     // Moves every job of one working list back to `queue`; `count` applies the poison-pill
     // guard (false for this process's own leftovers at a clean stop).
     void recover_list(redis::Connection& conn, const std::string& list, const std::string& queue,
@@ -67,12 +67,13 @@ class OrphanRecovery {
     Runtime& rt_;
     const ReliableFetcher& fetcher_;
     redis::Script requeue_script_;
-    StopSignal stop_;
-    std::thread thread_;
     std::atomic<bool> stopped_{false};
+    std::optional<redis::Connection> conn_;  // recovery thread only, from start() to stop()
+    DueTime next_check_;                     // recovery thread only
     // (working list, payload) → when it was first seen with no processor running it.
     std::map<std::pair<std::string, std::string>, std::chrono::steady_clock::time_point>
-        suspects_;  // recovery thread only
+        suspects_;           // recovery thread only
+    PeriodicWorker worker_;  // last: its thread ends before the members it uses go
 };
 
 }  // namespace kiqd

@@ -122,6 +122,16 @@ void Processor::write_with_pending(redis::Connection& conn, std::vector<redis::C
     write_until_done(conn, commands, what, payload);
 }
 
+void Processor::record_outcome(redis::Connection& conn, const UnitOfWork& unit, Outcome outcome,
+                               std::vector<redis::Command> writes, const std::string& payload) {
+    const bool done = outcome == Outcome::done;
+    if (done && rt_.fetcher.defer_acknowledgement(unit)) return;
+    auto commands = rt_.fetcher.with_acknowledgement(unit, std::move(writes));
+    if (done && commands.empty()) return;
+    static constexpr const char* kWhat[] = {"dead-set entry", "acknowledgement", "failure"};
+    write_with_pending(conn, std::move(commands), kWhat[static_cast<int>(outcome)], payload);
+}
+
 Failure Processor::failure_from_current_exception(const Job& job) const {
     try {
         throw;
@@ -175,10 +185,11 @@ void Processor::run_unit(redis::Connection& conn, UnitOfWork unit, const Admissi
     if (auto* invalid = std::get_if<InvalidJob>(&parsed)) {
         rt_.log.error("queue={} unrunnable payload sent to the dead set: {}: {}", unit.queue,
                       invalid->error_class, invalid->error_message);
-        auto cmds = rt_.fetcher.with_acknowledgement(
-            unit, rt_.dead.kill_commands(rt_.dead.invalid_entry(unit.payload, unit.queue, *invalid),
-                                         epoch_seconds()));
-        write_with_pending(conn, std::move(cmds), "dead-set entry", unit.payload);
+        record_outcome(
+            conn, unit, Outcome::unrunnable,
+            rt_.dead.kill_commands(rt_.dead.invalid_entry(unit.payload, unit.queue, *invalid),
+                                   epoch_seconds()),
+            unit.payload);
         return;
     }
     Job& job = std::get<Job>(parsed);
@@ -224,12 +235,7 @@ void Processor::run_unit(redis::Connection& conn, UnitOfWork unit, const Admissi
         if (ctx.handler_ran) rt_.work.processed.fetch_add(1, std::memory_order_relaxed);
         rt_.log.info("class={} jid={} queue={} done: {:.3f} ms{}", job.display_class(), job.jid,
                      job.queue, elapsed, ctx.log_tags);
-        // With basic fetch there is nothing to acknowledge: pending commands then ride along
-        // with the next fetch.
-        // A batched reliable fetch sends the acknowledgement with its next refill.
-        if (rt_.fetcher.defer_acknowledgement(unit)) return;
-        auto ack = rt_.fetcher.with_acknowledgement(unit, {});
-        if (!ack.empty()) write_with_pending(conn, std::move(ack), "acknowledgement", job.raw);
+        record_outcome(conn, unit, Outcome::done, {}, job.raw);
         return;
     }
     rt_.work.processed.fetch_add(1, std::memory_order_relaxed);
@@ -240,9 +246,8 @@ void Processor::run_unit(redis::Connection& conn, UnitOfWork unit, const Admissi
     rt_.log.warn("class={} jid={} queue={} fail: {:.3f} ms: {}: {} ({}){}", job.display_class(),
                  job.jid, job.queue, elapsed, failure->error_class, failure->message,
                  kOutcome[static_cast<int>(plan.outcome)], ctx.log_tags);
-    auto cmds = rt_.fetcher.with_acknowledgement(unit, rt_.retry.commands(plan));
-    write_with_pending(conn, std::move(cmds), "failure",
-                       plan.payload.empty() ? job.raw : plan.payload);
+    record_outcome(conn, unit, Outcome::failed, rt_.retry.commands(plan),
+                   plan.payload.empty() ? job.raw : plan.payload);
 }
 
 }  // namespace kiqd

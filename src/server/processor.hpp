@@ -37,6 +37,20 @@ class Processor {
     // write_until_done of `commands` followed by the pending after-job commands.
     void write_with_pending(redis::Connection& conn, std::vector<redis::Command> commands,
                             const std::string& what, const std::string& payload);
+    // How a fetched job ended, for record_outcome.
+    enum class Outcome {
+        unrunnable,  // the payload cannot be run: a dead-set entry
+        done,        // it ran (or a middleware parked it): nothing but the acknowledgement
+        failed,      // it raised: a retry, a dead-set entry, or nothing (retry: false)
+    };
+    // Records how a job ended: `writes` (the outcome's own commands) with the job's
+    // acknowledgement folded in (reliable fetch: its LREM from the working list), then the
+    // pending after-job commands, in one pipeline retried until it lands. `payload` is logged
+    // if it cannot be written. A job that is done writes nothing when a batched fetch defers its
+    // acknowledgement, or when there is nothing to acknowledge (basic fetch): the pending
+    // commands then ride along with the next fetch.
+    void record_outcome(redis::Connection& conn, const UnitOfWork& unit, Outcome outcome,
+                        std::vector<redis::Command> writes, const std::string& payload);
 
     Runtime& rt_;
     size_t slot_;

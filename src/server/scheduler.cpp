@@ -5,7 +5,15 @@
 namespace kiqd {
 namespace {
 
-// KEYS[1] source zset, KEYS[2] "dead". ARGV[1] member, ARGV[2] score, ARGV[3] dead entry.
+// Moves a member that cannot be enqueued (not a JSON object) from its sorted set to the dead set,
+// only if this call removed it, so two schedulers never add it twice.
+// KEYS[1] -> the source sorted set ("retry" or "schedule")
+// KEYS[2] -> the dead set ("dead")
+// --
+// ARGV[1] -> the member, as read from KEYS[1]
+// ARGV[2] -> its score in the dead set (now, epoch seconds)
+// ARGV[3] -> the dead-set entry (the member wrapped with the error that sent it there)
+// Returns 1 when this call moved it, 0 when it was no longer in KEYS[1].
 constexpr const char* kKillScript = R"lua(
 if redis.call('zrem', KEYS[1], ARGV[1]) == 1 then
   redis.call('zadd', KEYS[2], ARGV[2], ARGV[3])
@@ -18,8 +26,16 @@ constexpr size_t kBatch = 100;
 
 }  // namespace
 
-// KEYS[1] source zset, KEYS[2] "queues", KEYS[3] destination list.
-// ARGV[1] member, ARGV[2] queue name, ARGV[3] payload to push (member with fresh enqueued_at).
+// Moves a due member from its sorted set onto its queue, only if this call removed it.
+// KEYS[1] -> the source sorted set ("retry" or "schedule")
+// KEYS[2] -> the "queues" set
+// KEYS[3] -> the destination queue list ("queue:<name>")
+// --
+// ARGV[1] -> the member, as read from KEYS[1]
+// ARGV[2] -> the queue name (added to KEYS[2])
+// ARGV[3] -> the payload to push: the member with a fresh enqueued_at
+// Returns 1 when this call moved it, 0 when it was no longer in KEYS[1] (another process or
+// an earlier try moved it).
 const char* const kMoveToQueueScript = R"lua(
 if redis.call('zrem', KEYS[1], ARGV[1]) == 1 then
   redis.call('sadd', KEYS[2], ARGV[2])
@@ -34,7 +50,7 @@ Scheduler::Scheduler(Runtime& rt)
       move_script_(kMoveToQueueScript),
       kill_script_(kKillScript),
       rng_(std::random_device{}()),
-      timer_(io_) {}
+      worker_("scheduler", rt.log) {}
 
 Scheduler::~Scheduler() {
     stop();
@@ -107,15 +123,9 @@ double Scheduler::random_poll_interval(long long process_count) {
     return process_count < 10 ? avg * r(rng_) + avg / 2 : avg * r(rng_);
 }
 
-void Scheduler::schedule_next(std::chrono::duration<double> delay) {
-    timer_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(delay));
-    timer_.async_wait([this](const boost::system::error_code& ec) {
-        if (!ec) poll();
-    });
-}
-
 void Scheduler::poll() {
-    if (rt_.lifecycle.is_quiet()) return;  // Sidekiq stops the poller on quiet
+    // Sidekiq stops the poller on quiet: from then on the rounds do nothing until stop().
+    if (rt_.lifecycle.is_quiet()) return;
     try {
         const size_t moved = enqueue_due(*conn_, epoch_seconds());
         if (moved) rt_.log.debug("scheduler enqueued {} due jobs", moved);
@@ -125,23 +135,26 @@ void Scheduler::poll() {
     } catch (const redis::Error& e) {
         rt_.health.failed(e);
     }
-    schedule_next(std::chrono::duration<double>(random_poll_interval(process_count_)));
 }
 
 void Scheduler::start() {
     conn_ = std::make_unique<redis::Connection>(rt_.connection_options);
+    const auto seconds = [](double s) {
+        return std::chrono::duration_cast<PeriodicWorker::Duration>(
+            std::chrono::duration<double>(s));
+    };
     std::uniform_real_distribution<double> r(0.0, 1.0);
     // Sidekiq waits 10 s + rand·5 s before the first poll unless the interval is set explicitly.
     double initial = rt_.config.poll_interval_average
                          ? r(rng_) * std::min(5.0, *rt_.config.poll_interval_average)
                          : 10.0 + r(rng_) * 5.0;
-    schedule_next(std::chrono::duration<double>(initial));
-    thread_ = std::thread([this] { io_.run(); });
+    worker_.start(
+        seconds(initial), [this, seconds] { return seconds(random_poll_interval(process_count_)); },
+        [this] { poll(); });
 }
 
 void Scheduler::stop() noexcept {
-    io_.stop();
-    if (thread_.joinable()) thread_.join();
+    worker_.stop();
 }
 
 }  // namespace kiqd

@@ -4,15 +4,12 @@
 // ZREMs it and — only if this process won the ZREM — SADDs queues and LPUSHes it with a fresh
 // enqueued_at, in one atomic step, so a crash never loses a job between the two and two
 // processes never enqueue the same one twice (Sidekiq pops and pushes in two round trips).
-// A member that is not a JSON object moves to "dead" the same way. Runs on its own thread
-// (an Asio steady_timer) at Sidekiq's randomised interval, which grows with the process count.
-#include <atomic>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/steady_timer.hpp>
+// A member that is not a JSON object moves to "dead" the same way. Runs on its own thread (a
+// PeriodicWorker) at Sidekiq's randomised interval, which grows with the process count.
 #include <memory>
 #include <random>
-#include <thread>
 
+#include "common/periodic_worker.hpp"
 #include "kiqd/redis/script.hpp"
 #include "server/runtime.hpp"
 
@@ -35,20 +32,17 @@ class Scheduler {
     double random_poll_interval(long long process_count);
 
   private:
-    void schedule_next(std::chrono::duration<double> delay);
-    void poll();
+    void poll();  // one round of the worker thread
 
     Runtime& rt_;
     redis::Script move_script_;
     redis::Script kill_script_;
     std::mt19937_64 rng_;
-    boost::asio::io_context io_;
-    boost::asio::steady_timer timer_;
-    std::thread thread_;
     std::unique_ptr<redis::Connection> conn_;  // only the scheduler thread uses it
     bool scripts_loaded_ = false;              // per Scheduler; reset on NOSCRIPT
     long long polls_ = 0;
     long long process_count_ = 1;
+    PeriodicWorker worker_;  // last: its thread ends before the members it uses go
 };
 
 }  // namespace kiqd

@@ -51,12 +51,6 @@ class ConcurrencyLimitMiddleware final : public ServerMiddleware {
     // True when some class in `config` has a concurrency_limit.
     static bool configured(const Config& config);
 
-    // The Lua sources (a shared prelude + body), also used by the SlotKeeper.
-    // release: KEYS slots, waiting; ARGV member, limit, ttl ms, key prefix → jobs moved back.
-    static const std::string& release_script_source();
-    // check: KEYS slots, waiting, scopes; ARGV limit, ttl ms, key prefix, scope → moved back.
-    static const std::string& check_script_source();
-
   private:
     const Config& config_;
     const Keys& keys_;

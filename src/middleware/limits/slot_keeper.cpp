@@ -2,14 +2,19 @@
 
 #include <vector>
 
-#include "middleware/limits/concurrency_limit.hpp"
+#include "middleware/limits/concurrency_scripts.hpp"
 
 namespace kiqd {
 namespace {
 
-// KEYS: slot ZSETs; ARGV[1] TTL ms, ARGV[i + 1] the member held in KEYS[i]. Pushes each
-// member's expiry TTL ahead of Redis's clock while it exists (a slot that expired or was
-// taken back is not resurrected: another job may hold it now). Returns 1/0 per member.
+// Pushes the expiry of every slot this process holds TTL ahead of Redis's clock, in one call,
+// while the slot exists (a slot that expired or was taken back is not resurrected: another job
+// may hold it now).
+// KEYS[i] -> the slots sorted set of the i-th slot's scope ("kiqd:concurrency:<scope>:slots")
+// --
+// ARGV[1]     -> the slot TTL in ms
+// ARGV[i + 1] -> the member held in KEYS[i] ("<identity>|<jid>|<token>")
+// Returns an array with one entry per key: 1 when that slot was extended, 0 when it was gone.
 constexpr const char* kExtendScript = R"lua(
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('time')
@@ -38,19 +43,22 @@ SlotKeeper::SlotKeeper(const Keys& keys, redis::ConnectionOptions options,
       identity_(std::move(identity)),
       log_(log),
       extend_script_(kExtendScript),
-      check_script_(ConcurrencyLimitMiddleware::check_script_source()) {}
+      check_script_(concurrency_check_script()),
+      worker_("slot-keeper", log) {}
 
 SlotKeeper::~SlotKeeper() {
     stop();
 }
 
 void SlotKeeper::start() {
-    thread_ = std::thread([this] { run(); });
+    conn_.emplace(options_);
+    next_check_ = DueTime(config_.check_interval);
+    worker_.start(kTick, kTick, [this] { round(); });
 }
 
 void SlotKeeper::stop() noexcept {
-    stop_.request_stop();
-    if (thread_.joinable()) thread_.join();
+    worker_.stop();
+    conn_.reset();  // the connection closes with the thread
 }
 
 uint64_t SlotKeeper::hold(std::string slots_key, std::string member) {
@@ -127,21 +135,17 @@ size_t SlotKeeper::check(redis::Connection& conn, bool take_lock) {
     return moved;
 }
 
-void SlotKeeper::run() noexcept {
-    redis::Connection conn(options_);
-    auto next_check = std::chrono::steady_clock::now() + config_.check_interval;
-    while (!stop_.wait_for(kTick)) {
-        try {
-            extend_due(conn);
-            if (std::chrono::steady_clock::now() >= next_check) {
-                next_check = std::chrono::steady_clock::now() + config_.check_interval;
-                check(conn);
-            }
-        } catch (const redis::Error& e) {
-            log_.debug("concurrency limits: keeper round failed: {}", e.what());
-        } catch (const std::exception& e) {
-            log_.error("concurrency limits: keeper error: {}", e.what());
+void SlotKeeper::round() {
+    try {
+        extend_due(*conn_);
+        if (next_check_.reached()) {
+            next_check_.set_in(config_.check_interval);
+            check(*conn_);
         }
+    } catch (const redis::Error& e) {
+        log_.debug("concurrency limits: keeper round failed: {}", e.what());
+    } catch (const std::exception& e) {
+        log_.error("concurrency limits: keeper error: {}", e.what());
     }
 }
 

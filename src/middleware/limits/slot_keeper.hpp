@@ -13,9 +13,10 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
-#include <thread>
 
+#include "common/periodic_worker.hpp"
 #include "kiqd/config.hpp"
 #include "kiqd/job_context.hpp"
 #include "kiqd/keys.hpp"
@@ -48,7 +49,7 @@ class SlotKeeper {
         std::string key, member;
         std::chrono::steady_clock::time_point extended;
     };
-    void run() noexcept;
+    void round();  // one round of the keeper thread
 
     const Keys& keys_;
     redis::ConnectionOptions options_;
@@ -58,10 +59,11 @@ class SlotKeeper {
     redis::Script extend_script_;
     redis::Script check_script_;
     mutable std::mutex mutex_;
-    std::map<uint64_t, Held> slots_;  // guarded by mutex_
-    uint64_t next_id_ = 1;            // guarded by mutex_
-    StopSignal stop_;
-    std::thread thread_;
+    std::map<uint64_t, Held> slots_;         // guarded by mutex_
+    uint64_t next_id_ = 1;                   // guarded by mutex_
+    std::optional<redis::Connection> conn_;  // keeper thread only, from start() to stop()
+    DueTime next_check_;                     // keeper thread only
+    PeriodicWorker worker_;                  // last: its thread ends before the members it uses go
 };
 
 }  // namespace kiqd

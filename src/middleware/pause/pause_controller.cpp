@@ -5,8 +5,13 @@
 namespace kiqd {
 namespace {
 
-// KEYS[1] the resume lock. ARGV[1] this process's identity, ARGV[2] TTL in ms. Taken when
-// free, extended when already ours: one process keeps resuming round after round.
+// Takes the fleet-wide resume lock when it is free, or extends it when it is already ours: one
+// process keeps resuming round after round.
+// KEYS[1] -> the resume lock ("kiqd:pause:resume-lock")
+// --
+// ARGV[1] -> this process's identity
+// ARGV[2] -> the lock's TTL in ms
+// Returns 1 when this process holds the lock now, 0 when another one does.
 constexpr const char* kLockScript = R"lua(
 local holder = redis.call('get', KEYS[1])
 if holder == ARGV[1] then
@@ -18,7 +23,12 @@ redis.call('set', KEYS[1], ARGV[1], 'px', ARGV[2])
 return 1
 )lua";
 
-// KEYS[1] the resume lock, ARGV[1] identity: released only by its holder.
+// Gives up the resume lock at stop, so another process takes over without waiting for its TTL;
+// only its holder releases it.
+// KEYS[1] -> the resume lock ("kiqd:pause:resume-lock")
+// --
+// ARGV[1] -> this process's identity
+// Returns 1 when the lock was released, 0 when it was not this process's.
 constexpr const char* kUnlockScript = R"lua(
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
 return 0
@@ -41,7 +51,8 @@ PauseController::PauseController(Runtime& rt, PauseState& state, QueueOrder& ord
       order_(order),
       parked_(parked),
       strategies_(strategies),
-      lock_script_(kLockScript) {}
+      lock_script_(kLockScript),
+      worker_("pause-control", rt.log) {}
 
 PauseController::~PauseController() {
     stop();
@@ -127,43 +138,40 @@ void PauseController::refresh_before_start() noexcept {
 }
 
 void PauseController::start() {
-    thread_ = std::thread([this] { run(); });
+    const auto& cfg = rt_.config.pause_control;
+    conn_.emplace(rt_.connection_options);
+    next_resume_ = DueTime(cfg.resume_interval);
+    worker_.start(PeriodicWorker::Duration::zero(), cfg.refresh_interval, [this] { round(); });
 }
 
-void PauseController::run() noexcept {
+void PauseController::round() {
     const auto& cfg = rt_.config.pause_control;
-    redis::Connection conn(rt_.connection_options);
-    auto next_resume = std::chrono::steady_clock::now() + cfg.resume_interval;
-    do {
-        try {
-            refresh(conn);
-            if (std::chrono::steady_clock::now() >= next_resume) {
-                bool remaining = false;
-                resume_round(conn, &remaining);
-                next_resume = std::chrono::steady_clock::now() +
-                              (remaining ? std::min<std::chrono::milliseconds>(
-                                               cfg.resume_interval, std::chrono::seconds(1))
-                                         : cfg.resume_interval);
-            }
-        } catch (const redis::Error& e) {
-            // Redis is down: the last known state stays in force. The outage is reported once
-            // by the processors and the heartbeat (RedisHealth), not again here.
-            rt_.log.debug("pause control: {}", e.what());
-        } catch (const std::exception& e) {
-            rt_.log.warn("pause control: {}", e.what());
-        }
-    } while (!stop_.wait_for(cfg.refresh_interval));
     try {
-        redis::Script(kUnlockScript).run(conn, {rt_.keys.pause_resume_lock()}, {rt_.identity});
-    } catch (const std::exception&) {
-        // It expires by its TTL.
+        refresh(*conn_);
+        if (next_resume_.reached()) {
+            bool remaining = false;
+            resume_round(*conn_, &remaining);
+            next_resume_.set_in(remaining ? std::min<std::chrono::milliseconds>(
+                                                cfg.resume_interval, std::chrono::seconds(1))
+                                          : cfg.resume_interval);
+        }
+    } catch (const redis::Error& e) {
+        // Redis is down: the last known state stays in force. The outage is reported once
+        // by the processors and the heartbeat (RedisHealth), not again here.
+        rt_.log.debug("pause control: {}", e.what());
+    } catch (const std::exception& e) {
+        rt_.log.warn("pause control: {}", e.what());
     }
 }
 
 void PauseController::stop() noexcept {
-    if (stopped_.exchange(true)) return;
-    stop_.request_stop();
-    if (thread_.joinable()) thread_.join();
+    if (!worker_.stop()) return;  // never started, or already stopped
+    try {
+        redis::Script(kUnlockScript).run(*conn_, {rt_.keys.pause_resume_lock()}, {rt_.identity});
+    } catch (const std::exception&) {
+        // It expires by its TTL.
+    }
+    conn_.reset();  // the connection closes with the thread
 }
 
 }  // namespace kiqd

@@ -12,11 +12,11 @@
 //    next round follows after at most 1 s, as GitLab's ResumeWorker reschedules itself.
 // A class this process has no strategy for is judged by the descriptor stored with its parked
 // jobs; one with a custom strategy this process does not know stays parked for a process that
-// does. The thread owns its connection; stop() joins it.
-#include <atomic>
+// does. The thread (a PeriodicWorker) owns its connection; stop() joins it.
 #include <chrono>
-#include <thread>
+#include <optional>
 
+#include "common/periodic_worker.hpp"
 #include "fetch/queue_order.hpp"
 #include "kiqd/redis/script.hpp"
 #include "middleware/pause/pause_control.hpp"
@@ -43,7 +43,7 @@ class PauseController {
     long long resume_round(redis::Connection& conn, bool* remaining = nullptr);
 
   private:
-    void run() noexcept;
+    void round();  // one round of the controller thread
     bool still_paused(redis::Connection& conn, const PausedSet& paused,
                       const std::string& job_class, const std::string& descriptor) const;
 
@@ -53,9 +53,9 @@ class PauseController {
     const ParkedJobs& parked_;
     const PauseStrategies& strategies_;
     redis::Script lock_script_;
-    StopSignal stop_;
-    std::thread thread_;
-    std::atomic<bool> stopped_{false};
+    std::optional<redis::Connection> conn_;  // controller thread only, from start() to stop()
+    DueTime next_resume_;                    // controller thread only
+    PeriodicWorker worker_;                  // last: its thread ends before the members it uses go
 };
 
 }  // namespace kiqd

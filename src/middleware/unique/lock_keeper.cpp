@@ -6,7 +6,13 @@
 namespace kiqd {
 namespace {
 
-// KEYS[1] exec lock; ARGV[1] owner, ARGV[2] ttl ms. Extends only the owner's own lock.
+// Extends an EXEC lock only while it still holds this owner's token: a lock that expired and
+// was taken by another job is left alone.
+// KEYS[1] -> the EXEC lock
+// --
+// ARGV[1] -> the owner ("<identity> <token>") this process set it to
+// ARGV[2] -> the TTL in ms
+// Returns 1 when the lock was extended, 0 when it is gone or held by someone else.
 constexpr const char* kExtendScript = R"lua(
 if redis.call('get', KEYS[1]) == ARGV[1] then
   return redis.call('pexpire', KEYS[1], ARGV[2])
@@ -14,6 +20,13 @@ end
 return 0
 )lua";
 
+// Frees an EXEC lock if `owner` still holds it, and forgets it in the held hash (the reaper's
+// list) if the entry is still this owner's.
+// KEYS[1] -> the EXEC lock
+// KEYS[2] -> the held hash (`kiqd:unique:held`: EXEC key -> owner)
+// --
+// ARGV[1] -> the owner ("<identity> <token>")
+// Returns 1 when the lock was freed, 0 when it had expired or belongs to someone else.
 constexpr const char* kReleaseScript = R"lua(
 local freed = 0
 if redis.call('get', KEYS[1]) == ARGV[1] then
@@ -42,19 +55,22 @@ LockKeeper::LockKeeper(const Keys& keys, redis::ConnectionOptions options,
       held_hash_(keys.unique_held()),
       log_(log),
       extend_script_(kExtendScript),
-      release_script_(kReleaseScript) {}
+      release_script_(kReleaseScript),
+      worker_("lock-keeper", log) {}
 
 LockKeeper::~LockKeeper() {
     stop();
 }
 
 void LockKeeper::start() {
-    thread_ = std::thread([this] { run(); });
+    conn_.emplace(options_);
+    next_reap_ = DueTime(reaper_interval_);
+    worker_.start(kTick, kTick, [this] { round(); });
 }
 
 void LockKeeper::stop() noexcept {
-    stop_.request_stop();
-    if (thread_.joinable()) thread_.join();
+    worker_.stop();
+    conn_.reset();  // the connection closes with the thread
 }
 
 uint64_t LockKeeper::hold(std::string key, std::string owner, std::chrono::milliseconds ttl) {
@@ -133,21 +149,17 @@ size_t LockKeeper::reap(redis::Connection& conn, bool take_lock) {
     return reaped;
 }
 
-void LockKeeper::run() noexcept {
-    redis::Connection conn(options_);
-    auto next_reap = std::chrono::steady_clock::now() + reaper_interval_;
-    while (!stop_.wait_for(kTick)) {
-        try {
-            extend_due(conn);
-            if (std::chrono::steady_clock::now() >= next_reap) {
-                next_reap = std::chrono::steady_clock::now() + reaper_interval_;
-                reap(conn);
-            }
-        } catch (const redis::Error& e) {
-            log_.debug("unique locks: keeper round failed: {}", e.what());
-        } catch (const std::exception& e) {
-            log_.error("unique locks: keeper error: {}", e.what());
+void LockKeeper::round() {
+    try {
+        extend_due(*conn_);
+        if (next_reap_.reached()) {
+            next_reap_.set_in(reaper_interval_);
+            reap(*conn_);
         }
+    } catch (const redis::Error& e) {
+        log_.debug("unique locks: keeper round failed: {}", e.what());
+    } catch (const std::exception& e) {
+        log_.error("unique locks: keeper error: {}", e.what());
     }
 }
 

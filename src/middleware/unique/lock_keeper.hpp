@@ -13,9 +13,10 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
-#include <thread>
 
+#include "common/periodic_worker.hpp"
 #include "kiqd/job_context.hpp"
 #include "kiqd/keys.hpp"
 #include "kiqd/redis/connection.hpp"
@@ -52,7 +53,7 @@ class LockKeeper {
         std::chrono::milliseconds ttl;
         std::chrono::steady_clock::time_point extended;
     };
-    void run() noexcept;
+    void round();  // one round of the keeper thread
 
     const Keys& keys_;
     redis::ConnectionOptions options_;
@@ -63,10 +64,11 @@ class LockKeeper {
     redis::Script extend_script_;
     redis::Script release_script_;
     mutable std::mutex mutex_;
-    std::map<uint64_t, Held> locks_;  // guarded by mutex_
-    uint64_t next_id_ = 1;            // guarded by mutex_
-    StopSignal stop_;
-    std::thread thread_;
+    std::map<uint64_t, Held> locks_;         // guarded by mutex_
+    uint64_t next_id_ = 1;                   // guarded by mutex_
+    std::optional<redis::Connection> conn_;  // keeper thread only, from start() to stop()
+    DueTime next_reap_;                      // keeper thread only
+    PeriodicWorker worker_;                  // last: its thread ends before the members it uses go
 };
 
 }  // namespace kiqd

@@ -1,0 +1,136 @@
+#include "middleware/limits/concurrency_scripts.hpp"
+
+namespace kiqd {
+namespace {
+
+// The start of every script below (not a script of its own): now_ms() and resume().
+// Times come from Redis's clock (TIME), so processes on hosts whose clocks disagree still agree
+// on when a slot expires. replicate_commands: Redis < 5 needs it before a write after TIME.
+// resume(slots, waiting, limit, exp, prefix) moves parked jobs back and returns how many.
+constexpr const char* kPrelude = R"lua(
+if redis.replicate_commands then redis.replicate_commands() end
+local function now_ms()
+  local t = redis.call('time')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- Moves parked jobs back to the front of their queues while the scope has free slots, each
+-- with a reservation "@<jid>" that keeps its slot until it is fetched again. The oldest is
+-- pushed last, so it is the first to be fetched.
+local function resume(slots, waiting, limit, exp, prefix)
+  local batch = {}
+  local free = limit - redis.call('zcard', slots)
+  while free > 0 do
+    local e = redis.call('lpop', waiting)
+    if not e then break end
+    batch[#batch + 1] = e
+    free = free - 1
+  end
+  for i = #batch, 1, -1 do
+    local e = batch[i]
+    local ok, job = pcall(cjson.decode, e)
+    local q, jid = 'default', ''
+    if ok and type(job) == 'table' then
+      if type(job.queue) == 'string' and job.queue ~= '' then q = job.queue end
+      if type(job.jid) == 'string' then jid = job.jid end
+    end
+    redis.call('zadd', slots, exp, '@' .. jid)
+    redis.call('sadd', prefix .. 'queues', q)
+    redis.call('rpush', prefix .. 'queue:' .. q, e)
+  end
+  return #batch
+end
+)lua";
+
+// Acquire: takes a slot for a job about to run, or parks the job. Expired slots are dropped
+// first; a job whose reservation ("@<jid>") is there takes it over; otherwise parked jobs are
+// moved back while slots are free (so jobs keep their order) before the job takes a free slot.
+// KEYS[1] -> the scope's slots sorted set ("kiqd:concurrency:<scope>:slots")
+// KEYS[2] -> the scope's waiting list ("kiqd:concurrency:<scope>:waiting")
+// KEYS[3] -> the scopes hash ("kiqd:concurrency:scopes": scope -> limit)
+// KEYS[4] -> (optional) the reliable-fetch working list holding the job
+// --
+// ARGV[1] -> the limit
+// ARGV[2] -> the slot member ("<identity>|<jid>|<token>")
+// ARGV[3] -> the slot TTL in ms
+// ARGV[4] -> the job's jid
+// ARGV[5] -> the job's payload
+// ARGV[6] -> the scope
+// ARGV[7] -> the key prefix ("" or "<namespace>:")
+// Returns 1: run (the slot is taken), 0: parked at the end of the waiting list (and taken out
+// of the working list in the same step).
+constexpr const char* kAcquireBody = R"lua(
+local now = now_ms()
+local exp = now + tonumber(ARGV[3])
+local limit = tonumber(ARGV[1])
+redis.call('zremrangebyscore', KEYS[1], '-inf', now)
+if redis.call('zrem', KEYS[1], '@' .. ARGV[4]) == 1 then
+  redis.call('zadd', KEYS[1], exp, ARGV[2])
+  return 1
+end
+resume(KEYS[1], KEYS[2], limit, exp, ARGV[7])
+if redis.call('zcard', KEYS[1]) < limit then
+  redis.call('zadd', KEYS[1], exp, ARGV[2])
+  return 1
+end
+redis.call('rpush', KEYS[2], ARGV[5])
+redis.call('hset', KEYS[3], ARGV[6], ARGV[1])  -- the checker looks after scopes with parked jobs
+if KEYS[4] then redis.call('lrem', KEYS[4], 1, ARGV[5]) end
+return 0
+)lua";
+
+// Release: frees a finished job's slot, drops expired ones, and moves as many parked jobs back
+// to the front of their queues as slots are free.
+// KEYS[1] -> the scope's slots sorted set
+// KEYS[2] -> the scope's waiting list
+// --
+// ARGV[1] -> the slot member to free
+// ARGV[2] -> the limit
+// ARGV[3] -> the slot TTL in ms (for the reservations of the jobs moved back)
+// ARGV[4] -> the key prefix ("" or "<namespace>:")
+// Returns how many parked jobs were moved back.
+constexpr const char* kReleaseBody = R"lua(
+local now = now_ms()
+redis.call('zrem', KEYS[1], ARGV[1])
+redis.call('zremrangebyscore', KEYS[1], '-inf', now)
+return resume(KEYS[1], KEYS[2], tonumber(ARGV[2]), now + tonumber(ARGV[3]), ARGV[4])
+)lua";
+
+// Check (the SlotKeeper's periodic pass, per scope): drops expired slots, moves parked jobs back
+// into the free ones, and forgets the scope when it has neither slots nor parked jobs left.
+// KEYS[1] -> the scope's slots sorted set
+// KEYS[2] -> the scope's waiting list
+// KEYS[3] -> the scopes hash ("kiqd:concurrency:scopes")
+// --
+// ARGV[1] -> the limit
+// ARGV[2] -> the slot TTL in ms (for the reservations of the jobs moved back)
+// ARGV[3] -> the key prefix ("" or "<namespace>:")
+// ARGV[4] -> the scope (its field in KEYS[3])
+// Returns how many parked jobs were moved back.
+constexpr const char* kCheckBody = R"lua(
+local now = now_ms()
+redis.call('zremrangebyscore', KEYS[1], '-inf', now)
+local moved = resume(KEYS[1], KEYS[2], tonumber(ARGV[1]), now + tonumber(ARGV[2]), ARGV[3])
+if redis.call('zcard', KEYS[1]) == 0 and redis.call('llen', KEYS[2]) == 0 then
+  redis.call('hdel', KEYS[3], ARGV[4])
+end
+return moved
+)lua";
+
+}  // namespace
+
+const std::string& concurrency_acquire_script() {
+    static const std::string s = std::string(kPrelude) + kAcquireBody;
+    return s;
+}
+
+const std::string& concurrency_release_script() {
+    static const std::string s = std::string(kPrelude) + kReleaseBody;
+    return s;
+}
+
+const std::string& concurrency_check_script() {
+    static const std::string s = std::string(kPrelude) + kCheckBody;
+    return s;
+}
+
+}  // namespace kiqd

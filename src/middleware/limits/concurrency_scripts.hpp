@@ -1,0 +1,15 @@
+#pragma once
+// The Lua of the concurrency limit (concurrency_limit.hpp): acquire, run by the middleware
+// before a job; release, after it; check, the SlotKeeper's (slot_keeper.hpp) periodic pass over
+// every scope. All three start with one shared prelude: Redis's clock, and the resume step that
+// moves parked jobs back to their queues while the scope has free slots. Below both the
+// middleware and the keeper, so neither includes the other for them. Immutable; any thread.
+#include <string>
+
+namespace kiqd {
+
+const std::string& concurrency_acquire_script();
+const std::string& concurrency_release_script();
+const std::string& concurrency_check_script();
+
+}  // namespace kiqd
