@@ -8,7 +8,11 @@
 // goes on meanwhile, so pipelined commands are not serialised and order is kept); replies go
 // back at once. So each request/reply round trip costs DELAY_US more, whatever its size.
 // Prints "ready" on stdout once listening. One thread (Boost.Asio); stops on SIGTERM/SIGINT.
+// clang-format off
 #include <array>
+#include <utility>  // first: Boost 1.74's awaitable.hpp uses std::exchange without it
+// clang-format on
+
 #include <boost/asio.hpp>
 #include <chrono>
 #include <cstdio>
@@ -16,7 +20,6 @@
 #include <iostream>
 #include <memory>
 #include <string>
-#include <utility>  // first: Boost 1.74's awaitable.hpp uses std::exchange without it
 #include <vector>
 
 namespace asio = boost::asio;
