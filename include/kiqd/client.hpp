@@ -1,11 +1,12 @@
 #pragma once
-// Client: pushes jobs exactly as Sidekiq's Ruby client does (sidekiq-data-model §2, §3):
-// normalises the job hash (jid, created_at, retry, queue — the class's `queue:` from the YAML
-// `handlers:` entry, else "default"), runs it through the client-middleware chain
-// (client_middleware.hpp; a middleware may change it or stop the push), then SADD queues +
-// LPUSH queue:<q> in one pipeline (with enqueued_at), or ZADD schedule <at> for a job with a
-// future "at" (stored without "at" and without "enqueued_at"). Bulk pushes run the chain per
-// job and send every accepted job in one pipeline (one LPUSH per queue, as Ruby's push_bulk).
+// Client: pushes jobs exactly as Sidekiq's Ruby client does
+// (docs/data-model.md#queues-and-the-queues-set, #job-payload): normalises the job hash (jid,
+// created_at, retry, queue — the class's `queue:` from the YAML `handlers:` entry, else "default"),
+// runs it through the client-middleware chain (client_middleware.hpp; a middleware may change it or
+// stop the push), then SADD queues + LPUSH queue:<q> in one pipeline (with enqueued_at), or ZADD
+// schedule <at> for a job with a future "at" (stored without "at" and without "enqueued_at"). Bulk
+// pushes run the chain per job and send every accepted job in one pipeline (one LPUSH per queue, as
+// Ruby's push_bulk).
 //
 // make_process_client() builds the client a kiqd process uses — for handlers' follow-up jobs
 // (JobContext::enqueue) and `kiqd enqueue` — with kiqd's standard chain (fair-tenant

@@ -1,8 +1,8 @@
 #pragma once
-// Wall-clock timestamps in the units each Sidekiq major version expects (sidekiq-data-model §3.2):
-// 6.x/7.x payload fields are float epoch seconds *always written with a decimal point*, 8.x
-// payload fields are integer epoch milliseconds; ZSET scores are float seconds in every version.
-// Stateless; safe from any thread.
+// Wall-clock timestamps in the units each Sidekiq major version expects
+// (docs/data-model.md#timestamps-and-units): 6.x/7.x payload fields are float epoch seconds *always
+// written with a decimal point*, 8.x payload fields are integer epoch milliseconds; ZSET scores are
+// float seconds in every version. Stateless; safe from any thread.
 #include <string>
 
 namespace kiqd {

@@ -1,7 +1,7 @@
 #pragma once
-// Every Redis key name kiqd reads or writes, in one place (sidekiq-data-model §1). An optional
-// prefix reproduces redis-namespace deployments of Sidekiq 6 ("ns:queue:default"). Immutable
-// after construction; shared by all threads.
+// Every Redis key name kiqd reads or writes, in one place (docs/data-model.md#key-inventory). An
+// optional prefix reproduces redis-namespace deployments of Sidekiq 6 ("ns:queue:default").
+// Immutable after construction; shared by all threads.
 #include <string>
 #include <string_view>
 
@@ -31,9 +31,9 @@ class Keys {
     std::string stat_daily(std::string_view name, std::string_view utc_date) const {
         return stat(name) + ":" + std::string(utc_date);
     }
-    // Reliable fetch (sidekiq-data-model §10): a working list per process and queue, named as
-    // Sidekiq Pro's super_fetch names its private queues, so tools that look for in-flight jobs
-    // in "queue:*" lists (the sidekiq-unique-jobs reaper) see them.
+    // Reliable fetch (docs/data-model.md#reliable-fetch-working-lists): a working list per process
+    // and queue, named as Sidekiq Pro's super_fetch names its private queues, so tools that look
+    // for in-flight jobs in "queue:*" lists (the sidekiq-unique-jobs reaper) see them.
     std::string working(std::string_view identity, std::string_view queue) const {
         return this->queue("sq|" + std::string(identity) + "|" + std::string(queue));
     }

@@ -1,6 +1,7 @@
 #pragma once
 // Pause strategies: what decides that a worker class's jobs are parked instead of run (the model
-// is GitLab's pause_control, sidekiq-data-model §12.3). A class names its strategy in the YAML
+// is GitLab's pause_control, docs/data-model.md#pause-control-keys). A class names its strategy in
+// the YAML
 // (`handlers: {SearchJob: {pause_control: {strategy: redis_flag, key: search:paused}}}`) or
 // from C++ (PauseStrategyRegistry::declare); the YAML wins.
 //

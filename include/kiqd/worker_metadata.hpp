@@ -1,6 +1,6 @@
 #pragma once
 // WorkerMetadata: what a job class says about itself, after GitLab's worker attributes
-// (sidekiq-data-model §12.4): urgency (high | low | throttled), resource boundary (cpu |
+// (docs/data-model.md#worker-metadata): urgency (high | low | throttled), resource boundary (cpu |
 // memory | unknown), feature category, external dependencies, idempotency and free tags.
 // Declared per class in the YAML (`handlers: {Cls: {urgency: high, ...}}`) or in C++
 // (HandlerRegistry::add with a WorkerMetadata). Metadata is class data, never part of the job

@@ -1,8 +1,10 @@
 #pragma once
 // The data side of the admin command line, as Sidekiq's api.rb: functions on a
 // redis::Connection that read a Sidekiq cluster's Redis data into plain structs or perform one
-// action on it (sidekiq-data-model §1, §2, §5, §7, §8), so they work on clusters of Ruby Sidekiq
-// processes, kiqd processes, or both. Nothing here prints. The admin CLI is single-threaded.
+// action on it (docs/data-model.md#key-inventory, #queues-and-the-queues-set,
+// #retries-and-the-dead-set, #process-record-and-heartbeat, #remote-signals), so they work on
+// clusters of Ruby Sidekiq processes, kiqd processes, or both. Nothing here prints. The admin CLI
+// is single-threaded.
 #include <optional>
 #include <string>
 #include <vector>

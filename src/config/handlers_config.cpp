@@ -294,7 +294,7 @@ std::vector<ExecHandlerSpec> parse_handlers(const YAML::Node& n,
 }  // namespace config_detail
 
 std::string canonical_lock_type(const std::string& name) {
-    // sidekiq-unique-jobs v8's names and aliases (sidekiq-data-model §12.1).
+    // sidekiq-unique-jobs v8's names and aliases (docs/data-model.md#unique-jobs-keys).
     static const std::map<std::string, std::string> types{
         {"until_and_while_executing", "until_and_while_executing"},
         {"while_executing", "while_executing"},

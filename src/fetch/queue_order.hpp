@@ -1,7 +1,7 @@
 #pragma once
 // The order in which a fetch asks Redis for queues, exactly as Sidekiq's BasicFetch builds it
-// (sidekiq-data-model §4): strict mode keeps the configured order; weighted mode repeats each
-// queue `weight` times, shuffles the whole list uniformly and keeps the first occurrence of
+// (docs/data-model.md#fetch-order): strict mode keeps the configured order; weighted mode repeats
+// each queue `weight` times, shuffles the whole list uniformly and keeps the first occurrence of
 // each name, on every fetch. So queue q comes first with probability weight(q)/Σweights.
 // Immutable after construction except for the paused flags (queue pause, pause_control.hpp):
 // the pause controller's thread sets them, fetches read them; a paused queue is left out of the

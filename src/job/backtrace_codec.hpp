@@ -1,6 +1,6 @@
 #pragma once
-// Sidekiq's error_backtrace encoding (sidekiq-data-model §3.3): strict Base64 of the zlib
-// (RFC 1950) compression of a JSON array of lines. Readable by Sidekiq 6.x, 7.x and 8.x.
+// Sidekiq's error_backtrace encoding (docs/data-model.md#backtrace-encoding): strict Base64 of the
+// zlib (RFC 1950) compression of a JSON array of lines. Readable by Sidekiq 6.x, 7.x and 8.x.
 #include <optional>
 #include <string>
 #include <vector>

@@ -1,8 +1,8 @@
 #pragma once
 // The "dead" ZSET (Sidekiq's morgue): insertion with Sidekiq's trims by age and size in one
-// MULTI (sidekiq-data-model §5.5), and the entry kiqd writes for payloads that cannot run at all
-// (not JSON, no class, too large) so that nothing is dropped and the Web UI shows the reason.
-// Immutable; shared by all threads.
+// MULTI (docs/data-model.md#dead-set-trimming), and the entry kiqd writes for payloads that cannot
+// run at all (not JSON, no class, too large) so that nothing is dropped and the Web UI shows the
+// reason. Immutable; shared by all threads.
 #include <string>
 #include <vector>
 

@@ -1,7 +1,8 @@
 #pragma once
 // Fair-tenant rerouting, compatible with the sidekiq-fair_tenant gem v0.1.0 (Envek/
-// sidekiq-fair_tenant lib/sidekiq/fair_tenant/client_middleware.rb; sidekiq-data-model §12.2),
-// so that Ruby producers using the gem and kiqd count in the same sliding windows.
+// sidekiq-fair_tenant lib/sidekiq/fair_tenant/client_middleware.rb;
+// docs/data-model.md#fair-tenant-keys), so that Ruby producers using the gem and kiqd count in the
+// same sliding windows.
 //
 // Rules come from the job's `fair_tenant_queues` ([{queue, threshold, per}]) or, when the job
 // has none, from its class's `handlers:` entry in the YAML. The tenant is the job's

@@ -1,6 +1,7 @@
 #pragma once
-// Heartbeat: makes this process a member of the Sidekiq cluster (sidekiq-data-model §7).
-// Every 5 s (Sidekiq 6) or 10 s (7/8), in two MULTIs on its own connection:
+// Heartbeat: makes this process a member of the Sidekiq cluster
+// (docs/data-model.md#process-record-and-heartbeat). Every 5 s (Sidekiq 6) or 10 s (7/8), in two
+// MULTIs on its own connection:
 //   stat:processed/failed (+ daily keys, 5-year TTL) += counts since the last beat;
 //   <identity>:workers (6.x; 7+: :work, and 6 mode writes both) = running jobs, TTL 60 s;
 //   SADD processes; HSET <identity> info/busy/beat/quiet/rss/rtt_us (8: concurrency), TTL 60 s;

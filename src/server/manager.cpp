@@ -89,7 +89,8 @@ void Manager::requeue_running_jobs() {
         }
     }
     requeued_ = interrupted;
-    // Sidekiq counts an interrupted job as processed and failed (sidekiq-data-model §5.6).
+    // Sidekiq counts an interrupted job as processed and failed
+    // (docs/data-model.md#interrupted-jobs).
     rt_.work.processed.fetch_add(static_cast<long long>(interrupted));
     rt_.work.failed.fetch_add(static_cast<long long>(interrupted));
 }

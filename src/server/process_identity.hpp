@@ -1,7 +1,8 @@
 #pragma once
 // ProcessIdentity: who this process is to a Sidekiq cluster — "hostname:pid:<12 hex>" ($DYNO
 // replaces the hostname, as in Sidekiq), fixed for the life of the process — and the static
-// "info" JSON its heartbeat publishes (sidekiq-data-model §7.1, §7.5). Immutable.
+// "info" JSON its heartbeat publishes (docs/data-model.md#process-identity, #the-info-json).
+// Immutable.
 #include <string>
 
 #include "fetch/queue_order.hpp"

@@ -3,7 +3,8 @@
 // of it — run at once across every kiqd process on the Redis, for `handlers: {C:
 // {concurrency_limit: N}}` or `{concurrency_limit: {limit: N, by: tenant}}`. Excess jobs wait in
 // Redis, not in a worker thread, and come back as slots free up. The model is GitLab's
-// (sidekiq-data-model §12.4: an executing set, a buffer list, a resumer), made crash-safe.
+// (docs/data-model.md#concurrency-limit-keys: an executing set, a buffer list, a resumer), made
+// crash-safe.
 //
 // Per scope (limit_scope.hpp: "<Class>" or "<Class>:tenant:<t>"):
 //   kiqd:concurrency:<scope>:slots    ZSET member → expiry (epoch ms, Redis's clock):

@@ -1,8 +1,8 @@
 #pragma once
 // Throttle: a server middleware that enforces `handlers: {C: {throttle: {limit: L, period: P,
 // by: class | tenant | "arg:N"}}}` with Rack::Attack's fixed-window counter
-// (sidekiq-data-model §12.5). Windows are aligned to multiples of P seconds since the epoch;
-// the counter of window n = floor(now / P) is `kiqd:throttle:<n>:<scope>` (limit_scope.hpp),
+// (docs/data-model.md#throttle-keys). Windows are aligned to multiples of P seconds since the
+// epoch; the counter of window n = floor(now / P) is `kiqd:throttle:<n>:<scope>` (limit_scope.hpp),
 // incremented with INCRBY and given EXPIRE (P − now mod P + 1) in one pipeline (one round
 // trip). A job whose increment returns more than L is not run: it goes to `schedule` at the
 // start of the next window plus a jitter of up to a tenth of the period (at most 5 s), so the

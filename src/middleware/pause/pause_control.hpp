@@ -1,7 +1,8 @@
 #pragma once
 // Pause control, the processor side: what is paused right now (PauseState), where a paused
 // class's jobs wait (ParkedJobs), and the server middleware that parks them (GitLab's
-// pause_control, sidekiq-data-model §12.3, plus the queue pause of Sidekiq Pro and asynq).
+// pause_control, docs/data-model.md#pause-control-keys, plus the queue pause of Sidekiq Pro and
+// asynq).
 //
 // A paused queue is left out of every fetch (QueueOrder's paused flags, set by the
 // PauseController); a job popped from it in the instant before the pause was seen goes back to

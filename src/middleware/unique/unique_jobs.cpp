@@ -16,8 +16,9 @@ constexpr const char* kWhileExecuting = "while_executing";
 constexpr auto kWaitLockTtl = std::chrono::seconds(60);
 constexpr double kRescheduleSeconds = 5.0;  // the gem's default schedule_in
 
-// Frees the gem's client lock of digest D for one jid, as its unlock.lua does (§12.1), and wakes
-// a gem waiter. A Lua function, put in front of the scripts that call it:
+// Frees the gem's client lock of digest D for one jid, as its unlock.lua does
+// (docs/data-model.md#unique-jobs-keys), and wakes a gem waiter. A Lua function, put in front of
+// the scripts that call it:
 //   release_client_lock(k, jid)
 // k[1] D, the digest key
 // k[2] D:LOCKED, the hash of the lock's holders, keyed by jid

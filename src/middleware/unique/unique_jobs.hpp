@@ -1,6 +1,6 @@
 #pragma once
 // Unique jobs: a server middleware that enforces sidekiq-unique-jobs' lock types from the
-// server side (sidekiq-data-model §12.1). A job's identity is its `lock_digest` when the
+// server side (docs/data-model.md#unique-jobs-keys). A job's identity is its `lock_digest` when the
 // producer computed one (the Ruby gem's client does), else the gem's own digest: "uniquejobs:" +
 // MD5 of the JSON of the sorted [key, value] pairs of {class, queue, lock_args}.
 //
