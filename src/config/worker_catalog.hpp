@@ -13,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "fetch/queue_order.hpp"
 #include "kiqd/config.hpp"
 #include "kiqd/handler_registry.hpp"
 
