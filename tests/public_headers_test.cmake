@@ -1,0 +1,21 @@
+# The public API is exactly include/kiqd/ (installed as it is): a public header may include only
+# other public headers ("kiqd/..."), never an internal one from src/. Run by ctest as
+# `public_headers`; fails naming each offending line.
+if(NOT DEFINED SOURCE_DIR)
+  message(FATAL_ERROR "SOURCE_DIR is required")
+endif()
+file(GLOB_RECURSE headers RELATIVE ${SOURCE_DIR} ${SOURCE_DIR}/include/*.hpp ${SOURCE_DIR}/include/*.h)
+set(problems "")
+foreach(header ${headers})
+  file(STRINGS ${SOURCE_DIR}/${header} lines REGEX "^[ \t]*#[ \t]*include[ \t]*\"")
+  foreach(line ${lines})
+    if(NOT line MATCHES "#[ \t]*include[ \t]*\"kiqd/")
+      string(APPEND problems "\n  ${header}: ${line}")
+    endif()
+  endforeach()
+endforeach()
+if(problems)
+  message(FATAL_ERROR "public headers include non-public headers:${problems}")
+endif()
+list(LENGTH headers count)
+message(STATUS "public_headers OK: ${count} headers include only include/kiqd/")
