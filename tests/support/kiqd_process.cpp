@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <stdexcept>
-#include <thread>
 
 #include "support/wait_until.hpp"
 
@@ -78,12 +77,7 @@ bool KiqdProcess::running() {
 }
 
 int KiqdProcess::wait_exit(std::chrono::milliseconds timeout) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (running()) {
-        if (std::chrono::steady_clock::now() > deadline) return -1;
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return status_;
+    return wait_until([&] { return !running(); }, timeout) ? status_ : -1;
 }
 
 int KiqdProcess::stop(std::chrono::milliseconds timeout) {
