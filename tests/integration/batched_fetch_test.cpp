@@ -12,14 +12,20 @@
 #include "kiqd/client.hpp"
 #include "server/orphan_recovery.hpp"
 #include "server/processor.hpp"
+#include "support/job_pushes.hpp"
 #include "support/kiqd_process.hpp"
+#include "support/redis_reads.hpp"
 #include "support/redis_server.hpp"
+#include "support/test_daemon_records.hpp"
 #include "support/test_runtime.hpp"
+#include "support/wait_until.hpp"
 
 using namespace kiqd;
 using kiqd::test::KiqdProcess;
 using kiqd::test::llen;
 using kiqd::test::lrange;
+using kiqd::test::only_member;
+using kiqd::test::ran_count;
 using kiqd::test::RedisServer;
 using kiqd::test::TestRuntime;
 using kiqd::test::wait_until;
@@ -30,8 +36,7 @@ namespace {
 const std::string kWorking = "queue:sq|testhost:1:abcdef012345|default";
 
 std::string noop(int i) {
-    return R"({"class":"Kiqd::Noop","args":[],"queue":"default","jid":"j)" + std::to_string(i) +
-           R"(","retry":true})";
+    return kiqd::test::noop_payload("j" + std::to_string(i));
 }
 
 }  // namespace
@@ -154,7 +159,7 @@ TEST_CASE("batched reliable fetch: a failure is recorded with its acknowledgemen
     auto u = t.fetcher.retrieve_work(conn, rng, 0);
     REQUIRE(u);
     p.process(conn, std::move(*u));
-    CHECK(conn.command({"ZCARD", "retry"}).integer() == 1);
+    CHECK(kiqd::test::zcard(conn, "retry") == 1);
     CHECK(llen(conn, kWorking) == 0);  // outcome and LREM in one MULTI, not deferred
 }
 
@@ -183,10 +188,7 @@ TEST_CASE("batched fetch daemon: SIGTERM puts every buffered and running job bac
     server.flushall();
     auto conn = server.connect();
     const bool reliable = GENERATE(true, false);
-    Client client(Keys{}, Compat::v6);
-    std::vector<nlohmann::ordered_json> jobs;
-    for (int i = 0; i < 20; ++i) jobs.push_back({{"class", "Kiqd::Sleep"}, {"args", {60}}});
-    client.push_bulk(conn, jobs);
+    kiqd::test::push_copies(conn, {{"class", "Kiqd::Sleep"}, {"args", {60}}}, 20);
     const auto original = lrange(conn, "queue:default");
     REQUIRE(original.size() == 20);
     KiqdProcess kiqd(
@@ -199,13 +201,11 @@ TEST_CASE("batched fetch daemon: SIGTERM puts every buffered and running job bac
     REQUIRE(wait_until([&] { return llen(conn, "queue:default") == 12; }));
     REQUIRE(wait_until(
         [&] {
-            auto procs = conn.command({"SMEMBERS", "processes"});
-            if (procs.size() != 1) return false;
-            return conn.command({"HLEN", std::string(procs[0].str()) + ":workers"}).integer() == 2;
+            const auto identity = only_member(conn, "processes");
+            return identity && conn.command({"HLEN", *identity + ":workers"}).integer() == 2;
         },
         std::chrono::seconds(30)));
-    kiqd.signal(SIGTERM);
-    CHECK(kiqd.wait_exit() == 0);
+    CHECK(kiqd.stop() == 0);
     // Byte for byte, and in the original order: the running two (fetched first) at the very
     // front again (between themselves in thread order, as Sidekiq's bulk requeue), then the
     // buffered six, then the never-fetched twelve. LRANGE lists the back of the queue first.
@@ -222,13 +222,11 @@ TEST_CASE("batched reliable fetch daemon: kill -9 with jobs buffered loses none 
     auto& server = RedisServer::shared();
     server.flushall();
     auto conn = server.connect();
-    Client client(Keys{}, Compat::v6);
     constexpr int kJobs = 100;
-    std::vector<nlohmann::ordered_json> jobs;
     // The first job holds the only thread long enough for the kill; the rest are quick.
-    jobs.push_back({{"class", "Test::Record"}, {"args", {5}}});
-    for (int i = 1; i < kJobs; ++i) jobs.push_back({{"class", "Test::Record"}, {"args", {0}}});
-    client.push_bulk(conn, jobs);
+    kiqd::test::push_jobs(conn, kJobs, [](int i) {
+        return nlohmann::ordered_json{{"class", "Test::Record"}, {"args", {i == 0 ? 5 : 0}}};
+    });
     const std::string yaml = kiqd::test::kiqd_config(
         server,
         "concurrency: 1\nlogging: {level: warn}\nqueues: [default]\nfetch: reliable\n"
@@ -238,12 +236,12 @@ TEST_CASE("batched reliable fetch daemon: kill -9 with jobs buffered loses none 
         KiqdProcess victim(KIQD_TEST_DAEMON, yaml);
         // One refill moved 50 jobs: one running (sleeping), 49 in the local buffer only.
         REQUIRE(wait_until([&] {
-            auto members = conn.command({"SMEMBERS", "kiqd:reliable:working"});
-            if (members.size() != 1) return false;
-            victim_list = std::string(members[0].str());
+            const auto working = only_member(conn, "kiqd:reliable:working");
+            if (!working) return false;
+            victim_list = *working;
             return llen(conn, victim_list) == 50;
         }));
-        CHECK(llen(conn, "kiqd-test:ran") == 0);
+        CHECK(ran_count(conn) == 0);
         victim.signal(SIGKILL);
         CHECK(victim.wait_exit() == 128 + SIGKILL);
     }
@@ -252,14 +250,11 @@ TEST_CASE("batched reliable fetch daemon: kill -9 with jobs buffered loses none 
     REQUIRE(wait_until(
         [&] {
             return llen(conn, "queue:default") == 0 && llen(conn, victim_list) == 0 &&
-                   llen(conn, "kiqd-test:ran") >= kJobs;
+                   ran_count(conn) >= kJobs;
         },
         std::chrono::seconds(60)));
-    successor.signal(SIGTERM);
-    CHECK(successor.wait_exit() == 0);
-    std::set<std::string> jids;
-    for (const auto& r : lrange(conn, "kiqd-test:ran"))
-        jids.insert(nlohmann::json::parse(r)["jid"].get<std::string>());
+    CHECK(successor.stop() == 0);
+    const auto jids = kiqd::test::jids_of(kiqd::test::ran_records(conn));
     CHECK(jids.size() == static_cast<size_t>(kJobs));
     CHECK(conn.command({"SCARD", "kiqd:reliable:working"}).integer() == 0);
 }

@@ -6,32 +6,30 @@
 #include <map>
 
 #include "kiqd/client.hpp"
+#include "support/job_pushes.hpp"
 #include "support/kiqd_process.hpp"
+#include "support/redis_reads.hpp"
 #include "support/redis_server.hpp"
+#include "support/test_daemon_records.hpp"
+#include "support/wait_until.hpp"
 
 using namespace kiqd;
+using kiqd::test::kiqd_config;
 using kiqd::test::KiqdProcess;
+using kiqd::test::llen;
+using kiqd::test::ran_count;
 using kiqd::test::RedisServer;
 using kiqd::test::wait_until;
 
 namespace {
 
-std::string config_for(const RedisServer& server, const std::string& extra) {
-    return kiqd::test::kiqd_config(server, extra);
-}
-
-long long llen(redis::Connection& c, const std::string& key) {
-    return c.command({"LLEN", key}).integer();
-}
-
 // The identity of the only kiqd process registered in `processes`.
 std::string registered_identity(redis::Connection& c) {
     std::string id;
     wait_until([&] {
-        auto members = c.command({"SMEMBERS", "processes"});
-        if (members.size() != 1) return false;
-        id = std::string(members[0].str());
-        return true;
+        const auto member = kiqd::test::only_member(c, "processes");
+        if (member) id = *member;
+        return member.has_value();
     });
     return id;
 }
@@ -65,11 +63,8 @@ TEST_CASE("daemon: a bad config stops startup with exit 78 naming the key", "[da
 }
 
 TEST_CASE("daemon: check-config and --version", "[daemon]") {
-    KiqdProcess good(KIQD_BINARY, "queues: [[critical, 3], default]\nconcurrency: 4\n",
-                     {"check-config"});
-    // check-config is a subcommand, so -C must follow it.
     auto [code, out] =
-        kiqd::test::run_command({KIQD_BINARY, "check-config", "-C", good.config_path()});
+        kiqd::test::check_config(KIQD_BINARY, "queues: [[critical, 3], default]\nconcurrency: 4\n");
     CHECK(code == 0);
     CHECK_THAT(out, Catch::Contains("is valid: concurrency=4, 2 queue(s)"));
     // The example config shipped in config/ validates as it stands.
@@ -89,24 +84,18 @@ TEST_CASE("daemon: weighted 6/3/1 shares over 10,000 jobs are 60/30/10 within 2 
     auto& server = RedisServer::shared();
     server.flushall();
     auto conn = server.connect();
-    Client client(Keys{}, Compat::v6);
-    for (const std::string q : {"critical", "default", "low"}) {
-        for (int batch = 0; batch < 10; ++batch) {
-            std::vector<nlohmann::ordered_json> jobs(
-                1000, {{"class", "Test::Record"}, {"queue", q}, {"args", nlohmann::json::array()}});
-            client.push_bulk(conn, jobs);
-        }
-    }
-    KiqdProcess kiqd(KIQD_TEST_DAEMON, config_for(server,
-                                                  "concurrency: 5\nlogging: {level: warn}\n"
-                                                  "queues:\n  - [critical, 6]\n  - [default, 3]\n"
-                                                  "  - [low, 1]\nfetch: " +
-                                                      fetch + "\n"));
-    REQUIRE(wait_until([&] { return llen(conn, "kiqd-test:ran") >= 10000; },
-                       std::chrono::seconds(120)));
-    kiqd.signal(SIGTERM);
-    CHECK(kiqd.wait_exit() == 0);
-    auto ran = conn.command({"LRANGE", "kiqd-test:ran", "0", "9999"});
+    for (const std::string q : {"critical", "default", "low"})
+        kiqd::test::push_copies(
+            conn, {{"class", "Test::Record"}, {"queue", q}, {"args", nlohmann::json::array()}},
+            10000);
+    KiqdProcess kiqd(KIQD_TEST_DAEMON, kiqd_config(server,
+                                                   "concurrency: 5\nlogging: {level: warn}\n"
+                                                   "queues:\n  - [critical, 6]\n  - [default, 3]\n"
+                                                   "  - [low, 1]\nfetch: " +
+                                                       fetch + "\n"));
+    REQUIRE(wait_until([&] { return ran_count(conn) >= 10000; }, std::chrono::seconds(120)));
+    CHECK(kiqd.stop() == 0);
+    auto ran = conn.command({"LRANGE", kiqd::test::kRanKey, "0", "9999"});
     std::map<std::string, int> shares;
     for (size_t i = 0; i < ran.size(); ++i)
         shares[nlohmann::json::parse(ran[i].str())["queue"].get<std::string>()]++;
@@ -124,9 +113,9 @@ TEST_CASE("daemon: heartbeat contract, quiet on SIGTSTP, requeue on SIGTERM", "[
     Client client(Keys{}, Compat::v6);
     client.push(conn, {{"class", "Kiqd::Sleep"}, {"args", {60}}, {"queue", "slow"}});
     const std::string original(conn.command({"LINDEX", "queue:slow", "0"}).str());
-    KiqdProcess kiqd(KIQD_BINARY, config_for(server,
-                                             "concurrency: 3\ntimeout: 1\ntag: billing\n"
-                                             "labels: [canary]\nqueues: [slow, default]\n"));
+    KiqdProcess kiqd(KIQD_BINARY, kiqd_config(server,
+                                              "concurrency: 3\ntimeout: 1\ntag: billing\n"
+                                              "labels: [canary]\nqueues: [slow, default]\n"));
     const std::string id = registered_identity(conn);
     REQUIRE_THAT(id, Catch::Contains(":" + std::to_string(kiqd.pid()) + ":"));
 
@@ -163,16 +152,13 @@ TEST_CASE("daemon: heartbeat contract, quiet on SIGTSTP, requeue on SIGTERM", "[
     client.push(conn, {{"class", "Kiqd::Noop"}});
     // A quiet process runs nothing new. A BRPOP already in flight may still pop the job; it is
     // then pushed straight back (as in Sidekiq), so watch the log, not the queue length.
-    CHECK_FALSE(
-        wait_until([&] { return kiqd.output().find("class=Kiqd::Noop") != std::string::npos; },
-                   std::chrono::milliseconds(2500)));
+    CHECK_FALSE(kiqd.wait_for_output("class=Kiqd::Noop", std::chrono::milliseconds(2500)));
     REQUIRE(wait_until([&] { return llen(conn, "queue:default") == 1; }));
 
-    kiqd.signal(SIGTERM);
-    CHECK(kiqd.wait_exit() == 0);
-    auto slow = conn.command({"LRANGE", "queue:slow", "0", "-1"});
+    CHECK(kiqd.stop() == 0);
+    auto slow = kiqd::test::lrange(conn, "queue:slow");
     REQUIRE(slow.size() == 1);
-    CHECK(slow[0].str() == original);  // byte-identical
+    CHECK(slow[0] == original);  // byte-identical
     CHECK(conn.command({"SISMEMBER", "processes", id}).integer() == 0);
     CHECK(conn.command({"EXISTS", id + ":workers"}).integer() == 0);
     // The interrupted job counts as processed and failed, as in Sidekiq.
@@ -187,11 +173,11 @@ TEST_CASE("daemon: a second SIGTERM stops at once, still requeueing", "[daemon]"
     auto conn = server.connect();
     Client client(Keys{}, Compat::v6);
     client.push(conn, {{"class", "Kiqd::Sleep"}, {"args", {600}}});
-    KiqdProcess kiqd(KIQD_BINARY, config_for(server, "timeout: 300\nqueues: [default]\n"));
+    KiqdProcess kiqd(KIQD_BINARY, kiqd_config(server, "timeout: 300\nqueues: [default]\n"));
     const std::string id = registered_identity(conn);
     REQUIRE(wait_until([&] { return conn.command({"HGET", id, "busy"}).optional_str() == "1"; }));
     kiqd.signal(SIGTERM);
-    REQUIRE(wait_until([&] { return kiqd.output().find("Shutting down") != std::string::npos; }));
+    REQUIRE(kiqd.wait_for_output("Shutting down"));
     CHECK(kiqd.running());  // waiting for the job (timeout 300 s)
     kiqd.signal(SIGTERM);
     CHECK(kiqd.wait_exit(std::chrono::seconds(20)) == 0);
@@ -206,11 +192,10 @@ TEST_CASE("daemon: stats are flushed, scheduled jobs run, remote TERM stops", "[
     for (int i = 0; i < 5; ++i) client.push(conn, {{"class", "Kiqd::Noop"}});
     client.push(conn, {{"class", "Kiqd::Fail"}, {"args", {"x"}}});
     client.push(conn, {{"class", "Test::Record"}, {"at", epoch_seconds() + 1}, {"jid", "sched1"}});
-    KiqdProcess kiqd(KIQD_TEST_DAEMON, config_for(server, "queues: [default]\n"));
+    KiqdProcess kiqd(KIQD_TEST_DAEMON, kiqd_config(server, "queues: [default]\n"));
     const std::string id = registered_identity(conn);
-    REQUIRE(wait_until([&] { return llen(conn, "kiqd-test:ran") == 1; }, std::chrono::seconds(15)));
-    CHECK(nlohmann::json::parse(conn.command({"LINDEX", "kiqd-test:ran", "0"}).str())["jid"] ==
-          "sched1");
+    REQUIRE(wait_until([&] { return ran_count(conn) == 1; }, std::chrono::seconds(15)));
+    CHECK(kiqd::test::ran_records(conn).at(0)["jid"] == "sched1");
     REQUIRE(wait_until([&] {
         return conn.command({"GET", "stat:processed"}).optional_str() == "7";
     }));
@@ -226,27 +211,19 @@ TEST_CASE("daemon: survives a Redis outage, one log line each way", "[daemon][ou
     auto conn = server.connect();
     Client client(Keys{}, Compat::v6);
     for (int i = 0; i < 20; ++i) client.push(conn, {{"class", "Test::Record"}});
-    KiqdProcess kiqd(KIQD_TEST_DAEMON, config_for(server,
-                                                  "concurrency: 4\nqueues: [default]\n"
-                                                  "logging: {level: warn}\n"));
-    REQUIRE(wait_until([&] { return llen(conn, "kiqd-test:ran") == 20; }));
+    KiqdProcess kiqd(KIQD_TEST_DAEMON, kiqd_config(server,
+                                                   "concurrency: 4\nqueues: [default]\n"
+                                                   "logging: {level: warn}\n"));
+    REQUIRE(wait_until([&] { return ran_count(conn) == 20; }));
     server.stop();
-    REQUIRE(wait_until(
-        [&] { return kiqd.output().find("Redis is unreachable") != std::string::npos; }));
+    REQUIRE(kiqd.wait_for_output("Redis is unreachable"));
     server.start();  // same port, empty data set
     auto conn2 = server.connect();
     for (int i = 0; i < 20; ++i) client.push(conn2, {{"class", "Test::Record"}});
-    REQUIRE(
-        wait_until([&] { return llen(conn2, "kiqd-test:ran") == 20; }, std::chrono::seconds(30)));
+    REQUIRE(wait_until([&] { return ran_count(conn2) == 20; }, std::chrono::seconds(30)));
     CHECK(kiqd.running());
-    kiqd.signal(SIGTERM);
-    CHECK(kiqd.wait_exit() == 0);
+    CHECK(kiqd.stop() == 0);
     const auto out = kiqd.output();
-    auto count = [&](const std::string& s) {
-        size_t n = 0;
-        for (auto pos = out.find(s); pos != std::string::npos; pos = out.find(s, pos + 1)) ++n;
-        return n;
-    };
-    CHECK(count("Redis is unreachable") == 1);
-    CHECK(count("Redis is back after") == 1);
+    CHECK(kiqd::test::occurrences(out, "Redis is unreachable") == 1);
+    CHECK(kiqd::test::occurrences(out, "Redis is back after") == 1);
 }

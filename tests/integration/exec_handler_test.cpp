@@ -9,47 +9,31 @@
 #include <catch2/catch.hpp>
 #include <cerrno>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 
 #include "kiqd/client.hpp"
+#include "support/job_pushes.hpp"
 #include "support/kiqd_process.hpp"
+#include "support/redis_reads.hpp"
 #include "support/redis_server.hpp"
+#include "support/temp_dir.hpp"
+#include "support/wait_until.hpp"
 
 using namespace kiqd;
+using kiqd::test::counter;
 using kiqd::test::KiqdProcess;
+using kiqd::test::parse_each;
 using kiqd::test::RedisServer;
+using kiqd::test::TempDir;
 using kiqd::test::wait_until;
+using kiqd::test::zcard;
+using kiqd::test::zrange;
 namespace fs = std::filesystem;
 
 namespace {
 
-// A temporary directory removed at the end of the test.
-struct TempDir {
-    TempDir() {
-        std::string tmpl = (fs::temp_directory_path() / "kiqd-exec-XXXXXX").string();
-        path = ::mkdtemp(tmpl.data());
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-    std::string file(const std::string& name) const { return path + "/" + name; }
-    // Writes an executable /bin/sh script and returns its path.
-    std::string script(const std::string& name, const std::string& body) const {
-        const std::string p = file(name);
-        std::ofstream(p) << "#!/bin/sh\n" << body << "\n";
-        fs::permissions(p, fs::perms::owner_all);
-        return p;
-    }
-    std::string path;
-};
-
 std::string slurp(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
+    return kiqd::test::read_file(path);
 }
 
 bool exists(const std::string& path) {
@@ -57,14 +41,14 @@ bool exists(const std::string& path) {
 }
 
 std::string config_for(const RedisServer& server, const std::string& extra) {
-    return kiqd::test::kiqd_config(server, "queues: [default]\n" + extra);
+    return kiqd::test::default_queue_config(server, extra);
 }
 
 // The single entry of the retry set, parsed.
 nlohmann::json only_retry(redis::Connection& conn) {
-    auto all = conn.command({"ZRANGE", "retry", "0", "-1"});
+    auto all = zrange(conn, "retry");
     REQUIRE(all.size() == 1);
-    return nlohmann::json::parse(all[0].str());
+    return nlohmann::json::parse(all[0]);
 }
 
 bool process_gone(pid_t pid) {
@@ -99,11 +83,6 @@ std::pair<int, int> children_of(pid_t pid) {
     return {children, zombies};
 }
 
-long long stat_processed(redis::Connection& conn) {
-    auto v = conn.command({"GET", "stat:processed"}).optional_str();
-    return v ? std::stoll(*v) : 0;
-}
-
 }  // namespace
 
 TEST_CASE("exec: payload on stdin, KIQD_* environment, stdout logged with the jid", "[exec]") {
@@ -126,22 +105,18 @@ TEST_CASE("exec: payload on stdin, KIQD_* environment, stdout logged with the ji
     KiqdProcess kiqd(KIQD_BINARY,
                      config_for(server, "handlers:\n  ResizeImage:\n    exec: [\"/bin/sh\", \"" +
                                             script + "\"]\n    timeout: 30\n"),
-                     {}, {{"OUT", dir.path}});
+                     {}, {{"OUT", dir.path()}});
     const std::string env_file = dir.file("0123456789abcdef01234567.env");
     REQUIRE(wait_until([&] { return exists(env_file) && !slurp(env_file).empty(); }));
     CHECK(slurp(env_file) == "0123456789abcdef01234567|ResizeImage|default|");
     CHECK(slurp(dir.file("0123456789abcdef01234567.stdin")) == payload);
-    REQUIRE(wait_until([&] {
-        return kiqd.output().find("jid=0123456789abcdef01234567 queue=default done") !=
-               std::string::npos;
-    }));
+    REQUIRE(kiqd.wait_for_output("jid=0123456789abcdef01234567 queue=default done"));
     CHECK_THAT(kiqd.output(),
                Catch::Contains("class=ResizeImage jid=0123456789abcdef01234567 stdout: hello "
                                "from ResizeImage"));
     CHECK_THAT(kiqd.output(), Catch::Contains("jid=0123456789abcdef01234567 stderr: to stderr"));
-    kiqd.signal(SIGTERM);
-    CHECK(kiqd.wait_exit() == 0);
-    CHECK(conn.command({"ZCARD", "retry"}).integer() == 0);
+    CHECK(kiqd.stop() == 0);
+    CHECK(zcard(conn, "retry") == 0);
 }
 
 TEST_CASE("exec: shell metacharacters in args reach stdin unchanged and run nothing", "[exec]") {
@@ -160,15 +135,12 @@ TEST_CASE("exec: shell metacharacters in args reach stdin unchanged and run noth
     KiqdProcess kiqd(KIQD_BINARY,
                      config_for(server, "handlers:\n  Shelly:\n    exec: [\"" + script +
                                             "\", \"$(touch " + pwned + ")\"]\n"),
-                     {}, {{"OUT", dir.path}});
-    REQUIRE(wait_until([&] {
-        return kiqd.output().find("jid=" + jid + " queue=default done") != std::string::npos;
-    }));
+                     {}, {{"OUT", dir.path()}});
+    REQUIRE(kiqd.wait_for_output("jid=" + jid + " queue=default done"));
     CHECK(slurp(dir.file(jid + ".stdin")) == raw);
     CHECK(nlohmann::json::parse(slurp(dir.file(jid + ".stdin")))["args"] == args);
     CHECK_FALSE(exists(pwned));
-    kiqd.signal(SIGTERM);
-    CHECK(kiqd.wait_exit() == 0);
+    CHECK(kiqd.stop() == 0);
 }
 
 TEST_CASE("exec: a failing command becomes a retry with status and stderr; the retry runs",
@@ -190,8 +162,8 @@ TEST_CASE("exec: a failing command becomes a retry with status and stderr; the r
     const std::string jid = client.push(conn, {{"class", "Flaky"}, {"args", {1}}});
     KiqdProcess kiqd(KIQD_BINARY,
                      config_for(server, "handlers:\n  Flaky:\n    exec: [\"" + script + "\"]\n"),
-                     {}, {{"OUT", dir.path}});
-    REQUIRE(wait_until([&] { return conn.command({"ZCARD", "retry"}).integer() == 1; }));
+                     {}, {{"OUT", dir.path()}});
+    REQUIRE(wait_until([&] { return zcard(conn, "retry") == 1; }));
     auto entry = only_retry(conn);
     CHECK(entry["jid"] == jid);
     CHECK(entry["error_class"] == "Kiqd::ExecError");
@@ -207,9 +179,8 @@ TEST_CASE("exec: a failing command becomes a retry with status and stderr; the r
     REQUIRE(wait_until(
         [&] { return exists(dir.file("retried")) && !slurp(dir.file("retried")).empty(); }));
     CHECK(slurp(dir.file("retried")) == "0\n");
-    kiqd.signal(SIGTERM);
-    CHECK(kiqd.wait_exit() == 0);
-    CHECK(conn.command({"ZCARD", "retry"}).integer() == 0);
+    CHECK(kiqd.stop() == 0);
+    CHECK(zcard(conn, "retry") == 0);
 }
 
 TEST_CASE("exec: timeouts send SIGTERM, then SIGKILL after the grace period", "[exec]") {
@@ -235,11 +206,9 @@ TEST_CASE("exec: timeouts send SIGTERM, then SIGKILL after the grace period", "[
                                     stubborn +
                                     "\"]\n"
                                     "    timeout: 0.5\n    grace: 0.5\n"),
-                     {}, {{"OUT", dir.path}});
-    REQUIRE(wait_until([&] { return conn.command({"ZCARD", "retry"}).integer() == 2; }));
-    auto all = conn.command({"ZRANGE", "retry", "0", "-1"});
-    for (size_t i = 0; i < all.size(); ++i) {
-        auto e = nlohmann::json::parse(all[i].str());
+                     {}, {{"OUT", dir.path()}});
+    REQUIRE(wait_until([&] { return zcard(conn, "retry") == 2; }));
+    for (auto e : parse_each(zrange(conn, "retry"))) {
         INFO(e.dump());
         CHECK(e["error_class"] == "Kiqd::Timeout");
         const std::string msg = e["error_message"];
@@ -253,8 +222,7 @@ TEST_CASE("exec: timeouts send SIGTERM, then SIGKILL after the grace period", "[
     for (const std::string f : {"polite.pid", "stubborn.pid"})
         CHECK(process_gone(std::stoi(slurp(dir.file(f)))));
     CHECK(wait_until([&] { return children_of(kiqd.pid()).first == 0; }));
-    kiqd.signal(SIGTERM);
-    CHECK(kiqd.wait_exit() == 0);
+    CHECK(kiqd.stop() == 0);
 }
 
 TEST_CASE("exec: a command that cannot start fails the job; check-config warns", "[exec]") {
@@ -262,8 +230,7 @@ TEST_CASE("exec: a command that cannot start fails the job; check-config warns",
     server.flushall();
     auto conn = server.connect();
     TempDir dir;
-    const std::string not_exec = dir.file("plain.txt");
-    std::ofstream(not_exec) << "echo hi\n";
+    const std::string not_exec = dir.write("plain.txt", "echo hi\n");
     const std::string yaml =
         config_for(server,
                    "handlers:\n  Missing:\n    exec: [\"/nonexistent/bin/job\", \"x\"]\n"
@@ -272,9 +239,7 @@ TEST_CASE("exec: a command that cannot start fails the job; check-config warns",
                        "\"]\n"
                        "  NoSuchName:\n    exec: [\"kiqd-no-such-command\"]\n"
                        "  Fine:\n    exec: [\"true\"]\n");
-    KiqdProcess holder(KIQD_BINARY, yaml, {"check-config"});
-    auto [code, out] =
-        kiqd::test::run_command({KIQD_BINARY, "check-config", "-C", holder.config_path()});
+    auto [code, out] = kiqd::test::check_config(KIQD_BINARY, yaml);
     CHECK(code == 0);
     CHECK_THAT(out, Catch::Contains("warning: handlers.Missing (line 5): cannot be started: "
                                     "/nonexistent/bin/job: No such file or directory"));
@@ -289,19 +254,16 @@ TEST_CASE("exec: a command that cannot start fails the job; check-config warns",
     client.push(conn, {{"class", "NotExec"}});
     client.push(conn, {{"class", "Fine"}});
     KiqdProcess kiqd(KIQD_BINARY, yaml);
-    REQUIRE(wait_until([&] { return conn.command({"ZCARD", "retry"}).integer() == 2; }));
+    REQUIRE(wait_until([&] { return zcard(conn, "retry") == 2; }));
     std::map<std::string, std::string> messages;
-    auto all = conn.command({"ZRANGE", "retry", "0", "-1"});
-    for (size_t i = 0; i < all.size(); ++i) {
-        auto e = nlohmann::json::parse(all[i].str());
+    for (auto e : parse_each(zrange(conn, "retry"))) {
         CHECK(e["error_class"] == "Kiqd::ExecError");
         messages[e["class"]] = e["error_message"];
     }
     CHECK(messages["Missing"] == "cannot start /nonexistent/bin/job: No such file or directory");
     CHECK(messages["NotExec"] == "cannot start " + not_exec + ": Permission denied");
     CHECK_THAT(kiqd.output(), Catch::Contains("handlers.Missing (line 5): cannot be started"));
-    kiqd.signal(SIGTERM);
-    CHECK(kiqd.wait_exit() == 0);
+    CHECK(kiqd.stop() == 0);
 }
 
 TEST_CASE("exec: kiqd's hard shutdown stops running commands and requeues their jobs", "[exec]") {
@@ -316,16 +278,15 @@ TEST_CASE("exec: kiqd's hard shutdown stops running commands and requeues their 
     KiqdProcess kiqd(KIQD_BINARY,
                      config_for(server, "timeout: 1\nhandlers:\n  Long:\n    exec: [\"" + script +
                                             "\"]\n    timeout: 60\n"),
-                     {}, {{"OUT", dir.path}});
+                     {}, {{"OUT", dir.path()}});
     REQUIRE(wait_until([&] { return !slurp(dir.file("long.pid")).empty(); }));
     const pid_t child = std::stoi(slurp(dir.file("long.pid")));
-    kiqd.signal(SIGTERM);
-    CHECK(kiqd.wait_exit() == 0);
+    CHECK(kiqd.stop() == 0);
     CHECK(process_gone(child));
-    auto queue = conn.command({"LRANGE", "queue:default", "0", "-1"});
+    auto queue = kiqd::test::lrange(conn, "queue:default");
     REQUIRE(queue.size() == 1);
-    CHECK(queue[0].str() == original);
-    CHECK(conn.command({"ZCARD", "retry"}).integer() == 0);
+    CHECK(queue[0] == original);
+    CHECK(zcard(conn, "retry") == 0);
     CHECK_THAT(kiqd.output(), Catch::Contains("stopped by shutdown"));
 }
 
@@ -334,25 +295,24 @@ TEST_CASE("exec: 1,000 quick jobs at concurrency 10 leave no zombies and no leak
     auto& server = RedisServer::shared();
     server.flushall();
     auto conn = server.connect();
-    Client client(Keys{}, Compat::v6);
     auto push = [&](int n) {
-        std::vector<nlohmann::ordered_json> jobs(
-            n, {{"class", "Quick"}, {"args", nlohmann::json::array({1, "two"})}});
-        client.push_bulk(conn, jobs);
+        kiqd::test::push_copies(
+            conn, {{"class", "Quick"}, {"args", nlohmann::json::array({1, "two"})}}, n);
     };
     KiqdProcess kiqd(KIQD_BINARY, config_for(server,
                                              "concurrency: 10\nlogging: {level: warn}\n"
                                              "handlers:\n  Quick:\n    exec: [\"/bin/true\"]\n"));
     // Warm up: every processor thread has its Redis connection, the heartbeat has run.
     push(50);
-    REQUIRE(wait_until([&] { return stat_processed(conn) == 50; }, std::chrono::seconds(30)));
+    REQUIRE(wait_until([&] { return counter(conn, "stat:processed") == 50; },
+                       std::chrono::seconds(30)));
     const size_t fds_before = fd_count(kiqd.pid());
     push(1000);
-    REQUIRE(wait_until([&] { return stat_processed(conn) == 1050; }, std::chrono::seconds(120)));
+    REQUIRE(wait_until([&] { return counter(conn, "stat:processed") == 1050; },
+                       std::chrono::seconds(120)));
     CHECK(conn.command({"GET", "stat:failed"}).optional_str().value_or("0") == "0");
-    CHECK(conn.command({"ZCARD", "retry"}).integer() == 0);
+    CHECK(zcard(conn, "retry") == 0);
     CHECK(children_of(kiqd.pid()) == std::pair<int, int>{0, 0});
     CHECK(fd_count(kiqd.pid()) == fds_before);
-    kiqd.signal(SIGTERM);
-    CHECK(kiqd.wait_exit() == 0);
+    CHECK(kiqd.stop() == 0);
 }

@@ -7,20 +7,21 @@
 #include "middleware/fair_tenant.hpp"
 
 #include <signal.h>
-#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <regex>
 
 #include "kiqd/client.hpp"
 #include "server/processor.hpp"
 #include "support/kiqd_process.hpp"
+#include "support/redis_reads.hpp"
 #include "support/redis_server.hpp"
+#include "support/temp_dir.hpp"
+#include "support/test_daemon_records.hpp"
 #include "support/test_runtime.hpp"
+#include "support/wait_until.hpp"
 
 using namespace kiqd;
 using kiqd::test::KiqdProcess;
@@ -30,6 +31,7 @@ using kiqd::test::RedisServer;
 using kiqd::test::run_command;
 using kiqd::test::TestRuntime;
 using kiqd::test::wait_until;
+using kiqd::test::zcard;
 using kiqd::test::zrange;
 using nlohmann::json;
 using ojson = nlohmann::ordered_json;
@@ -95,14 +97,6 @@ class StopClass final : public ClientMiddleware {
         next();
     }
 };
-
-std::string write_temp_config(const std::string& text) {
-    auto path = std::filesystem::temp_directory_path() /
-                ("kiqd-ft-" + std::to_string(::getpid()) + "-" +
-                 std::to_string(std::hash<std::string>{}(text)) + ".yml");
-    std::ofstream(path) << text;
-    return path.string();
-}
 
 }  // namespace
 
@@ -256,17 +250,16 @@ TEST_CASE("fair tenant: kiqd's client reroutes a greedy tenant and marks its job
     CHECK(p["queue"] == "throttled_4x");
     CHECK(p["fair_tenant"] == "acme");
     CHECK(p[kFairTenantRegistered] == true);
-    CHECK(c.command({"ZCARD", kKey}).integer() == 12);
-    CHECK(c.command({"ZCARD", "sidekiq-fair_tenant:enqueued:SomeJob:tenant:small"}).integer() == 1);
+    CHECK(zcard(c, kKey) == 12);
+    CHECK(zcard(c, "sidekiq-fair_tenant:enqueued:SomeJob:tenant:small") == 1);
     CHECK(c.command({"SISMEMBER", "queues", "throttled_4x"}).integer() == 1);
     // Explicit tenant (--tenant / SomeJob.set(fair_tenant:)) wins over args[0].
     client.push(c, {{"class", "SomeJob"}, {"args", {"acme"}}, {"fair_tenant", "globex"}});
-    CHECK(c.command({"ZCARD", "sidekiq-fair_tenant:enqueued:SomeJob:tenant:globex"}).integer() ==
-          1);
+    CHECK(zcard(c, "sidekiq-fair_tenant:enqueued:SomeJob:tenant:globex") == 1);
     // A job already in another queue (rerouted before, a retry) is left alone.
     const std::string moved =
         client.push(c, {{"class", "SomeJob"}, {"args", {"acme"}}, {"queue", "throttled_2x"}});
-    CHECK(c.command({"ZCARD", kKey}).integer() == 12);
+    CHECK(zcard(c, kKey) == 12);
     CHECK(queue_of_jids(c, {"throttled_2x"}).count(moved) == 1);
     CHECK_FALSE(
         json::parse(lrange(c, "queue:throttled_2x").front()).contains(kFairTenantRegistered));
@@ -316,7 +309,7 @@ TEST_CASE("fair tenant: server side — jobs of other producers are registered a
         moved[1] ==
         R"({"retry":true,"queue":"throttled_2x","args":["acme",7],"class":"SomeJob","jid":"S4","created_at":1795312741.335896,"enqueued_at":1795312741.336079,"fair_tenant":"acme","fair_tenant_registered":true})");
     CHECK(c.command({"SISMEMBER", "queues", "throttled_2x"}).integer() == 1);
-    CHECK(c.command({"ZCARD", kKey}).integer() == 6);
+    CHECK(zcard(c, kKey) == 6);
     CHECK(zrange(c, "retry").empty());
     CHECK(zrange(c, "dead").empty());
     CHECK_THAT(t.logs(), Catch::Contains("jid=S4 tenant=acme over its fair share: moved from "
@@ -325,7 +318,7 @@ TEST_CASE("fair tenant: server side — jobs of other producers are registered a
     // A job kiqd's client registered (the marker) is not registered again, and runs.
     run_one(
         R"({"queue":"default","args":["acme"],"class":"SomeJob","jid":"K1","fair_tenant_registered":true})");
-    CHECK(c.command({"ZCARD", kKey}).integer() == 6);
+    CHECK(zcard(c, kKey) == 6);
     // A job the gem registered (its jid is in the window) is left alone, and runs.
     c.command({"ZADD", kKey, "1", "jid:G1"});
     run_one(raw("G1", "acme"));
@@ -359,7 +352,8 @@ TEST_CASE("fair tenant: kiqd enqueue — args as JSON, --queue, --at, --tenant, 
     auto& server = RedisServer::shared();
     server.flushall();
     auto c = server.connect();
-    const std::string cfg = write_temp_config(kiqd::test::kiqd_config(server, kRulesYaml));
+    const kiqd::test::TempDir dir;
+    const std::string cfg = dir.write("kiqd.yml", kiqd::test::kiqd_config(server, kRulesYaml));
     auto enqueue = [&](std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
         std::vector<std::string> argv{KIQD_BINARY, "enqueue"};
         argv.insert(argv.end(), args.begin(), args.end());
@@ -414,7 +408,6 @@ TEST_CASE("fair tenant: kiqd enqueue — args as JSON, --queue, --at, --tenant, 
     CHECK(code == 64);  // CLASS is required (CLI11 usage error)
     std::tie(code, out) = enqueue({"HardWorker"}, {{"REDIS_URL", "redis://127.0.0.1:1/0"}});
     CHECK(code == 69);
-    std::filesystem::remove(cfg);
 }
 
 TEST_CASE("fair tenant: a daemon reroutes foreign pushes and its handlers' follow-up jobs",
@@ -435,12 +428,10 @@ TEST_CASE("fair tenant: a daemon reroutes foreign pushes and its handlers' follo
                                              "concurrency: 1\nqueues: [[default, 3], "
                                              "[throttled, 1]]\n" +
                                                  kRulesYaml));
-    REQUIRE(wait_until([&] { return llen(c, "kiqd-test:ran") >= 14; }, std::chrono::seconds(30)));
-    kiqd.signal(SIGTERM);
-    CHECK(kiqd.wait_exit() == 0);
+    REQUIRE(wait_until([&] { return kiqd::test::ran_count(c) >= 14; }, std::chrono::seconds(30)));
+    CHECK(kiqd.stop() == 0);
     std::map<std::string, std::map<std::string, int>> by_tenant;  // tenant → queue → count
-    for (const auto& r : lrange(c, "kiqd-test:ran")) {
-        auto j = json::parse(r);
+    for (auto& j : kiqd::test::ran_records(c)) {
         if (j["class"] != "Test::Record") continue;
         by_tenant[j["args"][1].get<std::string>()][j["queue"].get<std::string>()]++;
     }
@@ -451,10 +442,8 @@ TEST_CASE("fair tenant: a daemon reroutes foreign pushes and its handlers' follo
     CHECK(by_tenant["spawned"]["throttled"] == 2);
     auto spawned = json::parse(lrange(c, "kiqd-test:spawned").at(0));
     CHECK(spawned.size() == 5);
-    CHECK(c.command({"ZCARD", "sidekiq-fair_tenant:enqueued:Test::Record:tenant:spawned"})
-              .integer() == 5);
-    CHECK(c.command({"ZCARD", "sidekiq-fair_tenant:enqueued:Test::Record:tenant:big"}).integer() ==
-          8);
+    CHECK(zcard(c, "sidekiq-fair_tenant:enqueued:Test::Record:tenant:spawned") == 5);
+    CHECK(zcard(c, "sidekiq-fair_tenant:enqueued:Test::Record:tenant:big") == 8);
     // Moved jobs count once, when they run: 13 records + the spawner.
     CHECK(c.command({"GET", "stat:processed"}).str() == "14");
     CHECK(zrange(c, "retry").empty());

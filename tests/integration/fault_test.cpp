@@ -14,34 +14,21 @@
 #include "kiqd/client.hpp"
 #include "server/heartbeat.hpp"
 #include "server/process_identity.hpp"
+#include "support/job_pushes.hpp"
 #include "support/kiqd_process.hpp"
+#include "support/redis_reads.hpp"
 #include "support/redis_server.hpp"
+#include "support/test_daemon_records.hpp"
 #include "support/test_runtime.hpp"
+#include "support/wait_until.hpp"
 
 using namespace kiqd;
+using kiqd::test::counter;
 using kiqd::test::KiqdProcess;
+using kiqd::test::llen;
 using kiqd::test::RedisServer;
 using kiqd::test::wait_until;
-
-namespace {
-
-long long get_int(redis::Connection& c, const std::string& key) {
-    auto v = c.command({"GET", key}).optional_str();
-    return v ? std::stoll(*v) : 0;
-}
-
-// LPUSHes raw payload strings in batches, as Sidekiq's client does (one pipeline per batch).
-void push_raw(redis::Connection& c, const std::string& queue,
-              const std::vector<std::string>& raws) {
-    c.command({"SADD", "queues", queue});
-    for (size_t i = 0; i < raws.size(); i += 500) {
-        redis::Command lpush{"LPUSH", "queue:" + queue};
-        for (size_t j = i; j < std::min(raws.size(), i + 500); ++j) lpush.push_back(raws[j]);
-        c.command(lpush);
-    }
-}
-
-}  // namespace
+using kiqd::test::zcard;
 
 TEST_CASE("fault: a stats flush sent twice counts once", "[fault][heartbeat]") {
     auto& server = RedisServer::shared();
@@ -51,16 +38,16 @@ TEST_CASE("fault: a stats flush sent twice counts once", "[fault][heartbeat]") {
     const std::string date = "2026-01-02";
     conn.command(stats_flush_command(keys, "host:1:abc", 1, 5, 2, date));
     conn.command(stats_flush_command(keys, "host:1:abc", 1, 5, 2, date));  // the retry
-    CHECK(get_int(conn, "stat:processed") == 5);
-    CHECK(get_int(conn, "stat:failed") == 2);
-    CHECK(get_int(conn, "stat:processed:" + date) == 5);
+    CHECK(counter(conn, "stat:processed") == 5);
+    CHECK(counter(conn, "stat:failed") == 2);
+    CHECK(counter(conn, "stat:processed:" + date) == 5);
     CHECK(conn.command({"TTL", "stat:processed:" + date}).integer() > 0);
     conn.command(stats_flush_command(keys, "host:1:abc", 2, 1, 0, date));
     conn.command(stats_flush_command(keys, "host:1:abc", 1, 5, 2, date));  // late duplicate
-    CHECK(get_int(conn, "stat:processed") == 6);
+    CHECK(counter(conn, "stat:processed") == 6);
     // Sequence numbers are per process: another identity starts at 1 again.
     conn.command(stats_flush_command(keys, "host:2:def", 1, 10, 0, date));
-    CHECK(get_int(conn, "stat:processed") == 16);
+    CHECK(counter(conn, "stat:processed") == 16);
     CHECK(conn.command({"TTL", "host:1:abc:flushed"}).integer() > 0);
 }
 
@@ -99,19 +86,19 @@ TEST_CASE("fault: a flush applied by Redis whose reply is lost is not counted tw
     CHECK(t.work.processed.load() == 0);
     blocker.join();
     // Redis woke up and applied the transaction nobody was waiting for any more.
-    REQUIRE(wait_until([&] { return get_int(conn, "stat:processed") == 3; }));
-    CHECK(get_int(conn, "stat:failed") == 1);
+    REQUIRE(wait_until([&] { return counter(conn, "stat:processed") == 3; }));
+    CHECK(counter(conn, "stat:failed") == 1);
 
     t.work.processed += 2;  // jobs finished meanwhile
     heartbeat.beat();       // retries the pending batch: a no-op in Redis
-    CHECK(get_int(conn, "stat:processed") == 3);
-    CHECK(get_int(conn, "stat:failed") == 1);
+    CHECK(counter(conn, "stat:processed") == 3);
+    CHECK(counter(conn, "stat:failed") == 1);
     heartbeat.beat();  // the next batch carries the 2
-    CHECK(get_int(conn, "stat:processed") == 5);
+    CHECK(counter(conn, "stat:processed") == 5);
     t.work.processed += 4;
     heartbeat.clear();  // the shutdown flush
-    CHECK(get_int(conn, "stat:processed") == 9);
-    CHECK(get_int(conn, "stat:failed") == 1);
+    CHECK(counter(conn, "stat:processed") == 9);
+    CHECK(counter(conn, "stat:failed") == 1);
 }
 
 TEST_CASE(
@@ -120,14 +107,10 @@ TEST_CASE(
     "[fault][outage]") {
     RedisServer server({"--appendonly", "yes"});
     auto conn = server.connect();
-    Client client(Keys{}, Compat::v6);
     constexpr int kJobs = 5000;
-    for (int batch = 0; batch < kJobs / 1000; ++batch) {
-        std::vector<nlohmann::ordered_json> jobs(
-            1000, {{"class", "Kiqd::Sleep"}, {"args", {0.005}}, {"retry", true}});
-        client.push_bulk(conn, jobs);
-    }
-    REQUIRE(conn.command({"LLEN", "queue:default"}).integer() == kJobs);
+    kiqd::test::push_copies(conn, {{"class", "Kiqd::Sleep"}, {"args", {0.005}}, {"retry", true}},
+                            kJobs);
+    REQUIRE(llen(conn, "queue:default") == kJobs);
     // Reliable fetch: with BasicFetch (BRPOP, as in Sidekiq) a job popped in the event-loop
     // iteration in which redis-server shuts down is gone — the pop is in the AOF, the reply never
     // leaves the server (seen here: 1–2 of 5,000 jobs in 2 of 3 runs). Only reliable fetch can
@@ -138,24 +121,20 @@ TEST_CASE(
                                                           "logging: {level: warn}\n"));
     const pid_t pid = kiqd.pid();
     // In the middle of the run: at least 1,000 done, at least 1,000 still queued.
-    REQUIRE(wait_until(
-        [&] {
-            return conn.command({"LLEN", "queue:default"}).integer() <= 4000;
-        },
-        std::chrono::seconds(60)));
+    REQUIRE(
+        wait_until([&] { return llen(conn, "queue:default") <= 4000; }, std::chrono::seconds(60)));
     server.stop();
     // The outage itself is the point of the test: five seconds without Redis.
     std::this_thread::sleep_for(std::chrono::seconds(5));
     CHECK(kiqd.running());
     server.start();
     auto after = server.connect();
-    CHECK(after.command({"LLEN", "queue:default"}).integer() > 0);  // AOF kept the queue
+    CHECK(llen(after, "queue:default") > 0);  // AOF kept the queue
     // Jobs in this process's reliable-fetch working lists: fetched, not yet acknowledged.
     auto in_working_lists = [&] {
         long long n = 0;
         auto lists = after.command({"SMEMBERS", "kiqd:reliable:working"});
-        for (size_t i = 0; i < lists.size(); ++i)
-            n += after.command({"LLEN", std::string(lists[i].str())}).integer();
+        for (size_t i = 0; i < lists.size(); ++i) n += llen(after, std::string(lists[i].str()));
         return n;
     };
     // Every job runs, and the heartbeat's flushes (not only the one at exit) count each run
@@ -164,21 +143,19 @@ TEST_CASE(
     // stranded (after kStrandedAfter), so the wait allows for that.
     REQUIRE(wait_until(
         [&] {
-            return after.command({"LLEN", "queue:default"}).integer() == 0 &&
-                   in_working_lists() == 0 && get_int(after, "stat:processed") >= kJobs;
+            return llen(after, "queue:default") == 0 && in_working_lists() == 0 &&
+                   counter(after, "stat:processed") >= kJobs;
         },
         std::chrono::seconds(120)));
     CHECK(kiqd.running());
     CHECK(kiqd.pid() == pid);
-    CHECK(get_int(after, "stat:processed") == kJobs);
-    kiqd.signal(SIGTERM);
-    CHECK(kiqd.wait_exit() == 0);
-    CHECK(get_int(after, "stat:processed") + in_working_lists() +
-              after.command({"LLEN", "queue:default"}).integer() ==
+    CHECK(counter(after, "stat:processed") == kJobs);
+    CHECK(kiqd.stop() == 0);
+    CHECK(counter(after, "stat:processed") + in_working_lists() + llen(after, "queue:default") ==
           kJobs);
-    CHECK(get_int(after, "stat:failed") == 0);
-    CHECK(after.command({"ZCARD", "retry"}).integer() == 0);
-    CHECK(after.command({"ZCARD", "dead"}).integer() == 0);
+    CHECK(counter(after, "stat:failed") == 0);
+    CHECK(zcard(after, "retry") == 0);
+    CHECK(zcard(after, "dead") == 0);
     // The clean stop unregistered the process's working lists (the fetch script was reloaded
     // after the restart emptied Redis's script cache, or nothing would have run).
     CHECK(after.command({"SCARD", "kiqd:reliable:working"}).integer() == 0);
@@ -245,7 +222,7 @@ TEST_CASE(
     }
     std::mt19937 rng(20261122);
     std::shuffle(raws.begin(), raws.end(), rng);
-    push_raw(conn, "default", raws);
+    kiqd::test::push_raw(conn, "default", raws);
 
     KiqdProcess kiqd(KIQD_TEST_DAEMON,
                      kiqd::test::kiqd_config(server,
@@ -255,28 +232,22 @@ TEST_CASE(
                                                  std::to_string(kMaxPayload) + "\n"));
     const pid_t pid = kiqd.pid();
     REQUIRE(wait_until(
-        [&] {
-            return conn.command({"LLEN", "kiqd-test:ran"}).integer() >= kGood &&
-                   conn.command({"ZCARD", "dead"}).integer() >= kBad;
-        },
+        [&] { return kiqd::test::ran_count(conn) >= kGood && zcard(conn, "dead") >= kBad; },
         std::chrono::seconds(240)));
     CHECK(kiqd.running());
     CHECK(kiqd.pid() == pid);
-    CHECK(conn.command({"LLEN", "queue:default"}).integer() == 0);
+    CHECK(llen(conn, "queue:default") == 0);
 
-    std::set<std::string> jids;
-    auto ran = conn.command({"LRANGE", "kiqd-test:ran", "0", "-1"});
-    for (size_t i = 0; i < ran.size(); ++i)
-        jids.insert(nlohmann::json::parse(ran[i].str())["jid"].get<std::string>());
+    const auto ran = kiqd::test::ran_records(conn);
+    const auto jids = kiqd::test::jids_of(ran);
     CHECK(ran.size() == static_cast<size_t>(kGood));  // each good job ran exactly once
     CHECK(jids.size() == static_cast<size_t>(kGood));
     CHECK(*jids.begin() == "good-0");
 
-    auto dead = conn.command({"ZRANGE", "dead", "0", "-1"});
+    auto dead = kiqd::test::parse_each(kiqd::test::zrange(conn, "dead"));
     REQUIRE(dead.size() == static_cast<size_t>(kBad));
     std::map<std::string, int> classes;
-    for (size_t i = 0; i < dead.size(); ++i) {
-        auto entry = nlohmann::json::parse(dead[i].str());
+    for (auto& entry : dead) {
         REQUIRE(entry["error_class"].is_string());
         REQUIRE(entry["error_message"].is_string());
         CHECK_FALSE(entry["error_message"].get<std::string>().empty());
@@ -286,8 +257,6 @@ TEST_CASE(
     CHECK(classes["Kiqd::PayloadTooLarge"] == kBad / 10);
     CHECK(classes["JSON::ParserError"] == 3 * kBad / 10);  // not JSON, truncated, bad UTF-8
     CHECK(classes["Kiqd::InvalidJob"] == 6 * kBad / 10);
-    CHECK(conn.command({"ZCARD", "retry"}).integer() == 0);
-
-    kiqd.signal(SIGTERM);
-    CHECK(kiqd.wait_exit() == 0);
+    CHECK(zcard(conn, "retry") == 0);
+    CHECK(kiqd.stop() == 0);
 }

@@ -15,16 +15,28 @@
 #include "kiqd/client.hpp"
 #include "middleware/limits/concurrency_limit.hpp"
 #include "middleware/limits/throttle.hpp"
+#include "support/job_pushes.hpp"
+#include "support/kiqd_fleet.hpp"
 #include "support/kiqd_process.hpp"
+#include "support/redis_reads.hpp"
 #include "support/redis_server.hpp"
+#include "support/run_through.hpp"
+#include "support/test_daemon_records.hpp"
 #include "support/test_runtime.hpp"
+#include "support/wait_until.hpp"
 
 using namespace kiqd;
+using kiqd::test::KiqdFleet;
 using kiqd::test::KiqdProcess;
+using kiqd::test::llen;
 using kiqd::test::lrange;
+using kiqd::test::push_jobs;
+using kiqd::test::ran_count;
 using kiqd::test::RedisServer;
+using kiqd::test::run_through;
 using kiqd::test::TestRuntime;
 using kiqd::test::wait_until;
+using kiqd::test::zcard;
 using kiqd::test::zrange;
 
 namespace {
@@ -32,23 +44,6 @@ namespace {
 std::string payload(const std::string& cls, const std::string& jid, const std::string& extra = "") {
     return R"({"class":")" + cls + R"(","queue":"default","args":[],"jid":")" + jid + "\"" + extra +
            "}";
-}
-
-// Runs `raw` through `m` with `body` as the handler; true when it ran. `working`: the
-// reliable-fetch working list that holds the job, if any.
-bool run_through(
-    TestRuntime& t, redis::Connection& conn, const ServerMiddleware& m, const std::string& raw,
-    const std::function<void()>& body = [] {}, const std::string* working = nullptr) {
-    auto parsed = parse_job(raw, "default");
-    Job& job = std::get<Job>(parsed);
-    JobContext ctx{job, *t.log, t.lifecycle.hard_stop, conn, t.keys, t.config, t.rt.identity};
-    ctx.working_list = working;
-    bool ran = false;
-    m.call(ctx, [&] {
-        ran = true;
-        body();
-    });
-    return ran;
 }
 
 struct Run {
@@ -59,8 +54,7 @@ struct Run {
 
 std::vector<Run> recorded(redis::Connection& conn) {
     std::vector<Run> out;
-    for (const auto& s : lrange(conn, "kiqd-test:ran")) {
-        auto r = nlohmann::json::parse(s);
+    for (auto r : kiqd::test::ran_records(conn)) {
         out.push_back({r["jid"].get<std::string>(), r["pid"].get<int>(), r["started"].get<double>(),
                        r["ended"].get<double>()});
     }
@@ -136,7 +130,7 @@ TEST_CASE("throttle: over the limit a job goes to the start of the next window, 
     conn.command({"LPUSH", wl, n3});
     CHECK_FALSE(run_through(
         t, conn, throttle, n3, [] {}, &wl));
-    CHECK(conn.command({"LLEN", wl}).integer() == 0);
+    CHECK(llen(conn, wl) == 0);
     CHECK(conn.command({"ZSCORE", "schedule", n3}).is_string());
     // A class without a throttle is not counted at all.
     CHECK(run_through(t, conn, throttle, payload("Other", "o1")));
@@ -163,7 +157,7 @@ struct SlotsFixture {
         return run_through(t, conn, *limit, raw, body, working);
     }
     long long slots(const std::string& scope = "Sync") {
-        return conn.command({"ZCARD", "kiqd:concurrency:" + scope + ":slots"}).integer();
+        return zcard(conn, "kiqd:concurrency:" + scope + ":slots");
     }
     std::vector<std::string> waiting(const std::string& scope = "Sync") {
         return lrange(conn, "kiqd:concurrency:" + scope + ":waiting");
@@ -292,7 +286,7 @@ TEST_CASE(
         }));
         c.command({"ZREM", slots, members[0]});
         CHECK(f.keeper.extend_due(c, true) == 0);
-        CHECK(c.command({"ZCARD", slots}).integer() == 0);
+        CHECK(zcard(c, slots) == 0);
     });
     CHECK_THAT(f.t.logs(), Catch::Contains("expired while its job ran"));
 }
@@ -309,24 +303,16 @@ TEST_CASE(
         "concurrency: 5\nqueues: [default]\nlogging: {level: warn}\n"
         "poll_interval_average: 0.2\n"
         "handlers:\n  Test::Record:\n    throttle: {limit: 10, period: 2}\n");
-    std::vector<std::unique_ptr<KiqdProcess>> fleet;
-    for (int i = 0; i < 2; ++i)
-        fleet.push_back(std::make_unique<KiqdProcess>(KIQD_TEST_DAEMON, yaml));
+    KiqdFleet fleet(KIQD_TEST_DAEMON, yaml, 2);
     REQUIRE(wait_until([&] { return conn.command({"SCARD", "processes"}).integer() == 2; }));
     // Pushed early in a window: a job admitted in a window's last instant could start in the
     // next one, which the recorded start times would show as an 11th run there.
     REQUIRE(wait_until([] { return std::fmod(epoch_seconds(), 2.0) < 0.5; }));
-    Client client(Keys{}, Compat::v6);
-    std::vector<nlohmann::ordered_json> jobs;
-    for (int i = 0; i < 100; ++i) jobs.push_back({{"class", "Test::Record"}, {"args", {0, i}}});
-    const auto jids = client.push_bulk(conn, jobs);
-    REQUIRE(wait_until(
-        [&] {
-            return conn.command({"LLEN", "kiqd-test:ran"}).integer() >= 100;
-        },
-        std::chrono::seconds(120)));
-    for (auto& p : fleet) p->signal(SIGTERM);
-    for (auto& p : fleet) CHECK(p->wait_exit() == 0);
+    const auto jids = push_jobs(conn, 100, [](int i) {
+        return nlohmann::ordered_json{{"class", "Test::Record"}, {"args", {0, i}}};
+    });
+    REQUIRE(wait_until([&] { return ran_count(conn) >= 100; }, std::chrono::seconds(120)));
+    for (int status : fleet.stop()) CHECK(status == 0);
 
     const auto runs = recorded(conn);
     std::map<long long, int> per_window;
@@ -342,9 +328,9 @@ TEST_CASE(
     CHECK(runs.size() == 100);  // each exactly once
     CHECK(ran == std::set<std::string>(jids.begin(), jids.end()));
     CHECK(per_window.size() >= 10);
-    CHECK(conn.command({"ZCARD", "schedule"}).integer() == 0);
-    CHECK(conn.command({"ZCARD", "dead"}).integer() == 0);
-    CHECK(conn.command({"ZCARD", "retry"}).integer() == 0);
+    CHECK(zcard(conn, "schedule") == 0);
+    CHECK(zcard(conn, "dead") == 0);
+    CHECK(zcard(conn, "retry") == 0);
     // Throttled attempts are neither processed nor failed.
     CHECK(conn.command({"GET", "stat:processed"}).str() == "100");
     std::printf("throttle fleet test: 100 jobs over %zu windows\n", per_window.size());
@@ -362,24 +348,19 @@ TEST_CASE(
                                 "concurrency: 10\nqueues: [default]\nlogging: {level: warn}\n"
                                 "concurrency_limits: {check_interval: 0.5}\n"
                                 "handlers:\n  Test::Record:\n    concurrency_limit: 3\n");
-    Client client(Keys{}, Compat::v6);
-    std::vector<nlohmann::ordered_json> jobs;
-    for (int i = 0; i < 40; ++i) jobs.push_back({{"class", "Test::Record"}, {"args", {0.1, i}}});
-    const auto jids = client.push_bulk(conn, jobs);
-    std::vector<std::unique_ptr<KiqdProcess>> fleet;
-    for (int i = 0; i < 2; ++i)
-        fleet.push_back(std::make_unique<KiqdProcess>(KIQD_TEST_DAEMON, yaml));
+    const auto jids = push_jobs(conn, 40, [](int i) {
+        return nlohmann::ordered_json{{"class", "Test::Record"}, {"args", {0.1, i}}};
+    });
+    KiqdFleet fleet(KIQD_TEST_DAEMON, yaml, 2);
     long long most_parked = 0;
     REQUIRE(wait_until(
         [&] {
             most_parked =
-                std::max(most_parked,
-                         conn.command({"LLEN", "kiqd:concurrency:Test::Record:waiting"}).integer());
-            return conn.command({"LLEN", "kiqd-test:ran"}).integer() >= 40;
+                std::max(most_parked, llen(conn, "kiqd:concurrency:Test::Record:waiting"));
+            return ran_count(conn) >= 40;
         },
         std::chrono::seconds(120)));
-    for (auto& p : fleet) p->signal(SIGTERM);
-    for (auto& p : fleet) CHECK(p->wait_exit() == 0);
+    for (int status : fleet.stop()) CHECK(status == 0);
 
     const auto runs = recorded(conn);
     std::set<std::string> ran, pids;
@@ -393,7 +374,7 @@ TEST_CASE(
     CHECK(ran == std::set<std::string>(jids.begin(), jids.end()));
     CHECK(pids.size() == 2);  // both processes ran jobs
     CHECK(most_parked > 0);   // jobs waited in Redis, not in threads
-    CHECK(conn.command({"LLEN", "kiqd:concurrency:Test::Record:waiting"}).integer() == 0);
+    CHECK(llen(conn, "kiqd:concurrency:Test::Record:waiting") == 0);
     CHECK(conn.command({"GET", "stat:processed"}).str() == "40");
     std::printf("concurrency fleet test: max overlap %zu, up to %lld parked at once\n",
                 max_overlap(runs), most_parked);
@@ -413,10 +394,9 @@ TEST_CASE(
         "fetch: reliable\nreliable_fetch: {liveness_ttl: 3, orphan_check_interval: 1}\n"
         "concurrency_limits: {slot_ttl: 3, check_interval: 0.5}\n"
         "handlers:\n  Test::Record:\n    concurrency_limit: 3\n");
-    Client client(Keys{}, Compat::v6);
-    std::vector<nlohmann::ordered_json> jobs;
-    for (int i = 0; i < 18; ++i) jobs.push_back({{"class", "Test::Record"}, {"args", {1, i}}});
-    const auto jids = client.push_bulk(conn, jobs);
+    const auto jids = push_jobs(conn, 18, [](int i) {
+        return nlohmann::ordered_json{{"class", "Test::Record"}, {"args", {1, i}}};
+    });
     const std::string slots = "kiqd:concurrency:Test::Record:slots";
 
     auto victim = std::make_unique<KiqdProcess>(KIQD_TEST_DAEMON, yaml);
@@ -440,8 +420,7 @@ TEST_CASE(
             return ran.size() == jids.size();
         },
         std::chrono::seconds(120)));
-    survivor.signal(SIGTERM);
-    CHECK(survivor.wait_exit() == 0);
+    CHECK(survivor.stop() == 0);
 
     const auto runs = recorded(conn);
     std::set<std::string> ran;

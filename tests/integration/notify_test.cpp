@@ -12,17 +12,20 @@
 #include <cstddef>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <optional>
 #include <regex>
-#include <sstream>
 
 #include "kiqd/client.hpp"
 #include "support/kiqd_process.hpp"
 #include "support/redis_server.hpp"
+#include "support/temp_dir.hpp"
+#include "support/wait_until.hpp"
 
 using namespace kiqd;
 using kiqd::test::KiqdProcess;
+using kiqd::test::read_file;
 using kiqd::test::RedisServer;
+using kiqd::test::TempDir;
 using kiqd::test::wait_until;
 namespace fs = std::filesystem;
 
@@ -45,18 +48,14 @@ class NotifySocket {
             addr.sun_path[0] = '\0';
             len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name_.size());
         } else {
-            char tmpl[] = "/tmp/kiqd-notify-XXXXXX";
-            dir_ = ::mkdtemp(tmpl);
-            name_ = dir_ + "/notify.sock";
+            dir_.emplace("kiqd-notify");
+            name_ = dir_->file("notify.sock");
             std::memcpy(addr.sun_path, name_.c_str(), name_.size() + 1);
             len = sizeof addr;
         }
         REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), len) == 0);
     }
-    ~NotifySocket() {
-        ::close(fd_);
-        if (!dir_.empty()) fs::remove_all(dir_);
-    }
+    ~NotifySocket() { ::close(fd_); }
     const std::string& name() const { return name_; }
 
     // Reads messages until one satisfies `pred` (returned) or the timeout passes ("" then).
@@ -102,17 +101,11 @@ class NotifySocket {
   private:
     static inline int counter_ = 0;
     int fd_ = -1;
-    std::string dir_, name_;
+    std::optional<TempDir> dir_;  // holds the socket file; none in the abstract namespace
+    std::string name_;
     std::vector<std::string> messages_;
     size_t seen_ = 0;
 };
-
-std::string read_file(const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
 
 }  // namespace
 
@@ -163,8 +156,7 @@ TEST_CASE("systemd: no READY while Redis is unreachable; READY once it answers",
     CHECK_FALSE(sock.wait_for("READY=1", std::chrono::seconds(30)).empty());
     // No WATCHDOG_USEC: no pings.
     CHECK(sock.count("WATCHDOG=1") == 0);
-    kiqd.signal(SIGTERM);
-    CHECK(kiqd.wait_exit() == 0);
+    CHECK(kiqd.stop() == 0);
 }
 
 TEST_CASE("systemd: WATCHDOG_PID naming another process disables the pings", "[systemd]") {
@@ -184,19 +176,17 @@ TEST_CASE("systemd: WATCHDOG_PID naming another process disables the pings", "[s
     // systemd in kiqd's name.
     auto conn = server.connect();
     Client(Keys{}, Compat::v6).push(conn, {{"class", "Test::Env"}});
-    REQUIRE(wait_until([&] { return kiqd.output().find("PATH=") != std::string::npos; }));
+    REQUIRE(kiqd.wait_for_output("PATH="));
     CHECK(kiqd.output().find("NOTIFY_SOCKET") == std::string::npos);
     CHECK(kiqd.output().find("WATCHDOG_") == std::string::npos);
-    kiqd.signal(SIGTERM);
-    CHECK(kiqd.wait_exit() == 0);
+    CHECK(kiqd.stop() == 0);
 }
 
 TEST_CASE("systemd: SIGHUP reopens the log file at its configured path", "[systemd]") {
     auto& server = RedisServer::shared();
     server.flushall();
-    char tmpl[] = "/tmp/kiqd-logrotate-XXXXXX";
-    const std::string dir = ::mkdtemp(tmpl);
-    const std::string log = dir + "/kiqd.log";
+    const TempDir dir("kiqd-logrotate");
+    const std::string log = dir.file("kiqd.log");
     KiqdProcess kiqd(KIQD_BINARY,
                      kiqd::test::kiqd_config(
                          server, "timeout: 1\nqueues: [default]\nlogging: {file: " + log + "}\n"));
@@ -210,10 +200,8 @@ TEST_CASE("systemd: SIGHUP reopens the log file at its configured path", "[syste
     REQUIRE(wait_until([&] { return read_file(log).find("jid=" + jid) != std::string::npos; }));
     CHECK(read_file(log + ".1").find("jid=" + jid) == std::string::npos);
     CHECK(read_file(log + ".1").find("starting") != std::string::npos);
-    kiqd.signal(SIGTERM);
-    CHECK(kiqd.wait_exit() == 0);
+    CHECK(kiqd.stop() == 0);
     CHECK(read_file(log).find("Bye!") != std::string::npos);
-    fs::remove_all(dir);
 }
 
 TEST_CASE("systemd: systemd-analyze verifies both units and rates them 2.0 or lower", "[systemd]") {
@@ -223,19 +211,17 @@ TEST_CASE("systemd: systemd-analyze verifies both units and rates them 2.0 or lo
         return;
     }
     // verify checks that ExecStart exists: point it at the binary under test.
-    char tmpl[] = "/tmp/kiqd-units-XXXXXX";
-    const std::string dir = ::mkdtemp(tmpl);
+    const TempDir dir("kiqd-units");
     for (const std::string unit : {"kiqd.service", "kiqd@.service"}) {
         std::string text = read_file(KIQD_SOURCE_DIR "/systemd/" + unit);
         REQUIRE_FALSE(text.empty());
-        text = std::regex_replace(text, std::regex("/usr/bin/kiqd"), KIQD_BINARY);
-        std::ofstream(dir + "/" + unit) << text;
+        dir.write(unit, std::regex_replace(text, std::regex("/usr/bin/kiqd"), KIQD_BINARY));
     }
     // verify resolves kiqd@1.service from the template in its working directory; a shell sets
     // that for the child only, so the test binary's own cwd never changes.
     auto analyze_in_dir = [&](const std::string& args) {
         return kiqd::test::run_command(
-            {"/bin/sh", "-c", "cd '" + dir + "' && exec " + analyze + " " + args});
+            {"/bin/sh", "-c", "cd '" + dir.path() + "' && exec " + analyze + " " + args});
     };
     auto [code, out] = analyze_in_dir("verify kiqd.service kiqd@.service kiqd@1.service");
     INFO(out);
@@ -253,5 +239,4 @@ TEST_CASE("systemd: systemd-analyze verifies both units and rates them 2.0 or lo
         CHECK(scode == 0);
         CHECK(std::stod(m[1]) <= 2.0);
     }
-    fs::remove_all(dir);
 }

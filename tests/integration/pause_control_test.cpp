@@ -9,17 +9,27 @@
 
 #include <catch2/catch.hpp>
 #include <map>
-#include <memory>
 #include <set>
 
 #include "kiqd/client.hpp"
+#include "support/job_pushes.hpp"
+#include "support/kiqd_fleet.hpp"
 #include "support/kiqd_process.hpp"
+#include "support/redis_reads.hpp"
 #include "support/redis_server.hpp"
+#include "support/test_daemon_records.hpp"
+#include "support/wait_until.hpp"
 
 using namespace kiqd;
+using kiqd::test::KiqdFleet;
 using kiqd::test::KiqdProcess;
+using kiqd::test::llen;
+using kiqd::test::lrange;
+using kiqd::test::ran_count;
 using kiqd::test::RedisServer;
 using kiqd::test::wait_until;
+using kiqd::test::zcard;
+using kiqd::test::zrange;
 
 namespace {
 
@@ -34,11 +44,10 @@ std::pair<int, std::string> kiqd_cli(const RedisServer& server, std::vector<std:
 // Pushes `n` jobs of `job_class` to `queue` with args [0, i] (no sleep, sequence number i).
 void push_jobs(redis::Connection& conn, const std::string& job_class, const std::string& queue,
                int n, int first = 0) {
-    Client client(Keys{}, Compat::v6);
-    std::vector<nlohmann::ordered_json> items;
-    for (int i = first; i < first + n; ++i)
-        items.push_back({{"class", job_class}, {"queue", queue}, {"args", {0, i}}});
-    client.push_bulk(conn, std::move(items));
+    kiqd::test::push_jobs(conn, n, [&](int i) {
+        return nlohmann::ordered_json{
+            {"class", job_class}, {"queue", queue}, {"args", {0, first + i}}};
+    });
 }
 
 struct Ran {
@@ -50,8 +59,7 @@ struct Ran {
 
 Ran ran(redis::Connection& conn) {
     Ran r;
-    for (const auto& e : kiqd::test::lrange(conn, "kiqd-test:ran")) {
-        auto j = nlohmann::json::parse(e);
+    for (auto& j : kiqd::test::ran_records(conn)) {
         const auto cls = j["class"].get<std::string>();
         ++r.by_class[cls];
         ++r.by_jid[j["jid"].get<std::string>()];
@@ -61,26 +69,12 @@ Ran ran(redis::Connection& conn) {
     return r;
 }
 
-long long ran_count(redis::Connection& conn) {
-    return kiqd::test::llen(conn, "kiqd-test:ran");
-}
-
 const std::string kParked = "sidekiq:pause_control:paused_jobs:zset:{test/record}";
 const std::string kScore = "sidekiq:pause_control:paused_jobs:score:{test/record}";
 
-long long zcard(redis::Connection& conn, const std::string& key) {
-    return conn.command({"ZCARD", key}).integer();
-}
-
 // Waits until every process has logged that it sees `what` paused.
-bool all_see(std::vector<std::unique_ptr<KiqdProcess>>& fleet, const std::string& what) {
-    return wait_until(
-        [&] {
-            for (auto& p : fleet)
-                if (p->output().find(what) == std::string::npos) return false;
-            return true;
-        },
-        std::chrono::seconds(20));
+bool all_see(const KiqdFleet& fleet, const std::string& what) {
+    return fleet.wait_for_output(what, std::chrono::seconds(20));
 }
 
 }  // namespace
@@ -94,9 +88,7 @@ TEST_CASE("a paused worker's jobs are parked across two processes, then each run
         server,
         "concurrency: 5\nqueues: [default, other]\n"
         "pause_control: {refresh_interval: 0.2, resume_interval: 0.3, batch_size: 300}\n");
-    std::vector<std::unique_ptr<KiqdProcess>> fleet;
-    for (int i = 0; i < 2; ++i)
-        fleet.push_back(std::make_unique<KiqdProcess>(KIQD_TEST_DAEMON, yaml));
+    KiqdFleet fleet(KIQD_TEST_DAEMON, yaml, 2);
     // Other work is running while the pause arrives.
     push_jobs(conn, "Test::Other", "other", 100);
     REQUIRE(wait_until([&] { return ran_count(conn) == 100; }, kLong));
@@ -115,12 +107,9 @@ TEST_CASE("a paused worker's jobs are parked across two processes, then each run
         CHECK(r.by_class["Test::Other"] == 300);
         CHECK(r.by_class["Test::Record"] == 0);  // none ran: every one was parked
     }
-    CHECK(kiqd::test::llen(conn, "queue:default") == 0);
+    CHECK(llen(conn, "queue:default") == 0);
     // Parked jobs count as neither processed nor failed.
-    REQUIRE(wait_until([&] {
-        auto p = conn.command({"GET", "stat:processed"});
-        return !p.is_nil() && std::string(p.str()) == "300";
-    }));
+    REQUIRE(wait_until([&] { return kiqd::test::counter(conn, "stat:processed") == 300; }));
     auto [pcode, paused] = kiqd_cli(server, {"paused"});
     CHECK(pcode == 0);
     CHECK_THAT(paused, Catch::Contains("Test::Record") && Catch::Contains("2000 parked"));
@@ -139,8 +128,7 @@ TEST_CASE("a paused worker's jobs are parked across two processes, then each run
     CHECK(conn.command({"HLEN", "kiqd:pause:parked"}).integer() == 0);
     auto [ecode, empty] = kiqd_cli(server, {"paused"});
     CHECK(empty == "nothing is paused\n");
-    for (auto& p : fleet) p->signal(SIGTERM);
-    for (auto& p : fleet) CHECK(p->wait_exit() == 0);
+    for (int status : fleet.stop()) CHECK(status == 0);
 }
 
 TEST_CASE("parked jobs keep their order and resume in it, batch after batch", "[pause][daemon]") {
@@ -159,7 +147,7 @@ TEST_CASE("parked jobs keep their order and resume in it, batch after batch", "[
     CHECK(ran_count(conn) == 0);
     // In the ZSET in enqueue order (one thread: fetch order = enqueue order).
     int expected = 0;
-    for (const auto& m : kiqd::test::zrange(conn, kParked))
+    for (const auto& m : zrange(conn, kParked))
         CHECK(nlohmann::json::parse(m)["args"][1].get<int>() == expected++);
 
     REQUIRE(kiqd_cli(server, {"resume", "worker", "Test::Record"}).first == 0);
@@ -169,8 +157,7 @@ TEST_CASE("parked jobs keep their order and resume in it, batch after batch", "[
     for (int i = 0; i < 250; ++i) in_order[static_cast<size_t>(i)] = i;
     CHECK(r.record_sequence == in_order);
     CHECK_THAT(kiqd.output(), Catch::Contains("resumed 60 parked job(s) of Test::Record"));
-    kiqd.signal(SIGTERM);
-    CHECK(kiqd.wait_exit() == 0);
+    CHECK(kiqd.stop() == 0);
 }
 
 TEST_CASE("kill -9 of the process doing a resume loses and duplicates nothing", "[pause][daemon]") {
@@ -205,14 +192,14 @@ TEST_CASE("kill -9 of the process doing a resume loses and duplicates nothing", 
     resumer.wait_exit();
     // Every job is in exactly one place: parked or queued.
     const auto left = zcard(conn, kParked);
-    const auto queued = kiqd::test::llen(conn, "queue:default");
+    const auto queued = llen(conn, "queue:default");
     INFO("left parked " << left << ", queued " << queued);
     CHECK(left > 0);
     CHECK(left + queued == 2000);
     std::set<std::string> seen;
-    for (const auto& m : kiqd::test::zrange(conn, kParked))
+    for (const auto& m : zrange(conn, kParked))
         seen.insert(nlohmann::json::parse(m)["jid"].get<std::string>());
-    for (const auto& m : kiqd::test::lrange(conn, "queue:default"))
+    for (const auto& m : lrange(conn, "queue:default"))
         seen.insert(nlohmann::json::parse(m)["jid"].get<std::string>());
     CHECK(seen == jids);
 
@@ -226,8 +213,7 @@ TEST_CASE("kill -9 of the process doing a resume loses and duplicates nothing", 
     auto r = ran(conn);
     CHECK(r.by_jid.size() == 2000);
     for (const auto& [jid, n] : r.by_jid) REQUIRE(n == 1);
-    successor.signal(SIGTERM);
-    CHECK(successor.wait_exit() == 0);
+    CHECK(successor.stop() == 0);
 }
 
 TEST_CASE("a paused queue is not fetched from by any process; resuming drains it",
@@ -239,9 +225,7 @@ TEST_CASE("a paused queue is not fetched from by any process; resuming drains it
         kiqd::test::kiqd_config(server,
                                 "concurrency: 3\nqueues: [[default, 1], [low, 1]]\n"
                                 "pause_control: {refresh_interval: 0.2}\n");
-    std::vector<std::unique_ptr<KiqdProcess>> fleet;
-    for (int i = 0; i < 2; ++i)
-        fleet.push_back(std::make_unique<KiqdProcess>(KIQD_TEST_DAEMON, yaml));
+    KiqdFleet fleet(KIQD_TEST_DAEMON, yaml, 2);
     REQUIRE(kiqd_cli(server, {"pause", "queue", "low"}).first == 0);
     REQUIRE(all_see(fleet, "paused queues: low"));
 
@@ -249,14 +233,14 @@ TEST_CASE("a paused queue is not fetched from by any process; resuming drains it
     push_jobs(conn, "Test::Other", "default", 100);
     REQUIRE(wait_until([&] { return ran_count(conn) == 100; }, kLong));
     // A fetch already blocked on `low` when the pause came puts its job back where it was.
-    REQUIRE(wait_until([&] { return kiqd::test::llen(conn, "queue:low") == 100; }));
+    REQUIRE(wait_until([&] { return llen(conn, "queue:low") == 100; }));
     auto r = ran(conn);
     CHECK(r.by_queue["low"] == 0);
     CHECK(r.by_queue["default"] == 100);
     // Untouched and in order: the oldest (sequence 0) still at the popping end. Only the jobs
     // put back by fetches that were already blocked (at most one per thread: 2 × 3) may have
     // swapped places among themselves at the head.
-    const auto low = kiqd::test::lrange(conn, "queue:low");
+    const auto low = lrange(conn, "queue:low");
     REQUIRE(low.size() == 100);
     constexpr size_t kThreads = 6;
     std::set<size_t> head;
@@ -277,8 +261,7 @@ TEST_CASE("a paused queue is not fetched from by any process; resuming drains it
     r = ran(conn);
     CHECK(r.by_queue["low"] == 100);
     CHECK(r.by_jid.size() == 200);
-    for (auto& p : fleet) p->signal(SIGTERM);
-    for (auto& p : fleet) CHECK(p->wait_exit() == 0);
+    for (int status : fleet.stop()) CHECK(status == 0);
 }
 
 TEST_CASE("redis_flag strategy: parked while the flag is set, resumed when it is cleared",
@@ -306,8 +289,7 @@ TEST_CASE("redis_flag strategy: parked while the flag is set, resumed when it is
     conn.command({"SET", "maintenance:search", "0"});
     REQUIRE(wait_until([&] { return ran_count(conn) == 25; }, kLong));
     CHECK(ran(conn).by_class["Test::Record"] == 20);
-    kiqd.signal(SIGTERM);
-    CHECK(kiqd.wait_exit() == 0);
+    CHECK(kiqd.stop() == 0);
 }
 
 TEST_CASE("kiqd pause/resume: usage errors and idempotent answers", "[pause]") {

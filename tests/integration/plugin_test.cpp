@@ -9,20 +9,19 @@
 
 #include "kiqd/client.hpp"
 #include "support/kiqd_process.hpp"
+#include "support/redis_reads.hpp"
 #include "support/redis_server.hpp"
+#include "support/wait_until.hpp"
 
 using namespace kiqd;
+using kiqd::test::default_queue_config;
 using kiqd::test::KiqdProcess;
+using kiqd::test::llen;
+using kiqd::test::parse_each;
 using kiqd::test::RedisServer;
 using kiqd::test::wait_until;
-
-namespace {
-
-std::string config_for(const RedisServer& server, const std::string& extra) {
-    return kiqd::test::kiqd_config(server, "queues: [default]\n" + extra);
-}
-
-}  // namespace
+using kiqd::test::zcard;
+using kiqd::test::zrange;
 
 TEST_CASE("plugin: the example plugin runs jobs; throwing handlers become retries", "[plugin]") {
     auto& server = RedisServer::shared();
@@ -32,19 +31,14 @@ TEST_CASE("plugin: the example plugin runs jobs; throwing handlers become retrie
     client.push(conn, {{"class", "Example::Thumbnail"}, {"args", {"/img/a.png", 128}}});
     const std::string explode = client.push(conn, {{"class", "Example::Explode"}});
     const std::string reject = client.push(conn, {{"class", "Example::Reject"}, {"args", {"x"}}});
-    KiqdProcess kiqd(KIQD_BINARY, config_for(server, std::string("plugins:\n  - ") +
-                                                         KIQD_EXAMPLE_PLUGIN + "\n"));
-    REQUIRE(wait_until([&] { return conn.command({"ZCARD", "retry"}).integer() == 2; }));
-    REQUIRE(wait_until([&] {
-        return conn.command({"LLEN", "example:thumbnails"}).integer() == 1;
-    }));
+    KiqdProcess kiqd(KIQD_BINARY, default_queue_config(server, std::string("plugins:\n  - ") +
+                                                                   KIQD_EXAMPLE_PLUGIN + "\n"));
+    REQUIRE(wait_until([&] { return zcard(conn, "retry") == 2; }));
+    REQUIRE(wait_until([&] { return llen(conn, "example:thumbnails") == 1; }));
     CHECK(conn.command({"LINDEX", "example:thumbnails", "0"}).str() == "/img/a.png@128");
     std::map<std::string, nlohmann::json> retries;
-    auto all = conn.command({"ZRANGE", "retry", "0", "-1"});
-    for (size_t i = 0; i < all.size(); ++i) {
-        auto e = nlohmann::json::parse(all[i].str());
-        retries[e["jid"]] = e;
-    }
+    const auto all = zrange(conn, "retry");
+    for (auto e : parse_each(all)) retries[e["jid"]] = e;
     CHECK(retries[explode]["error_class"] == "std::runtime_error");
     CHECK(retries[explode]["error_message"] == "the plugin blew up");
     CHECK(retries[explode]["retry_count"] == 0);
@@ -54,15 +48,13 @@ TEST_CASE("plugin: the example plugin runs jobs; throwing handlers become retrie
     CHECK_THAT(kiqd.output(), Catch::Contains("loaded plugin " + std::string(KIQD_EXAMPLE_PLUGIN) +
                                               " (3 new handler(s))"));
     // The retry runs again through the plugin, still without harm.
-    conn.command({"ZADD", "retry", "0", std::string(all[0].str())});
+    conn.command({"ZADD", "retry", "0", all[0]});
     REQUIRE(wait_until([&] {
-        auto again = conn.command({"ZRANGE", "retry", "0", "-1"});
-        for (size_t i = 0; i < again.size(); ++i)
-            if (nlohmann::json::parse(again[i].str())["retry_count"] == 1) return true;
+        for (auto e : parse_each(zrange(conn, "retry")))
+            if (e["retry_count"] == 1) return true;
         return false;
     }));
-    kiqd.signal(SIGTERM);
-    CHECK(kiqd.wait_exit() == 0);
+    CHECK(kiqd.stop() == 0);
 }
 
 TEST_CASE("plugin: unusable plugins stop startup with exit 78 naming the plugin", "[plugin]") {
@@ -90,8 +82,7 @@ TEST_CASE("plugin: unusable plugins stop startup with exit 78 naming the plugin"
         KiqdProcess p(KIQD_BINARY, yaml);
         CHECK(p.wait_exit() == 78);
         CHECK_THAT(p.output(), Catch::Contains(c.expected));
-        auto [code, out] =
-            kiqd::test::run_command({KIQD_BINARY, "check-config", "-C", p.config_path()});
+        auto [code, out] = kiqd::test::check_config(KIQD_BINARY, yaml);
         CHECK(code == 78);
         CHECK_THAT(out, Catch::Contains(c.expected));
     }
@@ -107,23 +98,20 @@ TEST_CASE("example daemon: C++ handlers, a middleware, plugins and exec handlers
     const std::string div0 = client.push(conn, {{"class", "Divide"}, {"args", {1, 0}}});
     client.push(conn, {{"class", "Example::Thumbnail"}, {"args", {"b.png", 64}}});
     client.push(conn, {{"class", "ViaExec"}});
-    KiqdProcess kiqd(KIQD_EXAMPLE_DAEMON,
-                     config_for(server, std::string("server_middleware: [timing]\nplugins: [") +
-                                            KIQD_EXAMPLE_PLUGIN +
-                                            "]\nhandlers:\n  ViaExec:\n    exec: [/bin/echo, "
-                                            "from-exec]\n"));
-    REQUIRE(wait_until([&] { return conn.command({"ZCARD", "retry"}).integer() == 1; }));
-    REQUIRE(wait_until([&] {
-        return conn.command({"LLEN", "example:thumbnails"}).integer() == 1;
-    }));
-    REQUIRE(
-        wait_until([&] { return kiqd.output().find("stdout: from-exec") != std::string::npos; }));
-    auto entry = nlohmann::json::parse(conn.command({"ZRANGE", "retry", "0", "0"})[0].str());
+    KiqdProcess kiqd(
+        KIQD_EXAMPLE_DAEMON,
+        default_queue_config(server, std::string("server_middleware: [timing]\nplugins: [") +
+                                         KIQD_EXAMPLE_PLUGIN +
+                                         "]\nhandlers:\n  ViaExec:\n    exec: [/bin/echo, "
+                                         "from-exec]\n"));
+    REQUIRE(wait_until([&] { return zcard(conn, "retry") == 1; }));
+    REQUIRE(wait_until([&] { return llen(conn, "example:thumbnails") == 1; }));
+    REQUIRE(kiqd.wait_for_output("stdout: from-exec"));
+    auto entry = nlohmann::json::parse(zrange(conn, "retry").at(0));
     CHECK(entry["jid"] == div0);
     CHECK(entry["error_class"] == "ZeroDivisionError");
-    REQUIRE(wait_until([&] { return kiqd.output().find("hello, kiqd!") != std::string::npos; }));
+    REQUIRE(kiqd.wait_for_output("hello, kiqd!"));
     CHECK_THAT(kiqd.output(), Catch::Contains("timing: Greeter jid="));
     CHECK_THAT(kiqd.output(), Catch::Contains("timing: ViaExec jid="));
-    kiqd.signal(SIGTERM);
-    CHECK(kiqd.wait_exit() == 0);
+    CHECK(kiqd.stop() == 0);
 }

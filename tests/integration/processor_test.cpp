@@ -3,11 +3,14 @@
 #include <catch2/catch.hpp>
 
 #include "kiqd/client.hpp"
+#include "support/redis_reads.hpp"
 #include "support/test_runtime.hpp"
 
 using namespace kiqd;
+using kiqd::test::llen;
 using kiqd::test::RedisServer;
 using kiqd::test::TestRuntime;
+using kiqd::test::zcard;
 
 namespace {
 
@@ -40,11 +43,10 @@ TEST_CASE("processor: fetch → handler → counters; failures become Sidekiq re
     CHECK(t.work.processed == 3);
     CHECK(t.work.failed == 2);
     CHECK(t.work.busy() == 0);
-    auto retries = conn.command({"ZRANGE", "retry", "0", "-1"});
+    auto retries = kiqd::test::parse_each(kiqd::test::zrange(conn, "retry"));
     REQUIRE(retries.size() == 2);
     std::set<std::string> classes;
-    for (size_t i = 0; i < 2; ++i) {
-        auto j = nlohmann::json::parse(retries[i].str());
+    for (auto& j : retries) {
         classes.insert(j["error_class"].get<std::string>());
         CHECK(j["retry_count"] == 0);
         if (j["class"] == "Missing::Job")
@@ -63,11 +65,10 @@ TEST_CASE("processor: unrunnable payloads go to the dead set with a reason", "[p
     Processor p(t.rt, 0, {});
     p.process(conn, {"default", "{{{ not json"});
     p.process(conn, {"default", R"({"args":[1]})"});
-    auto dead = conn.command({"ZRANGE", "dead", "0", "-1"});
+    auto dead = kiqd::test::parse_each(kiqd::test::zrange(conn, "dead"));
     REQUIRE(dead.size() == 2);
     std::set<std::string> reasons;
-    for (size_t i = 0; i < 2; ++i)
-        reasons.insert(nlohmann::json::parse(dead[i].str())["error_class"].get<std::string>());
+    for (auto& entry : dead) reasons.insert(entry["error_class"].get<std::string>());
     CHECK(reasons == std::set<std::string>{"JSON::ParserError", "Kiqd::InvalidJob"});
     CHECK(t.work.processed == 0);
     CHECK_THAT(t.logs(), Catch::Contains("unrunnable payload sent to the dead set"));
@@ -85,8 +86,8 @@ TEST_CASE("processor: a middleware that parks a job counts it as neither process
     p.process(conn, {"default", raw});
     CHECK(t.work.processed == 0);
     CHECK(t.work.failed == 0);
-    CHECK(conn.command({"LRANGE", "parked", "0", "-1"})[0].str() == raw);
-    CHECK(conn.command({"ZCARD", "retry"}).integer() == 0);
+    CHECK(kiqd::test::lrange(conn, "parked").at(0) == raw);
+    CHECK(zcard(conn, "retry") == 0);
 }
 
 TEST_CASE("fetch: weights decide the order, requeue goes to the front", "[fetch][reliable]") {
@@ -106,5 +107,5 @@ TEST_CASE("fetch: weights decide the order, requeue goes to the front", "[fetch]
     conn.pipeline(t.fetcher.requeue_commands({*u}));
     CHECK(conn.command({"LINDEX", "queue:a", "-1"}).str() == "a1");  // front of the line again
     // Reliable fetch: the requeue also took it out of the working list.
-    CHECK(conn.command({"LLEN", "queue:sq|testhost:1:abcdef012345|a"}).integer() == 0);
+    CHECK(llen(conn, "queue:sq|testhost:1:abcdef012345|a") == 0);
 }

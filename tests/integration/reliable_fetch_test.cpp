@@ -6,23 +6,29 @@
 
 #include <catch2/catch.hpp>
 #include <cstdio>
-#include <set>
 #include <thread>
 
 #include "kiqd/client.hpp"
 #include "server/orphan_recovery.hpp"
 #include "server/processor.hpp"
+#include "support/job_pushes.hpp"
 #include "support/kiqd_process.hpp"
+#include "support/redis_reads.hpp"
 #include "support/redis_server.hpp"
+#include "support/test_daemon_records.hpp"
 #include "support/test_runtime.hpp"
+#include "support/wait_until.hpp"
 
 using namespace kiqd;
 using kiqd::test::KiqdProcess;
 using kiqd::test::llen;
 using kiqd::test::lrange;
+using kiqd::test::only_member;
+using kiqd::test::ran_count;
 using kiqd::test::RedisServer;
 using kiqd::test::TestRuntime;
 using kiqd::test::wait_until;
+using kiqd::test::zcard;
 using list_of = std::vector<std::string>;
 
 namespace {
@@ -40,8 +46,7 @@ void leave_orphans(redis::Connection& c, const std::vector<std::string>& payload
 }
 
 std::string job_json(const std::string& jid) {
-    return R"({"class":"Kiqd::Noop","args":[],"queue":"default","jid":")" + jid +
-           R"(","retry":true})";
+    return kiqd::test::noop_payload(jid);
 }
 
 }  // namespace
@@ -70,8 +75,8 @@ TEST_CASE("reliable fetch: a job stays in the working list until its outcome is 
         CHECK(llen(conn, kWorking) == 0);
     }
     CHECK(llen(conn, "queue:default") == 0);
-    CHECK(conn.command({"ZCARD", "retry"}).integer() == 1);  // Kiqd::Fail
-    CHECK(conn.command({"ZCARD", "dead"}).integer() == 1);   // the invalid payload
+    CHECK(zcard(conn, "retry") == 1);  // Kiqd::Fail
+    CHECK(zcard(conn, "dead") == 1);   // the invalid payload
     CHECK(t.work.processed == 2);
     CHECK(t.work.failed == 1);
 }
@@ -183,9 +188,9 @@ TEST_CASE("orphan recovery: a job interrupted max_interruptions times goes to th
         CHECK(r.dead == (interruption < 3 ? 0u : 1u));
         conn.command({"DEL", "queue:default"});  // as if a new process took them and died too
     }
-    auto dead = conn.command({"ZRANGE", "dead", "0", "-1"});
+    auto dead = kiqd::test::zrange(conn, "dead");
     REQUIRE(dead.size() == 1);
-    auto entry = nlohmann::json::parse(dead[0].str());
+    auto entry = nlohmann::json::parse(dead[0]);
     CHECK(entry["jid"] == "pill");
     CHECK(entry["class"] == "Kiqd::Noop");
     CHECK(entry["error_class"] == "Kiqd::RepeatedlyInterrupted");
@@ -199,33 +204,26 @@ TEST_CASE("reliable fetch daemon: kill -9 during 10,000 jobs loses none of them"
     auto& server = RedisServer::shared();
     server.flushall();
     auto conn = server.connect();
-    Client client(Keys{}, Compat::v6);
     constexpr int kJobs = 10000;
     std::mt19937_64 rng(42);
-    std::vector<nlohmann::ordered_json> jobs;
-    for (int i = 0; i < kJobs; ++i) {
+    kiqd::test::push_jobs(conn, kJobs, [&](int) {
         const double seconds = static_cast<double>(1 + rng() % 20) / 1000.0;  // 1–20 ms
-        jobs.push_back({{"class", "Test::Record"}, {"args", {seconds}}});
-        if (jobs.size() == 1000) {
-            client.push_bulk(conn, jobs);
-            jobs.clear();
-        }
-    }
+        return nlohmann::ordered_json{{"class", "Test::Record"}, {"args", {seconds}}};
+    });
     const std::string yaml = kiqd::test::kiqd_config(
         server,
         "concurrency: 10\nlogging: {level: warn}\nqueues: [default]\nfetch: reliable\n"
         "reliable_fetch: {liveness_ttl: 3, orphan_check_interval: 1}\n");
     {
         KiqdProcess victim(KIQD_TEST_DAEMON, yaml);
-        REQUIRE(wait_until([&] { return llen(conn, "kiqd-test:ran") >= 2000; },
-                           std::chrono::seconds(60)));
+        REQUIRE(wait_until([&] { return ran_count(conn) >= 2000; }, std::chrono::seconds(60)));
         victim.signal(SIGKILL);
         CHECK(victim.wait_exit() == 128 + SIGKILL);
     }
     // Jobs the victim was running are in its working list now, not in the queue.
-    auto registered = conn.command({"SMEMBERS", "kiqd:reliable:working"});
-    REQUIRE(registered.size() == 1);
-    const std::string victim_list(registered[0].str());
+    const auto registered = only_member(conn, "kiqd:reliable:working");
+    REQUIRE(registered);  // the victim's list, and only it
+    const std::string victim_list = *registered;
     // Jobs were running at the kill, so recovery has something to do.
     REQUIRE(llen(conn, victim_list) > 0);
 
@@ -241,15 +239,13 @@ TEST_CASE("reliable fetch daemon: kill -9 during 10,000 jobs loses none of them"
     REQUIRE(wait_until(
         [&] {
             return llen(conn, "queue:default") == 0 && llen(conn, victim_list) == 0 &&
-                   all_working_lists_empty() && llen(conn, "kiqd-test:ran") >= kJobs;
+                   all_working_lists_empty() && ran_count(conn) >= kJobs;
         },
         std::chrono::seconds(120)));
-    successor.signal(SIGTERM);
-    CHECK(successor.wait_exit() == 0);
+    CHECK(successor.stop() == 0);
 
-    std::set<std::string> jids;
-    const auto ran = lrange(conn, "kiqd-test:ran");
-    for (const auto& r : ran) jids.insert(nlohmann::json::parse(r)["jid"].get<std::string>());
+    const auto ran = kiqd::test::ran_records(conn);
+    const auto jids = kiqd::test::jids_of(ran);
     const size_t duplicates = ran.size() - jids.size();
     std::printf("kill -9 test: %d jobs, %zu runs recorded, %zu distinct, %zu duplicates\n", kJobs,
                 ran.size(), jids.size(), duplicates);
@@ -258,8 +254,8 @@ TEST_CASE("reliable fetch daemon: kill -9 during 10,000 jobs loses none of them"
     // the finished ones whose acknowledgement was deferred to the next batched fetch (at most
     // batch_size + concurrency) can have run twice.
     CHECK(duplicates <= 10 + ReliableFetchConfig::kDefaultBatchSize + 10);
-    CHECK(conn.command({"ZCARD", "dead"}).integer() == 0);
-    CHECK(conn.command({"ZCARD", "retry"}).integer() == 0);
+    CHECK(zcard(conn, "dead") == 0);
+    CHECK(zcard(conn, "retry") == 0);
     // Nothing is left registered: the victim's list was recovered, the successor unregistered.
     CHECK(conn.command({"SCARD", "kiqd:reliable:working"}).integer() == 0);
 }
@@ -278,14 +274,13 @@ TEST_CASE("reliable fetch daemon: SIGTERM requeues the running job and unregiste
                                              "fetch: reliable\n"));
     std::string working;
     REQUIRE(wait_until([&] {
-        auto members = conn.command({"SMEMBERS", "kiqd:reliable:working"});
-        if (members.size() != 1) return false;
-        working = std::string(members[0].str());
+        const auto registered = only_member(conn, "kiqd:reliable:working");
+        if (!registered) return false;
+        working = *registered;
         return llen(conn, working) == 1;
     }));
     CHECK(llen(conn, "queue:slow") == 0);
-    kiqd.signal(SIGTERM);
-    CHECK(kiqd.wait_exit() == 0);
+    CHECK(kiqd.stop() == 0);
     CHECK(lrange(conn, "queue:slow") == list_of{original});  // byte for byte
     CHECK(conn.command({"EXISTS", working}).integer() == 0);
     CHECK(conn.command({"SCARD", "kiqd:reliable:working"}).integer() == 0);

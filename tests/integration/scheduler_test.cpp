@@ -4,11 +4,14 @@
 #include <thread>
 
 #include "kiqd/client.hpp"
+#include "support/redis_reads.hpp"
 #include "support/test_runtime.hpp"
 
 using namespace kiqd;
+using kiqd::test::llen;
 using kiqd::test::RedisServer;
 using kiqd::test::TestRuntime;
+using kiqd::test::zcard;
 
 TEST_CASE("scheduler: due jobs move to their queues with a fresh enqueued_at", "[scheduler]") {
     auto& server = RedisServer::shared();
@@ -24,19 +27,18 @@ TEST_CASE("scheduler: due jobs move to their queues with a fresh enqueued_at", "
     conn.command({"ZADD", "retry", score_text(now - 1), "garbage"});
     Scheduler s(t.rt);
     CHECK(s.enqueue_due(conn, now) == 3);
-    auto mail = conn.command({"LRANGE", "queue:mail", "0", "-1"});
+    auto mail = kiqd::test::lrange(conn, "queue:mail");
     REQUIRE(mail.size() == 1);
-    auto j = nlohmann::json::parse(mail[0].str());
+    auto j = nlohmann::json::parse(mail[0]);
     CHECK(j["jid"] == "d1");
     CHECK(j["enqueued_at"].get<double>() == Approx(now));
-    CHECK_THAT(
-        std::string(mail[0].str()),
-        Catch::StartsWith(R"({"class":"W","args":[1],"queue":"mail","jid":"d1","x":[1.50])"));
+    CHECK_THAT(mail[0], Catch::StartsWith(
+                            R"({"class":"W","args":[1],"queue":"mail","jid":"d1","x":[1.50])"));
     CHECK(conn.command({"SISMEMBER", "queues", "mail"}).integer() == 1);
-    CHECK(conn.command({"LLEN", "queue:default"}).integer() == 1);
-    CHECK(conn.command({"ZCARD", "schedule"}).integer() == 1);  // the future one stays
-    CHECK(conn.command({"ZCARD", "retry"}).integer() == 0);
-    CHECK(conn.command({"ZCARD", "dead"}).integer() == 1);  // "garbage" is kept, with a reason
+    CHECK(llen(conn, "queue:default") == 1);
+    CHECK(zcard(conn, "schedule") == 1);  // the future one stays
+    CHECK(zcard(conn, "retry") == 0);
+    CHECK(zcard(conn, "dead") == 1);  // "garbage" is kept, with a reason
 }
 
 TEST_CASE("scheduler: two pollers racing move every job exactly once", "[scheduler]") {
@@ -64,7 +66,7 @@ TEST_CASE("scheduler: two pollers racing move every job exactly once", "[schedul
     a.join();
     b.join();
     CHECK(moved1 + moved2 == 1000);
-    CHECK(conn.command({"LLEN", "queue:default"}).integer() == 1000);
+    CHECK(llen(conn, "queue:default") == 1000);
 }
 
 TEST_CASE("scheduler: poll interval follows Sidekiq's randomisation", "[scheduler]") {

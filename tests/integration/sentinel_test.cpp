@@ -8,19 +8,26 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
-#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <set>
 
 #include "kiqd/client.hpp"
+#include "support/job_pushes.hpp"
 #include "support/kiqd_process.hpp"
+#include "support/redis_reads.hpp"
 #include "support/redis_server.hpp"
+#include "support/temp_dir.hpp"
+#include "support/wait_until.hpp"
 
 using namespace kiqd;
 using kiqd::test::KiqdProcess;
+using kiqd::test::llen;
+using kiqd::test::occurrences;
+using kiqd::test::push_copies;
 using kiqd::test::RedisServer;
 using kiqd::test::wait_until;
+using kiqd::test::zcard;
 
 namespace {
 
@@ -33,12 +40,9 @@ class Sentinel {
     explicit Sentinel(int master_port, const std::string& extra_conf = "",
                       std::string password = "")
         : port_(kiqd::test::free_port()), password_(std::move(password)) {
-        char tmpl[] = "/tmp/kiqd-sentinel-XXXXXX";
-        if (!::mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
-        dir_ = tmpl;
-        const std::string conf = dir_ + "/sentinel.conf";
-        std::ofstream(conf) << "port " << port_ << "\nbind 127.0.0.1\ndir " << dir_ << "\nlogfile "
-                            << dir_ << "/sentinel.log\n"
+        const std::string conf = dir_.file("sentinel.conf");
+        std::ofstream(conf) << "port " << port_ << "\nbind 127.0.0.1\ndir " << dir_.path()
+                            << "\nlogfile " << dir_.file("sentinel.log") << "\n"
                             << "sentinel monitor mymaster 127.0.0.1 " << master_port << " 1\n"
                             << "sentinel down-after-milliseconds mymaster 1000\n"
                             << "sentinel failover-timeout mymaster 3000\n"
@@ -50,16 +54,7 @@ class Sentinel {
             ::_exit(127);
         }
         if (pid_ < 0) throw std::runtime_error("fork failed");
-        const bool up = wait_until(
-            [&] {
-                try {
-                    return connect().command({"PING"}).str() == "PONG";
-                } catch (const redis::Error&) {
-                    return false;
-                }
-            },
-            std::chrono::seconds(5));
-        if (!up) {
+        if (!kiqd::test::wait_until_answering(options(), std::chrono::seconds(5))) {
             stop();  // the destructor does not run when the constructor throws
             throw std::runtime_error("redis-server --sentinel did not start");
         }
@@ -69,43 +64,29 @@ class Sentinel {
     Sentinel& operator=(const Sentinel&) = delete;
 
     int port() const { return port_; }
-    redis::Connection connect() const {
+    redis::ConnectionOptions options() const {
         redis::ConnectionOptions o;
         o.endpoint.port = port_;
         o.endpoint.password = password_;
-        return redis::Connection(o);
+        return o;
     }
+    redis::Connection connect() const { return redis::Connection(options()); }
 
   private:
     void stop() {
         ::kill(pid_, SIGTERM);
         int status = 0;
         ::waitpid(pid_, &status, 0);
-        std::error_code ignored;
-        std::filesystem::remove_all(dir_, ignored);
     }
 
     int port_;
-    std::string dir_;
+    kiqd::test::TempDir dir_{"kiqd-sentinel"};  // its config, which Sentinel rewrites, and log
     std::string password_;
     pid_t pid_ = -1;
 };
 
-long long llen(redis::Connection& c, const std::string& key) {
-    return c.command({"LLEN", key}).integer();
-}
-
 long long processed(redis::Connection& c) {
-    auto v = c.command({"GET", "stat:processed"}).optional_str();
-    return v ? std::stoll(*v) : 0;
-}
-
-size_t count(const std::string& haystack, const std::string& needle) {
-    size_t n = 0;
-    for (auto at = haystack.find(needle); at != std::string::npos;
-         at = haystack.find(needle, at + 1))
-        ++n;
-    return n;
+    return kiqd::test::counter(c, "stat:processed");
 }
 
 // How many AUTH attempts the server refused (ACL LOG's count, summed over its entries).
@@ -126,10 +107,7 @@ long long failed_auths(redis::Connection& c) {
 }
 
 std::vector<std::string> push_noops(redis::Connection& conn, int n) {
-    Client client(Keys{}, Compat::v6);
-    std::vector<nlohmann::ordered_json> jobs(
-        n, {{"class", "Kiqd::Noop"}, {"args", nlohmann::json::array()}});
-    return client.push_bulk(conn, jobs);
+    return push_copies(conn, {{"class", "Kiqd::Noop"}, {"args", nlohmann::json::array()}}, n);
 }
 
 // Runs `n` jobs through a kiqd started with `yaml` (and `env`) against `server`, stops it with
@@ -141,8 +119,7 @@ std::string run_jobs(const RedisServer& server, const std::string& yaml, int n,
     push_noops(conn, n);
     KiqdProcess kiqd(KIQD_BINARY, yaml, {}, std::move(env));
     CHECK(wait_until([&] { return llen(conn, "queue:default") == 0; }));
-    kiqd.signal(SIGTERM);
-    CHECK(kiqd.wait_exit() == 0);
+    CHECK(kiqd.stop() == 0);
     CHECK(processed(conn) == n);  // stats flush at exit
     INFO(kiqd.output());
     CHECK_THAT(kiqd.output(), Catch::Contains("Bye!"));
@@ -176,10 +153,8 @@ TEST_CASE("auth: the daemon authenticates with a password from YAML, a file or t
         CHECK(out.find(pw) == std::string::npos);
     }
     {  // check-config validates the file and the password source, and prints no password.
-        KiqdProcess cfg(KIQD_BINARY, base_yaml(server) + "  password: " + pw + "\n",
-                        {"check-config"});
         auto [code, out] =
-            kiqd::test::run_command({KIQD_BINARY, "check-config", "-C", cfg.config_path()});
+            kiqd::test::check_config(KIQD_BINARY, base_yaml(server) + "  password: " + pw + "\n");
         CHECK(code == 0);
         CHECK_THAT(out, Catch::Contains("is valid"));
         CHECK(out.find(pw) == std::string::npos);
@@ -214,17 +189,16 @@ TEST_CASE("auth: a wrong or missing password is one clear log line, never the pa
     SECTION("wrong password") {
         const std::string wrong = "wr0ng-Pw-1234";
         KiqdProcess kiqd(KIQD_BINARY, base_yaml(server) + "  password: " + wrong + "\n");
-        REQUIRE(wait_until(
-            [&] { return kiqd.output().find("rejected the credentials") != std::string::npos; }));
+        REQUIRE(kiqd.wait_for_output("rejected the credentials"));
         // It keeps retrying with backoff (the password may be fixed on the server side), but the
         // outage is logged once however many threads and attempts notice it.
         REQUIRE(wait_until([&] { return failed_auths(conn) >= 12; }));
         const auto running_out = kiqd.output();
         INFO(running_out);
-        CHECK(count(running_out, "rejected the credentials of user 'default' (WRONGPASS") == 1);
+        CHECK(occurrences(running_out, "rejected the credentials of user 'default' (WRONGPASS") ==
+              1);
         CHECK(kiqd.running());
-        kiqd.signal(SIGTERM);
-        CHECK(kiqd.wait_exit() == 0);
+        CHECK(kiqd.stop() == 0);
         const auto out = kiqd.output();
         CHECK(out.find(wrong) == std::string::npos);
         CHECK(out.find(pw) == std::string::npos);
@@ -232,14 +206,12 @@ TEST_CASE("auth: a wrong or missing password is one clear log line, never the pa
     }
     SECTION("no password") {
         KiqdProcess kiqd(KIQD_BINARY, base_yaml(server));
-        REQUIRE(wait_until(
-            [&] { return kiqd.output().find("requires a password") != std::string::npos; }));
+        REQUIRE(kiqd.wait_for_output("requires a password"));
         const auto running_out = kiqd.output();
         INFO(running_out);
         CHECK_THAT(running_out, Catch::Contains("requires a password (NOAUTH"));
-        CHECK(count(running_out, "Redis is unreachable") == 1);
-        kiqd.signal(SIGTERM);
-        CHECK(kiqd.wait_exit() == 0);
+        CHECK(occurrences(running_out, "Redis is unreachable") == 1);
+        CHECK(kiqd.stop() == 0);
     }
     SECTION("a password_file that does not exist stops startup with exit 78") {
         KiqdProcess kiqd(KIQD_BINARY,
@@ -278,10 +250,8 @@ TEST_CASE("sentinel: kiqd finds the master through a password-protected sentinel
 
     // A master name the sentinel does not monitor: one clear line, kiqd keeps asking.
     KiqdProcess lost(KIQD_BINARY, std::regex_replace(yaml, std::regex("mymaster"), "nosuch"));
-    REQUIRE(wait_until(
-        [&] { return lost.output().find("does not know master 'nosuch'") != std::string::npos; }));
-    lost.signal(SIGTERM);
-    CHECK(lost.wait_exit() == 0);
+    REQUIRE(lost.wait_for_output("does not know master 'nosuch'"));
+    CHECK(lost.stop() == 0);
 }
 
 TEST_CASE("sentinel: kiqd follows a fail-over (kill -9 of the master) and every job completes",
@@ -304,14 +274,7 @@ TEST_CASE("sentinel: kiqd follows a fail-over (kill -9 of the master) and every 
 
     constexpr int jobs = 3000;
     auto mconn = master.connect();
-    Client client(Keys{}, Compat::v6);
-    std::vector<std::string> jids;
-    for (int batch = 0; batch < jobs / 500; ++batch) {
-        std::vector<nlohmann::ordered_json> items(500,
-                                                  {{"class", "Kiqd::Sleep"}, {"args", {0.005}}});
-        auto b = client.push_bulk(mconn, items);
-        jids.insert(jids.end(), b.begin(), b.end());
-    }
+    const auto jids = push_copies(mconn, {{"class", "Kiqd::Sleep"}, {"args", {0.005}}}, jobs);
     REQUIRE(mconn.command({"WAIT", "1", "5000"}).integer() == 1);
     REQUIRE(llen(rconn, "queue:default") == jobs);
 
@@ -352,8 +315,7 @@ TEST_CASE("sentinel: kiqd follows a fail-over (kill -9 of the master) and every 
     for (const auto& jid : jids)
         if (!finished.count(jid)) missing.push_back(jid);
     CHECK(missing.empty());
-    kiqd.signal(SIGTERM);
-    CHECK(kiqd.wait_exit() == 0);
+    CHECK(kiqd.stop() == 0);
     const auto out = kiqd.output();
     std::string redis_lines;  // the log without the per-job lines
     for (size_t at = 0, end; at < out.size(); at = end + 1) {
@@ -367,10 +329,10 @@ TEST_CASE("sentinel: kiqd follows a fail-over (kill -9 of the master) and every 
     // The outage is logged, and so is the recovery. (A connection idle during the fail-over,
     // such as the heartbeat's, notices only on its next use, after the others recovered; that
     // can make a second, instantly recovered outage line.)
-    CHECK(count(out, "Redis is unreachable") >= 1);
+    CHECK(occurrences(out, "Redis is unreachable") >= 1);
     CHECK(out.rfind("Redis is back after") != std::string::npos);
     CHECK(out.rfind("Redis is back after") > out.rfind("Redis is unreachable"));
-    CHECK(rconn.command({"ZCARD", "retry"}).integer() == 0);
-    CHECK(rconn.command({"ZCARD", "dead"}).integer() == 0);
+    CHECK(zcard(rconn, "retry") == 0);
+    CHECK(zcard(rconn, "dead") == 0);
     CHECK(processed(rconn) > 0);  // the stats flushed after the fail-over landed on the new master
 }

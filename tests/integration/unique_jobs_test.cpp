@@ -15,15 +15,23 @@
 #include <thread>
 
 #include "kiqd/client.hpp"
+#include "support/kiqd_fleet.hpp"
 #include "support/kiqd_process.hpp"
+#include "support/redis_reads.hpp"
 #include "support/redis_server.hpp"
+#include "support/run_through.hpp"
+#include "support/test_daemon_records.hpp"
 #include "support/test_runtime.hpp"
+#include "support/wait_until.hpp"
 
 using namespace kiqd;
+using kiqd::test::KiqdFleet;
 using kiqd::test::KiqdProcess;
+using kiqd::test::ran_count;
 using kiqd::test::RedisServer;
 using kiqd::test::TestRuntime;
 using kiqd::test::wait_until;
+using kiqd::test::zcard;
 using kiqd::test::zrange;
 
 namespace {
@@ -40,15 +48,7 @@ struct UniqueFixture {
     // Runs `raw` through the middleware with `body` as the handler; true when it ran.
     bool run(
         const std::string& raw, const std::function<void()>& body = [] {}) {
-        auto parsed = parse_job(raw, "default");
-        Job& job = std::get<Job>(parsed);
-        JobContext ctx{job, *t.log, t.lifecycle.hard_stop, conn, t.keys, t.config, t.rt.identity};
-        bool ran = false;
-        unique.call(ctx, [&] {
-            ran = true;
-            body();
-        });
-        return ran;
+        return kiqd::test::run_through(t, conn, unique, raw, body);
     }
 
     TestRuntime t;
@@ -241,9 +241,7 @@ TEST_CASE(
         kiqd::test::kiqd_config(server,
                                 "concurrency: 5\nqueues: [default]\nlogging: {level: warn}\n"
                                 "unique_jobs: {wait_interval: 0.1}\n");
-    std::vector<std::unique_ptr<KiqdProcess>> fleet;
-    for (int i = 0; i < 3; ++i)
-        fleet.push_back(std::make_unique<KiqdProcess>(KIQD_TEST_DAEMON, yaml));
+    KiqdFleet fleet(KIQD_TEST_DAEMON, yaml, 3);
 
     // At most one parked copy per identity at any moment we look.
     size_t max_waiting = 0;
@@ -257,11 +255,11 @@ TEST_CASE(
     };
     // Bursts during runs: each one once the previous burst's copies have started running.
     for (int round = 0; round < 6; ++round) {
-        const auto ran_before = conn.command({"LLEN", "kiqd-test:ran"}).integer();
+        const auto ran_before = ran_count(conn);
         REQUIRE(wait_until(
             [&] {
                 sample_waiters();
-                return conn.command({"LLEN", "kiqd-test:ran"}).integer() > ran_before;
+                return ran_count(conn) > ran_before;
             },
             std::chrono::seconds(30)));
         burst(3);
@@ -270,19 +268,16 @@ TEST_CASE(
     REQUIRE(wait_until(
         [&] {
             sample_waiters();
-            return conn.command({"LLEN", "queue:default"}).integer() == 0 &&
-                   conn.command({"ZCARD", "schedule"}).integer() == 0 &&
+            return kiqd::test::llen(conn, "queue:default") == 0 && zcard(conn, "schedule") == 0 &&
                    conn.command({"HLEN", "kiqd:unique:held"}).integer() == 0 &&
                    conn.command({"KEYS", "uniquejobs:*"}).size() == 0;
         },
         std::chrono::seconds(60)));
-    for (auto& p : fleet) p->signal(SIGTERM);
-    for (auto& p : fleet) CHECK(p->wait_exit() == 0);
+    for (int status : fleet.stop()) CHECK(status == 0);
 
     std::map<std::string, std::vector<std::pair<double, double>>> runs;  // id → (start, end)
-    auto ran = conn.command({"LRANGE", "kiqd-test:ran", "0", "-1"});
-    for (size_t i = 0; i < ran.size(); ++i) {
-        auto r = nlohmann::json::parse(ran[i].str());
+    auto ran = kiqd::test::ran_records(conn);
+    for (auto& r : ran) {
         runs[r["args"][1].get<std::string>()].emplace_back(r["started"].get<double>(),
                                                            r["ended"].get<double>());
     }
@@ -303,7 +298,7 @@ TEST_CASE(
     }
     CHECK(max_waiting <= 1);
     CHECK(ran.size() < pushes);  // duplicates were dropped, not all run
-    CHECK(conn.command({"ZCARD", "dead"}).integer() == 0);
+    CHECK(zcard(conn, "dead") == 0);
     std::printf("unique fleet test: %zu copies pushed, %zu runs, max waiters per identity %zu\n",
                 pushes, static_cast<size_t>(ran.size()), max_waiting);
 }
@@ -344,16 +339,11 @@ TEST_CASE("unique daemons: kill -9 of the lock holder — a later copy runs, not
     // The victim's process record would expire within 60 s; expire it now.
     conn.command({"DEL", owner.substr(0, owner.find(' '))});
     KiqdProcess successor(KIQD_TEST_DAEMON, yaml);
-    REQUIRE(wait_until(
-        [&] {
-            return conn.command({"LLEN", "kiqd-test:ran"}).integer() == 1;
-        },
-        std::chrono::seconds(30)));
+    REQUIRE(wait_until([&] { return ran_count(conn) == 1; }, std::chrono::seconds(30)));
     REQUIRE(wait_until([&] {
         return conn.command({"KEYS", "uniquejobs:*"}).size() == 0 &&
                conn.command({"HLEN", "kiqd:unique:held"}).integer() == 0;
     }));
-    successor.signal(SIGTERM);
-    CHECK(successor.wait_exit() == 0);
+    CHECK(successor.stop() == 0);
     CHECK_THAT(successor.output(), Catch::Contains("is gone"));
 }

@@ -12,10 +12,16 @@
 #include <regex>
 
 #include "kiqd/clock.hpp"
+#include "support/job_pushes.hpp"
 #include "support/kiqd_process.hpp"
+#include "support/redis_reads.hpp"
 #include "support/redis_server.hpp"
+#include "support/test_daemon_records.hpp"
+#include "support/wait_until.hpp"
 
 using kiqd::test::KiqdProcess;
+using kiqd::test::llen;
+using kiqd::test::ran_records;
 using kiqd::test::RedisServer;
 using kiqd::test::wait_until;
 
@@ -185,7 +191,7 @@ std::pair<int, std::string> http_get(int port, const std::string& target) {
 }
 
 // Pushes a Test::Record-style job as a Ruby client would, with a chosen enqueued_at.
-void push_raw(kiqd::redis::Connection& c, const std::string& cls, const std::string& queue,
+void push_job(kiqd::redis::Connection& c, const std::string& cls, const std::string& queue,
               double enqueued_at, nlohmann::json args = nlohmann::json::array()) {
     static int n = 0;
     nlohmann::json job{{"class", cls},
@@ -195,15 +201,7 @@ void push_raw(kiqd::redis::Connection& c, const std::string& cls, const std::str
                        {"jid", "metrics" + std::to_string(++n)},
                        {"created_at", enqueued_at},
                        {"enqueued_at", enqueued_at}};
-    c.command({"SADD", "queues", queue});
-    c.command({"LPUSH", "queue:" + queue, job.dump()});
-}
-
-std::vector<nlohmann::json> ran(kiqd::redis::Connection& c) {
-    std::vector<nlohmann::json> out;
-    for (const auto& s : kiqd::test::lrange(c, "kiqd-test:ran"))
-        out.push_back(nlohmann::json::parse(s));
-    return out;
+    kiqd::test::push_raw(c, queue, {job.dump()});
 }
 
 }  // namespace
@@ -233,14 +231,14 @@ TEST_CASE("metrics: /metrics in Prometheus format, SLO counters, /healthz, clean
     const double now = kiqd::epoch_seconds();
     // Two high-urgency jobs on time, one that waited 30 s (its enqueued_at is in the past): the
     // high scheduling target is 10 s.
-    push_raw(c, "Test::Record", "urgent", now);
-    push_raw(c, "Test::Record", "urgent", now);
-    push_raw(c, "Test::Record", "urgent", now - 30);
+    push_job(c, "Test::Record", "urgent", now);
+    push_job(c, "Test::Record", "urgent", now);
+    push_job(c, "Test::Record", "urgent", now - 30);
     // A throttled job that fails: failed counter; throttled has no scheduling target.
-    push_raw(c, "Test::FailOnce", "default", now - 120);
+    push_job(c, "Test::FailOnce", "default", now - 120);
     // A job that burns 0.2 s of its thread's CPU time: the CPU counter must show at least that.
-    push_raw(c, "Test::Burn", "default", now, nlohmann::json::array({0.2}));
-    REQUIRE(wait_until([&] { return ran(c).size() == 4; }));
+    push_job(c, "Test::Burn", "default", now, nlohmann::json::array({0.2}));
+    REQUIRE(wait_until([&] { return ran_records(c).size() == 4; }));
 
     Exposition e;
     REQUIRE(wait_until([&] {
@@ -286,14 +284,12 @@ TEST_CASE("metrics: /metrics in Prometheus format, SLO counters, /healthz, clean
     CHECK(check_histograms(e) >= 4);
 
     // The job log lines carry the metadata and the SLO verdict.
-    REQUIRE(
-        wait_until([&] { return p.output().find("slo=missed(scheduling)") != std::string::npos; }));
+    REQUIRE(p.wait_for_output("slo=missed(scheduling)"));
     CHECK_THAT(p.output(), Catch::Contains("urgency=high resource_boundary=cpu "
                                            "feature_category=testing"));
 
     // The server thread ends with the process.
-    p.signal(SIGTERM);
-    CHECK(p.wait_exit() == 0);
+    CHECK(p.stop() == 0);
     CHECK(http_get(port, "/healthz").first == 0);
 }
 
@@ -317,8 +313,8 @@ TEST_CASE("metrics: queue size and latency from Redis; /healthz is 503 without R
         return status == 200 && parse_prometheus(body).value("kiqd_threads_alive", {}) == 0;
     }));
     const double now = kiqd::epoch_seconds();
-    push_raw(c, "Test::Record", "waiting", now - 42);
-    push_raw(c, "Test::Record", "waiting", now);
+    push_job(c, "Test::Record", "waiting", now - 42);
+    push_job(c, "Test::Record", "waiting", now);
     auto [status, body] = http_get(port, "/metrics");
     REQUIRE(status == 200);
     auto e = parse_prometheus(body);
@@ -337,8 +333,7 @@ TEST_CASE("metrics: queue size and latency from Redis; /healthz is 503 without R
     REQUIRE(m.first == 200);  // the job series are in memory; Redis being down is a gauge
     CHECK(parse_prometheus(m.second).value("kiqd_redis_up", {}) == 0);
     server.start();
-    p.signal(SIGTERM);
-    CHECK(p.wait_exit() == 0);
+    CHECK(p.stop() == 0);
 }
 
 TEST_CASE("selector: a --selector process serves only the queues of matching workers",
@@ -377,16 +372,15 @@ handlers:
     KiqdProcess p(KIQD_TEST_DAEMON, yaml,
                   {"--selector", "urgency=high|urgency=throttled&resource_boundary!=memory"});
     // check-config shows what a selector picks.
-    auto [code, out] =
-        kiqd::test::run_command({KIQD_TEST_DAEMON, "check-config", "-C", p.config_path(),
-                                 "--selector", "resource_boundary=memory"});
+    auto [code, out] = kiqd::test::check_config(KIQD_TEST_DAEMON, yaml,
+                                                {"--selector", "resource_boundary=memory"});
     CHECK(code == 0);
     CHECK_THAT(out, Catch::Contains("1 queue(s) (memory_bound)"));
     std::string info;
     REQUIRE(wait_until([&] {
-        auto members = c.command({"SMEMBERS", "processes"});
-        if (members.size() != 1) return false;
-        auto i = c.command({"HGET", std::string(members[0].str()), "info"});
+        const auto identity = kiqd::test::only_member(c, "processes");
+        if (!identity) return false;
+        auto i = c.command({"HGET", *identity, "info"});
         if (i.is_nil()) return false;
         info = std::string(i.str());
         return true;
@@ -394,17 +388,16 @@ handlers:
     // Classes in name order: Test::FailOnce → slow, Test::Record → urgent (weight from queues:).
     CHECK(nlohmann::json::parse(info)["queues"] == nlohmann::json::array({"slow", "urgent"}));
     const double now = kiqd::epoch_seconds();
-    push_raw(c, "Test::Record", "urgent", now);
-    push_raw(c, "Test::Record", "memory_bound", now);
-    push_raw(c, "Test::Record", "default", now);
-    REQUIRE(wait_until([&] { return ran(c).size() == 1; }));
-    CHECK(ran(c)[0]["queue"] == "urgent");
+    push_job(c, "Test::Record", "urgent", now);
+    push_job(c, "Test::Record", "memory_bound", now);
+    push_job(c, "Test::Record", "default", now);
+    REQUIRE(wait_until([&] { return ran_records(c).size() == 1; }));
+    CHECK(ran_records(c)[0]["queue"] == "urgent");
     // The others stay where they are (the process does not listen there).
-    CHECK(kiqd::test::llen(c, "queue:memory_bound") == 1);
-    CHECK(kiqd::test::llen(c, "queue:default") == 1);
-    p.signal(SIGTERM);
-    CHECK(p.wait_exit() == 0);
-    CHECK(ran(c).size() == 1);
+    CHECK(llen(c, "queue:memory_bound") == 1);
+    CHECK(llen(c, "queue:default") == 1);
+    CHECK(p.stop() == 0);
+    CHECK(ran_records(c).size() == 1);
 }
 
 TEST_CASE("cpu cap: at most cpu_bound_concurrency cpu-bound jobs at once, others keep running",
@@ -426,10 +419,10 @@ handlers:
 )"));
     const double now = kiqd::epoch_seconds();
     // Eight cpu-bound jobs of 0.3 s first, then four others: FIFO puts the others behind them.
-    for (int i = 0; i < 8; ++i) push_raw(c, "Test::Record", "default", now, {0.3});
-    for (int i = 0; i < 4; ++i) push_raw(c, "Test::RecordOther", "default", now, {0.3});
-    REQUIRE(wait_until([&] { return ran(c).size() == 12; }, std::chrono::seconds(30)));
-    auto jobs = ran(c);
+    for (int i = 0; i < 8; ++i) push_job(c, "Test::Record", "default", now, {0.3});
+    for (int i = 0; i < 4; ++i) push_job(c, "Test::RecordOther", "default", now, {0.3});
+    REQUIRE(wait_until([&] { return ran_records(c).size() == 12; }, std::chrono::seconds(30)));
+    auto jobs = ran_records(c);
     std::vector<std::pair<double, int>> events;  // (time, +1 start / -1 end) of cpu jobs
     double last_cpu_start = 0, first_other_start = 1e300, last_other_start = 0;
     for (const auto& j : jobs) {
@@ -451,8 +444,7 @@ handlers:
     // cpu-bound job did (that one waited for three rounds of two).
     CHECK(last_other_start < last_cpu_start);
     CHECK_THAT(p.output(), Catch::Contains("cpu-bound jobs: at most 2 at once"));
-    p.signal(SIGTERM);
-    CHECK(p.wait_exit() == 0);
+    CHECK(p.stop() == 0);
 }
 
 TEST_CASE("cpu cap: held cpu-bound jobs go back to their queue at shutdown", "[cpu][metadata]") {
@@ -471,14 +463,13 @@ handlers:
     resource_boundary: cpu
 )"));
     const double now = kiqd::epoch_seconds();
-    for (int i = 0; i < 5; ++i) push_raw(c, "Test::Record", "default", now, {5});
+    for (int i = 0; i < 5; ++i) push_job(c, "Test::Record", "default", now, {5});
     // One runs (5 s, longer than the 1 s shutdown timeout), the others are fetched and held.
-    REQUIRE(wait_until([&] { return kiqd::test::llen(c, "queue:default") == 0; }));
-    p.signal(SIGTERM);
-    CHECK(p.wait_exit() == 0);
+    REQUIRE(wait_until([&] { return llen(c, "queue:default") == 0; }));
+    CHECK(p.stop() == 0);
     // Nothing lost, nothing ran twice: every job is back in the queue or ran.
-    const auto back = kiqd::test::llen(c, "queue:default");
-    CHECK(back + static_cast<long long>(ran(c).size()) == 5);
+    const auto back = llen(c, "queue:default");
+    CHECK(back + static_cast<long long>(ran_records(c).size()) == 5);
     CHECK(back >= 4);
     if (mode == "reliable") {
         auto lists = c.command({"KEYS", "*working*"});

@@ -16,11 +16,7 @@ require "yaml"
 require "securerandom"
 require "rbconfig"
 
-require "redis"
-# Sidekiq 6.4.1 predates redis-rb 4.8's deprecations (SADD's boolean reply, pipelining on the
-# client object, ...); keep their warnings out of the test output.
-Redis.sadd_returns_boolean = false if Redis.respond_to?(:sadd_returns_boolean=)
-Redis.silence_deprecations = true if Redis.respond_to?(:silence_deprecations=)
+require_relative "quiet_redis"
 
 require "sidekiq"
 require "sidekiq/api"
@@ -150,7 +146,14 @@ module KiqdInterop
     end
   end
 
+  # Every test gets its own redis-server (setup) and has everything it started stopped, by PID
+  # (teardown).
   module Helpers
+    def setup
+      super
+      start_redis
+    end
+
     # Polls the block every 25 ms until it returns a truthy value (which is returned); fails the
     # test after `timeout` seconds.
     def wait_until(timeout = 10, message = nil, interval: 0.025)
@@ -237,6 +240,34 @@ module KiqdInterop
       child
     end
 
+    # Writes a Ruby script for a child process to tmpdir (returns its path); it loads redis-rb
+    # quietly first, as this suite does.
+    def write_ruby_script(name, body)
+      path = File.join(tmpdir, name)
+      File.write(path, "require #{File.join(__dir__, "quiet_redis.rb").inspect}\n" + body)
+      path
+    end
+
+    # A real Ruby Sidekiq process that loads `jobfile` and serves `default` (-t 2: quick stops).
+    def spawn_sidekiq(jobfile, concurrency, *extra)
+      spawn_child("sidekiq", KiqdInterop.sidekiq_command("sidekiq") +
+                             ["-r", jobfile, "-c", concurrency.to_s, "-q", "default", "-t", "2",
+                              *extra])
+    end
+
+    # Fails the test, with the child's log, when `child` has exited.
+    def assert_alive(child)
+      flunk("#{child.name} exited: #{child.status.inspect}\n#{child.log}") unless child.alive?
+    end
+
+    # Waits up to `timeout` seconds for `child` to exit, and asserts that it did, with status 0.
+    def assert_exits_cleanly(child, timeout, message)
+      status = child.wait(timeout)
+      assert status, message
+      assert_equal 0, status.exitstatus, child.log
+      status
+    end
+
     # Records of Test::Record / Test::FailOnce runs (kiqd_test_daemon), oldest first.
     def ran_records
       redis.lrange("kiqd-test:ran", 0, -1).map { |s| JSON.parse(s) }
@@ -244,6 +275,16 @@ module KiqdInterop
 
     def process_for(kiqd)
       Sidekiq::ProcessSet.new.find { |p| p.identity == kiqd.identity }
+    end
+
+    # Waits until Sidekiq::Workers shows the job `jid` running in `kiqd`; returns [tid, work].
+    def wait_for_running(kiqd, jid, timeout = 12)
+      wait_until(timeout, "job #{jid} in Sidekiq::Workers") do
+        found = Sidekiq::Workers.new.find do |id, _tid, work|
+          id == kiqd.identity && work["payload"]["jid"] == jid
+        end
+        found && found[1..]
+      end
     end
 
     # The `beat` value of a process; useful to wait for "one more heartbeat".

@@ -8,10 +8,6 @@ require "minitest/mock"
 class AdminInteropTest < Minitest::Test
   include KiqdInterop::Helpers
 
-  def setup
-    start_redis
-  end
-
   # Runs `kiqd ARGS` with REDIS_URL pointing at this test's Redis; returns [stdout, stderr, status].
   def admin(*args, env: {})
     Open3.capture3({ "REDIS_URL" => redis_url }.merge(env), KiqdInterop::KIQD_BIN, *args,
@@ -28,10 +24,7 @@ class AdminInteropTest < Minitest::Test
 
   # A real Ruby Sidekiq process with failing workers: RubyFail and OtherFail raise RuntimeError.
   def start_ruby_sidekiq(*extra)
-    jobfile = File.join(tmpdir, "admin_jobs.rb")
-    File.write(jobfile, <<~RUBY)
-      Redis.sadd_returns_boolean = false if Redis.respond_to?(:sadd_returns_boolean=)
-      Redis.silence_deprecations = true if Redis.respond_to?(:silence_deprecations=)
+    jobfile = write_ruby_script("admin_jobs.rb", <<~RUBY)
       class RubyFail
         include Sidekiq::Worker
         def perform(*args) = raise("ruby failure \#{args.inspect}")
@@ -41,10 +34,9 @@ class AdminInteropTest < Minitest::Test
         def perform(*) = raise("other failure")
       end
     RUBY
-    sidekiq = spawn_child("sidekiq", KiqdInterop.sidekiq_command("sidekiq") +
-                                     ["-r", jobfile, "-c", "3", "-q", "default", "-t", "2", *extra])
+    sidekiq = spawn_sidekiq(jobfile, 3, *extra)
     wait_until(30, "the Ruby Sidekiq process in ProcessSet") do
-      flunk("sidekiq exited: #{sidekiq.status.inspect}\n#{sidekiq.log}") unless sidekiq.alive?
+      assert_alive(sidekiq)
       Sidekiq::ProcessSet.new.find { |p| p["pid"] == sidekiq.pid }
     end
     sidekiq
@@ -241,12 +233,8 @@ class AdminInteropTest < Minitest::Test
     stopped = admin_json("stop", "--all")
     assert_equal "TERM", stopped["signal"]
     assert_equal [kiqd.identity, ruby_id].sort, stopped["identities"].sort
-    st = sidekiq.wait(30)
-    assert st, "the Ruby Sidekiq process did not stop"
-    assert_equal 0, st.exitstatus
-    st = kiqd.wait(30)
-    assert st, "kiqd did not stop"
-    assert_equal 0, st.exitstatus
+    assert_exits_cleanly(sidekiq, 30, "the Ruby Sidekiq process did not stop")
+    assert_exits_cleanly(kiqd, 30, "kiqd did not stop")
     wait_until(10, "no processes left") { admin_json("processes").empty? }
   end
 end

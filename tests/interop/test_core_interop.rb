@@ -6,10 +6,6 @@ require "support"
 class CoreInteropTest < Minitest::Test
   include KiqdInterop::Helpers
 
-  def setup
-    start_redis
-  end
-
   # 1. Sidekiq::Client.push, Worker.perform_in and Sidekiq::Client.push_bulk all reach kiqd.
   def test_immediate_scheduled_and_bulk_jobs_pushed_by_ruby_are_run
     immediate = Sidekiq::Client.push("class" => Test::Record, "args" => ["immediate", { "k" => [1, 2] }])
@@ -96,19 +92,14 @@ class CoreInteropTest < Minitest::Test
     assert_equal [7, "seven"], entry.args
 
     kiqd.signal("TERM")
-    status = kiqd.wait(15)
-    assert status, "kiqd did not exit after TERM"
-    assert_equal 0, status.exitstatus
+    assert_exits_cleanly(kiqd, 15, "kiqd did not exit after TERM")
 
     Sidekiq::RetrySet.new.retry_all
     assert_equal 0, Sidekiq::RetrySet.new.size
     queued = Sidekiq::Queue.new("default").to_a
     assert_equal [jid], queued.map(&:jid)
-    jobfile = File.join(tmpdir, "ruby_only_job.rb")
-    File.write(jobfile, <<~RUBY)
+    jobfile = write_ruby_script("ruby_only_job.rb", <<~RUBY)
       require "json"
-      Redis.sadd_returns_boolean = false if Redis.respond_to?(:sadd_returns_boolean=)
-      Redis.silence_deprecations = true if Redis.respond_to?(:silence_deprecations=)
       class RubyOnlyJob
         include Sidekiq::Worker
         def perform(n, s)
@@ -118,10 +109,9 @@ class CoreInteropTest < Minitest::Test
         end
       end
     RUBY
-    sidekiq = spawn_child("sidekiq", KiqdInterop.sidekiq_command("sidekiq") +
-                                     ["-r", jobfile, "-c", "2", "-q", "default", "-t", "2"])
+    sidekiq = spawn_sidekiq(jobfile, 2)
     ran = wait_until(30, "the real Sidekiq to run RubyOnlyJob") do
-      flunk("sidekiq exited: #{sidekiq.status.inspect}\n#{sidekiq.log}") unless sidekiq.alive?
+      assert_alive(sidekiq)
       redis.lrange("ruby-ran", 0, -1).map { |s| JSON.parse(s) }.first
     end
     assert_equal jid, ran["jid"]
@@ -129,9 +119,7 @@ class CoreInteropTest < Minitest::Test
     assert_equal sidekiq.pid, ran["pid"]
 
     sidekiq.signal("TERM")
-    st = sidekiq.wait(20)
-    assert st, "sidekiq did not exit after TERM"
-    assert_equal 0, st.exitstatus, sidekiq.log
+    assert_exits_cleanly(sidekiq, 20, "sidekiq did not exit after TERM")
     assert_equal 0, Sidekiq::RetrySet.new.size
     assert_equal 0, Sidekiq::DeadSet.new.size
     assert_equal 0, Sidekiq::Queue.new("default").size
@@ -145,15 +133,11 @@ class CoreInteropTest < Minitest::Test
 
     kiqd = start_kiqd({}, args: ["-t", "1"])
     identity = kiqd.identity
-    wait_until(12, "the Sleep job to show up in Sidekiq::Workers") do
-      Sidekiq::Workers.new.any? { |pid, _tid, work| pid == identity && work["payload"]["jid"] == jid }
-    end
+    wait_for_running(kiqd, jid)
     assert_equal 0, redis.llen("queue:default"), "the job must have been fetched"
 
     kiqd.signal("TERM")
-    status = kiqd.wait(15)
-    assert status, "kiqd did not exit within 15 s of TERM with -t 1"
-    assert_equal 0, status.exitstatus
+    assert_exits_cleanly(kiqd, 15, "kiqd did not exit within 15 s of TERM with -t 1")
     assert_equal [original], redis.lrange("queue:default", 0, -1),
                  "the queue must hold exactly the original payload string"
     refute redis.sismember("processes", identity), "identity must leave `processes`"

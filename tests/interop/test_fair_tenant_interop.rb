@@ -137,7 +137,7 @@ class FairTenantInteropTest < Minitest::Test
   }.freeze
 
   def setup
-    start_redis
+    super
     @config_path = File.join(tmpdir, "enqueue.yml")
     File.write(@config_path, { "redis" => { "url" => redis_url },
                                "handlers" => README_RULES_YAML }.to_yaml)

@@ -9,10 +9,6 @@ class HandlersInteropTest < Minitest::Test
   EXAMPLE_PLUGIN = File.expand_path(ENV["KIQD_EXAMPLE_PLUGIN"] || "build/examples/libimage_jobs.so",
                                     KiqdInterop::ROOT)
 
-  def setup
-    start_redis
-  end
-
   def script(name, body)
     path = File.join(tmpdir, name)
     File.write(path, "#!/bin/sh\n#{body}\n")

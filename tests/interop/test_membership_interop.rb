@@ -11,22 +11,8 @@ class MembershipInteropTest < Minitest::Test
 
   HOSTNAME = Socket.gethostname
 
-  def setup
-    start_redis
-  end
-
   def sleep_job(seconds = 60)
     Sidekiq::Client.push("class" => "Kiqd::Sleep", "args" => [seconds])
-  end
-
-  # Waits until Sidekiq::Workers shows the job `jid` running in `kiqd`; returns [tid, work].
-  def wait_for_running(kiqd, jid, timeout = 12)
-    wait_until(timeout, "job #{jid} in Sidekiq::Workers") do
-      found = Sidekiq::Workers.new.find do |id, _tid, work|
-        id == kiqd.identity && work["payload"]["jid"] == jid
-      end
-      found && found[1..]
-    end
   end
 
   # 5. ProcessSet, Workers and Stats.
@@ -113,9 +99,7 @@ class MembershipInteropTest < Minitest::Test
     assert process_for(kiqd), "a quiet process keeps its heartbeat"
 
     process_for(kiqd).stop!
-    status = kiqd.wait(15)
-    assert status, "kiqd did not exit after stop!"
-    assert_equal 0, status.exitstatus
+    assert_exits_cleanly(kiqd, 15, "kiqd did not exit after stop!")
     refute redis.sismember("processes", identity)
     assert_nil process_for(kiqd)
     assert_equal 0, Sidekiq::ProcessSet.new.size
@@ -239,16 +223,12 @@ class MembershipInteropTest < Minitest::Test
 
   def start_web_ui
     port = KiqdInterop.free_port
-    script = File.join(tmpdir, "web.rb")
-    File.write(script, <<~RUBY)
+    script = write_ruby_script("web.rb", <<~RUBY)
       require "securerandom"
       require "rack"
       require "rack/session/cookie"
       require "webrick"
       require "rack/handler/webrick"
-      require "redis"
-      Redis.sadd_returns_boolean = false if Redis.respond_to?(:sadd_returns_boolean=)
-      Redis.silence_deprecations = true if Redis.respond_to?(:silence_deprecations=)
       require "sidekiq/web"
       Sidekiq.configure_client { |c| c.redis = { url: ENV.fetch("REDIS_URL") } }
       app = Rack::Builder.new do
@@ -261,7 +241,7 @@ class MembershipInteropTest < Minitest::Test
     web = spawn_child("web-ui", [KiqdInterop::RUBY, script])
     base = "http://127.0.0.1:#{port}"
     wait_until(30, "the Web UI to answer on #{base}") do
-      flunk("web UI exited: #{web.log}") unless web.alive?
+      assert_alive(web)
       http_get(base + "/").code == "200"
     rescue SystemCallError, Net::OpenTimeout, Net::ReadTimeout, EOFError
       false

@@ -10,10 +10,6 @@ class UniqueInteropTest < Minitest::Test
 
   DIGEST = "uniquejobs:0123456789abcdef0123456789abcdef"
 
-  def setup
-    start_redis
-  end
-
   def push_locked(args)
     jid = Sidekiq::Client.push("class" => "Test::Record", "args" => args,
                                "lock" => "until_and_while_executing", "lock_args" => ["acct-1"],

@@ -6,11 +6,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
-#include <thread>
+
+#include "support/wait_until.hpp"
 
 namespace kiqd::test {
 namespace {
@@ -34,11 +32,6 @@ pid_t spawn(const std::vector<std::string>& argv, const std::map<std::string, st
     return pid;
 }
 
-std::string make_temp_dir() {
-    char tmpl[] = "/tmp/kiqd-test-XXXXXX";
-    return ::mkdtemp(tmpl);
-}
-
 int decode(int status) {
     if (WIFEXITED(status)) return WEXITSTATUS(status);
     if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
@@ -49,13 +42,11 @@ int decode(int status) {
 
 KiqdProcess::KiqdProcess(const std::string& binary, const std::string& yaml,
                          std::vector<std::string> extra_args,
-                         std::map<std::string, std::string> env)
-    : dir_(make_temp_dir()) {
-    log_path_ = dir_ + "/output.log";
+                         std::map<std::string, std::string> env) {
+    log_path_ = dir_.file("output.log");
     std::vector<std::string> argv{binary};
     if (!yaml.empty()) {
-        config_path_ = dir_ + "/kiqd.yml";
-        std::ofstream(config_path_) << yaml;
+        config_path_ = dir_.write("kiqd.yml", yaml);
         argv.push_back("-C");
         argv.push_back(config_path_);
     }
@@ -68,8 +59,6 @@ KiqdProcess::~KiqdProcess() {
         ::kill(pid_, SIGKILL);
         wait_exit(std::chrono::seconds(5));
     }
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
 }
 
 void KiqdProcess::signal(int signo) const {
@@ -88,33 +77,45 @@ bool KiqdProcess::running() {
 }
 
 int KiqdProcess::wait_exit(std::chrono::milliseconds timeout) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (running()) {
-        if (std::chrono::steady_clock::now() > deadline) return -1;
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return status_;
+    return wait_until([&] { return !running(); }, timeout) ? status_ : -1;
+}
+
+int KiqdProcess::stop(std::chrono::milliseconds timeout) {
+    signal(SIGTERM);
+    return wait_exit(timeout);
 }
 
 std::string KiqdProcess::output() const {
-    std::ifstream in(log_path_);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
+    return read_file(log_path_);
+}
+
+bool KiqdProcess::wait_for_output(const std::string& text,
+                                  std::chrono::milliseconds timeout) const {
+    return wait_until([&] { return output().find(text) != std::string::npos; }, timeout);
 }
 
 std::pair<int, std::string> run_command(const std::vector<std::string>& argv,
                                         std::map<std::string, std::string> env) {
-    const std::string dir = make_temp_dir();
-    const std::string log = dir + "/out.log";
+    const TempDir dir;
+    const std::string log = dir.file("out.log");
     pid_t pid = spawn(argv, env, log);
     int status = 0;
     ::waitpid(pid, &status, 0);
-    std::ifstream in(log);
-    std::stringstream s;
-    s << in.rdbuf();
-    std::filesystem::remove_all(dir);
-    return {decode(status), s.str()};
+    return {decode(status), read_file(log)};
+}
+
+std::pair<int, std::string> check_config(const std::string& binary, const std::string& yaml,
+                                         const std::vector<std::string>& extra_args) {
+    const TempDir dir;
+    std::vector<std::string> argv{binary, "check-config", "-C", dir.write("kiqd.yml", yaml)};
+    argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+    return run_command(argv);
+}
+
+size_t occurrences(const std::string& text, const std::string& needle) {
+    size_t n = 0;
+    for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+    return n;
 }
 
 }  // namespace kiqd::test

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "support/temp_dir.hpp"
+
 namespace kiqd::test {
 
 class KiqdProcess {
@@ -22,13 +24,18 @@ class KiqdProcess {
     void signal(int signo) const;
     // Waits for exit; returns the exit status (128+signal when killed), or -1 on timeout.
     int wait_exit(std::chrono::milliseconds timeout = std::chrono::seconds(30));
+    // A clean stop: SIGTERM, then wait_exit().
+    int stop(std::chrono::milliseconds timeout = std::chrono::seconds(30));
     bool running();
     std::string output() const;  // everything the process printed so far
+    // Waits until the output contains `text`.
+    bool wait_for_output(const std::string& text,
+                         std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
     const std::string& config_path() const { return config_path_; }
 
   private:
     pid_t pid_ = -1;
-    std::string dir_;
+    TempDir dir_;
     std::string config_path_;
     std::string log_path_;
     int status_ = -1;
@@ -37,5 +44,12 @@ class KiqdProcess {
 // Runs a command to completion; returns {exit status, stdout+stderr}.
 std::pair<int, std::string> run_command(const std::vector<std::string>& argv,
                                         std::map<std::string, std::string> env = {});
+
+// `binary check-config -C <yaml in a temporary file> extra_args...`; returns {status, output}.
+std::pair<int, std::string> check_config(const std::string& binary, const std::string& yaml,
+                                         const std::vector<std::string>& extra_args = {});
+
+// How many times `needle` occurs in `text` (a log line in a process's output, ...).
+size_t occurrences(const std::string& text, const std::string& needle);
 
 }  // namespace kiqd::test

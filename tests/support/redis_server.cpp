@@ -7,9 +7,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <filesystem>
 #include <stdexcept>
-#include <thread>
+
+#include "support/wait_until.hpp"
 
 namespace kiqd::test {
 
@@ -30,49 +30,33 @@ std::string kiqd_config(const RedisServer& server, const std::string& extra) {
     return "redis: {url: " + server.url() + "}\npoll_interval_average: 0.5\n" + extra;
 }
 
-long long llen(redis::Connection& c, const std::string& key) {
-    return c.command({"LLEN", key}).integer();
+std::string default_queue_config(const RedisServer& server, const std::string& extra) {
+    return kiqd_config(server, "queues: [default]\n" + extra);
 }
 
-namespace {
-std::vector<std::string> strings(const redis::Reply& r) {
-    std::vector<std::string> out;
-    for (size_t i = 0; i < r.size(); ++i) out.emplace_back(r[i].str());
-    return out;
-}
-}  // namespace
-
-std::vector<std::string> lrange(redis::Connection& c, const std::string& key) {
-    return strings(c.command({"LRANGE", key, "0", "-1"}));
-}
-
-std::vector<std::string> zrange(redis::Connection& c, const std::string& key) {
-    return strings(c.command({"ZRANGE", key, "0", "-1"}));
-}
-
-bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-        if (pred()) return true;
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return pred();
+bool wait_until_answering(const redis::ConnectionOptions& options,
+                          std::chrono::milliseconds timeout) {
+    return wait_until(
+        [&] {
+            try {
+                redis::Connection c(options);
+                return c.command({"PING"}).str() == "PONG";
+            } catch (const redis::Error&) {
+                return false;
+            }
+        },
+        timeout);
 }
 
 RedisServer::RedisServer(std::vector<std::string> extra_args)
     : port_(free_port()), extra_args_(std::move(extra_args)) {
     for (size_t i = 0; i + 1 < extra_args_.size(); ++i)
         if (extra_args_[i] == "--requirepass") password_ = extra_args_[i + 1];
-    char tmpl[] = "/tmp/kiqd-redis-XXXXXX";
-    if (!::mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
-    dir_ = tmpl;
     start();
 }
 
 RedisServer::~RedisServer() {
-    stop();
-    std::error_code ignored;
-    std::filesystem::remove_all(dir_, ignored);
+    stop();  // dir_ goes after this, with the server's files
 }
 
 redis::ConnectionOptions RedisServer::options() const {
@@ -87,7 +71,7 @@ void RedisServer::start() {
     const std::string port = std::to_string(port_);
     std::vector<std::string> args = {
         "redis-server", "--port",     port,      "--bind",    "127.0.0.1",
-        "--dir",        dir_,         "--save",  "",          "--appendonly",
+        "--dir",        dir_.path(),  "--save",  "",          "--appendonly",
         "no",           "--loglevel", "warning", "--logfile", "/dev/null"};
     args.insert(args.end(), extra_args_.begin(), extra_args_.end());
     std::vector<char*> argv;
@@ -99,17 +83,8 @@ void RedisServer::start() {
         ::_exit(127);
     }
     if (pid_ < 0) throw std::runtime_error("fork failed");
-    const bool up = wait_until(
-        [&] {
-            try {
-                auto c = connect();
-                return c.command({"PING"}).str() == "PONG";
-            } catch (const redis::Error&) {
-                return false;
-            }
-        },
-        std::chrono::seconds(5));
-    if (!up) throw std::runtime_error("redis-server did not start on port " + port);
+    if (!wait_until_answering(options(), std::chrono::seconds(5)))
+        throw std::runtime_error("redis-server did not start on port " + port);
 }
 
 void RedisServer::stop() {

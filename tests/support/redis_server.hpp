@@ -4,17 +4,16 @@
 // (e.g. {"--appendonly", "yes"}); it runs in its own temporary directory, so AOF/RDB files and
 // replica state stay private. Also used to simulate outages (stop()/start() keep the port and
 // the directory; kill9() is a crash). shared() is one server per test binary; call flushall() at
-// the start of each test. wait_until() polls a predicate with a deadline instead of sleeping.
-// With "--requirepass PW" among `extra_args`, options()/connect() (and so the readiness check
-// and flushall()) authenticate with PW; url() never contains it.
+// the start of each test. With "--requirepass PW" among `extra_args`, options()/connect() (and so
+// the readiness check and flushall()) authenticate with PW; url() never contains it.
 #include <sys/types.h>
 
 #include <chrono>
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "kiqd/redis/connection.hpp"
+#include "support/temp_dir.hpp"
 
 namespace kiqd::test {
 
@@ -31,7 +30,7 @@ class RedisServer {
     void kill9();  // SIGKILL, then waits for the exit: a crash
     int port() const { return port_; }
     pid_t pid() const { return pid_; }
-    const std::string& dir() const { return dir_; }
+    const std::string& dir() const { return dir_.path(); }
     std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_) + "/0"; }
     const std::string& password() const { return password_; }  // from --requirepass, or ""
     redis::ConnectionOptions options() const;
@@ -45,23 +44,20 @@ class RedisServer {
 
     int port_;
     std::vector<std::string> extra_args_;
-    std::string dir_;
+    TempDir dir_{"kiqd-redis"};
     std::string password_;
     pid_t pid_ = -1;
 };
 
 int free_port();
 
+// Waits until a server at `options` answers PING (a redis-server or sentinel just started).
+bool wait_until_answering(const redis::ConnectionOptions& options,
+                          std::chrono::milliseconds timeout);
+
 // A kiqd YAML config pointing at `server`, with a fast scheduler poll, followed by `extra`.
 std::string kiqd_config(const RedisServer& server, const std::string& extra);
-
-// Small reads for assertions: a list's length, a list's or sorted set's members in order.
-long long llen(redis::Connection& c, const std::string& key);
-std::vector<std::string> lrange(redis::Connection& c, const std::string& key);
-std::vector<std::string> zrange(redis::Connection& c, const std::string& key);
-
-// Polls `pred` every 10 ms until it is true or `timeout` passes; returns its last value.
-bool wait_until(const std::function<bool()>& pred,
-                std::chrono::milliseconds timeout = std::chrono::seconds(10));
+// The same, serving only the `default` queue.
+std::string default_queue_config(const RedisServer& server, const std::string& extra);
 
 }  // namespace kiqd::test

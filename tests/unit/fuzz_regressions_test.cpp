@@ -6,6 +6,7 @@
 
 #include "job/job_retry.hpp"
 #include "kiqd/config.hpp"
+#include "support/job_of.hpp"
 
 using namespace kiqd;
 
@@ -19,10 +20,9 @@ TEST_CASE("fuzz: retry_count at the limits of long long does not overflow", "[fu
     // ~55,000 overflowed count⁴ in the delay.
     for (const std::string count :
          {"9223372036854775807", "100000", "-9223372036854775808", "-5"}) {
-        auto parsed = parse_job(
-            R"({"class":"A","args":[],"retry":1000000,"retry_count":)" + count + "}", "default");
-        REQUIRE(std::holds_alternative<Job>(parsed));
-        auto plan = retry.plan(std::get<Job>(parsed), failure, 1.7e9, rng);
+        auto job = kiqd::test::job_of(R"({"class":"A","args":[],"retry":1000000,"retry_count":)" +
+                                      count + "}");
+        auto plan = retry.plan(job, failure, 1.7e9, rng);
         auto edited = nlohmann::json::parse(plan.payload);
         INFO("retry_count " << count);
         CHECK(edited["retry_count"].is_number_integer());

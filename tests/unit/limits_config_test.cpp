@@ -7,19 +7,12 @@
 #include "middleware/limits/limit_scope.hpp"
 #include "middleware/limits/throttle.hpp"
 #include "support/config_errors.hpp"
+#include "support/job_of.hpp"
 
 using namespace kiqd;
 
 using kiqd::test::config_error_of;
-namespace {
-
-Job job_of(const std::string& raw) {
-    auto parsed = parse_job(raw, "default");
-    REQUIRE(std::holds_alternative<Job>(parsed));
-    return std::get<Job>(parsed);
-}
-
-}  // namespace
+using kiqd::test::job_of;
 
 TEST_CASE("limits: throttle and concurrency_limit per class in handlers:", "[config][limits]") {
     auto c = parse_config(R"(

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "support/redis_server.hpp"  // wait_until
+#include "support/wait_until.hpp"
 
 TEST_CASE("JSON log lines are valid JSON, whatever the message holds", "[logging]") {
     char path[] = "/tmp/kiqd-log-XXXXXX";

@@ -7,7 +7,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "support/redis_server.hpp"  // wait_until
+#include "support/wait_until.hpp"
 
 using namespace std::chrono_literals;
 using kiqd::test::wait_until;

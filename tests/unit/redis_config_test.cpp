@@ -11,8 +11,7 @@
 #include "kiqd/config.hpp"
 #include "kiqd/redis/connection.hpp"
 #include "kiqd/redis/sentinel.hpp"
-
-using kiqd::ConfigError;
+#include "support/config_errors.hpp"
 
 namespace {
 
@@ -24,12 +23,7 @@ kiqd::Config load(const std::string& yaml) {
 
 // The error a config text produces, or "" when it loads.
 std::string error_of(const std::string& yaml) {
-    try {
-        load(yaml);
-        return "";
-    } catch (const ConfigError& e) {
-        return e.what();
-    }
+    return kiqd::test::config_error_of("queues: [default]\n" + yaml, kiqd::validate_config);
 }
 
 // A temporary file with `content`, removed at scope exit.

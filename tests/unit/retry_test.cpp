@@ -3,16 +3,12 @@
 
 #include "job/backtrace_codec.hpp"
 #include "job/job_retry.hpp"
+#include "support/job_of.hpp"
 
 using namespace kiqd;
+using kiqd::test::job_of;
 
 namespace {
-
-Job job_from(const std::string& raw, const std::string& queue = "default") {
-    auto parsed = parse_job(raw, queue);
-    REQUIRE(std::holds_alternative<Job>(parsed));
-    return std::get<Job>(parsed);
-}
 
 struct Fixture {
     Keys keys;
@@ -53,7 +49,7 @@ TEST_CASE("first failure: Sidekiq's fields are added, everything else kept byte 
         R"({"class":"HardWorker","args":[1,{"queue":"nested"}],"retry":true,"queue":"default",)"
         R"("jid":"abc","created_at":1795312741.335896,"enqueued_at":1.7953127413360791E9,)"
         R"("x_custom":{"deep":[1.50,"caf\u00e9"]},"bid":"B-1"})";
-    auto plan = f.retry.plan(job_from(raw), f.failure, 1795312800.5, f.rng);
+    auto plan = f.retry.plan(job_of(raw), f.failure, 1795312800.5, f.rng);
     REQUIRE(plan.outcome == FailureOutcome::Retried);
     CHECK_THAT(plan.payload, Catch::Contains(R"("args":[1,{"queue":"nested"}])"));
     CHECK_THAT(plan.payload, Catch::Contains(R"("enqueued_at":1.7953127413360791E9)"));
@@ -73,7 +69,7 @@ TEST_CASE("first failure: Sidekiq's fields are added, everything else kept byte 
 TEST_CASE("later failures bump retry_count and set retried_at", "[retry]") {
     Fixture f;
     auto plan = f.retry.plan(
-        job_from(R"({"class":"W","args":[],"retry_count":3,"failed_at":1.5,"queue":"q"})", "q"),
+        job_of(R"({"class":"W","args":[],"retry_count":3,"failed_at":1.5,"queue":"q"})", "q"),
         f.failure, 1000.0, f.rng);
     auto p = nlohmann::json::parse(plan.payload);
     CHECK(p["retry_count"] == 4);
@@ -84,41 +80,40 @@ TEST_CASE("later failures bump retry_count and set retried_at", "[retry]") {
 
 TEST_CASE("retry: false, 0, N, dead: false, retry_queue, backtrace", "[retry]") {
     Fixture f;
-    CHECK(f.retry.plan(job_from(R"({"class":"W","retry":false})"), f.failure, 1, f.rng).outcome ==
+    CHECK(f.retry.plan(job_of(R"({"class":"W","retry":false})"), f.failure, 1, f.rng).outcome ==
           FailureOutcome::Discarded);
-    CHECK(f.retry.plan(job_from(R"({"class":"W","retry":null})"), f.failure, 1, f.rng).outcome ==
+    CHECK(f.retry.plan(job_of(R"({"class":"W","retry":null})"), f.failure, 1, f.rng).outcome ==
           FailureOutcome::Discarded);
-    CHECK(f.retry.plan(job_from(R"({"class":"W","retry":0})"), f.failure, 1, f.rng).outcome ==
+    CHECK(f.retry.plan(job_of(R"({"class":"W","retry":0})"), f.failure, 1, f.rng).outcome ==
           FailureOutcome::Dead);
-    CHECK(f.retry.plan(job_from(R"({"class":"W","retry":2,"retry_count":0})"), f.failure, 1, f.rng)
+    CHECK(f.retry.plan(job_of(R"({"class":"W","retry":2,"retry_count":0})"), f.failure, 1, f.rng)
               .outcome == FailureOutcome::Retried);
-    CHECK(f.retry.plan(job_from(R"({"class":"W","retry":2,"retry_count":1})"), f.failure, 1, f.rng)
+    CHECK(f.retry.plan(job_of(R"({"class":"W","retry":2,"retry_count":1})"), f.failure, 1, f.rng)
               .outcome == FailureOutcome::Dead);
-    CHECK(
-        f.retry.plan(job_from(R"({"class":"W","retry_count":24})"), f.failure, 1, f.rng).outcome ==
-        FailureOutcome::Dead);  // default max 25
-    CHECK(f.retry.plan(job_from(R"({"class":"W","retry":0,"dead":false})"), f.failure, 1, f.rng)
+    CHECK(f.retry.plan(job_of(R"({"class":"W","retry_count":24})"), f.failure, 1, f.rng).outcome ==
+          FailureOutcome::Dead);  // default max 25
+    CHECK(f.retry.plan(job_of(R"({"class":"W","retry":0,"dead":false})"), f.failure, 1, f.rng)
               .outcome == FailureOutcome::Discarded);
 
-    auto rq = f.retry.plan(job_from(R"({"class":"W","retry_queue":"slow"})"), f.failure, 1, f.rng);
+    auto rq = f.retry.plan(job_of(R"({"class":"W","retry_queue":"slow"})"), f.failure, 1, f.rng);
     CHECK(nlohmann::json::parse(rq.payload)["queue"] == "slow");
 
-    auto bt = f.retry.plan(job_from(R"({"class":"W","backtrace":2})"), f.failure, 1, f.rng);
+    auto bt = f.retry.plan(job_of(R"({"class":"W","backtrace":2})"), f.failure, 1, f.rng);
     auto lines = decode_backtrace(nlohmann::json::parse(bt.payload)["error_backtrace"]);
     REQUIRE(lines);
     CHECK(*lines == std::vector<std::string>{"a.rb:1", "b.rb:2"});
-    auto all = f.retry.plan(job_from(R"({"class":"W","backtrace":true})"), f.failure, 1, f.rng);
+    auto all = f.retry.plan(job_of(R"({"class":"W","backtrace":true})"), f.failure, 1, f.rng);
     CHECK(decode_backtrace(nlohmann::json::parse(all.payload)["error_backtrace"])->size() == 3);
 }
 
 TEST_CASE("retry_for: retried until failed_at + retry_for", "[retry]") {
     Fixture f;
     CHECK(f.retry
-              .plan(job_from(R"({"class":"W","retry_for":60,"failed_at":100.0,"retry_count":0})"),
+              .plan(job_of(R"({"class":"W","retry_for":60,"failed_at":100.0,"retry_count":0})"),
                     f.failure, 150, f.rng)
               .outcome == FailureOutcome::Retried);
     CHECK(f.retry
-              .plan(job_from(R"({"class":"W","retry_for":60,"failed_at":100.0,"retry_count":0})"),
+              .plan(job_of(R"({"class":"W","retry_for":60,"failed_at":100.0,"retry_count":0})"),
                     f.failure, 161, f.rng)
               .outcome == FailureOutcome::Dead);
 }
@@ -126,7 +121,7 @@ TEST_CASE("retry_for: retried until failed_at + retry_for", "[retry]") {
 TEST_CASE("error messages are cut at 10,000 characters and kept valid UTF-8", "[retry]") {
     Fixture f;
     f.failure.message = std::string(12000, 'x') + "\xff";
-    auto plan = f.retry.plan(job_from(R"({"class":"W"})"), f.failure, 1, f.rng);
+    auto plan = f.retry.plan(job_of(R"({"class":"W"})"), f.failure, 1, f.rng);
     auto msg = nlohmann::json::parse(plan.payload)["error_message"].get<std::string>();
     CHECK(msg.size() == 10000);
     CHECK(truncate_utf8("h\xc3\xa9llo", 2) == "h\xc3\xa9");
@@ -137,6 +132,6 @@ TEST_CASE("8.x compat writes integer millisecond timestamps", "[retry]") {
     DeadSet dead{keys, 10000, 100, Compat::v8};
     JobRetry retry{Compat::v8, 25, keys, dead};
     std::mt19937_64 rng(1);
-    auto plan = retry.plan(job_from(R"({"class":"W"})"), {"E", "m", {}}, 1795312800.25, rng);
+    auto plan = retry.plan(job_of(R"({"class":"W"})"), {"E", "m", {}}, 1795312800.25, rng);
     CHECK(nlohmann::json::parse(plan.payload)["failed_at"] == 1795312800250LL);
 }

@@ -7,16 +7,12 @@
 #include <catch2/catch.hpp>
 
 #include "support/config_errors.hpp"
+#include "support/job_of.hpp"
 
 using namespace kiqd;
+using kiqd::test::job_of;
 
 namespace {
-
-Job job_of(const std::string& raw) {
-    auto parsed = parse_job(raw, "default");
-    REQUIRE(std::holds_alternative<Job>(parsed));
-    return std::get<Job>(parsed);
-}
 
 ClassSpec class_with(LockDefaults lock) {
     return ClassSpec{"HardWorker", std::move(lock), 1};
@@ -135,8 +131,6 @@ TEST_CASE("unique: YAML lock options are validated with the key and the line", "
 }
 
 TEST_CASE("unique: a huge lock_ttl is an invalid lock, not an overflow", "[unique][fuzz]") {
-    auto parsed = parse_job(R"({"class":"C","args":[],"lock":"while_executing","lock_ttl":1e300})",
-                            "default");
-    REQUIRE(std::holds_alternative<Job>(parsed));
-    CHECK_THROWS_AS(resolve_lock(std::get<Job>(parsed), nullptr, UniqueJobsConfig{}), JobError);
+    auto job = job_of(R"({"class":"C","args":[],"lock":"while_executing","lock_ttl":1e300})");
+    CHECK_THROWS_AS(resolve_lock(job, nullptr, UniqueJobsConfig{}), JobError);
 }

@@ -1,0 +1,47 @@
+#include "support/redis_reads.hpp"
+
+namespace kiqd::test {
+namespace {
+
+std::vector<std::string> strings(const redis::Reply& r) {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < r.size(); ++i) out.emplace_back(r[i].str());
+    return out;
+}
+
+}  // namespace
+
+long long llen(redis::Connection& c, const std::string& key) {
+    return c.command({"LLEN", key}).integer();
+}
+
+long long zcard(redis::Connection& c, const std::string& key) {
+    return c.command({"ZCARD", key}).integer();
+}
+
+long long counter(redis::Connection& c, const std::string& key) {
+    auto v = c.command({"GET", key}).optional_str();
+    return v ? std::stoll(*v) : 0;
+}
+
+std::vector<std::string> lrange(redis::Connection& c, const std::string& key) {
+    return strings(c.command({"LRANGE", key, "0", "-1"}));
+}
+
+std::vector<std::string> zrange(redis::Connection& c, const std::string& key) {
+    return strings(c.command({"ZRANGE", key, "0", "-1"}));
+}
+
+std::optional<std::string> only_member(redis::Connection& c, const std::string& key) {
+    auto members = c.command({"SMEMBERS", key});
+    if (members.size() != 1) return std::nullopt;
+    return std::string(members[0].str());
+}
+
+std::vector<nlohmann::json> parse_each(const std::vector<std::string>& payloads) {
+    std::vector<nlohmann::json> out;
+    for (const auto& p : payloads) out.push_back(nlohmann::json::parse(p));
+    return out;
+}
+
+}  // namespace kiqd::test
