@@ -139,6 +139,12 @@ void Connection::open(const Endpoint& ep) {
             const auto& n = options_.client_name;
             run_once(3, std::array<const char*, 3>{"CLIENT", "SETNAME", n.c_str()}.data(),
                      std::array<size_t, 3>{6, 7, n.size()}.data());
+        } else if (ep.password.empty() && ep.db == 0) {
+            // Nothing was sent yet: ask once, so that a server wanting a password says NOAUTH
+            // here. Redis closes an unauthenticated connection without a reply when its first
+            // request is large (a heartbeat pipeline), and the operator would only see
+            // "Server closed the connection".
+            run_once(1, std::array<const char*, 1>{"PING"}.data(), std::array<size_t, 1>{4}.data());
         }
     } catch (const ReplyError& e) {
         disconnect();

@@ -206,7 +206,7 @@ TEST_CASE("auth: a wrong or missing password is one clear log line, never the pa
     }
     SECTION("no password") {
         KiqdProcess kiqd(KIQD_BINARY, base_yaml(server));
-        REQUIRE(kiqd.wait_for_output("requires a password"));
+        if (!kiqd.wait_for_output("requires a password")) FAIL(kiqd.output());
         const auto running_out = kiqd.output();
         INFO(running_out);
         CHECK_THAT(running_out, Catch::Contains("requires a password (NOAUTH"));
