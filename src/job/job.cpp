@@ -314,6 +314,7 @@ std::variant<Job, InvalidJob> parse_job(std::string raw, std::string queue,
             return InvalidJob{"Kiqd::InvalidJob", "payload nests deeper than " +
                                                       std::to_string(limits.max_nesting_depth) +
                                                       " levels"};
+        if (auto lenient = nlohmann_leniency(raw)) return InvalidJob{"JSON::ParserError", *lenient};
         JobFieldReader reader(job);
         invalid = reader.verdict(nlohmann::json::sax_parse(raw, &reader));
     }

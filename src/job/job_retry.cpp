@@ -36,6 +36,24 @@ long long JobRetry::delay_seconds(long long count, Compat compat, std::mt19937_6
 RetryPlan JobRetry::plan(const Job& job, const Failure& failure, double now,
                          std::mt19937_64& rng) const {
     RetryPlan plan;
+    // The original, not anything middleware changed. parse_job only makes Jobs whose payload
+    // this reads (both go through the same strict check); if it cannot — a Job built by hand, or
+    // a bug — nothing can be edited, and the original goes to the dead set whole with the
+    // reason, never a retry entry rebuilt around a fragment of it. Checked before payload(),
+    // which would throw on such a text.
+    std::string unreadable;
+    auto obj = RawJsonObject::parse(job.raw, &unreadable);
+    if (!obj) {
+        plan.outcome = FailureOutcome::Dead;
+        plan.score = now;
+        plan.payload = dead_.invalid_entry(
+            job.raw, job.queue,
+            {"Kiqd::InvalidJob",
+             truncate_utf8("the job failed (" + failure.error_class + ": " + failure.message +
+                               ") and its payload cannot be edited for a retry: " + unreadable,
+                           10000)});
+        return plan;
+    }
     const auto& p = job.payload();
     // Ruby truthiness: absent means the default (true); false and null disable retries.
     auto retry_it = p.find("retry");
@@ -46,7 +64,6 @@ RetryPlan JobRetry::plan(const Job& job, const Failure& failure, double now,
                               ? retry_it->get<long long>()
                               : max_retries_;
 
-    auto obj = RawJsonObject::parse(job.raw);  // the original, not anything middleware changed
     auto retry_queue = p.find("retry_queue");
     obj->set_string("queue", retry_queue != p.end() && retry_queue->is_string()
                                  ? retry_queue->get<std::string>()

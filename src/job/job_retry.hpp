@@ -1,11 +1,12 @@
 #pragma once
 // JobRetry: what happens to a job whose handler failed, exactly as Sidekiq's JobRetry does it
 // (docs/data-model.md#retries-and-the-dead-set): the original payload gains
-// retry_count/failed_at/retried_at/ error_class/error_message (+ error_backtrace when "backtrace"
-// is set) — every other field byte-for-byte unchanged — and goes to the "retry" ZSET after count⁴ +
-// 15 + jitter seconds, or to "dead" once retries are exhausted (unless "dead": false), or nowhere
-// for "retry": false. plan() is pure (unit-tested); record() writes the plan. Stateless; shared by
-// all threads.
+// retry_count/failed_at/retried_at/error_class/error_message (+ error_backtrace when "backtrace"
+// is set) — every other field byte-for-byte unchanged — and goes to the "retry" ZSET after
+// count⁴ + 15 + jitter seconds, or to "dead" once retries are exhausted (unless "dead": false),
+// or nowhere for "retry": false. A payload it cannot edit (not a Job parse_job made) goes to
+// "dead" whole, with the reason. plan() is pure (unit-tested); record() writes the plan.
+// Stateless; shared by all threads.
 #include <random>
 #include <string>
 #include <vector>

@@ -234,4 +234,14 @@ JsonScanResult json_scan(std::string_view text, JsonMemberVisitor* visitor, size
     return result;
 }
 
+std::optional<std::string> nlohmann_leniency(std::string_view text) {
+    // Only a whole mark at the very start is skipped: a partial one, or one after whitespace, is
+    // an error to nlohmann too.
+    if (text.starts_with("\xEF\xBB\xBF"))
+        return std::string("unexpected byte-order mark (EF BB BF) at the start of the payload");
+    if (const size_t at = text.find('\0'); at != std::string_view::npos)
+        return "unexpected NUL byte at offset " + std::to_string(at) + " of the payload";
+    return std::nullopt;
+}
+
 }  // namespace kiqd

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "job/json_scan.hpp"
+
 namespace kiqd {
 namespace {
 
@@ -68,6 +70,9 @@ std::optional<RawJsonObject> RawJsonObject::parse(std::string_view text, std::st
         if (error) *error = std::move(msg);
         return std::nullopt;
     };
+    // The same verdict as parse_job's: a payload it refused is not edited here either, and one
+    // it accepted always is.
+    if (auto lenient = nlohmann_leniency(text)) return fail(std::move(*lenient));
     if (!nlohmann::json::accept(text.begin(), text.end())) return fail("not valid JSON");
     size_t i = skip_ws(text, 0);
     if (i >= text.size() || text[i] != '{') return fail("not a JSON object");
