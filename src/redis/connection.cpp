@@ -18,30 +18,30 @@ timeval to_timeval(std::chrono::milliseconds ms) {
 
 }  // namespace
 
-void ReplyRef::mismatch(const std::string& what) const {
+void ReplyRef::unexpected(const std::string& what) const {
     if (stream_) stream_->out_of_step = true;
     throw ProtocolError(what);
 }
 
 std::string_view ReplyRef::str() const {
     if (r_->type == REDIS_REPLY_STRING || r_->type == REDIS_REPLY_STATUS) return {r_->str, r_->len};
-    mismatch("expected a string reply, got type " + std::to_string(r_->type));
+    unexpected("expected a string reply, got type " + std::to_string(r_->type));
 }
 
 long long ReplyRef::integer() const {
     if (r_->type == REDIS_REPLY_INTEGER) return r_->integer;
-    mismatch("expected an integer reply, got type " + std::to_string(r_->type));
+    unexpected("expected an integer reply, got type " + std::to_string(r_->type));
 }
 
 size_t ReplyRef::size() const {
     if (r_->type == REDIS_REPLY_NIL) return 0;
     if (r_->type != REDIS_REPLY_ARRAY)
-        mismatch("expected an array reply, got type " + std::to_string(r_->type));
+        unexpected("expected an array reply, got type " + std::to_string(r_->type));
     return r_->elements;
 }
 
 ReplyRef ReplyRef::operator[](size_t i) const {
-    if (i >= size()) mismatch("reply array index out of range");
+    if (i >= size()) unexpected("reply array index out of range");
     return ReplyRef(r_->element[i], stream_);
 }
 

@@ -55,9 +55,11 @@ class ReplyRef {
     size_t size() const;  // array length (0 for nil)
     ReplyRef operator[](size_t i) const;
     std::optional<std::string> optional_str() const;  // nil → nullopt
+    // For a reply whose shape the caller finds wrong (a script's reply of the wrong length):
+    // throws ProtocolError(what) and marks the connection for a reconnect, as the accessors do.
+    [[noreturn]] void unexpected(const std::string& what) const;
 
   private:
-    [[noreturn]] void mismatch(const std::string& what) const;
     const redisReply* r_;
     ReplyStreamState* stream_;  // kept alive by the owning Reply; null when not from a connection
 };
