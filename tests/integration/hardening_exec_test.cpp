@@ -10,8 +10,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -128,28 +126,6 @@ bool only_our_client_left(kiqd::redis::Connection& conn) {
     return lines_of(list).size() == 1;
 }
 
-// GET http://127.0.0.1:port/healthz → the status, 0 when nothing answered.
-int healthz_status(int port) {
-    namespace beast = boost::beast;
-    namespace http = beast::http;
-    try {
-        boost::asio::io_context io;
-        beast::tcp_stream stream(io);
-        stream.expires_after(std::chrono::seconds(10));
-        stream.connect(boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"),
-                                                      static_cast<unsigned short>(port)));
-        http::request<http::empty_body> req{http::verb::get, "/healthz", 11};
-        req.set(http::field::host, "127.0.0.1");
-        http::write(stream, req);
-        beast::flat_buffer buffer;
-        http::response<http::string_body> res;
-        http::read(stream, buffer, res);
-        return res.result_int();
-    } catch (const std::exception&) {
-        return 0;
-    }
-}
-
 // A blocking TCP connection to 127.0.0.1:port from this test process, closed at scope end.
 struct Client {
     explicit Client(int port) : fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
@@ -158,14 +134,33 @@ struct Client {
         a.sin_port = htons(static_cast<uint16_t>(port));
         a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
         connected = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+        const timeval patience{10, 0};  // a read gives up after this (an answer never came)
+        ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &patience, sizeof patience);
     }
     ~Client() { ::close(fd); }
     Client(const Client&) = delete;
     Client& operator=(const Client&) = delete;
     void send(const std::string& s) const { (void)!::write(fd, s.data(), s.size()); }
+    // Everything until the server closes (or the patience runs out).
+    std::string read_all() const {
+        std::string out;
+        char buf[4096];
+        for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) out.append(buf, size_t(n));
+        return out;
+    }
     int fd;
     bool connected = false;
 };
+
+// GET http://127.0.0.1:port/healthz → the status, 0 when nothing answered.
+int healthz_status(int port) {
+    Client c(port);
+    if (!c.connected) return 0;
+    c.send("GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    const std::string response = c.read_all();
+    if (response.rfind("HTTP/1.1 ", 0) != 0 || response.size() < 12) return 0;
+    return std::stoi(response.substr(9, 3));
+}
 
 const char* kSecret = "s3cret-Pa55word";
 
