@@ -12,7 +12,6 @@
 
 #include <catch2/catch.hpp>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -22,40 +21,24 @@
 #include "server/metrics_server.hpp"
 #include "support/kiqd_process.hpp"
 #include "support/redis_server.hpp"
+#include "support/temp_dir.hpp"
+#include "support/wait_until.hpp"
 
 using kiqd::test::KiqdProcess;
+using kiqd::test::read_file;
 using kiqd::test::RedisServer;
+using kiqd::test::TempDir;
 using kiqd::test::wait_until;
 namespace fs = std::filesystem;
 
 namespace {
 
-// A temporary directory for scripts and what they leave behind, removed at the end.
-struct ScratchDir {
-    ScratchDir() {
-        std::string tmpl = (fs::temp_directory_path() / "kiqd-hardening-XXXXXX").string();
-        path = ::mkdtemp(tmpl.data());
-    }
-    ~ScratchDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-    std::string file(const std::string& name) const { return path + "/" + name; }
-    // An executable bash script (bash: dash cannot redirect to descriptors above 9).
-    std::string script(const std::string& name, const std::string& body) const {
-        const std::string p = file(name);
-        std::ofstream(p) << "#!/bin/bash\n" << body << "\n";
-        fs::permissions(p, fs::perms::owner_all);
-        return p;
-    }
-    std::string read(const std::string& name) const {
-        std::ifstream in(file(name), std::ios::binary);
-        std::stringstream s;
-        s << in.rdbuf();
-        return s.str();
-    }
-    std::string path;
-};
+// An executable bash script in `dir` (bash: dash cannot redirect to descriptors above 9).
+std::string bash_script(const TempDir& dir, const std::string& name, const std::string& body) {
+    const std::string path = dir.write(name, "#!/bin/bash\n" + body + "\n");
+    fs::permissions(path, fs::perms::owner_all);
+    return path;
+}
 
 void push(kiqd::redis::Connection& conn, const nlohmann::json& job) {
     conn.command({"LPUSH", "queue:default", job.dump()});
@@ -170,11 +153,11 @@ TEST_CASE("exec hardening: the command sees descriptors 0-2 only and none of kiq
           "[exec][hardening]") {
     RedisServer server({"--requirepass", kSecret});
     auto conn = server.connect();
-    ScratchDir dir;
-    const std::string script = dir.script("inspect.sh",
-                                          "ls -l /proc/self/fd > \"$OUT/fds\"\n"
-                                          "env > \"$OUT/env\"\n"
-                                          "touch \"$OUT/done\"");
+    TempDir dir("kiqd-hardening");
+    const std::string script = bash_script(dir, "inspect.sh",
+                                           "ls -l /proc/self/fd > \"$OUT/fds\"\n"
+                                           "env > \"$OUT/env\"\n"
+                                           "touch \"$OUT/done\"");
     const std::string url_with_secret =
         "redis://:" + std::string(kSecret) + "@127.0.0.1:" + std::to_string(server.port()) + "/0";
     // The password comes from redis.password_env; the environment also holds the URL forms
@@ -187,7 +170,7 @@ TEST_CASE("exec hardening: the command sees descriptors 0-2 only and none of kiq
                          "handlers:\n  Inspect: {exec: [\"" +
                          script + "\"]}\n",
                      {},
-                     {{"OUT", dir.path},
+                     {{"OUT", dir.path()},
                       {"KIQD_TEST_REDIS_PASSWORD", kSecret},
                       {"REDIS_URL", server.url()},
                       {"REDIS_PROVIDER", "APP_REDIS"},
@@ -197,10 +180,10 @@ TEST_CASE("exec hardening: the command sees descriptors 0-2 only and none of kiq
     push(conn, job("Inspect", "0123456789abcdef0000aaaa"));
     REQUIRE(wait_until([&] { return fs::exists(dir.file("done")); }));
 
-    INFO("ls -l /proc/self/fd in the command:\n" << dir.read("fds"));
-    CHECK(listed_fds(dir.read("fds")) == std::set<int>{0, 1, 2});
+    INFO("ls -l /proc/self/fd in the command:\n" << read_file(dir.file("fds")));
+    CHECK(listed_fds(read_file(dir.file("fds"))) == std::set<int>{0, 1, 2});
 
-    const std::string env = dir.read("env");
+    const std::string env = read_file(dir.file("env"));
     INFO("the command's environment:\n" << env);
     CHECK(env.find(kSecret) == std::string::npos);
     const auto names = variable_names(env);
@@ -210,44 +193,42 @@ TEST_CASE("exec hardening: the command sees descriptors 0-2 only and none of kiq
     for (const char* name : {"KEEP_ME", "OUT", "PATH", "KIQD_JID"}) CHECK(names.count(name) == 1);
     CHECK(count_lines_with(env, {"KEEP_ME=visible"}) == 1);
     CHECK(count_lines_with(env, {"KIQD_JID=0123456789abcdef0000aaaa"}) == 1);
-    kiqd.signal(SIGTERM);
-    CHECK(kiqd.wait_exit() == 0);
+    CHECK(kiqd.stop() == 0);
 }
 
 TEST_CASE("exec hardening: raw commands written into every inherited descriptor reach no Redis",
           "[exec][hardening]") {
     RedisServer server({"--requirepass", kSecret});
     auto conn = server.connect();
-    ScratchDir dir;
+    TempDir dir("kiqd-hardening");
     // Writes SET pwned 1 (RESP) into every descriptor above 2 it has; notes the ones that took
     // it.
     const std::string script =
-        dir.script("inject.sh",
-                   "for fd in $(ls /proc/$$/fd); do\n"
-                   "  [ \"$fd\" -gt 2 ] || continue\n"
-                   "  printf '*3\\r\\n$3\\r\\nSET\\r\\n$5\\r\\npwned\\r\\n$1\\r\\n1\\r\\n' "
-                   "2>/dev/null >&\"$fd\" "
-                   "&& echo \"$fd\" >> \"$OUT/written\"\n"
-                   "done\n"
-                   "touch \"$OUT/done\"");
+        bash_script(dir, "inject.sh",
+                    "for fd in $(ls /proc/$$/fd); do\n"
+                    "  [ \"$fd\" -gt 2 ] || continue\n"
+                    "  printf '*3\\r\\n$3\\r\\nSET\\r\\n$5\\r\\npwned\\r\\n$1\\r\\n1\\r\\n' "
+                    "2>/dev/null >&\"$fd\" "
+                    "&& echo \"$fd\" >> \"$OUT/written\"\n"
+                    "done\n"
+                    "touch \"$OUT/done\"");
     KiqdProcess kiqd(KIQD_BINARY,
                      "redis: {url: \"" + server.url() +
                          "\", password_env: KIQD_TEST_REDIS_PASSWORD}\n"
                          "queues: [default]\nconcurrency: 3\n"
                          "handlers:\n  Inject: {exec: [\"" +
                          script + "\"]}\n",
-                     {}, {{"OUT", dir.path}, {"KIQD_TEST_REDIS_PASSWORD", kSecret}});
+                     {}, {{"OUT", dir.path()}, {"KIQD_TEST_REDIS_PASSWORD", kSecret}});
     push(conn, job("Inject", "0123456789abcdef0000bbbb"));
     REQUIRE(wait_until([&] { return fs::exists(dir.file("done")); }));
-    INFO("descriptors the command could write to: " << dir.read("written"));
-    CHECK(dir.read("written").empty());
+    INFO("descriptors the command could write to: " << read_file(dir.file("written")));
+    CHECK(read_file(dir.file("written")).empty());
     // kiqd still works after the command (its connections were never written into).
     push(conn, job("Kiqd::Noop", "0123456789abcdef0000cccc"));
     REQUIRE(wait_until([&] {
         return count_lines_with(kiqd.output(), {"jid=0123456789abcdef0000cccc", " done: "}) == 1;
     }));
-    kiqd.signal(SIGTERM);
-    CHECK(kiqd.wait_exit() == 0);
+    CHECK(kiqd.stop() == 0);
     // Once every connection kiqd had is closed, Redis has run whatever was written into them.
     REQUIRE(wait_until([&] { return only_our_client_left(conn); }));
     CHECK(conn.command({"EXISTS", "pwned"}).integer() == 0);
@@ -315,8 +296,8 @@ TEST_CASE("metrics hardening: idle clients beyond the cap cannot starve jobs of 
     auto& server = RedisServer::shared();
     server.flushall();
     auto conn = server.connect();
-    ScratchDir dir;
-    const std::string script = dir.script("record.sh", "touch \"$OUT/$KIQD_JID\"");
+    TempDir dir("kiqd-hardening");
+    const std::string script = bash_script(dir, "record.sh", "touch \"$OUT/$KIQD_JID\"");
     const int port = kiqd::test::free_port();
     KiqdProcess kiqd(
         KIQD_BINARY,
@@ -325,7 +306,7 @@ TEST_CASE("metrics hardening: idle clients beyond the cap cannot starve jobs of 
                                 "metrics: {listen: \"127.0.0.1:" +
                                     std::to_string(port) + "\"}\nhandlers:\n  Record: {exec: [\"" +
                                     script + "\"]}\n"),
-        {}, {{"OUT", dir.path}});
+        {}, {{"OUT", dir.path()}});
     REQUIRE(wait_until([&] { return healthz_status(port) == 200; }));
     // Room for 64 metrics sessions and a margin for jobs (an exec job needs 7 descriptors at
     // once) and reconnects; far less than the 300 connections below would take uncapped.
@@ -360,8 +341,7 @@ TEST_CASE("metrics hardening: idle clients beyond the cap cannot starve jobs of 
 
     clients.clear();
     CHECK(wait_until([&] { return healthz_status(port) == 200; }, std::chrono::seconds(30)));
-    kiqd.signal(SIGTERM);
-    CHECK(kiqd.wait_exit() == 0);
+    CHECK(kiqd.stop() == 0);
 }
 
 TEST_CASE("metrics hardening: accept() out of descriptors backs off, logs once, recovers",
@@ -392,8 +372,7 @@ TEST_CASE("metrics hardening: accept() out of descriptors backs off, logs once, 
         return kiqd.output().find("metrics: accepting connections again") != std::string::npos;
     }));
     CHECK(count_lines_with(kiqd.output(), {"metrics: cannot accept connections"}) == 1);
-    kiqd.signal(SIGTERM);
-    CHECK(kiqd.wait_exit() == 0);
+    CHECK(kiqd.stop() == 0);
 }
 
 namespace {
@@ -410,7 +389,7 @@ struct InjectionRun {
         auto& server = RedisServer::shared();
         server.flushall();
         auto conn = server.connect();
-        const std::string script = dir.script("noisy.sh", kEvilOutputScript);
+        const std::string script = bash_script(dir, "noisy.sh", kEvilOutputScript);
         KiqdProcess kiqd(KIQD_BINARY,
                          kiqd::test::kiqd_config(server,
                                                  "queues: [default]\nconcurrency: 1\n"
@@ -428,11 +407,10 @@ struct InjectionRun {
                    count_lines_with(out, {"jid=0123456789abcdef0000eeee queue=default done: "}) ==
                        1;
         }));
-        kiqd.signal(SIGTERM);
-        REQUIRE(kiqd.wait_exit() == 0);
+        REQUIRE(kiqd.stop() == 0);
         output = kiqd.output();
     }
-    ScratchDir dir;
+    TempDir dir{"kiqd-hardening"};
     std::string output;
 };
 

@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "server/logging.hpp"
-#include "support/redis_server.hpp"  // wait_until
+#include "support/wait_until.hpp"
 
 namespace {
 
