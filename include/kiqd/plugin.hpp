@@ -31,7 +31,9 @@
 
 // 2: pause strategies in MiddlewareRegistry, JobContext::client, ClassSpec's new fields,
 // HandlerRegistry declarations (metadata).
-#define KIQD_PLUGIN_ABI_VERSION 2
+// 3: redis::Reply, ReplyRef and Connection carry the reply-stream state (a reply of the wrong
+// type makes the connection reconnect).
+#define KIQD_PLUGIN_ABI_VERSION 3
 
 namespace kiqd {
 

@@ -61,12 +61,11 @@ std::vector<UnitOfWork> batch_units(const redis::Reply& reply,
                                     const std::vector<std::string>& names) {
     std::vector<UnitOfWork> out;
     if (reply.is_nil()) return out;
-    if (reply.size() % 2) throw redis::ProtocolError("batch fetch script: unexpected reply");
+    if (reply.size() % 2) reply.unexpected("batch fetch script: unexpected reply");
     out.reserve(reply.size() / 2);
     for (size_t i = 0; i < reply.size(); i += 2) {
         const auto q = static_cast<size_t>(reply[i].integer());
-        if (q < 1 || q > names.size())
-            throw redis::ProtocolError("batch fetch script: index out of range");
+        if (q < 1 || q > names.size()) reply.unexpected("batch fetch script: index out of range");
         out.push_back(UnitOfWork{names[q - 1], std::string(reply[i + 1].str())});
     }
     return out;
@@ -178,7 +177,7 @@ std::optional<UnitOfWork> BasicFetcher::retrieve_work(redis::Connection& conn, s
     argv_storage.push_back(std::to_string(kTimeoutSeconds));
     auto reply = command_after(conn, pending, argv_storage);
     if (reply.is_nil()) return std::nullopt;
-    if (reply.size() != 2) throw redis::ProtocolError("BRPOP returned an unexpected reply");
+    if (reply.size() != 2) reply.unexpected("BRPOP returned an unexpected reply");
     return UnitOfWork{std::string(keys_.queue_name(reply[0].str())), std::string(reply[1].str())};
 }
 

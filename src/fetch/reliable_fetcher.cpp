@@ -135,9 +135,9 @@ std::optional<UnitOfWork> ReliableFetcher::retrieve_work(
         }
         auto reply = fetch_script_.run(conn, keys, {});
         if (!reply.is_nil()) {
-            if (reply.size() != 2) throw redis::ProtocolError("fetch script: unexpected reply");
+            if (reply.size() != 2) reply.unexpected("fetch script: unexpected reply");
             const auto i = static_cast<size_t>(reply[0].integer());  // 1-based over the rest
-            if (i < 1 || i > rest) throw redis::ProtocolError("fetch script: index out of range");
+            if (i < 1 || i > rest) reply.unexpected("fetch script: index out of range");
             return UnitOfWork{*names[i], std::string(reply[1].str())};
         }
     }

@@ -19,6 +19,8 @@
 #include <system_error>
 #include <thread>
 
+#include "handlers/child_environment.hpp"
+
 extern char** environ;
 
 namespace kiqd {
@@ -93,6 +95,10 @@ bool is_executable_file(const std::string& path) {
            ::access(path.c_str(), X_OK) == 0;
 }
 
+bool is_continuation(char c) {
+    return (static_cast<unsigned char>(c) & 0xC0) == 0x80;
+}
+
 // Splits a child's output into lines for the log, and keeps the tail of stderr.
 class LineSink {
   public:
@@ -113,8 +119,13 @@ class LineSink {
             size_t nl = buf_.find('\n', start);
             if (nl == std::string::npos) {
                 if (buf_.size() - start >= max_line_) {
-                    emit(buf_.substr(start, max_line_));
-                    start += max_line_;
+                    // Cut before a UTF-8 continuation byte rather than through a character.
+                    size_t piece = max_line_;
+                    for (int back = 0;
+                         back < 3 && piece > 1 && is_continuation(buf_[start + piece]); ++back)
+                        --piece;
+                    emit(buf_.substr(start, piece));
+                    start += piece;
                     continue;
                 }
                 break;
@@ -193,15 +204,12 @@ class Child {
 
 class ExecRunner {
   public:
-    ExecRunner(ExecHandlerSpec spec, milliseconds timeout, ExecLimits limits)
-        : spec_(std::move(spec)), timeout_(timeout), limits_(limits) {
-        for (char** e = environ; e && *e; ++e) {
-            std::string_view v(*e);
-            if (v.rfind("KIQD_JID=", 0) == 0 || v.rfind("KIQD_CLASS=", 0) == 0 ||
-                v.rfind("KIQD_QUEUE=", 0) == 0 || v.rfind("KIQD_RETRY_COUNT=", 0) == 0)
-                continue;
-            base_env_.emplace_back(v);
-        }
+    ExecRunner(ExecHandlerSpec spec, milliseconds timeout, ExecLimits limits,
+               const std::vector<std::string>& secrets)
+        : spec_(std::move(spec)),
+          timeout_(timeout),
+          limits_(limits),
+          base_env_(child_environment(environ, secrets)) {
         command_line_ = fmt::format("{}", fmt::join(spec_.argv, " "));
     }
 
@@ -236,10 +244,15 @@ void ExecRunner::operator()(const Job& job, JobContext& ctx) const {
     posix_spawnattr_t attr;
     posix_spawn_file_actions_init(&actions);
     posix_spawnattr_init(&attr);
-    // dup2 clears close-on-exec on 0/1/2 only; every other descriptor kiqd owns closes at exec.
+    // dup2 clears close-on-exec on 0/1/2 only. Every descriptor kiqd opens is close-on-exec, but
+    // not every one is born so (hiredis's sockets are marked just after connect, a plugin's are
+    // beyond kiqd's control, and a descriptor inherited from kiqd's own parent is not kiqd's),
+    // so the child also closes everything above 2 before exec (glibc: close_range, or a walk of
+    // /proc/self/fd where the kernel lacks it).
     posix_spawn_file_actions_adddup2(&actions, in.read.get(), 0);
     posix_spawn_file_actions_adddup2(&actions, out.write.get(), 1);
     posix_spawn_file_actions_adddup2(&actions, err.write.get(), 2);
+    const int close_rc = posix_spawn_file_actions_addclosefrom_np(&actions, 3);
     sigset_t none, all;
     sigemptyset(&none);
     sigfillset(&all);
@@ -249,7 +262,9 @@ void ExecRunner::operator()(const Job& job, JobContext& ctx) const {
     posix_spawnattr_setflags(
         &attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
     pid_t pid = -1;
-    const int rc = ::posix_spawnp(&pid, argv[0], &actions, &attr, argv.data(), envp.data());
+    const int rc = close_rc != 0
+                       ? close_rc
+                       : ::posix_spawnp(&pid, argv[0], &actions, &attr, argv.data(), envp.data());
     posix_spawn_file_actions_destroy(&actions);
     posix_spawnattr_destroy(&attr);
     if (rc != 0) {
@@ -420,19 +435,20 @@ void ExecRunner::operator()(const Job& job, JobContext& ctx) const {
 }  // namespace
 
 Handler make_exec_handler(const ExecHandlerSpec& spec, milliseconds default_timeout,
-                          ExecLimits limits) {
+                          ExecLimits limits, const std::vector<std::string>& secrets) {
     if (spec.argv.empty()) throw ConfigError("handlers." + spec.job_class + ".exec", "is empty");
     // A child that exits before reading its stdin must not kill kiqd with SIGPIPE: writes
     // then fail with EPIPE instead. (Children get the default disposition back at exec.)
     std::signal(SIGPIPE, SIG_IGN);
-    auto runner =
-        std::make_shared<const ExecRunner>(spec, spec.timeout.value_or(default_timeout), limits);
+    auto runner = std::make_shared<const ExecRunner>(spec, spec.timeout.value_or(default_timeout),
+                                                     limits, secrets);
     return [runner](const Job& job, JobContext& ctx) { (*runner)(job, ctx); };
 }
 
 void register_exec_handlers(const Config& config, HandlerRegistry& registry) {
+    const auto secrets = kiqd_secrets(config);
     for (const auto& spec : config.exec_handlers)
-        registry.add(spec.job_class, make_exec_handler(spec, config.timeout));
+        registry.add(spec.job_class, make_exec_handler(spec, config.timeout, {}, secrets));
 }
 
 std::optional<std::string> exec_command_problem(const ExecHandlerSpec& spec) {

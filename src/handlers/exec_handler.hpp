@@ -10,17 +10,20 @@
 // Per job, kiqd starts the command directly (posix_spawn, no shell) in its own process group,
 // writes the whole job payload (the raw JSON string) to its stdin and closes it, and sets
 // KIQD_JID, KIQD_CLASS, KIQD_QUEUE and KIQD_RETRY_COUNT (empty before the first retry) on top of
-// kiqd's own environment. stdout and stderr are logged line by line with the jid.
+// kiqd's own environment minus kiqd's secrets (child_environment.hpp). stdout and stderr are
+// logged line by line with the jid.
 //   exit 0                  → success
 //   other exit or a signal  → JobError "Kiqd::ExecError": the status and the last stderr lines
 //   runs past `timeout`     → SIGTERM to the group, SIGKILL after `grace`; "Kiqd::Timeout"
 //   cannot be started       → "Kiqd::ExecError" naming the command and errno
 //   kiqd's hard shutdown    → SIGTERM (SIGKILL after up to 2 s), then kiqd::Interrupted (the job
 //                             has already been requeued)
-// Every child is reaped; every descriptor kiqd opens is close-on-exec.
+// Every child is reaped. The child gets descriptors 0-2 and nothing else: every descriptor kiqd
+// opens is close-on-exec, and the child closes all above 2 before exec in any case.
 #include <chrono>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "kiqd/config.hpp"
 #include "kiqd/handler_registry.hpp"
@@ -35,8 +38,9 @@ struct ExecLimits {
 };
 
 // The handler for one `handlers:` entry. `default_timeout` applies when the spec has none.
+// `secrets` (kiqd_secrets): environment variables whose value contains one are not passed on.
 Handler make_exec_handler(const ExecHandlerSpec& spec, std::chrono::milliseconds default_timeout,
-                          ExecLimits limits = {});
+                          ExecLimits limits = {}, const std::vector<std::string>& secrets = {});
 
 // Registers every `handlers:` entry of the config (replacing handlers of the same name).
 void register_exec_handlers(const Config& config, HandlerRegistry& registry);

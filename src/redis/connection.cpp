@@ -1,5 +1,7 @@
 #include "kiqd/redis/connection.hpp"
 
+#include <fcntl.h>
+
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -16,26 +18,31 @@ timeval to_timeval(std::chrono::milliseconds ms) {
 
 }  // namespace
 
+void ReplyRef::unexpected(const std::string& what) const {
+    if (stream_) stream_->out_of_step = true;
+    throw ProtocolError(what);
+}
+
 std::string_view ReplyRef::str() const {
     if (r_->type == REDIS_REPLY_STRING || r_->type == REDIS_REPLY_STATUS) return {r_->str, r_->len};
-    throw ProtocolError("expected a string reply, got type " + std::to_string(r_->type));
+    unexpected("expected a string reply, got type " + std::to_string(r_->type));
 }
 
 long long ReplyRef::integer() const {
     if (r_->type == REDIS_REPLY_INTEGER) return r_->integer;
-    throw ProtocolError("expected an integer reply, got type " + std::to_string(r_->type));
+    unexpected("expected an integer reply, got type " + std::to_string(r_->type));
 }
 
 size_t ReplyRef::size() const {
     if (r_->type == REDIS_REPLY_NIL) return 0;
     if (r_->type != REDIS_REPLY_ARRAY)
-        throw ProtocolError("expected an array reply, got type " + std::to_string(r_->type));
+        unexpected("expected an array reply, got type " + std::to_string(r_->type));
     return r_->elements;
 }
 
 ReplyRef ReplyRef::operator[](size_t i) const {
-    if (i >= size()) throw ProtocolError("reply array index out of range");
-    return ReplyRef(r_->element[i]);
+    if (i >= size()) unexpected("reply array index out of range");
+    return ReplyRef(r_->element[i], stream_);
 }
 
 std::optional<std::string> ReplyRef::optional_str() const {
@@ -62,6 +69,12 @@ Connection::~Connection() {
 void Connection::disconnect() noexcept {
     if (ctx_) redisFree(ctx_);
     ctx_ = nullptr;
+    stream_.reset();
+}
+
+void Connection::connect_if_needed() {
+    if (ctx_ && (!stream_ || stream_->out_of_step)) disconnect();
+    if (!ctx_) connect();
 }
 
 void Connection::fail_context(const char* what) {
@@ -110,6 +123,11 @@ void Connection::open(const Endpoint& ep) {
                                 : redisConnectUnixWithTimeout(ep.unix_path.c_str(), ct);
     if (!ctx_) throw IoError("cannot allocate a Redis context");
     if (ctx_->err) fail_context("cannot connect to Redis");
+    // hiredis 0.14 creates its socket without SOCK_CLOEXEC: an exec'd child (exec handlers)
+    // must not inherit a connection that is about to be authenticated. (The exec child closes
+    // every descriptor above 2 as well, which covers the instant before this call.)
+    if (::fcntl(ctx_->fd, F_SETFD, FD_CLOEXEC) != 0) fail_context("cannot set close-on-exec");
+    stream_ = std::make_shared<ReplyStreamState>();
     if (redisSetTimeout(ctx_, to_timeval(options_.socket_timeout)) != REDIS_OK)
         fail_context("cannot set the Redis socket timeout");
     // TCP keep-alive notices a peer that vanished without a FIN (host lost).
@@ -214,10 +232,10 @@ void Connection::connect_via_sentinel() {
 }
 
 Reply Connection::run_once(int argc, const char** argv, const size_t* lens) {
-    if (!ctx_) connect();
+    connect_if_needed();
     auto* raw = static_cast<redisReply*>(redisCommandArgv(ctx_, argc, argv, lens));
     if (!raw) fail_context("Redis command failed");
-    Reply reply(raw);
+    Reply reply(raw, stream_);
     if (raw->type == REDIS_REPLY_ERROR) {
         std::string msg(raw->str, raw->len);
         if (msg.rfind("NOAUTH", 0) == 0) auth_failed(msg);  // it wants a password we lack
@@ -268,7 +286,7 @@ std::vector<Reply> Connection::pipeline(const std::vector<Command>& commands) {
 }
 
 std::vector<Reply> Connection::pipeline_unchecked(const std::vector<Command>& commands) {
-    if (!ctx_) connect();
+    connect_if_needed();
     for (const auto& cmd : commands) {
         std::vector<const char*> ptrs;
         std::vector<size_t> lens;
@@ -285,7 +303,7 @@ std::vector<Reply> Connection::pipeline_unchecked(const std::vector<Command>& co
     for (size_t i = 0; i < commands.size(); ++i) {
         void* raw = nullptr;
         if (redisGetReply(ctx_, &raw) != REDIS_OK || !raw) fail_context("Redis pipeline failed");
-        replies.emplace_back(static_cast<redisReply*>(raw));
+        replies.emplace_back(static_cast<redisReply*>(raw), stream_);
     }
     return replies;
 }

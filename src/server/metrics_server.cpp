@@ -1,11 +1,17 @@
 #include "server/metrics_server.hpp"
 
 #include <fmt/format.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <cerrno>
+#include <cstring>
+#include <optional>
 
 #include "kiqd/clock.hpp"
 #include "kiqd/job.hpp"
@@ -16,11 +22,48 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
+using Steady = std::chrono::steady_clock;
 
+namespace {
+
+// Limits that keep the endpoint from costing kiqd the descriptors its Redis connections and exec
+// pipes need (docs/hardening-exec.md): at most kMaxSessions connections are open at once (more
+// wait in the kernel's listen backlog, costing kiqd nothing, until one ends); a connection must
+// deliver a whole request within kRequestTimeout, may stay idle between requests for
+// kIdleTimeout, and must take its response within kWriteTimeout.
+constexpr size_t kMaxSessions = 64;
+constexpr auto kRequestTimeout = std::chrono::seconds(5);
+constexpr auto kIdleTimeout = std::chrono::seconds(10);
+constexpr auto kWriteTimeout = std::chrono::seconds(5);
+constexpr size_t kMaxRequestBody = 64 * 1024;  // GET and HEAD have none; more ends the session
+// accept() failing for lack of descriptors (EMFILE, ENFILE, ...) is retried after a pause that
+// doubles up to the maximum, instead of at once (which spins a core while the connection waits).
+constexpr auto kAcceptRetryFirst = std::chrono::milliseconds(50);
+constexpr auto kAcceptRetryMax = std::chrono::milliseconds(1000);
+
+}  // namespace
+
+// The server thread's state; only that thread touches it after start().
 struct MetricsServer::Impl {
+    Impl(MetricsServer& server, spdlog::logger& log) : server(server), log(log) {}
+    void accept_next();
+    void accept_one();
+    void accept_failed(int error);
+    void session_ended();
+
+    MetricsServer& server;
+    spdlog::logger& log;
+    // Declared before io: io's destructor destroys pending handlers, and with them sessions,
+    // which call session_ended().
+    bool stopping = false;
+    size_t sessions = 0;
+    bool waiting_for_a_free_session = false;
+    std::optional<Steady::time_point> accept_failing_since;  // an EMFILE-like episode, logged once
+    std::chrono::milliseconds accept_retry = kAcceptRetryFirst;
     asio::io_context io;
+    tcp protocol = tcp::v4();  // of the listening address
     tcp::acceptor acceptor{io};
-    bool stopped = false;
+    asio::steady_timer accept_retry_timer{io};
 };
 
 namespace {
@@ -28,24 +71,40 @@ namespace {
 // One connection: read requests and answer them until the client closes or goes quiet.
 class Session : public std::enable_shared_from_this<Session> {
   public:
-    Session(tcp::socket socket, MetricsServer& server)
-        : stream_(std::move(socket)), server_(server) {}
-    void start() { read(); }
+    Session(tcp::socket socket, MetricsServer::Impl& impl)
+        : stream_(std::move(socket)), impl_(impl) {
+        ++impl_.sessions;
+    }
+    ~Session() { impl_.session_ended(); }
+    void start() { read_request(); }
 
   private:
-    void read() {
-        request_ = {};
-        stream_.expires_after(std::chrono::seconds(5));
-        http::async_read(stream_, buffer_, request_,
+    // Between requests: wait up to kIdleTimeout for the next one to begin.
+    void wait_for_request() {
+        if (buffer_.size() > 0) return read_request();  // pipelined: already here
+        stream_.expires_after(kIdleTimeout);
+        stream_.async_read_some(buffer_.prepare(4096),
+                                [self = shared_from_this()](beast::error_code ec, size_t n) {
+                                    if (ec) return self->close();
+                                    self->buffer_.commit(n);
+                                    self->read_request();
+                                });
+    }
+    void read_request() {
+        parser_.emplace();
+        parser_->body_limit(kMaxRequestBody);
+        stream_.expires_after(kRequestTimeout);
+        http::async_read(stream_, buffer_, *parser_,
                          [self = shared_from_this()](beast::error_code ec, size_t) {
                              if (ec) return self->close();
+                             self->request_ = self->parser_->release();
                              self->respond();
                          });
     }
     void respond() {
         MetricsServer::Response r{405, "text/plain; charset=utf-8", "method not allowed\n"};
         if (request_.method() == http::verb::get || request_.method() == http::verb::head)
-            r = server_.handle(std::string(request_.target()));
+            r = impl_.server.handle(std::string(request_.target()));
         response_ = {};
         response_.version(request_.version());
         response_.result(static_cast<http::status>(r.status));
@@ -54,10 +113,11 @@ class Session : public std::enable_shared_from_this<Session> {
         response_.keep_alive(request_.keep_alive());
         if (request_.method() != http::verb::head) response_.body() = std::move(r.body);
         response_.prepare_payload();
+        stream_.expires_after(kWriteTimeout);
         http::async_write(stream_, response_,
                           [self = shared_from_this()](beast::error_code ec, size_t) {
                               if (ec || !self->response_.keep_alive()) return self->close();
-                              self->read();
+                              self->wait_for_request();
                           });
     }
     void close() {
@@ -66,19 +126,75 @@ class Session : public std::enable_shared_from_this<Session> {
     }
 
     beast::tcp_stream stream_;
-    MetricsServer& server_;
+    MetricsServer::Impl& impl_;
     beast::flat_buffer buffer_;
+    std::optional<http::request_parser<http::string_body>> parser_;
     http::request<http::string_body> request_;
     http::response<http::string_body> response_;
 };
 
-void accept_loop(tcp::acceptor& acceptor, MetricsServer& server) {
-    acceptor.async_accept([&acceptor, &server](beast::error_code ec, tcp::socket socket) {
-        if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
-        if (!ec) std::make_shared<Session>(std::move(socket), server)->start();
-        accept_loop(acceptor, server);
+}  // namespace
+
+void MetricsServer::Impl::accept_next() {
+    if (stopping || !acceptor.is_open()) return;
+    if (sessions >= kMaxSessions) {
+        waiting_for_a_free_session = true;  // session_ended() resumes
+        return;
+    }
+    acceptor.async_wait(tcp::acceptor::wait_read, [this](beast::error_code ec) {
+        if (ec == asio::error::operation_aborted || stopping || !acceptor.is_open()) return;
+        accept_one();
     });
 }
+
+void MetricsServer::Impl::accept_one() {
+    // accept4 rather than asio's accept: the session's socket is close-on-exec from its first
+    // instant, so an exec handler started on another thread meanwhile cannot inherit it.
+    const int fd = ::accept4(acceptor.native_handle(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+        const int error = errno;
+        if (error == EMFILE || error == ENFILE || error == ENOBUFS || error == ENOMEM)
+            return accept_failed(error);
+        // EAGAIN (the client left again), ECONNABORTED, EINTR, ...: wait for the next one.
+        return accept_next();
+    }
+    if (accept_failing_since) {
+        log.info("metrics: accepting connections again after {:.1f} s",
+                 std::chrono::duration<double>(Steady::now() - *accept_failing_since).count());
+        accept_failing_since.reset();
+        accept_retry = kAcceptRetryFirst;
+    }
+    tcp::socket socket(io);
+    beast::error_code ec;
+    socket.assign(protocol, fd, ec);
+    if (ec)
+        ::close(fd);
+    else
+        std::make_shared<Session>(std::move(socket), *this)->start();
+    accept_next();
+}
+
+void MetricsServer::Impl::accept_failed(int error) {
+    if (!accept_failing_since) {
+        accept_failing_since = Steady::now();
+        log.warn("metrics: cannot accept connections: {}; retrying with backoff", strerror(error));
+    }
+    accept_retry_timer.expires_after(accept_retry);
+    accept_retry = std::min(accept_retry * 2, kAcceptRetryMax);
+    accept_retry_timer.async_wait([this](beast::error_code ec) {
+        if (!ec) accept_next();
+    });
+}
+
+void MetricsServer::Impl::session_ended() {
+    --sessions;
+    if (waiting_for_a_free_session && !stopping) {
+        waiting_for_a_free_session = false;
+        accept_next();
+    }
+}
+
+namespace {
 
 void gauge(std::string& out, const char* name, const char* help, double value) {
     out += fmt::format("# HELP {} {}\n# TYPE {} gauge\n{} {}\n", name, help, name, name, value);
@@ -97,7 +213,7 @@ MetricsServer::MetricsServer(const MetricsConfig& config, Sources sources, spdlo
           o.socket_timeout = std::chrono::milliseconds(2000);
           return o;
       }()),
-      impl_(std::make_unique<Impl>()) {}
+      impl_(std::make_unique<Impl>(*this, log)) {}
 
 MetricsServer::~MetricsServer() {
     stop();
@@ -111,15 +227,23 @@ void MetricsServer::start() {
                                  "' is not an IP address: " + ec.message());
     const tcp::endpoint endpoint(address, static_cast<unsigned short>(config_.port));
     auto& a = impl_->acceptor;
-    a.open(endpoint.protocol(), ec);
+    impl_->protocol = endpoint.protocol();
+    // The listening socket is close-on-exec from the start (asio's open() is not).
+    const int fd = ::socket(endpoint.protocol().family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        ec.assign(errno, beast::system_category());
+    else
+        a.assign(endpoint.protocol(), fd, ec);
+    if (ec && fd >= 0) ::close(fd);
     if (!ec) a.set_option(asio::socket_base::reuse_address(true), ec);
     if (!ec) a.bind(endpoint, ec);
     if (!ec) a.listen(asio::socket_base::max_listen_connections, ec);
+    if (!ec) a.non_blocking(true, ec);  // accept4 must not block when a client left again
     if (ec)
         throw std::runtime_error("metrics.listen: cannot listen on " + config_.listen + ": " +
                                  ec.message());
     port_ = a.local_endpoint().port();
-    accept_loop(a, *this);
+    impl_->accept_next();
     thread_ = std::thread([this] {
         try {
             impl_->io.run();
@@ -134,6 +258,7 @@ void MetricsServer::stop() noexcept {
     if (!thread_.joinable()) return;
     asio::post(impl_->io, [this] {
         beast::error_code ignored;
+        impl_->stopping = true;
         impl_->acceptor.close(ignored);
         impl_->io.stop();  // open sessions are dropped: the process is going away
     });

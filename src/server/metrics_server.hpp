@@ -8,7 +8,11 @@
 //                 kiqd_redis_up.
 //   GET /healthz  200 "ok" when Redis answers PING and every processor thread is alive (or the
 //                 process is quiet: "quiet"); 503 with the reason otherwise.
-// Requests are served one at a time (a scrape is cheap; a 5 s timeout bounds a slow client).
+// Requests are served one at a time (a scrape is cheap). The endpoint never costs kiqd more than
+// a bounded number of descriptors: at most 64 connections at once (more wait in the listen
+// backlog), 5 s to send a request, 10 s idle between keep-alive requests, and accept() failures
+// for lack of descriptors are retried with backoff (metrics_server.cpp has the numbers).
+// Every socket it opens is close-on-exec from its first instant.
 // start() binds on the caller's thread (so a bad address fails startup) and then runs the
 // thread; stop() closes the acceptor and joins. Only the server thread touches its connection.
 #include <spdlog/logger.h>
@@ -55,8 +59,9 @@ class MetricsServer {
     };
     Response handle(const std::string& target);
 
+    struct Impl;  // the server thread's acceptor, sessions and timers (metrics_server.cpp)
+
   private:
-    struct Impl;
     std::string render_metrics();
     MetricsConfig config_;
     Sources sources_;

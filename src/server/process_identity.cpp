@@ -1,10 +1,11 @@
 #include "server/process_identity.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -58,12 +59,20 @@ std::string ProcessIdentity::info_json(const Config& config, const QueueOrder& q
 }
 
 long long current_rss_kb() {
-    std::ifstream status("/proc/self/status");
-    std::string line;
-    while (std::getline(status, line)) {
-        if (line.rfind("VmRSS:", 0) == 0) return std::atoll(line.c_str() + 6);
+    // Read with open(O_CLOEXEC), not std::ifstream (whose descriptor is inheritable): this runs
+    // on the heartbeat thread while processor threads may be starting exec children.
+    const int fd = ::open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    std::string text;
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) != 0;) {
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) break;
+        text.append(buf, static_cast<size_t>(n));
     }
-    return 0;
+    ::close(fd);
+    const auto at = text.find("\nVmRSS:");
+    return at == std::string::npos ? 0 : std::atoll(text.c_str() + at + 7);
 }
 
 }  // namespace kiqd

@@ -4,11 +4,14 @@
 // drops the socket so that the next command reconnects: callers never see a half-dead
 // connection, only typed errors (redis/errors.hpp). On READONLY / NOREPLICAS / UNBLOCKED
 // it reconnects and retries the command once, which follows a fail-over (Sidekiq does the same).
+// A reply of an unexpected type (ProtocolError from ReplyRef) also costs the socket: the next
+// command reconnects rather than read replies that may belong to other commands.
 // With Sentinel (ConnectionOptions::sentinel), every connect asks the sentinels in turn for the
 // master, connects to it and checks with ROLE that it is a master, so a reconnect after a
 // fail-over finds the promoted replica.
 #include <hiredis/hiredis.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <initializer_list>
@@ -24,10 +27,19 @@
 
 namespace kiqd::redis {
 
+// Shared by a connection and the replies read from it. A reply of another type or shape than its
+// reader expects means that replies and commands may no longer match up (an extra reply on the
+// wire puts every later reply one command late), so the connection drops its socket before its
+// next command instead of reading on.
+struct ReplyStreamState {
+    std::atomic<bool> out_of_step{false};
+};
+
 // A non-owning view of a (possibly nested) reply.
 class ReplyRef {
   public:
-    explicit ReplyRef(const redisReply* r) : r_(r) {}
+    explicit ReplyRef(const redisReply* r, ReplyStreamState* stream = nullptr)
+        : r_(r), stream_(stream) {}
     bool is_nil() const { return r_->type == REDIS_REPLY_NIL; }
     bool is_array() const { return r_->type == REDIS_REPLY_ARRAY; }
     bool is_string() const {
@@ -36,27 +48,34 @@ class ReplyRef {
     bool is_integer() const { return r_->type == REDIS_REPLY_INTEGER; }
     bool is_error() const { return r_->type == REDIS_REPLY_ERROR; }
     std::string_view error_text() const { return {r_->str, r_->len}; }  // when is_error()
-    // Throws ProtocolError when the reply has another type than asked for.
+    // Throw ProtocolError when the reply has another type than asked for (and mark the
+    // connection it came from for a reconnect).
     std::string_view str() const;
     long long integer() const;
     size_t size() const;  // array length (0 for nil)
     ReplyRef operator[](size_t i) const;
     std::optional<std::string> optional_str() const;  // nil → nullopt
+    // For a reply whose shape the caller finds wrong (a script's reply of the wrong length):
+    // throws ProtocolError(what) and marks the connection for a reconnect, as the accessors do.
+    [[noreturn]] void unexpected(const std::string& what) const;
 
   private:
     const redisReply* r_;
+    ReplyStreamState* stream_;  // kept alive by the owning Reply; null when not from a connection
 };
 
 // Owns a top-level reply.
 class Reply : public ReplyRef {
   public:
-    explicit Reply(redisReply* r) : ReplyRef(r), owner_(r) {}
+    explicit Reply(redisReply* r, std::shared_ptr<ReplyStreamState> stream = nullptr)
+        : ReplyRef(r, stream.get()), owner_(r), stream_(std::move(stream)) {}
 
   private:
     struct Free {
         void operator()(redisReply* r) const { freeReplyObject(r); }
     };
     std::unique_ptr<redisReply, Free> owner_;
+    std::shared_ptr<ReplyStreamState> stream_;
 };
 
 using Command = std::vector<std::string>;
@@ -108,13 +127,15 @@ class Connection {
     [[noreturn]] void fail_context(const char* what);
     void open(const Endpoint& ep);  // connect + AUTH/SELECT/SETNAME to exactly this server
     void connect_via_sentinel();
-    bool is_master();  // ROLE says master (or ROLE is not allowed for this ACL user)
+    bool is_master();          // ROLE says master (or ROLE is not allowed for this ACL user)
+    void connect_if_needed();  // connects, or reconnects when a reply showed the stream astray
     [[noreturn]] void auth_failed(const std::string& reply);
 
     ConnectionOptions options_;
     Endpoint current_;
     size_t preferred_sentinel_ = 0;  // the sentinel that answered last: asked first next time
     redisContext* ctx_ = nullptr;
+    std::shared_ptr<ReplyStreamState> stream_;  // one per socket: a new socket starts in step
 };
 
 // True for the reply errors after which Sidekiq reconnects and retries (fail-over in progress).
