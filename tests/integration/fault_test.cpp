@@ -63,6 +63,10 @@ TEST_CASE("fault: a flush applied by Redis whose reply is lost is not counted tw
     const auto me = ProcessIdentity::create();
     Heartbeat heartbeat(t.rt, me, "{}");
     auto conn = server.connect();
+    // Connected before the server blocks: the connection's setup (its PING) must not be what
+    // times out, the transaction must be.
+    heartbeat.beat();
+    REQUIRE(counter(conn, "stat:processed") == 0);
     t.work.processed = 3;
     t.work.failed = 1;
 
