@@ -120,8 +120,8 @@ std::string run_jobs(const RedisServer& server, const std::string& yaml, int n,
     KiqdProcess kiqd(KIQD_BINARY, yaml, {}, std::move(env));
     CHECK(wait_until([&] { return llen(conn, "queue:default") == 0; }));
     CHECK(kiqd.stop() == 0);
-    CHECK(processed(conn) == n);  // stats flush at exit
     INFO(kiqd.output());
+    CHECK(processed(conn) == n);  // stats flush at exit
     CHECK_THAT(kiqd.output(), Catch::Contains("Bye!"));
     return kiqd.output();
 }
