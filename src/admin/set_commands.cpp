@@ -6,6 +6,7 @@
 #include "admin/exit_codes.hpp"
 #include "admin/sidekiq_api.hpp"
 #include "admin/table.hpp"
+#include "common/control_escape.hpp"
 
 namespace kiqd::admin {
 namespace {
@@ -37,7 +38,7 @@ int cmd_set(redis::Connection& conn, const Keys& keys, const Config& config, con
         if (r.json) {
             ojson a = ojson::array();
             for (const auto& e : entries) a.push_back(entry_json(e));
-            out << a.dump() << "\n";
+            out << json_text(a) << "\n";
             return 0;
         }
         const double now = epoch_seconds();
@@ -54,7 +55,7 @@ int cmd_set(redis::Connection& conn, const Keys& keys, const Config& config, con
         return 0;
     }
     if (action != "retry" && action != "delete") {
-        err << "kiqd: " << r.command << ": unknown action '" << action
+        err << "kiqd: " << r.command << ": unknown action '" << escape_control(action)
             << "' (expected list, retry or delete)" << std::endl;
         return kExitNotFound;
     }
@@ -73,11 +74,10 @@ int cmd_set(redis::Connection& conn, const Keys& keys, const Config& config, con
                             ? retry_entries(conn, keys, set_key, entries, config.compat)
                             : delete_entries(conn, set_key, entries);
     if (r.json) {
-        out << ojson{{"action", action},
-                     {"set", set_key},
-                     {"matched", entries.size()},
-                     {action == "retry" ? "retried" : "deleted", done}}
-                   .dump()
+        out << json_text({{"action", action},
+                          {"set", set_key},
+                          {"matched", entries.size()},
+                          {action == "retry" ? "retried" : "deleted", done}})
             << "\n";
     } else {
         out << (action == "retry" ? "retried " : "deleted ") << done << " of " << entries.size()
