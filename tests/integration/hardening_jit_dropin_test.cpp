@@ -49,8 +49,8 @@ TEST_CASE("systemd: the JIT drop-in turns MemoryDenyWriteExecute off and verifie
         CHECK(sout.find("Service may create writable executable memory mappings") !=
               std::string::npos);
         std::smatch m;
-        REQUIRE(std::regex_search(sout, m,
-                                  std::regex("Overall exposure level for \\S+: ([0-9.]+)")));
+        REQUIRE(
+            std::regex_search(sout, m, std::regex("Overall exposure level for \\S+: ([0-9.]+)")));
         CHECK(scode == 0);
         CHECK(std::stod(m[1]) <= 2.0);
     }

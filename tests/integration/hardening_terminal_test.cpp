@@ -6,7 +6,6 @@
 // JSON. Its output must hold no raw control byte (only the line breaks between lines), no C1
 // control, no bidi override, must be valid UTF-8, and must show the escapes instead.
 #include <catch2/catch.hpp>
-#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "kiqd/keys.hpp"
@@ -23,11 +22,8 @@ const std::string kTitle = "\x1b]0;pwned\x07";  // set the window title
 const std::string kCsi = "\xc2\x9b";            // U+009B, the one-character CSI
 const std::string kBidi = "\xe2\x80\xae";       // U+202E RIGHT-TO-LEFT OVERRIDE
 
-// The binary under test: KIQD_BINARY_UNDER_TEST (to run these cases against another build),
-// else the one built with the tests.
 std::string kiqd_binary() {
-    const char* other = std::getenv("KIQD_BINARY_UNDER_TEST");
-    return other && *other ? other : KIQD_BINARY;
+    return kiqd::test::binary_under_test(KIQD_BINARY);
 }
 
 // What is wrong with `out` as terminal output, or "" when nothing is: a control byte other
