@@ -37,8 +37,7 @@ int cmd_pause(redis::Connection& conn, const Keys& keys, const Config& config, c
         out << ": kiqd processes stop fetching from it within " << refresh.count() << " s";
     else if (changed && r.action == "worker")
         out << ": its parked jobs (" << escape_control(pause_control_worker_name(name))
-            << ") go back to their "
-            << "queues at the next resume round";
+            << ") go back to their queues at the next resume round";
     out << "\n";
     return 0;
 }
