@@ -2,14 +2,18 @@
 #include "admin/admin.hpp"
 
 #include "admin/admin_connection.hpp"
+#include "admin/escaped_output.hpp"
 #include "admin/pause_commands.hpp"
 #include "admin/process_commands.hpp"
 #include "admin/set_commands.hpp"
 #include "admin/stats_commands.hpp"
+#include "common/control_escape.hpp"
 
 namespace kiqd::admin {
 
-int run_admin(const Request& r, const Config& config, std::ostream& out, std::ostream& err) {
+int run_admin(const Request& r, const Config& config, std::ostream& raw_out,
+              std::ostream& raw_err) {
+    EscapedOutput out(raw_out), err(raw_err);
     const Keys keys(config.redis.key_prefix);
     const redis::ConnectionOptions options = admin_connection_options(config);
     try {
@@ -24,13 +28,14 @@ int run_admin(const Request& r, const Config& config, std::ostream& out, std::os
         if (r.command == "pause" || r.command == "resume")
             return cmd_pause(conn, keys, config, r, out, err);
         if (r.command == "paused") return cmd_paused(conn, keys, r, out);
-        err << "kiqd: unknown admin command " << r.command << std::endl;
+        err << "kiqd: unknown admin command " << escape_control(r.command) << std::endl;
         return kExitNotFound;
     } catch (const NotFound& e) {
-        err << "kiqd: " << r.command << ": " << e.what() << std::endl;
+        err << "kiqd: " << r.command << ": " << escape_control(e.what()) << std::endl;
         return kExitNotFound;
     } catch (const redis::Error& e) {
-        err << "kiqd: " << r.command << ": " << describe_redis_error(e, options) << std::endl;
+        err << "kiqd: " << r.command << ": " << escape_control(describe_redis_error(e, options))
+            << std::endl;
         return kExitUnavailable;
     }
 }

@@ -9,7 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "admin/admin_connection.hpp"
+#include "admin/escaped_output.hpp"
 #include "admin/exit_codes.hpp"
+#include "common/control_escape.hpp"
 #include "kiqd/client.hpp"
 #include "kiqd/clock.hpp"
 
@@ -77,8 +79,9 @@ std::optional<double> parse_enqueue_time(const std::string& text, double now) {
     return static_cast<double>(timegm(&tm) - offset) + frac;
 }
 
-int run_enqueue(const EnqueueRequest& r, const Config& config, std::ostream& out,
-                std::ostream& err) {
+int run_enqueue(const EnqueueRequest& r, const Config& config, std::ostream& raw_out,
+                std::ostream& raw_err) {
+    EscapedOutput out(raw_out), err(raw_err);
     nlohmann::ordered_json job{{"class", r.job_class}, {"args", nlohmann::ordered_json::array()}};
     if (r.job_class.empty()) {
         err << "kiqd enqueue: CLASS must not be empty" << std::endl;
@@ -90,8 +93,8 @@ int run_enqueue(const EnqueueRequest& r, const Config& config, std::ostream& out
         } catch (const nlohmann::json::parse_error& e) {
             std::string what = e.what();
             if (auto p = what.find("parse error"); p != std::string::npos) what = what.substr(p);
-            err << "kiqd enqueue: ARG_JSON " << i + 1 << " (" << r.args_json[i]
-                << ") is not valid JSON: " << what
+            err << "kiqd enqueue: ARG_JSON " << i + 1 << " (" << escape_control(r.args_json[i])
+                << ") is not valid JSON: " << escape_control(what)
                 << " (a string needs JSON quotes, e.g. '\"text\"')" << std::endl;
             return kExitBadInput;
         }
@@ -106,7 +109,7 @@ int run_enqueue(const EnqueueRequest& r, const Config& config, std::ostream& out
     if (r.at) {
         auto when = parse_enqueue_time(*r.at, epoch_seconds());
         if (!when) {
-            err << "kiqd enqueue: --at '" << *r.at
+            err << "kiqd enqueue: --at '" << escape_control(*r.at)
                 << "' is not a time (epoch seconds, +N[s|m|h|d], or ISO 8601 like "
                    "2026-11-22T15:00:00Z)"
                 << std::endl;
@@ -125,13 +128,13 @@ int run_enqueue(const EnqueueRequest& r, const Config& config, std::ostream& out
             err << "kiqd enqueue: a client middleware stopped the push" << std::endl;
             return kExitNotFound;
         }
-        out << jid << std::endl;
+        out << escape_control(jid) << std::endl;
         return 0;
     } catch (const std::invalid_argument& e) {
-        err << "kiqd enqueue: " << e.what() << std::endl;
+        err << "kiqd enqueue: " << escape_control(e.what()) << std::endl;
         return kExitBadInput;
     } catch (const redis::Error& e) {
-        err << "kiqd enqueue: " << describe_redis_error(e, options) << std::endl;
+        err << "kiqd enqueue: " << escape_control(describe_redis_error(e, options)) << std::endl;
         return kExitUnavailable;
     }
 }

@@ -6,6 +6,7 @@
 #include "admin/exit_codes.hpp"
 #include "admin/sidekiq_api.hpp"
 #include "admin/table.hpp"
+#include "common/control_escape.hpp"
 #include "middleware/pause/pause_control.hpp"
 
 namespace kiqd::admin {
@@ -23,20 +24,20 @@ int cmd_pause(redis::Connection& conn, const Keys& keys, const Config& config, c
     const bool changed = set_paused(conn, keys, r.action, name, pause);
     const auto refresh = std::chrono::duration<double>(config.pause_control.refresh_interval);
     if (r.json) {
-        out << ojson{{"kind", r.action}, {"name", name}, {"paused", pause}, {"changed", changed}}
-                   .dump()
+        out << json_text(
+                   {{"kind", r.action}, {"name", name}, {"paused", pause}, {"changed", changed}})
             << "\n";
         return 0;
     }
-    out << r.action << " " << name << (changed ? " is now " : " was already ")
+    out << r.action << " " << escape_control(name) << (changed ? " is now " : " was already ")
         << (pause ? "paused" : "resumed");
     if (changed && pause && r.action == "worker")
         out << ": kiqd processes park its jobs within " << refresh.count() << " s";
     else if (changed && pause)
         out << ": kiqd processes stop fetching from it within " << refresh.count() << " s";
     else if (changed && r.action == "worker")
-        out << ": its parked jobs (" << pause_control_worker_name(name) << ") go back to their "
-            << "queues at the next resume round";
+        out << ": its parked jobs (" << escape_control(pause_control_worker_name(name))
+            << ") go back to their queues at the next resume round";
     out << "\n";
     return 0;
 }
@@ -51,7 +52,7 @@ int cmd_paused(redis::Connection& conn, const Keys& keys, const Request& r, std:
                                {"paused", w.paused},
                                {"parked", w.parked},
                                {"strategy", w.strategy}});
-        out << ojson{{"queues", queues}, {"workers", workers}}.dump() << "\n";
+        out << json_text({{"queues", queues}, {"workers", workers}}) << "\n";
         return 0;
     }
     std::vector<std::vector<std::string>> rows;

@@ -6,6 +6,7 @@
 #include "admin/exit_codes.hpp"
 #include "admin/sidekiq_api.hpp"
 #include "admin/table.hpp"
+#include "common/control_escape.hpp"
 
 namespace kiqd::admin {
 
@@ -27,7 +28,7 @@ int cmd_processes(redis::Connection& conn, const Keys& keys, const Request& r, s
                          {"beat", p.beat},
                          {"started_at", p.started_at},
                          {"quiet", p.quiet}});
-        out << a.dump() << "\n";
+        out << json_text(a) << "\n";
         return 0;
     }
     std::vector<std::vector<std::string>> rows;
@@ -62,9 +63,10 @@ int cmd_signal(redis::Connection& conn, const Keys& keys, const Request& r, std:
     }
     for (const auto& id : ids) send_signal(conn, keys, id, signal);
     if (r.json) {
-        out << ojson{{"signal", signal}, {"identities", ids}}.dump() << "\n";
+        out << json_text({{"signal", signal}, {"identities", ids}}) << "\n";
     } else {
-        for (const auto& id : ids) out << r.command << ": sent " << signal << " to " << id << "\n";
+        for (const auto& id : ids)
+            out << r.command << ": sent " << signal << " to " << escape_control(id) << "\n";
         if (ids.empty()) out << r.command << ": no live processes\n";
     }
     return 0;

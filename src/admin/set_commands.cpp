@@ -6,6 +6,7 @@
 #include "admin/exit_codes.hpp"
 #include "admin/sidekiq_api.hpp"
 #include "admin/table.hpp"
+#include "common/control_escape.hpp"
 
 namespace kiqd::admin {
 namespace {
@@ -37,7 +38,7 @@ int cmd_set(redis::Connection& conn, const Keys& keys, const Config& config, con
         if (r.json) {
             ojson a = ojson::array();
             for (const auto& e : entries) a.push_back(entry_json(e));
-            out << a.dump() << "\n";
+            out << json_text(a) << "\n";
             return 0;
         }
         const double now = epoch_seconds();
@@ -54,7 +55,7 @@ int cmd_set(redis::Connection& conn, const Keys& keys, const Config& config, con
         return 0;
     }
     if (action != "retry" && action != "delete") {
-        err << "kiqd: " << r.command << ": unknown action '" << action
+        err << "kiqd: " << r.command << ": unknown action '" << escape_control(action)
             << "' (expected list, retry or delete)" << std::endl;
         return kExitNotFound;
     }
@@ -69,24 +70,32 @@ int cmd_set(redis::Connection& conn, const Keys& keys, const Config& config, con
                                        [&](const SetEntry& e) { return e.jid == jid; });
         if (!found) throw NotFound("no entry with jid " + jid + " in the " + set_key + " set");
     }
-    const size_t done = action == "retry"
-                            ? retry_entries(conn, keys, set_key, entries, config.compat)
-                            : delete_entries(conn, set_key, entries);
+    RetryResult retried;
+    if (action == "retry") retried = retry_entries(conn, keys, set_key, entries, config.compat);
+    const size_t done = action == "retry" ? retried.moved : delete_entries(conn, set_key, entries);
     if (r.json) {
-        out << ojson{{"action", action},
+        ojson result{{"action", action},
                      {"set", set_key},
                      {"matched", entries.size()},
-                     {action == "retry" ? "retried" : "deleted", done}}
-                   .dump()
-            << "\n";
+                     {action == "retry" ? "retried" : "deleted", done}};
+        if (retried.refused) {
+            result["refused"] = retried.refused;
+            result["error"] = retried.refusal;
+        }
+        out << json_text(result) << "\n";
     } else {
         out << (action == "retry" ? "retried " : "deleted ") << done << " of " << entries.size()
             << " matching " << (dead ? "dead" : "retry") << " entr"
             << (entries.size() == 1 ? "y" : "ies");
-        if (done < entries.size()) out << " (the others were moved or removed meanwhile)";
+        if (retried.refused)
+            out << "; " << retried.refused << " left in the set, Redis refused to move "
+                << (retried.refused == 1 ? "it" : "them") << ": "
+                << escape_control(retried.refusal);
+        else if (done < entries.size())
+            out << " (the others were moved or removed meanwhile)";
         out << "\n";
     }
-    return 0;
+    return retried.refused ? kExitUnavailable : 0;
 }
 
 }  // namespace kiqd::admin

@@ -202,8 +202,8 @@ std::vector<SetEntry> list_entries(redis::Connection& conn, const std::string& s
     return out;
 }
 
-size_t retry_entries(redis::Connection& conn, const Keys& keys, const std::string& set_key,
-                     const std::vector<SetEntry>& entries, Compat compat) {
+RetryResult retry_entries(redis::Connection& conn, const Keys& keys, const std::string& set_key,
+                          const std::vector<SetEntry>& entries, Compat compat) {
     // The scheduler's move: the push happens only if this call removed the member.
     //
     // KEYS[1] -> set_key: the retry or dead ZSET the entry is in
@@ -214,9 +214,10 @@ size_t retry_entries(redis::Connection& conn, const Keys& keys, const std::strin
     // ARGV[3] -> the payload to LPUSH: the member with retry_count − 1 and a fresh enqueued_at
     //
     // Returns 1 when this call removed the member and pushed the payload, 0 when the member was
-    // already gone (the scheduler or another admin moved it first; nothing is pushed).
+    // already gone (the scheduler or another admin moved it first; nothing is pushed), and a
+    // WRONGTYPE error with nothing written when KEYS[2] or KEYS[3] holds another type.
     static const redis::Script script(kMoveToQueueScript);
-    size_t moved = 0;
+    RetryResult result;
     for (const auto& e : entries) {
         auto obj = RawJsonObject::parse(e.member);
         if (!obj) continue;  // not JSON: Sidekiq's retry would raise too; leave it in the set
@@ -234,11 +235,16 @@ size_t retry_entries(redis::Connection& conn, const Keys& keys, const std::strin
             if (v.is_string()) queue = v.get<std::string>();
         }
         obj->set("enqueued_at", payload_timestamp(compat, epoch_seconds()));
-        auto reply = script.run(conn, {set_key, keys.queues(), keys.queue(queue)},
-                                {e.member, queue, obj->dump()});
-        if (reply.is_integer() && reply.integer() == 1) ++moved;
+        try {
+            auto reply = script.run(conn, {set_key, keys.queues(), keys.queue(queue)},
+                                    {e.member, queue, obj->dump()});
+            if (reply.is_integer() && reply.integer() == 1) ++result.moved;
+        } catch (const redis::ReplyError& refusal) {
+            if (!refusal.starts_with("WRONGTYPE")) throw;
+            if (result.refused++ == 0) result.refusal = refusal.what();
+        }
     }
-    return moved;
+    return result;
 }
 
 size_t delete_entries(redis::Connection& conn, const std::string& set_key,

@@ -65,9 +65,16 @@ std::vector<SetEntry> list_entries(redis::Connection& conn, const std::string& s
 // SortedEntry#retry for each entry: retry_count − 1 (when present), a fresh enqueued_at, then
 // ZREM from the set and, only if that removed it, SADD queues + LPUSH to its queue — in one Lua
 // script per entry, so a job is never lost between the two steps and never pushed twice (an
-// entry that the scheduler or another admin moved first is skipped). Returns how many moved.
-size_t retry_entries(redis::Connection& conn, const Keys& keys, const std::string& set_key,
-                     const std::vector<SetEntry>& entries, Compat compat);
+// entry that the scheduler or another admin moved first is skipped). An entry whose queue key
+// (or `queues`) holds another type is refused by the script before it writes anything, and
+// stays in the set.
+struct RetryResult {
+    size_t moved = 0;
+    size_t refused = 0;   // left in the set: Redis refused the move (WRONGTYPE)
+    std::string refusal;  // the first refusal's error
+};
+RetryResult retry_entries(redis::Connection& conn, const Keys& keys, const std::string& set_key,
+                          const std::vector<SetEntry>& entries, Compat compat);
 // ZREM of each exact member (SortedEntry#delete). Returns how many were removed.
 size_t delete_entries(redis::Connection& conn, const std::string& set_key,
                       const std::vector<SetEntry>& entries);

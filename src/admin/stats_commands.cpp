@@ -10,16 +10,15 @@ namespace kiqd::admin {
 int cmd_stats(redis::Connection& conn, const Keys& keys, const Request& r, std::ostream& out) {
     const Stats s = fetch_stats(conn, keys);
     if (r.json) {
-        out << ojson{{"processed", s.processed},
-                     {"failed", s.failed},
-                     {"busy", s.busy},
-                     {"enqueued", s.enqueued},
-                     {"scheduled", s.scheduled},
-                     {"retries", s.retries},
-                     {"dead", s.dead},
-                     {"processes", s.processes},
-                     {"default_queue_latency", s.default_queue_latency}}
-                   .dump()
+        out << json_text({{"processed", s.processed},
+                          {"failed", s.failed},
+                          {"busy", s.busy},
+                          {"enqueued", s.enqueued},
+                          {"scheduled", s.scheduled},
+                          {"retries", s.retries},
+                          {"dead", s.dead},
+                          {"processes", s.processes},
+                          {"default_queue_latency", s.default_queue_latency}})
             << "\n";
         return 0;
     }
@@ -42,7 +41,7 @@ int cmd_queues(redis::Connection& conn, const Keys& keys, const Request& r, std:
         ojson a = ojson::array();
         for (const auto& q : queues)
             a.push_back({{"name", q.name}, {"size", q.size}, {"latency", q.latency}});
-        out << a.dump() << "\n";
+        out << json_text(a) << "\n";
         return 0;
     }
     std::vector<std::vector<std::string>> rows;

@@ -7,25 +7,44 @@
 #include <iomanip>
 #include <sstream>
 
+#include "common/control_escape.hpp"
+
 namespace kiqd::admin {
+
+std::string json_text(const ojson& j) {
+    return j.dump(-1, ' ', true, ojson::error_handler_t::replace);
+}
 
 void print_table(std::ostream& out, const std::vector<std::string>& header,
                  const std::vector<std::vector<std::string>>& rows) {
+    struct Cell {
+        std::string text;  // escaped
+        size_t width;      // in terminal columns
+    };
+    auto escaped = [](const std::vector<std::string>& cells) {
+        std::vector<Cell> row;
+        for (const auto& c : cells) {
+            std::string text = escape_control(c);
+            const size_t width = display_width(text);
+            row.push_back({std::move(text), width});
+        }
+        return row;
+    };
+    std::vector<std::vector<Cell>> lines{escaped(header)};
+    for (const auto& r : rows) lines.push_back(escaped(r));
     std::vector<size_t> width(header.size());
-    for (size_t i = 0; i < header.size(); ++i) width[i] = header[i].size();
-    for (const auto& r : rows)
-        for (size_t i = 0; i < r.size() && i < width.size(); ++i)
-            width[i] = std::max(width[i], r[i].size());
-    auto line = [&](const std::vector<std::string>& cells) {
+    for (const auto& l : lines)
+        for (size_t i = 0; i < l.size() && i < width.size(); ++i)
+            width[i] = std::max(width[i], l[i].width);
+    for (const auto& l : lines) {
         std::string s;
-        for (size_t i = 0; i < cells.size(); ++i) {
-            s += cells[i];
-            if (i + 1 < cells.size()) s += std::string(width[i] - cells[i].size() + 2, ' ');
+        for (size_t i = 0; i < l.size(); ++i) {
+            s += l[i].text;
+            if (i + 1 < l.size() && i < width.size())
+                s += std::string(width[i] - l[i].width + 2, ' ');
         }
         out << s << "\n";
-    };
-    line(header);
-    for (const auto& r : rows) line(r);
+    }
 }
 
 std::string fixed(double v, int decimals) {
@@ -66,7 +85,14 @@ std::string join(const std::vector<std::string>& v, const char* sep) {
 std::string shorten(std::string s, size_t max) {
     for (auto& c : s)
         if (c == '\n' || c == '\r' || c == '\t') c = ' ';
-    if (s.size() > max) s = s.substr(0, max - 3) + "...";
+    // Count characters (a byte that is not UTF-8 counts as one) and cut after the (max − 3)th.
+    size_t characters = 0, cut = s.size();
+    for (size_t i = 0; i < s.size(); ++characters) {
+        if (characters == max - 3) cut = i;
+        char32_t cp = 0;
+        i += std::max<size_t>(1, utf8_sequence(s, i, cp));
+    }
+    if (characters > max) s = s.substr(0, cut) + "...";
     return s;
 }
 

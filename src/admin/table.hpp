@@ -1,7 +1,9 @@
 #pragma once
 // Output of the admin commands: a plain text table with left-aligned columns, the number,
-// duration and time formats its cells use, and the JSON type of --json. Pure functions on
-// strings and streams; the admin CLI is single-threaded.
+// duration and time formats its cells use, and the JSON type of --json. Every string from Redis
+// reaches the terminal escaped (common/control_escape.hpp): the table escapes its cells, and
+// --json output is ASCII with every control escaped. Pure functions on strings and streams; the
+// admin CLI is single-threaded.
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
@@ -11,7 +13,13 @@ namespace kiqd::admin {
 
 using ojson = nlohmann::ordered_json;  // --json output keeps the order fields are listed in
 
-// A plain text table: a header row and left-aligned columns two spaces apart.
+// --json output: `j` on one line, all ASCII (every other character, controls and DEL as \uNNNN),
+// bytes that are not UTF-8 replaced by U+FFFD instead of throwing.
+std::string json_text(const ojson& j);
+
+// A plain text table: a header row and left-aligned columns two spaces apart. Cells are escaped
+// (escape_control) and columns sized by the terminal width of the escaped text, so wide and
+// combining characters keep them aligned.
 void print_table(std::ostream& out, const std::vector<std::string>& header,
                  const std::vector<std::vector<std::string>>& rows);
 
@@ -26,7 +34,8 @@ std::string utc_time(double epoch);
 
 std::string join(const std::vector<std::string>& v, const char* sep);
 
-// `s` on one line (newlines and tabs become spaces), cut to `max` characters with "...".
+// `s` on one line (newlines and tabs become spaces), cut to `max` characters (never inside a
+// UTF-8 sequence) with "...". Not escaped: print_table does that.
 std::string shorten(std::string s, size_t max);
 
 }  // namespace kiqd::admin

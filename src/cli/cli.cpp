@@ -11,6 +11,7 @@
 #include <iostream>
 
 #include "admin/admin.hpp"
+#include "common/control_escape.hpp"
 #include "config/worker_catalog.hpp"
 #include "handlers/exec_handler.hpp"
 #include "handlers/plugin_loader.hpp"
@@ -94,8 +95,10 @@ std::vector<std::string> queue_names(const Config& c) {
 }
 
 int config_error(const ConfigError& e, const std::string& source) {
-    std::cerr << "kiqd: configuration error in " << (source.empty() ? "command line" : source)
-              << ": " << e.what() << std::endl;
+    // The message quotes the file (keys, values, ERB output): escaped like every log line.
+    std::cerr << "kiqd: configuration error in "
+              << escape_control(source.empty() ? "command line" : source) << ": "
+              << escape_control(e.what()) << std::endl;
     return kExitConfig;
 }
 
@@ -258,13 +261,17 @@ int run(int argc, char** argv, HandlerRegistry& handlers, MiddlewareRegistry& mi
                                std::to_string(spec.line) + "): cannot be started: " + *problem);
     }
     if (check->parsed()) {
-        for (const auto& w : warnings) std::cerr << "kiqd: warning: " << w << std::endl;
-        std::cout << "kiqd: " << (o.config_path.empty() ? "command line" : o.config_path)
+        for (const auto& w : warnings)
+            std::cerr << "kiqd: warning: " << escape_control(w) << std::endl;
+        std::cout << "kiqd: "
+                  << escape_control(o.config_path.empty() ? "command line" : o.config_path)
                   << " is valid: concurrency=" << config.concurrency << ", " << config.queues.size()
-                  << " queue(s) (" << fmt::format("{}", fmt::join(queue_names(config), ","))
-                  << "), " << config.exec_handlers.size() << " exec handler(s), "
-                  << config.plugins.size() << " plugin(s), redis "
-                  << redis::parse_redis_url(config.redis.url).describe() << std::endl;
+                  << " queue(s) ("
+                  << escape_control(fmt::format("{}", fmt::join(queue_names(config), ","))) << "), "
+                  << config.exec_handlers.size() << " exec handler(s), " << config.plugins.size()
+                  << " plugin(s), redis "
+                  << escape_control(redis::parse_redis_url(config.redis.url).describe())
+                  << std::endl;
         return 0;
     }
     std::shared_ptr<spdlog::logger> logger;

@@ -5,6 +5,7 @@
 
 #include "fetch/fetch_buffer.hpp"
 #include "fetch/fetcher.hpp"
+#include "redis/lua_type_guard.hpp"
 
 namespace kiqd {
 namespace {}  // namespace
@@ -25,8 +26,17 @@ namespace {}  // namespace
 // Returns {q, payload, q, payload, ...}: for each job taken, the 1-based index of its queue and
 // the job, in the order taken. It stops at the first job that finds every queue of its order
 // empty, so the reply can be shorter than ARGV[1] jobs, and is an empty array when no queue has
-// a job.
-const char* const kBatchFetchScript = R"lua(
+// a job. A WRONGTYPE error, and nothing taken, when any of KEYS holds something other than a
+// list (lua_type_guard.hpp): Redis keeps the jobs a script popped before a command failed, and
+// its error reply would not deliver them.
+const char* const kBatchFetchScript = KIQD_LUA_TYPE_GUARD R"lua(
+local checks = {}
+for i = 1, #KEYS do
+  checks[2 * i - 1] = KEYS[i]
+  checks[2 * i] = 'list'
+end
+local refused = wrong_type(checks)
+if refused then return refused end
 local n = tonumber(ARGV[2])
 local move = #KEYS > n
 local want = tonumber(ARGV[1])

@@ -8,6 +8,7 @@
 #include "config/enqueues_key.hpp"
 #include "job/raw_json_object.hpp"
 #include "kiqd/clock.hpp"
+#include "redis/lua_type_guard.hpp"
 
 namespace kiqd {
 namespace {
@@ -38,8 +39,21 @@ namespace {
 // Returns the 1-based index of the winning rule (the last that matched), 0 when none matched,
 // and in server mode -1 when ARGV[4] is already in KEYS[1] (registered by the gem at push time
 // or by an earlier run of the same jid; nothing written). Client mode registers a member that
-// is already present again (its score becomes floor(now)).
-constexpr const char* kScript = R"lua(
+// is already present again (its score becomes floor(now)). A WRONGTYPE error, and nothing
+// written, when a key it may write holds another type (lua_type_guard.hpp): in server mode the
+// job is then still in hand, and fails instead of being registered but not moved.
+constexpr const char* kScript = KIQD_LUA_TYPE_GUARD R"lua(
+local checks = {KEYS[1], 'zset'}
+if ARGV[1] == 's' then
+  checks[3] = KEYS[2]
+  checks[4] = 'set'
+  for i = 3, #KEYS do
+    checks[#checks + 1] = KEYS[i]
+    checks[#checks + 1] = 'list'
+  end
+end
+local refused = wrong_type(checks)
+if refused then return refused end
 local key = KEYS[1]
 local now = tonumber(ARGV[2])
 local max = tonumber(ARGV[3])

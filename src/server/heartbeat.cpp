@@ -42,10 +42,18 @@ constexpr const char* kFlushMarkerTtl = "604800";  // a week
 // ARGV[5] TTL of KEYS[1] in seconds
 //
 // Returns 1 when the batch was applied (KEYS[1] set to ARGV[1], the four counters increased),
-// 0 when ARGV[1] is not above KEYS[1] (nothing written).
+// 0 when ARGV[1] is not above KEYS[1] (nothing written), an error with nothing written when a
+// counter is not a string holding an integer (Redis keeps a script's writes before a failing
+// command, so a failing INCRBY after the SET would lose the batch: every counter is read first).
 constexpr const char* kFlushScript = R"lua(
 local last = tonumber(redis.call('get', KEYS[1]) or '0')
 if tonumber(ARGV[1]) <= last then return 0 end
+for i = 2, 5 do
+  local v = redis.call('get', KEYS[i])
+  if v and not string.match(v, '^%-?%d+$') then
+    return redis.error_reply('ERR ' .. KEYS[i] .. ' does not hold an integer; nothing was written')
+  end
+end
 redis.call('set', KEYS[1], ARGV[1], 'EX', ARGV[5])
 redis.call('incrby', KEYS[2], ARGV[2])
 redis.call('incrby', KEYS[3], ARGV[2])

@@ -35,7 +35,6 @@ constexpr size_t kMaxSessions = 64;
 constexpr auto kRequestTimeout = std::chrono::seconds(5);
 constexpr auto kIdleTimeout = std::chrono::seconds(10);
 constexpr auto kWriteTimeout = std::chrono::seconds(5);
-constexpr size_t kMaxRequestBody = 64 * 1024;  // GET and HEAD have none; more ends the session
 // accept() failing for lack of descriptors (EMFILE, ENFILE, ...) is retried after a pause that
 // doubles up to the maximum, instead of at once (which spins a core while the connection waits).
 constexpr auto kAcceptRetryFirst = std::chrono::milliseconds(50);
@@ -92,27 +91,25 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     void read_request() {
         parser_.emplace();
-        parser_->body_limit(kMaxRequestBody);
+        metrics_http::limit(*parser_);
         stream_.expires_after(kRequestTimeout);
         http::async_read(stream_, buffer_, *parser_,
                          [self = shared_from_this()](beast::error_code ec, size_t) {
-                             if (ec) return self->close();
-                             self->request_ = self->parser_->release();
-                             self->respond();
+                             if (!ec) return self->respond();
+                             // A request the client got wrong is answered (400, 413, 431) before
+                             // the connection closes; a timeout or a reset just closes it.
+                             auto refusal = metrics_http::respond_to_error(ec);
+                             if (!refusal) return self->close();
+                             self->send(std::move(*refusal));
                          });
     }
     void respond() {
-        MetricsServer::Response r{405, "text/plain; charset=utf-8", "method not allowed\n"};
-        if (request_.method() == http::verb::get || request_.method() == http::verb::head)
-            r = impl_.server.handle(std::string(request_.target()));
-        response_ = {};
-        response_.version(request_.version());
-        response_.result(static_cast<http::status>(r.status));
-        response_.set(http::field::server, "kiqd");
-        response_.set(http::field::content_type, r.content_type);
-        response_.keep_alive(request_.keep_alive());
-        if (request_.method() != http::verb::head) response_.body() = std::move(r.body);
-        response_.prepare_payload();
+        send(metrics_http::respond(parser_->get(), [this](const std::string& target) {
+            return impl_.server.handle(target);
+        }));
+    }
+    void send(metrics_http::Response response) {
+        response_ = std::move(response);
         stream_.expires_after(kWriteTimeout);
         http::async_write(stream_, response_,
                           [self = shared_from_this()](beast::error_code ec, size_t) {
@@ -128,9 +125,8 @@ class Session : public std::enable_shared_from_this<Session> {
     beast::tcp_stream stream_;
     MetricsServer::Impl& impl_;
     beast::flat_buffer buffer_;
-    std::optional<http::request_parser<http::string_body>> parser_;
-    http::request<http::string_body> request_;
-    http::response<http::string_body> response_;
+    std::optional<metrics_http::Parser> parser_;
+    metrics_http::Response response_;
 };
 
 }  // namespace

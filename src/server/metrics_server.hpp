@@ -8,7 +8,9 @@
 //                 kiqd_redis_up.
 //   GET /healthz  200 "ok" when Redis answers PING and every processor thread is alive (or the
 //                 process is quiet: "quiet"); 503 with the reason otherwise.
-// Requests are served one at a time (a scrape is cheap). The endpoint never costs kiqd more than
+// Requests are served one at a time (a scrape is cheap); how each is read and answered is
+// metrics_http.hpp's (a request that cannot be read gets 400, 413 or 431 and the connection
+// closes). The endpoint never costs kiqd more than
 // a bounded number of descriptors: at most 64 connections at once (more wait in the listen
 // backlog), 5 s to send a request, 10 s idle between keep-alive requests, and accept() failures
 // for lack of descriptors are retried with backoff (metrics_server.cpp has the numbers).
@@ -27,6 +29,7 @@
 #include "kiqd/keys.hpp"
 #include "kiqd/redis/connection.hpp"
 #include "middleware/job_metrics.hpp"
+#include "server/metrics_http.hpp"
 #include "server/work_state.hpp"
 
 namespace kiqd {
@@ -51,12 +54,9 @@ class MetricsServer {
     void stop() noexcept;                      // idempotent
     int port() const { return port_.load(); }  // the bound port (useful with port 0)
 
-    // The bodies, public for tests: (status, content type, body).
-    struct Response {
-        int status;
-        std::string content_type;
-        std::string body;
-    };
+    // The answer to a GET of `target` (status, content type, body). Public for tests and the
+    // fuzz target. Server thread only (it uses the server's Redis connection).
+    using Response = metrics_http::Answer;
     Response handle(const std::string& target);
 
     struct Impl;  // the server thread's acceptor, sessions and timers (metrics_server.cpp)

@@ -8,6 +8,7 @@
 
 #include "fetch/cpu_gate.hpp"
 #include "kiqd/clock.hpp"
+#include "redis/lua_type_guard.hpp"
 
 namespace kiqd {
 namespace {
@@ -29,8 +30,11 @@ namespace {
 // ARGV[6] -> the dead-set score (now, epoch seconds)
 // ARGV[7] -> the dead-set entry (only used when ARGV[4] > 0)
 // Returns 0 when the job was no longer in the working list (someone else moved it), 1 when it
-// was requeued, 2 when it went to the dead set.
-constexpr const char* kRequeueScript = R"lua(
+// was requeued, 2 when it went to the dead set; a WRONGTYPE error with nothing written (the job
+// stays in the working list) when a key it would write holds another type.
+constexpr const char* kRequeueScript = KIQD_LUA_TYPE_GUARD R"lua(
+local refused = wrong_type({KEYS[2], 'list', KEYS[3], 'set', KEYS[4], 'hash', KEYS[5], 'zset'})
+if refused then return refused end
 if redis.call('lrem', KEYS[1], -1, ARGV[1]) == 0 then return 0 end
 local max = tonumber(ARGV[4])
 if max > 0 then

@@ -1,12 +1,17 @@
 #include "server/scheduler.hpp"
 
+#include <algorithm>
+
 #include "job/raw_json_object.hpp"
+#include "redis/lua_type_guard.hpp"
 
 namespace kiqd {
 namespace {
 
 // Moves a member that cannot be enqueued (not a JSON object) from its sorted set to the dead set,
-// only if this call removed it, so two schedulers never add it twice.
+// only if this call removed it, so two schedulers never add it twice. When the dead set's key
+// holds another type, nothing is written (the member stays) and the reply is a WRONGTYPE error
+// (lua_type_guard.hpp).
 // KEYS[1] -> the source sorted set ("retry" or "schedule")
 // KEYS[2] -> the dead set ("dead")
 // --
@@ -14,7 +19,9 @@ namespace {
 // ARGV[2] -> its score in the dead set (now, epoch seconds)
 // ARGV[3] -> the dead-set entry (the member wrapped with the error that sent it there)
 // Returns 1 when this call moved it, 0 when it was no longer in KEYS[1].
-constexpr const char* kKillScript = R"lua(
+constexpr const char* kKillScript = KIQD_LUA_TYPE_GUARD R"lua(
+local refused = wrong_type({KEYS[2], 'zset'})
+if refused then return refused end
 if redis.call('zrem', KEYS[1], ARGV[1]) == 1 then
   redis.call('zadd', KEYS[2], ARGV[2], ARGV[3])
   return 1
@@ -35,8 +42,12 @@ constexpr size_t kBatch = 100;
 // ARGV[2] -> the queue name (added to KEYS[2])
 // ARGV[3] -> the payload to push: the member with a fresh enqueued_at
 // Returns 1 when this call moved it, 0 when it was no longer in KEYS[1] (another process or
-// an earlier try moved it).
-const char* const kMoveToQueueScript = R"lua(
+// an earlier try moved it), and a WRONGTYPE error, with nothing written and the member still in
+// KEYS[1], when KEYS[2] is not a set or KEYS[3] not a list (lua_type_guard.hpp): Redis does not
+// undo a ZREM when the LPUSH after it fails, so the types are checked before the first write.
+const char* const kMoveToQueueScript = KIQD_LUA_TYPE_GUARD R"lua(
+local refused = wrong_type({KEYS[2], 'set', KEYS[3], 'list'})
+if refused then return refused end
 if redis.call('zrem', KEYS[1], ARGV[1]) == 1 then
   redis.call('sadd', KEYS[2], ARGV[2])
   redis.call('lpush', KEYS[3], ARGV[3])
@@ -59,10 +70,12 @@ Scheduler::~Scheduler() {
 size_t Scheduler::enqueue_due(redis::Connection& conn, double now) {
     size_t moved = 0;
     const std::string now_score = score_text(now);
+    std::map<std::string, size_t> refused;  // a move's WRONGTYPE error → due members it held up
     for (const auto& set : {rt_.keys.retry(), rt_.keys.schedule()}) {
+        size_t left_in_place = 0;  // refused members of this set: the next page starts after them
         for (;;) {
-            auto due = conn.command(
-                {"ZRANGEBYSCORE", set, "-inf", now_score, "LIMIT", "0", std::to_string(kBatch)});
+            auto due = conn.command({"ZRANGEBYSCORE", set, "-inf", now_score, "LIMIT",
+                                     std::to_string(left_in_place), std::to_string(kBatch)});
             const size_t n = due.size();
             if (n == 0) break;
             if (!scripts_loaded_) {
@@ -93,21 +106,48 @@ size_t Scheduler::enqueue_due(redis::Connection& conn, double now) {
                 moves.push_back(move_script_.evalsha_command(
                     {set, rt_.keys.queues(), rt_.keys.queue(queue)}, {member, queue, obj->dump()}));
             }
-            std::vector<redis::Reply> replies;
-            try {
-                replies = conn.pipeline(moves);
-            } catch (const redis::ReplyError& e) {
+            auto replies = conn.pipeline_unchecked(moves);
+            auto error_with = [&](std::string_view prefix) {
+                return std::any_of(replies.begin(), replies.end(), [&](const redis::Reply& r) {
+                    return r.is_error() && r.error_text().substr(0, prefix.size()) == prefix;
+                });
+            };
+            if (error_with("NOSCRIPT")) {
                 // A restarted Redis has an empty script cache. Every move is guarded by its ZREM,
                 // so running the batch again after reloading cannot enqueue anything twice.
-                if (!e.starts_with("NOSCRIPT")) throw;
                 scripts_loaded_ = false;
                 continue;
             }
-            for (const auto& r : replies) moved += r.integer() == 1 ? 1 : 0;
+            for (const auto& r : replies) {
+                if (!r.is_error()) {
+                    moved += r.integer() == 1 ? 1 : 0;
+                    continue;
+                }
+                // A destination of the wrong type: the script wrote nothing, the member stays.
+                if (r.error_text().substr(0, 9) != "WRONGTYPE")
+                    throw redis::ReplyError(std::string(r.error_text()));
+                ++refused[std::string(r.error_text())];
+                ++left_in_place;
+            }
             if (n < kBatch || rt_.lifecycle.is_quiet()) break;
         }
     }
+    report_refusals(refused);
     return moved;
+}
+
+void Scheduler::report_refusals(const std::map<std::string, size_t>& refused) {
+    for (const auto& [error, count] : refused)
+        if (!refusing_.count(error))
+            rt_.log.error(
+                "scheduler: Redis refused to enqueue {} due job(s); they stay in the retry or "
+                "schedule set until this is fixed: {}",
+                count, error);
+    for (const auto& error : refusing_)
+        if (!refused.count(error))
+            rt_.log.info("scheduler: due jobs are no longer held up by: {}", error);
+    refusing_.clear();
+    for (const auto& [error, count] : refused) refusing_.insert(error);
 }
 
 double Scheduler::random_poll_interval(long long process_count) {

@@ -4,10 +4,15 @@
 // ZREMs it and — only if this process won the ZREM — SADDs queues and LPUSHes it with a fresh
 // enqueued_at, in one atomic step, so a crash never loses a job between the two and two
 // processes never enqueue the same one twice (Sidekiq pops and pushes in two round trips).
-// A member that is not a JSON object moves to "dead" the same way. Runs on its own thread (a
-// PeriodicWorker) at Sidekiq's randomised interval, which grows with the process count.
+// A member that is not a JSON object moves to "dead" the same way. A destination key of the
+// wrong type (a queue key holding a string, ...) makes the script write nothing: the member stays
+// where it is, due, and one error line names the key until it is fixed. Runs on its own thread
+// (a PeriodicWorker) at Sidekiq's randomised interval, which grows with the process count.
+#include <map>
 #include <memory>
 #include <random>
+#include <set>
+#include <string>
 
 #include "common/periodic_worker.hpp"
 #include "kiqd/redis/script.hpp"
@@ -16,7 +21,8 @@
 namespace kiqd {
 
 // The atomic move from a sorted set (retry, schedule) to a queue: ZREM, and only if that call
-// removed the member, SADD queues + LPUSH. Shared with the admin command's `retry`.
+// removed the member, SADD queues + LPUSH; a WRONGTYPE error and nothing written when `queues`
+// or the queue's key holds another type. Shared with the admin command's `retry`.
 extern const char* const kMoveToQueueScript;
 
 class Scheduler {
@@ -26,13 +32,16 @@ class Scheduler {
     void start();
     void stop() noexcept;  // idempotent; joins the thread
 
-    // One pass over both sets; returns how many jobs it moved. Public for tests.
+    // One pass over both sets; returns how many jobs it moved. Members whose move Redis refused
+    // (WRONGTYPE) stay, and are logged once per cause. Public for tests.
     size_t enqueue_due(redis::Connection& conn, double now);
     // Seconds until the next poll (Sidekiq's random_poll_interval).
     double random_poll_interval(long long process_count);
 
   private:
     void poll();  // one round of the worker thread
+    // Logs each refusal the pass before did not have (error), and each that is gone (info).
+    void report_refusals(const std::map<std::string, size_t>& refused);
 
     Runtime& rt_;
     redis::Script move_script_;
@@ -42,7 +51,8 @@ class Scheduler {
     bool scripts_loaded_ = false;              // per Scheduler; reset on NOSCRIPT
     long long polls_ = 0;
     long long process_count_ = 1;
-    PeriodicWorker worker_;  // last: its thread ends before the members it uses go
+    std::set<std::string> refusing_;  // the WRONGTYPE errors of the last pass
+    PeriodicWorker worker_;           // last: its thread ends before the members it uses go
 };
 
 }  // namespace kiqd

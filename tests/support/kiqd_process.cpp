@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <stdexcept>
 
 #include "support/wait_until.hpp"
@@ -92,6 +93,11 @@ std::string KiqdProcess::output() const {
 bool KiqdProcess::wait_for_output(const std::string& text,
                                   std::chrono::milliseconds timeout) const {
     return wait_until([&] { return output().find(text) != std::string::npos; }, timeout);
+}
+
+std::string binary_under_test(const std::string& built) {
+    const char* other = std::getenv("KIQD_BINARY_UNDER_TEST");
+    return other && *other ? other : built;
 }
 
 std::pair<int, std::string> run_command(const std::vector<std::string>& argv,

@@ -41,6 +41,11 @@ class KiqdProcess {
     int status_ = -1;
 };
 
+// `built` (the binary built with the tests), unless the environment variable
+// KIQD_BINARY_UNDER_TEST names another: runs a test against another build, such as the code
+// before a fix.
+std::string binary_under_test(const std::string& built);
+
 // Runs a command to completion; returns {exit status, stdout+stderr}.
 std::pair<int, std::string> run_command(const std::vector<std::string>& argv,
                                         std::map<std::string, std::string> env = {});

@@ -1,17 +1,43 @@
 #include "middleware/limits/concurrency_scripts.hpp"
 
+#include "redis/lua_type_guard.hpp"
+
 namespace kiqd {
 namespace {
 
 // The start of every script below (not a script of its own): now_ms() and resume().
 // Times come from Redis's clock (TIME), so processes on hosts whose clocks disagree still agree
 // on when a slot expires. replicate_commands: Redis < 5 needs it before a write after TIME.
-// resume(slots, waiting, limit, exp, prefix) moves parked jobs back and returns how many.
-constexpr const char* kPrelude = R"lua(
+// resume(slots, waiting, limit, exp, prefix) moves parked jobs back and returns how many;
+// resume_refused(slots, waiting, limit, prefix), called before a script's first write, returns
+// the WRONGTYPE error (lua_type_guard.hpp) when a key resume() would write holds another type:
+// Redis keeps the LPOP when the RPUSH after it fails, which would lose the job.
+constexpr const char* kPrelude = KIQD_LUA_TYPE_GUARD R"lua(
 if redis.replicate_commands then redis.replicate_commands() end
 local function now_ms()
   local t = redis.call('time')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- The queue and jid of a parked payload ('default' and '' when it is not a JSON object).
+local function destination(e)
+  local ok, job = pcall(cjson.decode, e)
+  local q, jid = 'default', ''
+  if ok and type(job) == 'table' then
+    if type(job.queue) == 'string' and job.queue ~= '' then q = job.queue end
+    if type(job.jid) == 'string' then jid = job.jid end
+  end
+  return q, jid
+end
+local function resume_refused(slots, waiting, limit, prefix)
+  local checks = {slots, 'zset', waiting, 'list', prefix .. 'queues', 'set'}
+  local free = limit - redis.call('zcard', slots)
+  if free > 0 then
+    for _, e in ipairs(redis.call('lrange', waiting, 0, free - 1)) do
+      checks[#checks + 1] = prefix .. 'queue:' .. destination(e)
+      checks[#checks + 1] = 'list'
+    end
+  end
+  return wrong_type(checks)
 end
 -- Moves parked jobs back to the front of their queues while the scope has free slots, each
 -- with a reservation "@<jid>" that keeps its slot until it is fetched again. The oldest is
@@ -27,12 +53,7 @@ local function resume(slots, waiting, limit, exp, prefix)
   end
   for i = #batch, 1, -1 do
     local e = batch[i]
-    local ok, job = pcall(cjson.decode, e)
-    local q, jid = 'default', ''
-    if ok and type(job) == 'table' then
-      if type(job.queue) == 'string' and job.queue ~= '' then q = job.queue end
-      if type(job.jid) == 'string' then jid = job.jid end
-    end
+    local q, jid = destination(e)
     redis.call('zadd', slots, exp, '@' .. jid)
     redis.call('sadd', prefix .. 'queues', q)
     redis.call('rpush', prefix .. 'queue:' .. q, e)
@@ -57,7 +78,8 @@ end
 // ARGV[6] -> the scope
 // ARGV[7] -> the key prefix ("" or "<namespace>:")
 // Returns 1: run (the slot is taken), 0: parked at the end of the waiting list (and taken out
-// of the working list in the same step).
+// of the working list in the same step); a WRONGTYPE error, with nothing written but expired
+// slots dropped, when a key it would write holds another type.
 constexpr const char* kAcquireBody = R"lua(
 local now = now_ms()
 local exp = now + tonumber(ARGV[3])
@@ -67,6 +89,13 @@ if redis.call('zrem', KEYS[1], '@' .. ARGV[4]) == 1 then
   redis.call('zadd', KEYS[1], exp, ARGV[2])
   return 1
 end
+local checks = {KEYS[3], 'hash'}
+if KEYS[4] then
+  checks[3] = KEYS[4]
+  checks[4] = 'list'
+end
+local refused = resume_refused(KEYS[1], KEYS[2], limit, ARGV[7]) or wrong_type(checks)
+if refused then return refused end
 resume(KEYS[1], KEYS[2], limit, exp, ARGV[7])
 if redis.call('zcard', KEYS[1]) < limit then
   redis.call('zadd', KEYS[1], exp, ARGV[2])
@@ -87,11 +116,14 @@ return 0
 // ARGV[2] -> the limit
 // ARGV[3] -> the slot TTL in ms (for the reservations of the jobs moved back)
 // ARGV[4] -> the key prefix ("" or "<namespace>:")
-// Returns how many parked jobs were moved back.
+// Returns how many parked jobs were moved back; a WRONGTYPE error, with the slot freed but no
+// parked job moved, when a key resume() would write holds another type.
 constexpr const char* kReleaseBody = R"lua(
 local now = now_ms()
 redis.call('zrem', KEYS[1], ARGV[1])
 redis.call('zremrangebyscore', KEYS[1], '-inf', now)
+local refused = resume_refused(KEYS[1], KEYS[2], tonumber(ARGV[2]), ARGV[4])
+if refused then return refused end
 return resume(KEYS[1], KEYS[2], tonumber(ARGV[2]), now + tonumber(ARGV[3]), ARGV[4])
 )lua";
 
@@ -105,10 +137,14 @@ return resume(KEYS[1], KEYS[2], tonumber(ARGV[2]), now + tonumber(ARGV[3]), ARGV
 // ARGV[2] -> the slot TTL in ms (for the reservations of the jobs moved back)
 // ARGV[3] -> the key prefix ("" or "<namespace>:")
 // ARGV[4] -> the scope (its field in KEYS[3])
-// Returns how many parked jobs were moved back.
+// Returns how many parked jobs were moved back; a WRONGTYPE error, with nothing written but
+// expired slots dropped, when a key it would write holds another type.
 constexpr const char* kCheckBody = R"lua(
 local now = now_ms()
 redis.call('zremrangebyscore', KEYS[1], '-inf', now)
+local refused = resume_refused(KEYS[1], KEYS[2], tonumber(ARGV[1]), ARGV[3]) or
+  wrong_type({KEYS[3], 'hash'})
+if refused then return refused end
 local moved = resume(KEYS[1], KEYS[2], tonumber(ARGV[1]), now + tonumber(ARGV[2]), ARGV[3])
 if redis.call('zcard', KEYS[1]) == 0 and redis.call('llen', KEYS[2]) == 0 then
   redis.call('hdel', KEYS[3], ARGV[4])

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "job/raw_json_object.hpp"
+#include "redis/lua_type_guard.hpp"
 
 namespace kiqd {
 namespace {
@@ -22,8 +23,16 @@ namespace {
 // ARGV[3] the class's pause-strategy descriptor (the value in KEYS[3])
 //
 // Returns the job's new score (the counter's new value). A payload that is already parked is
-// not added twice: it gets the new score and so moves behind the others.
-constexpr const char* kParkScript = R"lua(
+// not added twice: it gets the new score and so moves behind the others. A WRONGTYPE error, and
+// nothing written, when KEYS[1], KEYS[3] or KEYS[4] holds another type (lua_type_guard.hpp).
+constexpr const char* kParkScript = KIQD_LUA_TYPE_GUARD R"lua(
+local checks = {KEYS[1], 'zset', KEYS[3], 'hash'}
+if KEYS[4] then
+  checks[5] = KEYS[4]
+  checks[6] = 'list'
+end
+local refused = wrong_type(checks)
+if refused then return refused end
 local score = redis.call('incr', KEYS[2])
 redis.call('zadd', KEYS[1], score, ARGV[1])
 redis.call('hset', KEYS[3], ARGV[2], ARGV[3])
@@ -49,8 +58,17 @@ return score
 // No triple at all is fine: the call then only removes the class's keys if its ZSET is empty.
 //
 // Returns {moved, left}: how many jobs this call moved, and how many stay parked (ZCARD of
-// KEYS[1]). When none is left, KEYS[2] is deleted and ARGV[1] removed from KEYS[3].
-constexpr const char* kResumeScript = R"lua(
+// KEYS[1]). When none is left, KEYS[2] is deleted and ARGV[1] removed from KEYS[3]. A WRONGTYPE
+// error, and nothing written (every job stays parked), when KEYS[3], KEYS[4] or a job's queue
+// key holds another type: Redis keeps the ZREM when the LPUSH after it fails.
+constexpr const char* kResumeScript = KIQD_LUA_TYPE_GUARD R"lua(
+local checks = {KEYS[3], 'hash', KEYS[4], 'set'}
+for i = 3, #ARGV, 3 do
+  checks[#checks + 1] = ARGV[2] .. 'queue:' .. ARGV[i + 1]
+  checks[#checks + 1] = 'list'
+end
+local refused = wrong_type(checks)
+if refused then return refused end
 local moved = 0
 for i = 3, #ARGV, 3 do
   if redis.call('zrem', KEYS[1], ARGV[i]) == 1 then

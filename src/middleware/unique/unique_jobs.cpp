@@ -7,6 +7,7 @@
 
 #include "job/raw_json_object.hpp"
 #include "kiqd/clock.hpp"
+#include "redis/lua_type_guard.hpp"
 
 namespace kiqd {
 namespace {
@@ -30,19 +31,28 @@ constexpr double kRescheduleSeconds = 5.0;  // the gem's default schedule_in
 // Removes jid from D:QUEUED and D:PRIMED in any case. Returns 0 when jid does not hold the lock
 // (nothing else written); else frees it (with the last holder D, D:LOCKED and D:INFO go and
 // D leaves the digests ZSET), pushes '1' to D:QUEUED with a 5 s TTL, and returns 1.
-#define KIQD_CLIENT_UNLOCK_LUA                                       \
-    "local function release_client_lock(k, jid)\n"                   \
-    "  redis.call('lrem', k[3], 0, jid)\n"                           \
-    "  redis.call('lrem', k[4], 0, jid)\n"                           \
-    "  if redis.call('hexists', k[2], jid) == 0 then return 0 end\n" \
-    "  redis.call('hdel', k[2], jid)\n"                              \
-    "  if redis.call('hlen', k[2]) == 0 then\n"                      \
-    "    redis.call('del', k[1], k[2], k[5])\n"                      \
-    "    redis.call('zrem', k[6], k[1])\n"                           \
-    "  end\n"                                                        \
-    "  redis.call('lpush', k[3], '1')\n"                             \
-    "  redis.call('pexpire', k[3], 5000)\n"                          \
-    "  return 1\n"                                                   \
+//   client_lock_refused(k)
+// The WRONGTYPE error (lua_type_guard.hpp) when a key release_client_lock writes holds another
+// type, else nil: a script calls it before its first write, as Redis keeps the writes made
+// before a failing command.
+#define KIQD_CLIENT_UNLOCK_LUA                                         \
+    KIQD_LUA_TYPE_GUARD                                                \
+    "local function client_lock_refused(k)\n"                          \
+    "  return wrong_type({k[2], 'hash', k[3], 'list', k[4], 'list',\n" \
+    "                     k[6], 'zset'})\n"                            \
+    "end\n"                                                            \
+    "local function release_client_lock(k, jid)\n"                     \
+    "  redis.call('lrem', k[3], 0, jid)\n"                             \
+    "  redis.call('lrem', k[4], 0, jid)\n"                             \
+    "  if redis.call('hexists', k[2], jid) == 0 then return 0 end\n"   \
+    "  redis.call('hdel', k[2], jid)\n"                                \
+    "  if redis.call('hlen', k[2]) == 0 then\n"                        \
+    "    redis.call('del', k[1], k[2], k[5])\n"                        \
+    "    redis.call('zrem', k[6], k[1])\n"                             \
+    "  end\n"                                                          \
+    "  redis.call('lpush', k[3], '1')\n"                               \
+    "  redis.call('pexpire', k[3], 5000)\n"                            \
+    "  return 1\n"                                                     \
     "end\n"
 
 // One starting copy of a while_executing or until_and_while_executing job tries to take the
@@ -65,6 +75,8 @@ constexpr double kRescheduleSeconds = 5.0;  // the gem's default schedule_in
 // Returns
 //   {0}         with the wait lock: another copy (a different token) holds it, so this one is
 //               a duplicate; nothing written.
+//   a WRONGTYPE error, with nothing written, when KEYS[3] or (ARGV[7] not '') a client lock key
+//               holds another type
 //   {1}         the exec lock was free and is now ARGV[4]'s (SET NX PX ARGV[5]), recorded in
 //               KEYS[3]; the wait lock, if this copy held it, is deleted, and ARGV[7]'s client
 //               lock (when ARGV[7] is not '') is freed: run the job.
@@ -78,6 +90,11 @@ if ARGV[1] == '1' then
   w = redis.call('get', KEYS[1])
   if w and w ~= ARGV[2] then return {0} end
 end
+local refused = wrong_type({KEYS[3], 'hash'})
+if not refused and ARGV[7] ~= '' then
+  refused = client_lock_refused({KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]})
+end
+if refused then return refused end
 if redis.call('set', KEYS[2], ARGV[4], 'NX', 'PX', ARGV[5]) then
   if w then redis.call('del', KEYS[1]) end
   redis.call('hset', KEYS[3], KEYS[2], ARGV[4])
@@ -98,8 +115,11 @@ return {2, token}
 // KEYS[1..6] the gem's client lock keys (k[1..6] of release_client_lock)
 // ARGV[1]    the jid
 //
-// Returns 1 when the jid held the lock and it was freed, 0 when it did not hold it.
+// Returns 1 when the jid held the lock and it was freed, 0 when it did not hold it; a WRONGTYPE
+// error, and nothing written, when one of KEYS holds another type.
 constexpr const char* kClientUnlockScript = KIQD_CLIENT_UNLOCK_LUA R"lua(
+local refused = client_lock_refused(KEYS)
+if refused then return refused end
 return release_client_lock(KEYS, ARGV[1])
 )lua";
 

@@ -1,0 +1,183 @@
+// Hardening [hardening][scripts]: Redis does not roll back a Lua script that fails half-way — the
+// writes before the failing command stay. A script that takes a job from one key (ZREM, LPOP,
+// RPOP) and then writes it to a key holding another type (WRONGTYPE) used to lose the job.
+// Every script now checks the types of the keys it writes before its first write
+// (redis/lua_type_guard.hpp). Each case makes a destination key the wrong type on a real Redis
+// and checks that the job is still where it was, and that kiqd says why.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "kiqd/keys.hpp"
+#include "middleware/limits/concurrency_scripts.hpp"
+#include "middleware/pause/pause_control.hpp"
+#include "support/kiqd_process.hpp"
+#include "support/redis_reads.hpp"
+#include "support/redis_server.hpp"
+#include "support/test_runtime.hpp"
+#include "support/wait_until.hpp"
+
+using kiqd::test::KiqdProcess;
+using kiqd::test::llen;
+using kiqd::test::lrange;
+using kiqd::test::occurrences;
+using kiqd::test::RedisServer;
+using kiqd::test::run_command;
+using kiqd::test::TestRuntime;
+using kiqd::test::wait_until;
+using kiqd::test::zcard;
+
+namespace {
+
+std::string kiqd_binary() {
+    return kiqd::test::binary_under_test(KIQD_BINARY);
+}
+
+std::string job(const std::string& jid, const std::string& queue) {
+    return nlohmann::json{{"class", "Kiqd::Noop"},
+                          {"args", nlohmann::json::array()},
+                          {"jid", jid},
+                          {"queue", queue},
+                          {"retry", 3},
+                          {"retry_count", 1}}
+        .dump();
+}
+
+std::string past() {
+    return std::to_string(static_cast<double>(std::time(nullptr)) - 60);
+}
+
+}  // namespace
+
+TEST_CASE("scripts: a due job whose queue key is not a list stays due; one error says why",
+          "[hardening][scripts]") {
+    RedisServer redis;
+    auto c = redis.connect();
+    c.command({"SET", "queue:default", "an application's string"});
+    c.command({"ZADD", "retry", past(), job("from-retry", "default")});
+    c.command({"ZADD", "schedule", past(), job("from-schedule", "default")});
+    KiqdProcess kiqd(kiqd_binary(),
+                     kiqd::test::kiqd_config(redis, "queues: [other]\nconcurrency: 1\n"));
+    const std::string refusal = "Redis refused to enqueue";
+    // Before the fix the jobs left both sets and went nowhere.
+    REQUIRE(wait_until([&] {
+        return kiqd.output().find(refusal) != std::string::npos ||
+               zcard(c, "retry") + zcard(c, "schedule") < 2;
+    }));
+    CHECK(zcard(c, "retry") == 1);
+    CHECK(zcard(c, "schedule") == 1);
+    CHECK(kiqd.output().find("WRONGTYPE queue:default holds a string, not a list") !=
+          std::string::npos);
+    // Later polls leave them too, without a second error line: a job due for another queue is
+    // moved by a poll that runs after the error was logged.
+    c.command({"ZADD", "schedule", past(), job("other", "other")});
+    REQUIRE(wait_until([&] { return zcard(c, "schedule") == 1 && llen(c, "queue:other") == 0; }));
+    CHECK(zcard(c, "retry") == 1);
+    CHECK(occurrences(kiqd.output(), refusal) == 1);
+    // Once the key is a list again, both move.
+    c.command({"DEL", "queue:default"});
+    REQUIRE(wait_until([&] { return llen(c, "queue:default") == 2; }));
+    CHECK(zcard(c, "retry") + zcard(c, "schedule") == 0);
+    CHECK(kiqd.wait_for_output("no longer held up"));  // info lines reach the file within 1 s
+    CHECK(kiqd.stop() == 0);
+}
+
+TEST_CASE("scripts: kiqd retries retry leaves an entry whose queue key is not a list",
+          "[hardening][scripts]") {
+    RedisServer redis;
+    auto c = redis.connect();
+    c.command({"HSET", "queue:default", "field", "value"});
+    c.command(
+        {"ZADD", "retry", std::to_string(std::time(nullptr) + 3600), job("stuck", "default")});
+    auto [status, output] =
+        run_command({kiqd_binary(), "retries", "retry", "--all"}, {{"REDIS_URL", redis.url()}});
+    INFO(output);
+    CHECK(status == 69);
+    CHECK(output.find("WRONGTYPE queue:default holds a hash") != std::string::npos);
+    CHECK(zcard(c, "retry") == 1);
+    c.command({"DEL", "queue:default"});
+    std::tie(status, output) =
+        run_command({kiqd_binary(), "retries", "retry", "--all"}, {{"REDIS_URL", redis.url()}});
+    CHECK(status == 0);
+    CHECK(zcard(c, "retry") == 0);
+    CHECK(llen(c, "queue:default") == 1);
+}
+
+TEST_CASE("scripts: a batched basic fetch takes nothing when one of its queues is not a list",
+          "[hardening][scripts]") {
+    auto& redis = RedisServer::shared();
+    redis.flushall();
+    TestRuntime t(redis, {{"a", 0}, {"b", 0}}, 1, kiqd::FetchMode::basic, 10);
+    auto c = redis.connect();
+    for (const char* jid : {"a1", "a2", "a3"}) c.command({"LPUSH", "queue:a", job(jid, "a")});
+    c.command({"SET", "queue:b", "not a list"});
+    std::mt19937_64 rng(7);
+    // The fetch pops the three jobs of `a`, then meets `b`: before the fix the script failed
+    // there, after its pops, and the three jobs were gone.
+    for (int attempt = 0; attempt < 5; ++attempt)
+        CHECK_THROWS_WITH(t.fetcher.retrieve_work(c, rng, 0), Catch::Contains("WRONGTYPE"));
+    CHECK(llen(c, "queue:a") == 3);
+    c.command({"DEL", "queue:b"});
+    for (int i = 0; i < 3; ++i) CHECK(t.fetcher.retrieve_work(c, rng, 0).has_value());
+}
+
+TEST_CASE("scripts: resuming a paused worker leaves its jobs parked when a queue is not a list",
+          "[hardening][scripts]") {
+    auto& redis = RedisServer::shared();
+    redis.flushall();
+    auto c = redis.connect();
+    const kiqd::Keys keys;
+    const kiqd::ParkedJobs parked(keys, kiqd::Compat::v7);
+    parked.park(c, "Kiqd::Noop", job("p1", "mail"), "manual", nullptr);
+    parked.park(c, "Kiqd::Noop", job("p2", "default"), "manual", nullptr);
+    c.command({"SET", "queue:mail", "not a list"});
+    const std::string zset = keys.parked_jobs(kiqd::pause_control_worker_name("Kiqd::Noop"));
+    CHECK_THROWS_WITH(parked.resume_batch(c, "Kiqd::Noop", 10), Catch::Contains("WRONGTYPE"));
+    CHECK(zcard(c, zset) == 2);
+    CHECK(llen(c, "queue:default") == 0);
+    c.command({"DEL", "queue:mail"});
+    CHECK(parked.resume_batch(c, "Kiqd::Noop", 10).moved == 2);
+    CHECK(llen(c, "queue:mail") == 1);
+}
+
+TEST_CASE("scripts: a concurrency slot's release leaves parked jobs when a queue is not a list",
+          "[hardening][scripts]") {
+    auto& redis = RedisServer::shared();
+    redis.flushall();
+    auto c = redis.connect();
+    const std::string slots = "kiqd:concurrency:s:slots", waiting = "kiqd:concurrency:s:waiting";
+    c.command({"RPUSH", waiting, job("w1", "mail")});
+    c.command({"SET", "queue:mail", "not a list"});
+    auto release = [&] {
+        return c.command({"EVAL", kiqd::concurrency_release_script(), "2", slots, waiting, "me|x|1",
+                          "1", "60000", ""});
+    };
+    CHECK_THROWS_WITH(release(), Catch::Contains("WRONGTYPE"));
+    CHECK(lrange(c, waiting).size() == 1);
+    c.command({"DEL", "queue:mail"});
+    CHECK(release().integer() == 1);
+    CHECK(llen(c, "queue:mail") == 1);
+}
+
+// Not fixed on this branch (hidden; run with "[multi]"): the same defect with MULTI/EXEC. A
+// command that fails inside a transaction does not undo the others, and Connection::pipeline does
+// not look inside the EXEC reply. With reliable fetch, a failing job's outcome goes out as
+// MULTI { ZADD retry; LREM working } EXEC: with `retry` holding a string the ZADD fails, the LREM
+// still acknowledges the job, and it is gone while the log says "retry scheduled".
+TEST_CASE("scripts: a failed job whose retry write Redis refuses is not acknowledged",
+          "[.][multi]") {
+    RedisServer redis;
+    auto c = redis.connect();
+    c.command({"SET", "retry", "a string"});
+    c.command({"LPUSH", "queue:default",
+               R"({"class":"Kiqd::Fail","args":[],"jid":"multi","queue":"default","retry":3})"});
+    KiqdProcess kiqd(kiqd_binary(),
+                     kiqd::test::default_queue_config(redis, "fetch: reliable\nconcurrency: 1\n"));
+    REQUIRE(kiqd.wait_for_output("jid=multi queue=default fail"));
+    CHECK(kiqd.stop() == 0);
+    // Wherever it is, it must still be somewhere: its queue, a working list, or the dead set.
+    long long held = llen(c, "queue:default") + zcard(c, "dead");
+    auto lists = c.command({"KEYS", "queue:sq|*"});
+    for (size_t i = 0; i < lists.size(); ++i) held += llen(c, std::string(lists[i].str()));
+    CHECK(held == 1);
+}
