@@ -76,8 +76,8 @@ struct JobContext {
     // With reliable fetch, the working list that holds this job (`raw`) until the processor
     // acknowledges it; null otherwise. A middleware that parks the job (returns without
     // next()) removes it from there (LREM 1 raw) in the same atomic step as the park, so a
-    // crash in between cannot leave the job in both places and run it twice. The processor's
-    // own acknowledgement afterwards then finds nothing to remove.
+    // crash in between cannot leave the job in both places and run it twice, and sets this to
+    // null: the processor's acknowledgement, a removal by value, would take an identical copy.
     const std::string* working_list = nullptr;
     // Appended to the job's done/fail log lines (" urgency=high ..."): set by the metadata
     // middleware, empty without it.

@@ -17,28 +17,34 @@ namespace {}  // namespace
 // KEYS[1..n]    every queue list, in order.names() order
 // KEYS[n+1..2n] optional (reliable fetch): their working lists; KEYS[n+q] receives KEYS[q]'s
 //               jobs. The script moves rather than pops whenever it has more than n KEYS.
+// KEYS[2n+1]    optional (reliable fetch): the suspects set (orphan_recovery.hpp); a moved job
+//               found there leaves it and is flagged. One EXISTS per call when it is empty.
 // ARGV[1]       how many jobs to take at most
 // ARGV[2]       n, the number of queues
 // ARGV[3..]     one or more queue orders of n entries each, 1-based indexes into KEYS[1..n]
 //               (0 = a paused queue's padding, skipped); job j (from 0) uses order
 //               j mod <number of orders> (batch_order_args)
 //
-// Returns {q, payload, q, payload, ...}: for each job taken, the 1-based index of its queue and
-// the job, in the order taken. It stops at the first job that finds every queue of its order
-// empty, so the reply can be shorter than ARGV[1] jobs, and is an empty array when no queue has
-// a job. A WRONGTYPE error, and nothing taken, when any of KEYS holds something other than a
-// list (lua_type_guard.hpp): Redis keeps the jobs a script popped before a command failed, and
-// its error reply would not deliver them.
+// Returns {q, payload, q, payload, ...}: for each job taken, the 1-based index of its queue
+// (negated for a suspect) and the job, in the order taken. It stops at the first job that finds
+// every queue of its order empty, so the reply can be shorter than ARGV[1] jobs, and is an empty
+// array when no queue has a job. A WRONGTYPE error, and nothing taken, when a queue or working
+// list holds something other than a list, or the suspects key something other than a set
+// (lua_type_guard.hpp): Redis keeps the jobs a script popped before a command failed, and its
+// error reply would not deliver them.
 const char* const kBatchFetchScript = KIQD_LUA_TYPE_GUARD R"lua(
 local checks = {}
 for i = 1, #KEYS do
   checks[2 * i - 1] = KEYS[i]
   checks[2 * i] = 'list'
 end
+if #KEYS > 2 * tonumber(ARGV[2]) then checks[2 * #KEYS] = 'set' end
 local refused = wrong_type(checks)
 if refused then return refused end
 local n = tonumber(ARGV[2])
 local move = #KEYS > n
+local suspects = KEYS[2 * n + 1]
+if suspects and redis.call('exists', suspects) == 0 then suspects = nil end
 local want = tonumber(ARGV[1])
 local orders = (#ARGV - 2) / n
 local out = {}
@@ -56,6 +62,7 @@ for j = 0, want - 1 do
       end
     end
     if job then
+      if suspects and redis.call('srem', suspects, job) == 1 then q = -q end
       out[#out + 1] = q
       out[#out + 1] = job
       got = true
@@ -74,9 +81,10 @@ std::vector<UnitOfWork> batch_units(const redis::Reply& reply,
     if (reply.size() % 2) reply.unexpected("batch fetch script: unexpected reply");
     out.reserve(reply.size() / 2);
     for (size_t i = 0; i < reply.size(); i += 2) {
-        const auto q = static_cast<size_t>(reply[i].integer());
+        const long long index = reply[i].integer();
+        const auto q = static_cast<size_t>(index < 0 ? -index : index);
         if (q < 1 || q > names.size()) reply.unexpected("batch fetch script: index out of range");
-        out.push_back(UnitOfWork{names[q - 1], std::string(reply[i + 1].str())});
+        out.push_back(UnitOfWork{names[q - 1], std::string(reply[i + 1].str()), index < 0});
     }
     return out;
 }

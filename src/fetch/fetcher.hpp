@@ -25,6 +25,9 @@ class FetchBuffer;
 struct UnitOfWork {
     std::string queue;    // without the "queue:" prefix
     std::string payload;  // as popped, byte for byte
+    // Reliable fetch: returned by orphan recovery and taken by a batched fetch, so its start is
+    // recorded in Redis (mark_started_commands) for the poison-pill guard (orphan_recovery.hpp).
+    bool suspect = false;
 };
 
 class Fetcher {
@@ -57,6 +60,14 @@ class Fetcher {
     // as Sidekiq's bulk_requeue does, and acknowledges them.
     virtual std::vector<redis::Command> requeue_commands(
         const std::vector<UnitOfWork>& units) const = 0;
+    // What must reach Redis before `unit` starts (reliable fetch: a suspect's start mark), and
+    // what forgets that mark when the job leaves the working list some other way (a park).
+    virtual std::vector<redis::Command> mark_started_commands(const UnitOfWork&) const {
+        return {};
+    }
+    virtual std::vector<redis::Command> unmark_started_commands(const UnitOfWork&) const {
+        return {};
+    }
     // Batched fetchers: takes a successful job's acknowledgement to send with a later write
     // (the next refill, or release_commands). False: the caller writes with_acknowledgement.
     virtual bool defer_acknowledgement(const UnitOfWork&) const { return false; }
@@ -102,9 +113,10 @@ class BasicFetcher final : public Fetcher {
 
 // The script of every batched fetch (basic `prefetch` and batched reliable fetch): KEYS are
 // every queue list in order.names() order, followed — to move jobs into working lists rather
-// than pop them — by those lists; ARGV comes from batch_order_args.
+// than pop them — by those lists and the suspects set; ARGV comes from batch_order_args.
 extern const char* const kBatchFetchScript;
-// The jobs in a batch script's reply {index, payload, ...}; `names` = order.names().
+// The jobs in a batch script's reply {index, payload, ...} (a negative index: a suspect);
+// `names` = order.names().
 std::vector<UnitOfWork> batch_units(const redis::Reply& reply,
                                     const std::vector<std::string>& names);
 

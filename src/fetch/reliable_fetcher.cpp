@@ -1,6 +1,7 @@
 #include "fetch/reliable_fetcher.hpp"
 
 #include <algorithm>
+#include <cctype>
 
 #include "fetch/fetch_buffer.hpp"
 
@@ -26,6 +27,14 @@ end
 return nil
 )lua";
 
+// MULTI or EXEC.
+bool is_transaction_bracket(const redis::Command& c) {
+    if (c.empty()) return false;
+    std::string name = c.front();
+    for (auto& ch : name) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    return name == "MULTI" || name == "EXEC";
+}
+
 }  // namespace
 
 ReliableFetcher::ReliableFetcher(const Keys& keys, const QueueOrder& order, std::string identity,
@@ -42,6 +51,7 @@ ReliableFetcher::ReliableFetcher(const Keys& keys, const QueueOrder& order, std:
     }
     batch_keys_ = queue_keys_;
     for (const auto& w : working_) batch_keys_.push_back(w.second);
+    batch_keys_.push_back(suspects_key());
     if (batch_ > 1) buffer_ = std::make_unique<FetchBuffer>(batch_, max_refills);
 }
 
@@ -111,7 +121,10 @@ std::optional<UnitOfWork> ReliableFetcher::retrieve_work(
                                      {"BRPOPLPUSH", queue_keys_[index], working_[index].second,
                                       std::to_string(kBlockSeconds)});
         if (blocked.is_nil()) return std::nullopt;
-        return UnitOfWork{working_[index].first, std::string(blocked.str())};
+        UnitOfWork taken{working_[index].first, std::string(blocked.str())};
+        // What the batch script checks for each job it moves; one more round trip, when idle.
+        taken.suspect = conn.command({"SREM", suspects_key(), taken.payload}).integer() == 1;
+        return taken;
     }
     thread_local std::vector<const std::string*> names;
     thread_local std::vector<std::string> keys;
@@ -149,22 +162,38 @@ std::optional<UnitOfWork> ReliableFetcher::retrieve_work(
     return UnitOfWork{working_[index].first, std::string(blocked.str())};
 }
 
+std::vector<redis::Command> ReliableFetcher::mark_started_commands(const UnitOfWork& unit) const {
+    if (!unit.suspect) return {};
+    return {{"SADD", started_key(identity_), unit.payload}};
+}
+
+std::vector<redis::Command> ReliableFetcher::unmark_started_commands(const UnitOfWork& unit) const {
+    if (!unit.suspect) return {};
+    return {{"SREM", started_key(identity_), unit.payload}};
+}
+
 std::vector<redis::Command> ReliableFetcher::with_acknowledgement(
     const UnitOfWork& unit, std::vector<redis::Command> outcome) const {
     redis::Command ack = ack_command(unit);
+    for (auto& c : unmark_started_commands(unit)) outcome.push_back(std::move(c));
     if (outcome.empty()) return {std::move(ack)};
-    // The outcome and the acknowledgement land together or not at all.
+    // The outcome and the acknowledgement land together or not at all: one MULTI around both.
+    // An outcome that is a transaction of its own (DeadSet::kill_commands) joins this one, as
+    // Redis refuses a MULTI inside a MULTI (the inner EXEC would then commit the outcome alone
+    // and the outer EXEC fail).
     std::vector<redis::Command> out;
     out.reserve(outcome.size() + 3);
     out.push_back({"MULTI"});
-    for (auto& c : outcome) out.push_back(std::move(c));
+    for (auto& c : outcome)
+        if (!is_transaction_bracket(c)) out.push_back(std::move(c));
     out.push_back(std::move(ack));
     out.push_back({"EXEC"});
     return out;
 }
 
 bool ReliableFetcher::defer_acknowledgement(const UnitOfWork& unit) const {
-    if (!buffer_) return false;
+    // A suspect's start mark goes with its acknowledgement, at once.
+    if (!buffer_ || unit.suspect) return false;
     buffer_->defer_ack(unit);
     return true;
 }
@@ -200,10 +229,17 @@ std::vector<redis::Command> ReliableFetcher::requeue_commands(
     if (units.empty()) return {};
     std::vector<redis::Command> out;
     out.push_back({"MULTI"});
+    bool suspects = false;
     for (const auto& u : units) {
         out.push_back({"RPUSH", keys_.queue(u.queue), u.payload});
         out.push_back({"LREM", keys_.working(identity_, u.queue), "1", u.payload});
+        if (!u.suspect) continue;
+        // Still a suspect when it is fetched again.
+        out.push_back({"SREM", started_key(identity_), u.payload});
+        out.push_back({"SADD", suspects_key(), u.payload});
+        suspects = true;
     }
+    if (suspects) out.push_back({"EXPIRE", suspects_key(), std::to_string(kSuspectsTtlSeconds)});
     out.push_back({"EXEC"});
     return out;
 }

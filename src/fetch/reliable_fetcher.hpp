@@ -15,6 +15,15 @@
 // concurrency of them: what the buffer can hold plus the running jobs) but never loses one;
 // buffered jobs are in the working list, so orphan recovery returns them.
 //
+// The poison-pill guard (orphan_recovery.hpp) counts only interruptions known to have hit a
+// started job. A job fetched one at a time starts at once, so its place in the working list
+// says so. A batched fetch cannot say which of its jobs started without a write per job, which
+// is what batching saves; so a job recovered from a dead process becomes a *suspect*: the batch
+// script (or, after a blocking fetch, one SREM) flags it when it is fetched again, the processor
+// records its start in this process's started set before running it (one round trip, for
+// suspects only), and its acknowledgement or requeue removes that mark. Unflagged jobs cost
+// nothing more than one EXISTS per refill while the suspects set is empty.
+//
 // When every queue is empty the thread blocks (BRPOPLPUSH, 2 s) on one queue; idle threads
 // spread over the queues (thread i waits on queue (i + round) mod n), so with concurrency >=
 // the number of queues a new job in any queue is taken at once.
@@ -34,6 +43,8 @@ namespace kiqd {
 class ReliableFetcher final : public Fetcher {
   public:
     static constexpr int kBlockSeconds = 2;
+    // The suspects set expires a week after its last addition (as the interruption counts).
+    static constexpr long long kSuspectsTtlSeconds = 7 * 24 * 3600;
 
     ReliableFetcher(const Keys& keys, const QueueOrder& order, std::string identity,
                     size_t batch_size = 1, size_t max_refills = 1);
@@ -45,6 +56,8 @@ class ReliableFetcher final : public Fetcher {
                                             std::vector<redis::Command>& pending) const override;
     std::vector<redis::Command> with_acknowledgement(
         const UnitOfWork& unit, std::vector<redis::Command> outcome) const override;
+    std::vector<redis::Command> mark_started_commands(const UnitOfWork& unit) const override;
+    std::vector<redis::Command> unmark_started_commands(const UnitOfWork& unit) const override;
     std::vector<redis::Command> requeue_commands(
         const std::vector<UnitOfWork>& units) const override;
     bool defer_acknowledgement(const UnitOfWork& unit) const override;
@@ -59,6 +72,12 @@ class ReliableFetcher final : public Fetcher {
         return working_;
     }
     const std::string& identity() const { return identity_; }
+    // The poison-pill guard's keys (orphan_recovery.hpp): the SET of suspects' payloads, and a
+    // batching process's SET of the suspects it has started.
+    std::string suspects_key() const { return keys_.prefix() + "kiqd:reliable:suspects"; }
+    std::string started_key(const std::string& identity) const {
+        return keys_.prefix() + "kiqd:reliable:started:" + identity;
+    }
     // Called once the working lists and the liveness key are in Redis.
     void set_ready() const { ready_.request_stop(); }
 

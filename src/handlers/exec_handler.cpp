@@ -16,6 +16,8 @@
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <system_error>
 #include <thread>
 
@@ -165,17 +167,33 @@ class LineSink {
     std::string buf_;
 };
 
+// The process groups of every command running now, so that a process about to exit can kill
+// what its stuck threads could not (kill_exec_children). Any thread.
+struct LiveGroups {
+    std::mutex mutex;
+    std::set<pid_t> groups;
+};
+LiveGroups& live_groups() {
+    static auto* groups = new LiveGroups;  // never destroyed: used until _Exit
+    return *groups;
+}
+
 // A started child: killed (whole group) and reaped when it goes out of scope unreaped, so no
 // exception path leaves a zombie or a stray process behind.
 class Child {
   public:
-    explicit Child(pid_t pid) : pid_(pid) {}
+    explicit Child(pid_t pid) : pid_(pid) {
+        std::lock_guard lock(live_groups().mutex);
+        live_groups().groups.insert(pid_);
+    }
     ~Child() {
-        if (reaped_) return;
-        ::kill(-pid_, SIGKILL);
-        int status;
-        while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+        if (!reaped_) {
+            ::kill(-pid_, SIGKILL);
+            int status;
+            while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+            }
         }
+        forget();
     }
     pid_t pid() const { return pid_; }
     bool reaped() const { return reaped_; }
@@ -188,6 +206,7 @@ class Child {
         if (r == pid_) {
             reaped_ = true;
             status_ = status;
+            forget();
         }
         return reaped_;
     }
@@ -197,6 +216,12 @@ class Child {
     }
 
   private:
+    // Once reaped, the group id may be reused by an unrelated process: never signal it again.
+    void forget() {
+        std::lock_guard lock(live_groups().mutex);
+        live_groups().groups.erase(pid_);
+    }
+
     pid_t pid_;
     bool reaped_ = false;
     int status_ = 0;
@@ -297,6 +322,7 @@ void ExecRunner::operator()(const Job& job, JobContext& ctx) const {
     const auto deadline = started + timeout_;
     auto kill_at = Steady::time_point::max();
     bool killed = false;
+    bool stop_seen = false;  // kiqd's hard-shutdown signal has been acted on
     auto drain_until = Steady::time_point::max();
     char buf[65536];
 
@@ -321,10 +347,19 @@ void ExecRunner::operator()(const Job& job, JobContext& ctx) const {
         const auto now = Steady::now();
         if (child.reaped()) {
             if ((!out.read.open() && !err.read.open()) || now >= drain_until) break;
-        } else if (phase == Phase::running && ctx.stop.stop_requested()) {
-            phase = Phase::stopping;
-            child.signal(SIGTERM);
-            kill_at = now + limits_.shutdown_grace;
+        } else if (!stop_seen && ctx.stop.stop_requested()) {
+            // Hard shutdown: the command is stopped before its job goes back to the queue (the
+            // processor requeues it once this returns), so that no other process can start the
+            // job while this command still runs. A command already timed out keeps its SIGTERM
+            // but gets no longer than the shutdown grace before SIGKILL.
+            stop_seen = true;
+            if (phase == Phase::running) {
+                phase = Phase::stopping;
+                child.signal(SIGTERM);
+                kill_at = now + limits_.shutdown_grace;
+            } else if (!killed) {
+                kill_at = std::min(kill_at, now + limits_.shutdown_grace);
+            }
         } else if (phase == Phase::running && now >= deadline) {
             phase = Phase::timed_out;
             child.signal(SIGTERM);
@@ -409,8 +444,14 @@ void ExecRunner::operator()(const Job& job, JobContext& ctx) const {
     const int status = child.status();
     std::vector<std::string> backtrace{"exec: " + command_line_};
     if (phase == Phase::stopping) {
-        ctx.log.info("class={} jid={} command pid {} stopped by shutdown after {:.3f} s",
-                     job.display_class(), job.jid, pid, elapsed);
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+            // It finished within the grace: the job is done, not interrupted.
+            ctx.log.info("class={} jid={} command pid {} finished during the shutdown grace",
+                         job.display_class(), job.jid, pid);
+            return;
+        }
+        ctx.log.info("class={} jid={} command pid {} stopped by shutdown after {:.3f} s{}",
+                     job.display_class(), job.jid, pid, elapsed, killed ? " (SIGKILL)" : "");
         throw Interrupted();
     }
     if (phase == Phase::timed_out) {
@@ -432,6 +473,12 @@ void ExecRunner::operator()(const Job& job, JobContext& ctx) const {
                    std::move(backtrace));
 }
 
+// The Handler of an exec entry: a named type, so that is_exec_handler can recognise it.
+struct ExecHandler {
+    std::shared_ptr<const ExecRunner> runner;
+    void operator()(const Job& job, JobContext& ctx) const { (*runner)(job, ctx); }
+};
+
 }  // namespace
 
 Handler make_exec_handler(const ExecHandlerSpec& spec, milliseconds default_timeout,
@@ -440,9 +487,17 @@ Handler make_exec_handler(const ExecHandlerSpec& spec, milliseconds default_time
     // A child that exits before reading its stdin must not kill kiqd with SIGPIPE: writes
     // then fail with EPIPE instead. (Children get the default disposition back at exec.)
     std::signal(SIGPIPE, SIG_IGN);
-    auto runner = std::make_shared<const ExecRunner>(spec, spec.timeout.value_or(default_timeout),
-                                                     limits, secrets);
-    return [runner](const Job& job, JobContext& ctx) { (*runner)(job, ctx); };
+    return ExecHandler{std::make_shared<const ExecRunner>(
+        spec, spec.timeout.value_or(default_timeout), limits, secrets)};
+}
+
+bool is_exec_handler(const Handler& handler) {
+    return handler.target<ExecHandler>() != nullptr;
+}
+
+void kill_exec_children() noexcept {
+    std::lock_guard lock(live_groups().mutex);
+    for (pid_t group : live_groups().groups) ::kill(-group, SIGKILL);
 }
 
 void register_exec_handlers(const Config& config, HandlerRegistry& registry) {

@@ -16,8 +16,10 @@
 //   other exit or a signal  → JobError "Kiqd::ExecError": the status and the last stderr lines
 //   runs past `timeout`     → SIGTERM to the group, SIGKILL after `grace`; "Kiqd::Timeout"
 //   cannot be started       → "Kiqd::ExecError" naming the command and errno
-//   kiqd's hard shutdown    → SIGTERM (SIGKILL after up to 2 s), then kiqd::Interrupted (the job
-//                             has already been requeued)
+//   kiqd's hard shutdown    → SIGTERM to the group (SIGKILL after 2 s, also for a command that
+//                             had timed out); exit 0 within that grace → success (the job is
+//                             done); otherwise kiqd::Interrupted, and the processor puts the job
+//                             back in its queue only now that the command is gone
 // Every child is reaped. The child gets descriptors 0-2 and nothing else: every descriptor kiqd
 // opens is close-on-exec, and the child closes all above 2 before exec in any case.
 #include <chrono>
@@ -41,6 +43,15 @@ struct ExecLimits {
 // `secrets` (kiqd_secrets): environment variables whose value contains one are not passed on.
 Handler make_exec_handler(const ExecHandlerSpec& spec, std::chrono::milliseconds default_timeout,
                           ExecLimits limits = {}, const std::vector<std::string>& secrets = {});
+
+// Whether `handler` was made by make_exec_handler. Its normal return means the command exited 0,
+// even after kiqd's hard-shutdown stop signal (the processor then records the job as done
+// instead of requeueing it, as it does for an in-process handler that returns after the stop).
+bool is_exec_handler(const Handler& handler);
+
+// SIGKILL to the process group of every command still running: for a process about to exit
+// while threads are stuck past the shutdown grace (a command must not outlive its job's requeue).
+void kill_exec_children() noexcept;
 
 // Registers every `handlers:` entry of the config (replacing handlers of the same name).
 void register_exec_handlers(const Config& config, HandlerRegistry& registry);

@@ -35,6 +35,10 @@ namespace {
 // ARGV[5+2n+i] the payload to LPUSH to KEYS[2+i] when rule i wins ('' = do not move: the job
 //             is already in that queue)
 // ARGV[5+3n+i] rule i's queue name (SADDed to KEYS[2] with the push)
+// server mode with reliable fetch only:
+// KEYS[3+n]   the working list holding the job, which it leaves (LREM 1) when it is moved, so
+//             that a crash cannot leave it both there and in the throttled queue
+// ARGV[6+4n]  the job as fetched (the working list's entry)
 //
 // Returns the 1-based index of the winning rule (the last that matched), 0 when none matched,
 // and in server mode -1 when ARGV[4] is already in KEYS[1] (registered by the gem at push time
@@ -76,6 +80,7 @@ if ARGV[1] == 's' and chosen > 0 then
   if payload ~= '' then
     redis.call('sadd', KEYS[2], ARGV[5 + 3 * n + chosen])
     redis.call('lpush', KEYS[2 + chosen], payload)
+    if KEYS[3 + n] then redis.call('lrem', KEYS[3 + n], 1, ARGV[6 + 4 * n]) end
   end
 end
 return chosen
@@ -221,12 +226,18 @@ size_t FairTenant::register_and_decide(redis::Connection& redis, const FairTenan
 
 long long FairTenant::register_and_move(redis::Connection& redis, const FairTenantPlan& plan,
                                         const std::string& jid, double now,
-                                        const std::vector<std::string>& moved_payloads) const {
+                                        const std::vector<std::string>& moved_payloads,
+                                        const std::string* working_list,
+                                        const std::string& fetched) const {
     std::vector<std::string> keys{plan.key, keys_.queues()};
     for (const auto& rule : plan.rules) keys.push_back(keys_.queue(rule.queue));
     auto args = script_args('s', plan, jid, now);
     for (const auto& p : moved_payloads) args.push_back(p);
     for (const auto& rule : plan.rules) args.push_back(rule.queue);
+    if (working_list) {
+        keys.push_back(*working_list);
+        args.push_back(fetched);
+    }
     return script_.run(redis, keys, args).integer();
 }
 
@@ -277,9 +288,10 @@ void FairTenantServerMiddleware::call(JobContext& ctx, const Next& next) const {
         obj->set_string("queue", rule.queue);
         moved.push_back(obj->dump());
     }
-    const long long chosen =
-        fair_.register_and_move(ctx.redis, *plan, job.jid, epoch_seconds(), moved);
+    const long long chosen = fair_.register_and_move(ctx.redis, *plan, job.jid, epoch_seconds(),
+                                                     moved, ctx.working_list, job.raw);
     if (chosen > 0 && !moved[static_cast<size_t>(chosen - 1)].empty()) {
+        ctx.working_list = nullptr;  // the script took it out (JobContext::working_list)
         ctx.log.info(
             "class={} jid={} tenant={} over its fair share: moved from queue:{} to queue:{}",
             job.display_class(), job.jid, plan->tenant, job.queue,

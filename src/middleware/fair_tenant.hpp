@@ -25,8 +25,9 @@
 //  * FairTenantServerMiddleware — first in the server chain: a job fetched from its main queue
 //    that did not pass such a client (pushed by Ruby without the gem, redis-cli, any producer)
 //    is registered when it starts; when its tenant is over a threshold it is LPUSHed (marked) to
-//    the throttled queue instead of running, in the same script, and counts as neither processed
-//    nor failed. A job the gem already registered (its jid is in the ZSET) is left alone.
+//    the throttled queue instead of running, in the same script (which with reliable fetch also
+//    takes it out of the working list), and counts as neither processed nor failed. A job the gem
+//    already registered (its jid is in the ZSET) is left alone.
 // Both are immutable after construction and shared by all threads.
 #include <map>
 #include <nlohmann/json.hpp>
@@ -73,9 +74,13 @@ class FairTenant {
     // Server side: the same, unless the jid is already registered (-1: left alone); when a rule
     // whose `moved_payloads` entry is not empty wins, that payload is LPUSHed to the rule's
     // queue (with SADD queues) in the same script. `moved_payloads` has one entry per rule.
+    // With reliable fetch, `working_list` holds `fetched` (the job as fetched): a moved job
+    // leaves it in the same script.
     long long register_and_move(redis::Connection& redis, const FairTenantPlan& plan,
                                 const std::string& jid, double now,
-                                const std::vector<std::string>& moved_payloads) const;
+                                const std::vector<std::string>& moved_payloads,
+                                const std::string* working_list = nullptr,
+                                const std::string& fetched = {}) const;
 
     const Keys& keys() const { return keys_; }
     long long max_window() const { return settings_.max_throttling_window; }

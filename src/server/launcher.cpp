@@ -259,9 +259,11 @@ int Launcher::run() {
     if (stop_thread_.joinable()) stop_thread_.join();
     log_.flush();
     if (!all_threads_ended_) {
-        // Handlers ignored the stop signal; their jobs are already back in Redis.
-        log_.warn("exiting while some handlers ignore the stop signal; their jobs were requeued");
-        log_.flush();
+        // Handlers ignore the stop signal. Their jobs go back only now, as the last step before
+        // the exit ends their threads (manager.hpp).
+        manager_.requeue_stuck_jobs();
+        log_.warn("exiting while some handlers ignore the stop signal");
+        drain_log(log_);
         std::_Exit(0);
     }
     return 0;

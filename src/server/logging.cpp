@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <mutex>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "common/control_escape.hpp"
@@ -139,6 +140,19 @@ std::shared_ptr<spdlog::logger> make_logger(const LoggingConfig& config, bool ve
     spdlog::register_logger(logger);
     spdlog::flush_every(std::chrono::seconds(1));  // stdout may be a pipe (journald)
     return logger;
+}
+
+void drain_log(spdlog::logger& log) noexcept {
+    try {
+        log.flush();  // an asynchronous logger queues this behind every line logged so far
+        if (auto pool = spdlog::thread_pool())
+            for (int waited_ms = 0; pool->queue_size() > 0 && waited_ms < 2000; ++waited_ms)
+                std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        // The queue is empty: every line before the flush has been written (the pool's one
+        // thread takes them in order); whatever is left in a sink's buffer goes out now.
+        for (auto& sink : log.sinks()) sink->flush();
+    } catch (...) {  // nothing to report it to
+    }
 }
 
 }  // namespace kiqd

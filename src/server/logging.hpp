@@ -16,4 +16,8 @@ std::shared_ptr<spdlog::logger> make_logger(const LoggingConfig& config, bool ve
 // renamed it); lines written from then on go to the file now at that path. Thread-safe.
 void reopen_log_files();
 
+// Writes out every line `log` has taken so far, for a process about to _Exit (which would drop
+// what the asynchronous logger's thread has not written yet). Waits at most 2 s.
+void drain_log(spdlog::logger& log) noexcept;
+
 }  // namespace kiqd

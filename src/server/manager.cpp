@@ -3,8 +3,17 @@
 #include <algorithm>
 
 #include "fetch/cpu_gate.hpp"
+#include "handlers/exec_handler.hpp"
+#include "server/logging.hpp"
 
 namespace kiqd {
+namespace {
+
+// How long processors get to return after the stop signal: an exec command's SIGTERM → SIGKILL
+// grace, plus a second for the kill, the reap and the outcome's write.
+const auto kStopGrace = ExecLimits{}.shutdown_grace + std::chrono::seconds(1);
+
+}  // namespace
 
 Manager::Manager(Runtime& rt) : rt_(rt) {
     for (size_t i = 0; i < rt.work.slots(); ++i) {
@@ -56,51 +65,83 @@ bool Manager::wait_all_until(Clock::time_point until,
     }
 }
 
-void Manager::requeue_running_jobs() {
-    auto running = rt_.work.abandon_all();
-    // Jobs still in the fetch buffer and cpu-bound jobs still waiting for a slot go back too
-    // (behind the running ones, which were fetched first); they never started, so they are not
-    // counted as interrupted.
-    auto buffered = rt_.fetcher.take_buffered();
-    std::reverse(buffered.begin(), buffered.end());
-    std::vector<UnitOfWork> held;
-    if (rt_.cpu_gate) held = rt_.cpu_gate->close();
-    if (running.empty() && buffered.empty() && held.empty()) return;
-    std::vector<UnitOfWork> units = std::move(buffered);
-    for (auto& u : held) units.push_back(std::move(u));
-    const size_t interrupted = running.size();
-    for (auto& j : running) units.push_back({j.queue, j.payload});
-    rt_.log.warn("Terminating {} busy worker threads", interrupted);
+bool Manager::write_at_shutdown(const std::vector<redis::Command>& commands) {
     redis::Connection conn(rt_.connection_options);
-    const auto commands = rt_.fetcher.requeue_commands(units);
     for (int attempt = 0;; ++attempt) {
         try {
             conn.pipeline(commands);
-            rt_.log.info("Pushed {} jobs back to Redis", units.size());
-            break;
+            return true;
         } catch (const redis::Error& e) {
             if (attempt == 10) {
-                for (const auto& u : units)
-                    rt_.log.error("could not push back to queue:{} (Redis: {}): {}", u.queue,
-                                  e.what(), u.payload);
-                break;
+                rt_.log.error("could not push jobs back to Redis: {}", e.what());
+                return false;
             }
             std::this_thread::sleep_for(std::chrono::milliseconds(300));
         }
     }
-    requeued_ = interrupted;
-    // Sidekiq counts an interrupted job as processed and failed
-    // (docs/data-model.md#interrupted-jobs).
-    rt_.work.processed.fetch_add(static_cast<long long>(interrupted));
-    rt_.work.failed.fetch_add(static_cast<long long>(interrupted));
+}
+
+size_t Manager::requeue_unstarted_jobs() {
+    // Jobs still in the fetch buffer and cpu-bound jobs still waiting for a slot never started:
+    // they go back at once, in fetch order, and are not counted as interrupted.
+    auto units = rt_.fetcher.take_buffered();
+    std::reverse(units.begin(), units.end());
+    if (rt_.cpu_gate)
+        for (auto& u : rt_.cpu_gate->close()) units.push_back(std::move(u));
+    if (units.empty()) return 0;
+    if (!write_at_shutdown(rt_.fetcher.requeue_commands(units))) {
+        for (const auto& u : units)
+            rt_.log.error("could not push back to queue:{}: {}", u.queue, u.payload);
+        return 0;
+    }
+    return units.size();
 }
 
 bool Manager::stop(const std::function<Clock::time_point()>& deadline) {
     quiet();
     if (wait_all_until(Clock::time_point::max(), &deadline)) return true;
-    requeue_running_jobs();
+    rt_.log.warn("Terminating {} busy worker threads", rt_.work.busy());
+    const size_t unstarted = requeue_unstarted_jobs();
+    // Stop what runs before anything goes back: each processor requeues its own job once its
+    // handler has returned (processor.cpp), so no other process can start a job still running.
     rt_.lifecycle.hard_stop.request_stop();
-    return wait_all_until(Clock::now() + std::chrono::seconds(3), nullptr);
+    const bool ended = wait_all_until(Clock::now() + kStopGrace, nullptr);
+    if (!ended) {
+        stuck_ = rt_.work.abandon_all();
+        // Sidekiq counts an interrupted job as processed and failed
+        // (docs/data-model.md#interrupted-jobs); counted now, while the heartbeat still flushes.
+        rt_.work.processed.fetch_add(static_cast<long long>(stuck_.size()));
+        rt_.work.failed.fetch_add(static_cast<long long>(stuck_.size()));
+    }
+    rt_.log.info("Pushed {} jobs back to Redis", unstarted + rt_.work.requeued.load());
+    return ended;
+}
+
+void Manager::requeue_stuck_jobs() {
+    // A command outliving the process would run on while its job starts elsewhere.
+    kill_exec_children();
+    if (stuck_.empty()) return;
+    std::vector<UnitOfWork> back;
+    for (const auto& j : stuck_) {
+        if (rt_.fetcher.working_list(j.queue)) {
+            rt_.log.warn(
+                "class={} jid={} still running in a handler that ignores the stop signal: it "
+                "stays in the working list, and orphan recovery returns it to queue:{} once "
+                "this process's liveness key has expired",
+                j.display_class, j.jid, j.queue);
+            continue;
+        }
+        rt_.log.warn(
+            "class={} jid={} still running in a handler that ignores the stop signal: pushed "
+            "back to queue:{} as the process exits",
+            j.display_class, j.jid, j.queue);
+        back.push_back({j.queue, j.payload});
+    }
+    if (back.empty()) return;
+    drain_log(rt_.log);  // the lines above are out before the jobs are
+    if (!write_at_shutdown(rt_.fetcher.requeue_commands(back)))
+        for (const auto& u : back)
+            rt_.log.error("could not push back to queue:{}: {}", u.queue, u.payload);
 }
 
 }  // namespace kiqd

@@ -14,40 +14,58 @@ namespace kiqd {
 namespace {
 
 // Moves one job from a working list back to the front of its queue, only if this call removed
-// it (LREM), so two recoveries never requeue it twice. With the poison-pill guard on, it counts
-// the interruption and sends the job to the dead set instead once the count reaches the maximum.
+// it (LREM), so two recoveries never requeue it twice. LREM searches from the head, where a
+// recovery pass (newest first) finds each job at once: from the tail, a pass over a list of n
+// jobs cost n²/2 comparisons (200,000 orphans: minutes). With the poison-pill guard on, it counts
+// the interruption — when the job is known to have started: always for a process that fetched
+// one job at a time, only if it is in the started set for one that batched (the set exists,
+// with its "" member, exactly for those) — and sends the job to the dead set instead once the
+// count reaches the maximum. A requeued job becomes a suspect (reliable_fetcher.hpp), so that
+// its next start is known.
 // KEYS[1] -> the working list ("queue:sq|<identity>|<queue>")
 // KEYS[2] -> the queue list ("queue:<queue>")
 // KEYS[3] -> the "queues" set
 // KEYS[4] -> the interruptions hash ("kiqd:reliable:interruptions": jid -> count)
 // KEYS[5] -> the dead set ("dead")
+// KEYS[6] -> the working list owner's started set ("kiqd:reliable:started:<identity>")
+// KEYS[7] -> the suspects set ("kiqd:reliable:suspects")
 // --
 // ARGV[1] -> the payload
 // ARGV[2] -> the queue name (added to KEYS[3])
 // ARGV[3] -> the interruption key (the jid, or a hash of an unparseable payload)
 // ARGV[4] -> max interruptions (0: do not count)
-// ARGV[5] -> the TTL of the interruptions hash in seconds
+// ARGV[5] -> the TTL of the interruptions hash and of the suspects set, in seconds
 // ARGV[6] -> the dead-set score (now, epoch seconds)
 // ARGV[7] -> the dead-set entry (only used when ARGV[4] > 0)
 // Returns 0 when the job was no longer in the working list (someone else moved it), 1 when it
-// was requeued, 2 when it went to the dead set; a WRONGTYPE error with nothing written (the job
-// stays in the working list) when a key it would write holds another type.
+// was requeued, 2 when it went to the dead set, 3 when it was requeued without being counted
+// (not known to have started); a WRONGTYPE error with nothing written (the job stays in the
+// working list) when a key it would write holds another type.
 constexpr const char* kRequeueScript = KIQD_LUA_TYPE_GUARD R"lua(
-local refused = wrong_type({KEYS[2], 'list', KEYS[3], 'set', KEYS[4], 'hash', KEYS[5], 'zset'})
+local refused = wrong_type({KEYS[2], 'list', KEYS[3], 'set', KEYS[4], 'hash', KEYS[5], 'zset',
+                            KEYS[6], 'set', KEYS[7], 'set'})
 if refused then return refused end
-if redis.call('lrem', KEYS[1], -1, ARGV[1]) == 0 then return 0 end
+if redis.call('lrem', KEYS[1], 1, ARGV[1]) == 0 then return 0 end
 local max = tonumber(ARGV[4])
+local counted = false
 if max > 0 then
-  local n = redis.call('hincrby', KEYS[4], ARGV[3], 1)
-  redis.call('expire', KEYS[4], ARGV[5])
-  if n >= max then
-    redis.call('hdel', KEYS[4], ARGV[3])
-    redis.call('zadd', KEYS[5], ARGV[6], ARGV[7])
-    return 2
+  if redis.call('exists', KEYS[6]) == 0 or redis.call('sismember', KEYS[6], ARGV[1]) == 1 then
+    counted = true
+    local n = redis.call('hincrby', KEYS[4], ARGV[3], 1)
+    redis.call('expire', KEYS[4], ARGV[5])
+    if n >= max then
+      redis.call('hdel', KEYS[4], ARGV[3])
+      redis.call('srem', KEYS[7], ARGV[1])
+      redis.call('zadd', KEYS[5], ARGV[6], ARGV[7])
+      return 2
+    end
   end
+  redis.call('sadd', KEYS[7], ARGV[1])
+  redis.call('expire', KEYS[7], ARGV[5])
 end
 redis.call('sadd', KEYS[3], ARGV[2])
 redis.call('rpush', KEYS[2], ARGV[1])
+if max > 0 and not counted then return 3 end
 return 1
 )lua";
 
@@ -60,8 +78,9 @@ constexpr const char* kUnregisterIfEmptyScript =
     "if redis.call('llen', KEYS[1]) == 0 then "
     "redis.call('srem', KEYS[2], KEYS[1]) return 1 end return 0";
 
-// Interruption counts are forgotten a week after a job's last interruption.
-constexpr long long kInterruptionsTtlSeconds = 7 * 24 * 3600;
+// Interruption counts are forgotten a week after a job's last interruption (and suspects a week
+// after the last one was added).
+constexpr long long kInterruptionsTtlSeconds = ReliableFetcher::kSuspectsTtlSeconds;
 
 // Splits "<prefix>queue:sq|<identity>|<queue>" into identity and queue; false if not one.
 bool parse_working_key(const Keys& keys, const std::string& key, std::string& identity,
@@ -89,6 +108,7 @@ OrphanRecovery::OrphanRecovery(Runtime& rt, const ReliableFetcher& fetcher)
     : rt_(rt),
       fetcher_(fetcher),
       requeue_script_(kRequeueScript),
+      liveness_("reliable-alive", rt.log),
       worker_("orphan-recovery", rt.log) {}
 
 OrphanRecovery::~OrphanRecovery() {
@@ -96,25 +116,40 @@ OrphanRecovery::~OrphanRecovery() {
 }
 
 void OrphanRecovery::start() {
+    liveness_conn_.emplace(rt_.connection_options);
     conn_.emplace(rt_.connection_options);
     next_check_ = DueTime();  // recover once at start, as super_fetch
-    worker_.start(PeriodicWorker::Duration::zero(), rt_.config.reliable_fetch.liveness_ttl / 3,
-                  [this] { round(); });
+    const auto every = rt_.config.reliable_fetch.liveness_ttl / 3;
+    liveness_.start(PeriodicWorker::Duration::zero(), every, [this] { keep_alive(); });
+    worker_.start(PeriodicWorker::Duration::zero(), every, [this] { round(); });
 }
 
 void OrphanRecovery::register_alive(redis::Connection& conn) {
     const auto& cfg = rt_.config.reliable_fetch;
     redis::Command sadd{"SADD", rt_.keys.working_lists()};
     for (const auto& [queue, list] : fetcher_.working_lists()) sadd.push_back(list);
-    conn.pipeline({sadd,
-                   {"SET", rt_.keys.alive(fetcher_.identity()), "1", "PX",
-                    std::to_string(cfg.liveness_ttl.count())}});
+    std::vector<redis::Command> commands{sadd,
+                                         {"SET", rt_.keys.alive(fetcher_.identity()), "1", "PX",
+                                          std::to_string(cfg.liveness_ttl.count())}};
+    // A batching process's started set exists from its first fetch on: recovery tells by it
+    // that only the jobs in it are known to have started.
+    if (fetcher_.batch_size() > 1)
+        commands.push_back({"SADD", fetcher_.started_key(fetcher_.identity()), ""});
+    conn.pipeline(commands);
+}
+
+void OrphanRecovery::keep_alive() {
+    try {
+        register_alive(*liveness_conn_);
+        fetcher_.set_ready();
+    } catch (const redis::Error& e) {
+        // The processors report Redis outages; this thread just tries again next round.
+        rt_.log.debug("reliable fetch: liveness refresh failed: {}", e.what());
+    }
 }
 
 void OrphanRecovery::round() {
     try {
-        register_alive(*conn_);
-        fetcher_.set_ready();
         if (size_t n = return_stranded(*conn_))
             rt_.log.warn(
                 "reliable fetch: returned {} stranded job(s) to their queues "
@@ -126,14 +161,15 @@ void OrphanRecovery::round() {
             if (r.lists > 0)
                 rt_.log.warn(
                     "reliable fetch: recovered {} orphaned working list(s): {} job(s) back "
-                    "in their queues, {} sent to the dead set",
-                    r.lists, r.requeued, r.dead);
+                    "in their queues ({} not known to have started, not counted as "
+                    "interrupted), {} sent to the dead set",
+                    r.lists, r.requeued, r.uncounted, r.dead);
         }
     } catch (const redis::Error& e) {
         // The processors report Redis outages; this thread just tries again next round.
         // Acknowledgements held up by the outage are still on their way: suspect nothing.
         suspects_.clear();
-        rt_.log.debug("reliable fetch: liveness/recovery round failed: {}", e.what());
+        rt_.log.debug("reliable fetch: recovery round failed: {}", e.what());
     } catch (const std::exception& e) {
         rt_.log.error("reliable fetch: orphan recovery error: {}", e.what());
     }
@@ -181,9 +217,15 @@ OrphanRecovery::Result OrphanRecovery::recover_orphans(redis::Connection& conn, 
     for (const auto& o : candidates) {
         if (!dead_owners.count(o.identity)) continue;
         rt_.log.warn("reliable fetch: process {} is gone; recovering {}", o.identity, o.list);
-        recover_list(conn, o.list, o.queue, true, result);
+        recover_list(conn, o.list, o.queue, o.identity, true, result);
         conn.command({"EVAL", kUnregisterIfEmptyScript, "2", o.list, rt_.keys.working_lists()});
         ++result.lists;
+    }
+    // Every list of those owners has been emptied: their start marks are of no more use.
+    if (!dead_owners.empty()) {
+        redis::Command del{"DEL"};
+        for (const auto& id : dead_owners) del.push_back(fetcher_.started_key(id));
+        conn.command(del);
     }
     return result;
 }
@@ -214,7 +256,7 @@ size_t OrphanRecovery::return_stranded(redis::Connection& conn,
             auto seen = suspects_.find(key);
             const auto since = seen == suspects_.end() ? now : seen->second;
             if (now - since >= after)
-                requeue_one(conn, list, queue, key.second, 0, result);
+                requeue_one(conn, list, queue, fetcher_.identity(), key.second, 0, result);
             else
                 still.emplace(std::move(key), since);
         }
@@ -224,18 +266,19 @@ size_t OrphanRecovery::return_stranded(redis::Connection& conn,
 }
 
 void OrphanRecovery::recover_list(redis::Connection& conn, const std::string& list,
-                                  const std::string& queue, bool count, Result& result) {
+                                  const std::string& queue, const std::string& owner, bool count,
+                                  Result& result) {
     const int max = count ? rt_.config.reliable_fetch.max_interruptions : 0;
     // LRANGE lists the newest fetch first; RPUSHing in that order puts the oldest at the very
     // front, so the jobs come back in the order they were fetched.
     auto jobs = conn.command({"LRANGE", list, "0", "-1"});
     for (size_t i = 0; i < jobs.size(); ++i)
-        requeue_one(conn, list, queue, std::string(jobs[i].str()), max, result);
+        requeue_one(conn, list, queue, owner, std::string(jobs[i].str()), max, result);
 }
 
 void OrphanRecovery::requeue_one(redis::Connection& conn, const std::string& list,
-                                 const std::string& queue, const std::string& payload, int max,
-                                 Result& result) {
+                                 const std::string& queue, const std::string& owner,
+                                 const std::string& payload, int max, Result& result) {
     const std::string message = fmt::format(
         "interrupted {} times: the kiqd process running it died each time "
         "(reliable_fetch.max_interruptions: {})",
@@ -243,13 +286,17 @@ void OrphanRecovery::requeue_one(redis::Connection& conn, const std::string& lis
     const double now = epoch_seconds();
     auto reply = requeue_script_.run(
         conn,
-        {list, rt_.keys.queue(queue), rt_.keys.queues(), rt_.keys.interruptions(), rt_.keys.dead()},
+        {list, rt_.keys.queue(queue), rt_.keys.queues(), rt_.keys.interruptions(), rt_.keys.dead(),
+         fetcher_.started_key(owner), fetcher_.suspects_key()},
         {payload, queue, interruption_key(payload, queue), std::to_string(max),
          std::to_string(kInterruptionsTtlSeconds), score_text(now),
          max > 0 ? rt_.dead.invalid_entry(payload, queue,
                                           InvalidJob{"Kiqd::RepeatedlyInterrupted", message})
                  : std::string()});
     switch (reply.integer()) {
+        case 3:
+            ++result.uncounted;
+            [[fallthrough]];
         case 1:
             ++result.requeued;
             break;
@@ -269,10 +316,12 @@ void OrphanRecovery::return_own_lists() {
             Result r;
             redis::Command srem{"SREM", rt_.keys.working_lists()};
             for (const auto& [queue, list] : fetcher_.working_lists()) {
-                recover_list(conn, list, queue, false, r);
+                recover_list(conn, list, queue, fetcher_.identity(), false, r);
                 srem.push_back(list);
             }
-            conn.pipeline({srem, {"DEL", rt_.keys.alive(fetcher_.identity())}});
+            conn.pipeline({srem,
+                           {"DEL", rt_.keys.alive(fetcher_.identity()),
+                            fetcher_.started_key(fetcher_.identity())}});
             if (r.requeued > 0)
                 rt_.log.warn("reliable fetch: returned {} leftover job(s) to their queues",
                              r.requeued);
@@ -290,7 +339,9 @@ void OrphanRecovery::return_own_lists() {
 void OrphanRecovery::stop(bool clean) noexcept {
     if (stopped_.exchange(true)) return;
     worker_.stop();
-    conn_.reset();  // the connection closes with the thread
+    liveness_.stop();
+    conn_.reset();  // the connections close with the threads
+    liveness_conn_.reset();
     if (clean) return_own_lists();
 }
 

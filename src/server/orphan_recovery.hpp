@@ -1,8 +1,11 @@
 #pragma once
-// OrphanRecovery: the other half of reliable fetch. Its own thread (with its own connection)
-//  * registers this process's working lists in the `kiqd:reliable:working` set and keeps the
-//    liveness key `kiqd:reliable:alive:<identity>` alive (SET EX liveness_ttl every third of
-//    it), then lets the processors fetch (ReliableFetcher::set_ready);
+// OrphanRecovery: the other half of reliable fetch. Two threads, each with its own connection:
+//  * the liveness thread registers this process's working lists in the `kiqd:reliable:working`
+//    set and keeps the liveness key `kiqd:reliable:alive:<identity>` alive (SET PX liveness_ttl
+//    every third of it), then lets the processors fetch (ReliableFetcher::set_ready). It does
+//    nothing else, so that no recovery pass, however long, can delay a refresh and get this
+//    live process's jobs recovered by its peers;
+//  * the recovery thread does the rest:
 //  * at start and then every orphan_check_interval, if it wins the cluster-wide lock
 //    (SET NX PX interval, so one recovery per interval for the whole fleet), puts the jobs of
 //    every working list whose owner's liveness key has expired back at the front of their
@@ -10,14 +13,19 @@
 //    RPUSH onto the queue), so two recoveries never requeue the same job twice and a crash in
 //    the middle loses nothing. A job a dying process interrupted max_interruptions times goes to
 //    the dead set instead (poison-pill guard; the count lives in a hash keyed by jid, so the
-//    payload itself is never rewritten).
+//    payload itself is never rewritten). Only interruptions of jobs known to have started count:
+//    every job of a process that fetched one at a time; of a batching process, which also holds
+//    jobs that never started (its fetch buffer) and finished ones awaiting their deferred
+//    acknowledgement, only those in its started set (`kiqd:reliable:started:<identity>`, which
+//    has an empty member from its first liveness round on). Every requeued job becomes a suspect
+//    (`kiqd:reliable:suspects`), whose next start a batched fetch records (reliable_fetcher.hpp).
 //  * every round, returns jobs *stranded* in this process's own working lists: a fetch whose
 //    reply was lost (Redis moved the job, then the connection dropped) leaves a job there that
 //    no processor runs. An entry that no processor has been running for kStrandedAfter (longer
 //    than an acknowledgement retried after an outage takes to land) goes back to its queue.
-// stop(clean) ends the thread; when every processor thread ended, it also returns anything left
+// stop(clean) ends the threads; when every processor thread ended, it also returns anything left
 // in this process's working lists and unregisters them. After an unclean stop it leaves them to
-// a later recovery, because a stuck thread may still fetch.
+// a later recovery, because a stuck thread may still fetch, or still run its job.
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -38,12 +46,14 @@ class OrphanRecovery {
     void stop(bool clean) noexcept;  // idempotent
 
     struct Result {
-        size_t lists = 0;     // orphaned working lists emptied
-        size_t requeued = 0;  // jobs put back in their queues
-        size_t dead = 0;      // jobs sent to the dead set by the poison-pill guard
-        bool ran = false;     // false: another process holds the recovery lock
+        size_t lists = 0;      // orphaned working lists emptied
+        size_t requeued = 0;   // jobs put back in their queues
+        size_t dead = 0;       // jobs sent to the dead set by the poison-pill guard
+        size_t uncounted = 0;  // of `requeued`, not known to have started (not counted)
+        bool ran = false;      // false: another process holds the recovery lock
     };
-    // Registers the working lists and refreshes the liveness key. Public for tests.
+    // Registers the working lists and refreshes the liveness key (and a batching process's
+    // started set). Public for tests.
     void register_alive(redis::Connection& conn);
     // One recovery pass; `take_lock` false skips the cluster lock (tests). Public for tests.
     Result recover_orphans(redis::Connection& conn, bool take_lock = true);
@@ -54,26 +64,30 @@ class OrphanRecovery {
                            std::chrono::steady_clock::duration after = kStrandedAfter);
 
   private:
-    void round();  // one round of the recovery thread
-    // Moves every job of one working list back to `queue`; `count` applies the poison-pill
-    // guard (false for this process's own leftovers at a clean stop).
+    void keep_alive();  // one round of the liveness thread
+    void round();       // one round of the recovery thread
+    // Moves every job of one working list (of the process `owner`) back to `queue`; `count`
+    // applies the poison-pill guard (false for this process's own leftovers at a clean stop).
     void recover_list(redis::Connection& conn, const std::string& list, const std::string& queue,
-                      bool count, Result& result);
+                      const std::string& owner, bool count, Result& result);
     // Moves one job from `list` back to `queue` (the poison-pill count applies when `max` > 0).
     void requeue_one(redis::Connection& conn, const std::string& list, const std::string& queue,
-                     const std::string& payload, int max, Result& result);
+                     const std::string& owner, const std::string& payload, int max, Result& result);
     void return_own_lists();
 
     Runtime& rt_;
     const ReliableFetcher& fetcher_;
     redis::Script requeue_script_;
     std::atomic<bool> stopped_{false};
-    std::optional<redis::Connection> conn_;  // recovery thread only, from start() to stop()
-    DueTime next_check_;                     // recovery thread only
+    std::optional<redis::Connection> conn_;           // recovery thread, start() to stop()
+    std::optional<redis::Connection> liveness_conn_;  // liveness thread, start() to stop()
+    DueTime next_check_;                              // recovery thread only
     // (working list, payload) → when it was first seen with no processor running it.
     std::map<std::pair<std::string, std::string>, std::chrono::steady_clock::time_point>
-        suspects_;           // recovery thread only
-    PeriodicWorker worker_;  // last: its thread ends before the members it uses go
+        suspects_;  // recovery thread only
+    // Last: their threads end before the members they use go.
+    PeriodicWorker liveness_;
+    PeriodicWorker worker_;
 };
 
 }  // namespace kiqd

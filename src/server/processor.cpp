@@ -5,6 +5,7 @@
 #include <typeinfo>
 
 #include "fetch/cpu_gate.hpp"
+#include "handlers/exec_handler.hpp"
 
 namespace kiqd {
 namespace {
@@ -89,42 +90,57 @@ void Processor::run() noexcept {
     if (on_exit_) on_exit_();
 }
 
-void Processor::write_until_done(redis::Connection& conn,
+bool Processor::write_until_done(redis::Connection& conn,
                                  const std::vector<redis::Command>& commands,
                                  const std::string& what, const std::string& payload) {
-    if (commands.empty()) return;
+    if (commands.empty()) return true;
     std::chrono::milliseconds backoff{250};
+    int tries_after_stop = 0;
     for (;;) {
         try {
             conn.pipeline(commands);
             rt_.health.succeeded();
-            return;
+            return true;
         } catch (const redis::ReplyError& e) {
             rt_.log.error("Redis refused the {} of a job ({}); payload: {}", what, e.what(),
                           payload);
-            return;  // retrying a refused command cannot help; the payload is in the log
+            return false;  // retrying a refused command cannot help; the payload is in the log
         } catch (const redis::Error& e) {
             rt_.health.failed(e);
-            if (rt_.lifecycle.hard_stop.wait_for(backoff)) {
-                rt_.log.error("shutdown while Redis is down: could not record the {} of: {}", what,
-                              payload);
-                return;
+            if (rt_.lifecycle.hard_stop.stop_requested()) {
+                // Shutting down: a few quick tries (the process exits soon), then the log.
+                if (++tries_after_stop == 3) {
+                    rt_.log.error("shutdown while Redis is down: could not record the {} of: {}",
+                                  what, payload);
+                    return false;
+                }
+                std::this_thread::sleep_for(std::chrono::milliseconds(200));
+                continue;
             }
+            rt_.lifecycle.hard_stop.wait_for(backoff);
             backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
         }
     }
 }
 
-void Processor::write_with_pending(redis::Connection& conn, std::vector<redis::Command> commands,
+bool Processor::write_with_pending(redis::Connection& conn, std::vector<redis::Command> commands,
                                    const std::string& what, const std::string& payload) {
     for (auto& c : pending_) commands.push_back(std::move(c));
     pending_.clear();
-    write_until_done(conn, commands, what, payload);
+    return write_until_done(conn, commands, what, payload);
 }
 
 void Processor::record_outcome(redis::Connection& conn, const UnitOfWork& unit, Outcome outcome,
-                               std::vector<redis::Command> writes, const std::string& payload) {
+                               std::vector<redis::Command> writes, const std::string& payload,
+                               bool acknowledge) {
     const bool done = outcome == Outcome::done;
+    if (!acknowledge) {
+        // A middleware already took the job out of the working list (JobContext::working_list):
+        // an acknowledgement, a removal by value, would take an identical copy fetched since.
+        for (auto& c : rt_.fetcher.unmark_started_commands(unit)) writes.push_back(std::move(c));
+        if (!writes.empty()) write_with_pending(conn, std::move(writes), "outcome", payload);
+        return;
+    }
     if (done && rt_.fetcher.defer_acknowledgement(unit)) return;
     auto commands = rt_.fetcher.with_acknowledgement(unit, std::move(writes));
     if (done && commands.empty()) return;
@@ -194,6 +210,15 @@ void Processor::run_unit(redis::Connection& conn, UnitOfWork unit, const Admissi
     }
     Job& job = std::get<Job>(parsed);
     if (admit && !admit(unit, job)) return;
+    if (auto mark = rt_.fetcher.mark_started_commands(unit); !mark.empty()) {
+        // A recovered job's start must be in Redis before it runs, so that the poison-pill guard
+        // counts it should it take the process down (reliable_fetcher.hpp).
+        try {
+            conn.pipeline(mark);
+        } catch (const redis::Error& e) {
+            rt_.health.failed(e);  // it runs anyway; only a crash in it would go uncounted
+        }
+    }
     const auto started = std::chrono::steady_clock::now();
     rt_.work.begin(slot_, RunningJob{job.queue, job.raw, job.display_class(), job.jid,
                                      static_cast<long long>(epoch_seconds()), started});
@@ -205,12 +230,14 @@ void Processor::run_unit(redis::Connection& conn, UnitOfWork unit, const Admissi
     ctx.working_list = rt_.fetcher.working_list(unit.queue);
     std::optional<Failure> failure;
     bool interrupted = false;
+    bool exec = false;  // an exec handler: its normal return means the command exited 0
     try {
         rt_.chain.invoke(ctx, [&] {
             const Handler* handler = rt_.handlers.find(job.handler_name());
             if (!handler)
                 throw JobError("NameError", "uninitialized constant " + job.handler_name() +
                                                 " (no kiqd handler is registered for it)");
+            exec = is_exec_handler(*handler);
             (*handler)(job, ctx);
         });
     } catch (const Interrupted&) {
@@ -218,12 +245,26 @@ void Processor::run_unit(redis::Connection& conn, UnitOfWork unit, const Admissi
     } catch (...) {
         failure = failure_from_current_exception(job);
     }
+    const bool stopped = rt_.lifecycle.hard_stop.stop_requested();
     if (!rt_.work.finish(slot_)) {
-        // The shutdown deadline passed while it ran: the manager already pushed the original
-        // payload back (and counted it, as Sidekiq does), so nothing more is recorded here.
-        rt_.log.info("class={} jid={} interrupted by shutdown; it is back in queue:{}",
-                     job.display_class(), job.jid, job.queue);
+        // It ran on past the hard-shutdown grace: the manager took the job (manager.hpp), so
+        // nothing more is recorded here.
+        rt_.log.info("class={} jid={} returned after the shutdown gave it up", job.display_class(),
+                     job.jid);
         write_with_pending(conn, {}, "lock release", job.raw);
+        return;
+    }
+    // The job left the working list with a middleware's park (JobContext::working_list).
+    const bool acknowledge = !(rt_.fetcher.working_list(unit.queue) && !ctx.working_list);
+    // After the stop signal an in-process handler's normal return may be how it gave up (its
+    // contract: return or throw Interrupted), so only an exec command's exit 0 counts as done;
+    // a job whose handler never ran was parked by a middleware, which is its outcome.
+    if (stopped && !failure && ctx.handler_ran && !exec) interrupted = true;
+    if (interrupted && stopped) {
+        if (acknowledge)
+            push_back_interrupted(conn, unit, job);
+        else  // a middleware parked it first: that is its outcome
+            record_outcome(conn, unit, Outcome::done, {}, job.raw, false);
         return;
     }
     if (interrupted && !failure)
@@ -235,7 +276,7 @@ void Processor::run_unit(redis::Connection& conn, UnitOfWork unit, const Admissi
         if (ctx.handler_ran) rt_.work.processed.fetch_add(1, std::memory_order_relaxed);
         rt_.log.info("class={} jid={} queue={} done: {:.3f} ms{}", job.display_class(), job.jid,
                      job.queue, elapsed, ctx.log_tags);
-        record_outcome(conn, unit, Outcome::done, {}, job.raw);
+        record_outcome(conn, unit, Outcome::done, {}, job.raw, acknowledge);
         return;
     }
     rt_.work.processed.fetch_add(1, std::memory_order_relaxed);
@@ -247,7 +288,20 @@ void Processor::run_unit(redis::Connection& conn, UnitOfWork unit, const Admissi
                  job.jid, job.queue, elapsed, failure->error_class, failure->message,
                  kOutcome[static_cast<int>(plan.outcome)], ctx.log_tags);
     record_outcome(conn, unit, Outcome::failed, rt_.retry.commands(plan),
-                   plan.payload.empty() ? job.raw : plan.payload);
+                   plan.payload.empty() ? job.raw : plan.payload, acknowledge);
+}
+
+void Processor::push_back_interrupted(redis::Connection& conn, const UnitOfWork& unit,
+                                      const Job& job) {
+    // Sidekiq counts an interrupted job as processed and failed
+    // (docs/data-model.md#interrupted-jobs).
+    rt_.work.processed.fetch_add(1, std::memory_order_relaxed);
+    rt_.work.failed.fetch_add(1, std::memory_order_relaxed);
+    if (!write_with_pending(conn, rt_.fetcher.requeue_commands({unit}), "requeue", unit.payload))
+        return;
+    rt_.work.requeued.fetch_add(1, std::memory_order_relaxed);
+    rt_.log.info("class={} jid={} interrupted by shutdown: back in queue:{}", job.display_class(),
+                 job.jid, job.queue);
 }
 
 }  // namespace kiqd

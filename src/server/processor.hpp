@@ -4,7 +4,9 @@
 // fetched after quiet is pushed back at once. Unrunnable payloads go to the dead set with a
 // reason. Redis errors never end the thread: it backs off and reconnects, and writes of an
 // outcome are retried until they land (or the process is hard-stopped, when the payload is
-// logged). Owned by the Manager; only this thread touches its connection and RNG.
+// logged). At a hard shutdown a job its handler gave up goes back to its queue from here, once
+// the handler has returned (manager.hpp). Owned by the Manager; only this thread touches its
+// connection and RNG.
 #include <atomic>
 #include <functional>
 #include <random>
@@ -32,11 +34,15 @@ class Processor {
     void run_unit(redis::Connection& conn, UnitOfWork unit, const Admission& admit);
     void run() noexcept;
     Failure failure_from_current_exception(const Job& job) const;
-    void write_until_done(redis::Connection& conn, const std::vector<redis::Command>& commands,
+    // False when the write was refused or given up (its payload is then in the log).
+    bool write_until_done(redis::Connection& conn, const std::vector<redis::Command>& commands,
                           const std::string& what, const std::string& payload);
     // write_until_done of `commands` followed by the pending after-job commands.
-    void write_with_pending(redis::Connection& conn, std::vector<redis::Command> commands,
+    bool write_with_pending(redis::Connection& conn, std::vector<redis::Command> commands,
                             const std::string& what, const std::string& payload);
+    // A job its handler gave up at the hard-shutdown stop signal: back to the front of its
+    // queue, now that nothing runs it any more.
+    void push_back_interrupted(redis::Connection& conn, const UnitOfWork& unit, const Job& job);
     // How a fetched job ended, for record_outcome.
     enum class Outcome {
         unrunnable,  // the payload cannot be run: a dead-set entry
@@ -48,9 +54,11 @@ class Processor {
     // pending after-job commands, in one pipeline retried until it lands. `payload` is logged
     // if it cannot be written. A job that is done writes nothing when a batched fetch defers its
     // acknowledgement, or when there is nothing to acknowledge (basic fetch): the pending
-    // commands then ride along with the next fetch.
+    // commands then ride along with the next fetch. `acknowledge` false: a middleware already
+    // took the job out of the working list, so no acknowledgement is written.
     void record_outcome(redis::Connection& conn, const UnitOfWork& unit, Outcome outcome,
-                        std::vector<redis::Command> writes, const std::string& payload);
+                        std::vector<redis::Command> writes, const std::string& payload,
+                        bool acknowledge = true);
 
     Runtime& rt_;
     size_t slot_;

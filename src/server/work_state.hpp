@@ -1,9 +1,10 @@
 #pragma once
 // WorkState: which job each processor thread is running right now, plus the processed/failed
 // counters. Processor threads write their own slot; the heartbeat reads a snapshot (for the
-// busy-jobs hash and the counters it flushes); the manager, at the shutdown deadline, takes every
-// running job to push it back and marks the slot abandoned, so the processor later knows not to
-// record an outcome for a job that is already back in its queue. Each slot has its own mutex;
+// busy-jobs hash and the counters it flushes); the manager, when threads are still stuck in
+// handler code after the hard-shutdown grace, takes their jobs and marks the slots abandoned, so
+// that such a thread, should it return after all, records no outcome for a job the manager now
+// owns. Each slot has its own mutex;
 // counters are atomics — nothing here costs a Redis round trip.
 #include <atomic>
 #include <chrono>
@@ -29,10 +30,11 @@ class WorkState {
     explicit WorkState(size_t slots);
 
     void begin(size_t slot, RunningJob job);
-    // Ends the slot's job. False when the manager has already pushed it back (hard shutdown):
-    // the caller must then record no outcome.
+    // Ends the slot's job. False when the manager has already taken it (abandon_all): the
+    // caller must then record no outcome.
     bool finish(size_t slot);
-    // Takes every running job and marks its slot abandoned (hard shutdown).
+    // Takes every running job and marks its slot abandoned (threads stuck past the hard-shutdown
+    // grace).
     std::vector<RunningJob> abandon_all();
 
     struct Entry {
@@ -47,6 +49,7 @@ class WorkState {
 
     std::atomic<long long> processed{0};  // every job that ran, failed ones included
     std::atomic<long long> failed{0};
+    std::atomic<long long> requeued{0};  // interrupted by a hard shutdown and pushed back
 
   private:
     struct Slot {

@@ -35,9 +35,7 @@ namespace {
 
 // An executable bash script in `dir` (bash: dash cannot redirect to descriptors above 9).
 std::string bash_script(const TempDir& dir, const std::string& name, const std::string& body) {
-    const std::string path = dir.write(name, "#!/bin/bash\n" + body + "\n");
-    fs::permissions(path, fs::perms::owner_all);
-    return path;
+    return dir.script(name, body, "/bin/bash");
 }
 
 void push(kiqd::redis::Connection& conn, const nlohmann::json& job) {

@@ -28,8 +28,9 @@ std::string TempDir::write(const std::string& name, const std::string& text) con
     return p;
 }
 
-std::string TempDir::script(const std::string& name, const std::string& body) const {
-    const std::string p = write(name, "#!/bin/sh\n" + body + "\n");
+std::string TempDir::script(const std::string& name, const std::string& body,
+                            const std::string& shell) const {
+    const std::string p = write(name, "#!" + shell + "\n" + body + "\n");
     fs::permissions(p, fs::perms::owner_all);
     return p;
 }

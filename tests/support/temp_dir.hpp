@@ -16,8 +16,9 @@ class TempDir {
     std::string file(const std::string& name) const { return path_ + "/" + name; }
     // Writes `text` to the file `name`; returns its path.
     std::string write(const std::string& name, const std::string& text) const;
-    // Writes an executable /bin/sh script running `body`; returns its path.
-    std::string script(const std::string& name, const std::string& body) const;
+    // Writes an executable script running `body` with `shell`; returns its path.
+    std::string script(const std::string& name, const std::string& body,
+                       const std::string& shell = "/bin/sh") const;
 
   private:
     std::string path_;

@@ -56,6 +56,7 @@ void ConcurrencyLimitMiddleware::call(JobContext& ctx, const Next& next) const {
     auto reply = acquire_script_.run(
         ctx.redis, keys, {limit, member, ttl, ctx.job.jid, ctx.job.raw, scope, keys_.prefix()});
     if (reply.integer() == 0) {
+        ctx.working_list = nullptr;  // it left the working list (JobContext::working_list)
         ctx.log.debug("class={} jid={} waits for a slot ({} running in {})",
                       ctx.job.display_class(), ctx.job.jid, spec.limit, scope);
         return;  // parked in Redis: neither processed nor failed

@@ -57,6 +57,7 @@ void ThrottleMiddleware::call(JobContext& ctx, const Next& next) const {
             {{"MULTI"}, zadd, {"LREM", *ctx.working_list, "1", ctx.job.raw}, {"EXEC"}});
     else
         ctx.redis.command(zadd);
+    ctx.working_list = nullptr;  // it left the working list (JobContext::working_list)
     ctx.log.debug("class={} jid={} throttled ({} > {} in {} s window {}): rescheduled at {:.3f}",
                   ctx.job.display_class(), ctx.job.jid, count, spec.limit, spec.period, w.number,
                   at);

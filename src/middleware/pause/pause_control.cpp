@@ -190,6 +190,7 @@ void PauseControlMiddleware::call(JobContext& ctx, const Next& next) const {
                                 {"EXEC"}});
         else
             ctx.redis.command({"RPUSH", keys_.queue(job.queue), job.raw});
+        ctx.working_list = nullptr;  // it left the working list (JobContext::working_list)
         ctx.log.debug("class={} jid={} put back: queue {} is paused", job.display_class(), job.jid,
                       job.queue);
         return;
@@ -199,6 +200,7 @@ void PauseControlMiddleware::call(JobContext& ctx, const Next& next) const {
     const PauseStrategy* strategy = strategies_.find(job_class);
     parked_.park(ctx.redis, job_class, job.raw, strategy ? strategy->descriptor() : "manual",
                  ctx.working_list);
+    ctx.working_list = nullptr;  // it left the working list (JobContext::working_list)
     ctx.log.debug("class={} jid={} parked: the worker is paused", job.display_class(), job.jid);
 }
 
