@@ -17,6 +17,7 @@
 #include "kiqd/keys.hpp"
 #include "kiqd/redis/connection.hpp"
 #include "kiqd/redis/script.hpp"
+#include "redis/transaction.hpp"
 
 namespace kiqd {
 
@@ -46,11 +47,12 @@ class Fetcher {
         std::vector<redis::Command> none;
         return retrieve_work(conn, rng, slot, none);
     }
-    // The commands that record a job's outcome (`outcome`: retry/dead entries, or nothing for a
-    // success) together with its acknowledgement. Basic fetch has nothing to acknowledge.
+    // The commands that record a job's outcome (`outcome`: bare retry/dead entries, or nothing
+    // for a success) together with its acknowledgement, as one transaction. Basic fetch has
+    // nothing to acknowledge.
     virtual std::vector<redis::Command> with_acknowledgement(
         const UnitOfWork&, std::vector<redis::Command> outcome) const {
-        return outcome;
+        return redis::in_transaction(std::move(outcome));
     }
     // The list that holds a fetched job of `queue` until it is acknowledged (reliable fetch),
     // or null. A middleware that parks a job elsewhere removes it from there in the same atomic

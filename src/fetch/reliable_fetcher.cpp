@@ -1,7 +1,6 @@
 #include "fetch/reliable_fetcher.hpp"
 
 #include <algorithm>
-#include <cctype>
 
 #include "fetch/fetch_buffer.hpp"
 
@@ -26,14 +25,6 @@ for i = 1, n do
 end
 return nil
 )lua";
-
-// MULTI or EXEC.
-bool is_transaction_bracket(const redis::Command& c) {
-    if (c.empty()) return false;
-    std::string name = c.front();
-    for (auto& ch : name) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-    return name == "MULTI" || name == "EXEC";
-}
 
 }  // namespace
 
@@ -176,19 +167,9 @@ std::vector<redis::Command> ReliableFetcher::with_acknowledgement(
     const UnitOfWork& unit, std::vector<redis::Command> outcome) const {
     redis::Command ack = ack_command(unit);
     for (auto& c : unmark_started_commands(unit)) outcome.push_back(std::move(c));
-    if (outcome.empty()) return {std::move(ack)};
-    // The outcome and the acknowledgement land together or not at all: one MULTI around both.
-    // An outcome that is a transaction of its own (DeadSet::kill_commands) joins this one, as
-    // Redis refuses a MULTI inside a MULTI (the inner EXEC would then commit the outcome alone
-    // and the outer EXEC fail).
-    std::vector<redis::Command> out;
-    out.reserve(outcome.size() + 3);
-    out.push_back({"MULTI"});
-    for (auto& c : outcome)
-        if (!is_transaction_bracket(c)) out.push_back(std::move(c));
-    out.push_back(std::move(ack));
-    out.push_back({"EXEC"});
-    return out;
+    // The outcome (bare commands) and the acknowledgement land together or not at all.
+    outcome.push_back(std::move(ack));
+    return redis::in_transaction(std::move(outcome));
 }
 
 bool ReliableFetcher::defer_acknowledgement(const UnitOfWork& unit) const {

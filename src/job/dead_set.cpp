@@ -7,6 +7,7 @@
 
 #include "job/backtrace_codec.hpp"
 #include "job/raw_json_object.hpp"
+#include "redis/transaction.hpp"
 
 namespace kiqd {
 
@@ -15,15 +16,17 @@ std::string new_jid() {
     return fmt::format("{:016x}{:08x}", rng(), static_cast<uint32_t>(rng()));
 }
 
-std::vector<redis::Command> DeadSet::kill_commands(const std::string& payload, double now) const {
+std::vector<redis::Command> DeadSet::entry_commands(const std::string& payload, double now) const {
     return {
-        {"MULTI"},
         {"ZADD", keys_.dead(), score_text(now), payload},
         {"ZREMRANGEBYSCORE", keys_.dead(), "-inf", score_text(now - timeout_seconds_)},
         // Sidekiq trims with rank -max_jobs, which keeps max_jobs - 1 entries; kept as is.
         {"ZREMRANGEBYRANK", keys_.dead(), "0", std::to_string(-max_jobs_)},
-        {"EXEC"},
     };
+}
+
+std::vector<redis::Command> DeadSet::kill_commands(const std::string& payload, double now) const {
+    return redis::in_transaction(entry_commands(payload, now));
 }
 
 void DeadSet::kill(redis::Connection& conn, const std::string& payload) const {

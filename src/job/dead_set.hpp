@@ -18,6 +18,10 @@ class DeadSet {
     DeadSet(const Keys& keys, long long max_jobs, long long timeout_seconds, Compat compat)
         : keys_(keys), max_jobs_(max_jobs), timeout_seconds_(timeout_seconds), compat_(compat) {}
 
+    // The entry and Sidekiq's two trims, bare: for a caller that sends them inside its own
+    // transaction (a job's outcome with its acknowledgement, redis/transaction.hpp).
+    std::vector<redis::Command> entry_commands(const std::string& payload, double now) const;
+    // The same as one MULTI ... EXEC, to send on their own.
     std::vector<redis::Command> kill_commands(const std::string& payload, double now) const;
     void kill(redis::Connection& conn, const std::string& payload) const;
 

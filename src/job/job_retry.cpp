@@ -115,7 +115,7 @@ std::vector<redis::Command> JobRetry::commands(const RetryPlan& plan) const {
         case FailureOutcome::Retried:
             return {{"ZADD", keys_.retry(), score_text(plan.score), plan.payload}};
         case FailureOutcome::Dead:
-            return dead_.kill_commands(plan.payload, plan.score);
+            return dead_.entry_commands(plan.payload, plan.score);
         case FailureOutcome::Discarded:
             break;
     }

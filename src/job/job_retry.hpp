@@ -37,6 +37,8 @@ class JobRetry {
         : compat_(compat), max_retries_(max_retries), keys_(keys), dead_(dead) {}
 
     RetryPlan plan(const Job& job, const Failure& failure, double now, std::mt19937_64& rng) const;
+    // The plan's writes, bare (no MULTI): the fetcher sends them in one transaction with the
+    // job's acknowledgement (Fetcher::with_acknowledgement).
     std::vector<redis::Command> commands(const RetryPlan& plan) const;
     // Seconds until the next attempt after the failure numbered `count` (0 = first failure).
     static long long delay_seconds(long long count, Compat compat, std::mt19937_64& rng);

@@ -6,6 +6,7 @@
 
 #include "fetch/cpu_gate.hpp"
 #include "handlers/exec_handler.hpp"
+#include "redis/transaction.hpp"
 
 namespace kiqd {
 namespace {
@@ -138,7 +139,8 @@ void Processor::record_outcome(redis::Connection& conn, const UnitOfWork& unit, 
         // A middleware already took the job out of the working list (JobContext::working_list):
         // an acknowledgement, a removal by value, would take an identical copy fetched since.
         for (auto& c : rt_.fetcher.unmark_started_commands(unit)) writes.push_back(std::move(c));
-        if (!writes.empty()) write_with_pending(conn, std::move(writes), "outcome", payload);
+        if (!writes.empty())
+            write_with_pending(conn, redis::in_transaction(std::move(writes)), "outcome", payload);
         return;
     }
     if (done && rt_.fetcher.defer_acknowledgement(unit)) return;
@@ -203,8 +205,8 @@ void Processor::run_unit(redis::Connection& conn, UnitOfWork unit, const Admissi
                       invalid->error_class, invalid->error_message);
         record_outcome(
             conn, unit, Outcome::unrunnable,
-            rt_.dead.kill_commands(rt_.dead.invalid_entry(unit.payload, unit.queue, *invalid),
-                                   epoch_seconds()),
+            rt_.dead.entry_commands(rt_.dead.invalid_entry(unit.payload, unit.queue, *invalid),
+                                    epoch_seconds()),
             unit.payload);
         return;
     }

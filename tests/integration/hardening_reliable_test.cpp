@@ -254,8 +254,8 @@ TEST_CASE("reliable fetch: a dead-set outcome and its acknowledgement are one tr
     auto conn = server.connect();
     TestRuntime t(server, {{"default", 0}}, 1, FetchMode::reliable, 1);
     t.reliable();
-    // retry: 0 → straight to the dead set (DeadSet::kill_commands, a MULTI of its own); an
-    // unparseable payload → the dead set too.
+    // retry: 0 → straight to the dead set (bare dead-set commands that join the acknowledgement's
+    // MULTI); an unparseable payload → the dead set too.
     kiqd::test::push_raw(
         conn, "default",
         {R"({"class":"Kiqd::Fail","args":["boom"],"jid":"deadjob","queue":"default","retry":0})",
