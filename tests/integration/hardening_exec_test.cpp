@@ -20,6 +20,7 @@
 #include "server/logging.hpp"
 #include "server/metrics_server.hpp"
 #include "support/kiqd_process.hpp"
+#include "support/metrics_server_fixture.hpp"
 #include "support/redis_server.hpp"
 #include "support/temp_dir.hpp"
 #include "support/wait_until.hpp"
@@ -244,25 +245,7 @@ TEST_CASE("cloexec: Redis connections, the metrics listener and its sessions, lo
     kiqd::LoggingConfig logging;
     logging.file = log_path;
     auto log = kiqd::make_logger(logging, false);
-    kiqd::MetricsConfig metrics;
-    metrics.host = "127.0.0.1";
-    metrics.port = 0;
-    kiqd::JobMetrics jobs;
-    kiqd::WorkState work(1);
-    kiqd::Keys keys;
-    kiqd::MetricsServer ms(metrics,
-                           {jobs,
-                            work,
-                            keys,
-                            {"default"},
-                            server.options(),
-                            [] { return size_t{1}; },
-                            [] { return false; },
-                            [] {
-                                return std::pair<size_t, size_t>{0, 0};
-                            }},
-                           *log);
-    ms.start();
+    kiqd::test::LoopbackMetricsServer ms(server.options(), *log);
     Client client(ms.port());
     REQUIRE(client.connected);
     // The session's socket is open once a request has been answered on it.

@@ -10,6 +10,7 @@
 
 #include "server/logging.hpp"
 #include "server/metrics_server.hpp"
+#include "support/metrics_server_fixture.hpp"
 #include "support/redis_server.hpp"
 
 using kiqd::test::RedisServer;
@@ -55,25 +56,7 @@ TEST_CASE("metrics: requests that cannot be read are answered, then the connecti
     kiqd::LoggingConfig logging;
     logging.level = "off";
     auto log = kiqd::make_logger(logging, false);
-    kiqd::MetricsConfig metrics;
-    metrics.host = "127.0.0.1";
-    metrics.port = 0;
-    kiqd::JobMetrics jobs;
-    kiqd::WorkState work(1);
-    kiqd::Keys keys;
-    kiqd::MetricsServer ms(metrics,
-                           {jobs,
-                            work,
-                            keys,
-                            {"default"},
-                            server.options(),
-                            [] { return size_t{1}; },
-                            [] { return false; },
-                            [] {
-                                return std::pair<size_t, size_t>{0, 0};
-                            }},
-                           *log);
-    ms.start();
+    kiqd::test::LoopbackMetricsServer ms(server.options(), *log);
     const int port = ms.port();
 
     // Malformed: a method with a character no token may hold. Answered, then closed.

@@ -18,6 +18,7 @@
 #include "kiqd/client.hpp"
 #include "support/kiqd_process.hpp"
 #include "support/redis_server.hpp"
+#include "support/staged_units.hpp"
 #include "support/temp_dir.hpp"
 #include "support/wait_until.hpp"
 
@@ -25,6 +26,7 @@ using namespace kiqd;
 using kiqd::test::KiqdProcess;
 using kiqd::test::read_file;
 using kiqd::test::RedisServer;
+using kiqd::test::StagedUnits;
 using kiqd::test::TempDir;
 using kiqd::test::wait_until;
 namespace fs = std::filesystem;
@@ -205,31 +207,18 @@ TEST_CASE("systemd: SIGHUP reopens the log file at its configured path", "[syste
 }
 
 TEST_CASE("systemd: systemd-analyze verifies both units and rates them 2.0 or lower", "[systemd]") {
-    const std::string analyze = "/usr/bin/systemd-analyze";
-    if (::access(analyze.c_str(), X_OK) != 0) {
+    if (!StagedUnits::analyze_available()) {
         WARN("systemd-analyze not installed: skipped (apt-get install systemd)");
         return;
     }
-    // verify checks that ExecStart exists: point it at the binary under test.
-    const TempDir dir("kiqd-units");
-    for (const std::string unit : {"kiqd.service", "kiqd@.service"}) {
-        std::string text = read_file(KIQD_SOURCE_DIR "/systemd/" + unit);
-        REQUIRE_FALSE(text.empty());
-        dir.write(unit, std::regex_replace(text, std::regex("/usr/bin/kiqd"), KIQD_BINARY));
-    }
-    // verify resolves kiqd@1.service from the template in its working directory; a shell sets
-    // that for the child only, so the test binary's own cwd never changes.
-    auto analyze_in_dir = [&](const std::string& args) {
-        return kiqd::test::run_command(
-            {"/bin/sh", "-c", "cd '" + dir.path() + "' && exec " + analyze + " " + args});
-    };
-    auto [code, out] = analyze_in_dir("verify kiqd.service kiqd@.service kiqd@1.service");
+    const StagedUnits units(KIQD_SOURCE_DIR, KIQD_BINARY);
+    auto [code, out] = units.analyze("verify kiqd.service kiqd@.service kiqd@1.service");
     INFO(out);
     CHECK(code == 0);
     CHECK(out.empty());
     for (const std::string unit : {"kiqd.service", "kiqd@1.service"}) {
         // --threshold is the exposure × 10: a non-zero exit above 2.0.
-        auto [scode, sout] = analyze_in_dir("security --offline=true --threshold=20 " + unit);
+        auto [scode, sout] = units.analyze("security --offline=true --threshold=20 " + unit);
         std::smatch m;
         const bool rated =
             std::regex_search(sout, m, std::regex("Overall exposure level for \\S+: ([0-9.]+)"));
