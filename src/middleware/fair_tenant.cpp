@@ -98,6 +98,29 @@ bool truthy(const nlohmann::json& v) {
     return !v.is_null() && !(v.is_boolean() && !v.get<bool>());
 }
 
+// A number, or a string holding one: with ActiveSupport loaded (any Rails app) the gem's README
+// form `per: 1.hour` reaches the payload as "3600", and the gem itself accepts it.
+template <class Json>
+std::optional<double> number_of(const Json& v) {
+    double d = 0;
+    if (v.is_number()) {
+        d = v.template get<double>();
+    } else if (v.is_string()) {
+        const std::string s = v.template get<std::string>();
+        size_t used = 0;
+        try {
+            d = std::stod(s, &used);
+        } catch (const std::exception&) {
+            return std::nullopt;
+        }
+        if (used != s.size()) return std::nullopt;
+    } else {
+        return std::nullopt;
+    }
+    if (!std::isfinite(d)) return std::nullopt;
+    return d;
+}
+
 template <class Json>
 std::vector<FairTenantRule> rules_from_job(const Json& v) {
     if (!v.is_array())
@@ -114,14 +137,14 @@ std::vector<FairTenantRule> rules_from_job(const Json& v) {
             throw std::invalid_argument(where + ".queue must be a non-empty string");
         rule.queue = q->template get<std::string>();
         auto t = r.find("threshold");
-        if (t == r.end() || !t->is_number() || !std::isfinite(t->template get<double>()))
-            throw std::invalid_argument(where + ".threshold must be a number");
-        rule.threshold = t->template get<double>();
+        const auto threshold = t == r.end() ? std::nullopt : number_of(*t);
+        if (!threshold) throw std::invalid_argument(where + ".threshold must be a number");
+        rule.threshold = *threshold;
         if (auto p = r.find("per"); p != r.end() && !p->is_null()) {
-            if (!p->is_number() || !std::isfinite(p->template get<double>()) ||
-                p->template get<double>() <= 0 || p->template get<double>() > 1e10)
+            const auto per = number_of(*p);
+            if (!per || *per <= 0 || *per > 1e10)
                 throw std::invalid_argument(where + ".per must be a number of seconds > 0");
-            rule.per = p->template get<double>();
+            rule.per = *per;
         }
         rules.push_back(std::move(rule));
     }
@@ -262,6 +285,13 @@ void FairTenantClientMiddleware::call(nlohmann::ordered_json& job, redis::Connec
 FairTenantServerMiddleware::FairTenantServerMiddleware(const Config& config, Keys keys)
     : fair_(config, std::move(keys)) {}
 
+bool FairTenantServerMiddleware::first_warning_for(const std::string& job_class) const {
+    std::lock_guard<std::mutex> lock(warned_mutex_);
+    // Bounded: a flood of distinct class names must not grow this without end.
+    if (warned_classes_.size() >= 1000) return false;
+    return warned_classes_.insert(job_class).second;
+}
+
 void FairTenantServerMiddleware::call(JobContext& ctx, const Next& next) const {
     const auto& job = ctx.job;
     if (auto m = job.payload().find(kFairTenantRegistered); m != job.payload().end() && truthy(*m))
@@ -270,7 +300,14 @@ void FairTenantServerMiddleware::call(JobContext& ctx, const Next& next) const {
     try {
         plan = fair_.plan(job.payload(), job.queue);
     } catch (const std::invalid_argument& e) {
-        throw JobError("Kiqd::InvalidFairTenant", e.what());
+        // Fairness is advice about where a job waits, never a reason to fail it: the job runs
+        // where it is, and the class's bad rules are reported once, not once per job.
+        if (first_warning_for(job.display_class()))
+            ctx.log.warn(
+                "class={} jid={}: its fair-tenant rules cannot be used ({}); its jobs run "
+                "in the queue they were fetched from (logged once per class)",
+                job.display_class(), job.jid, e.what());
+        return next();
     }
     if (!plan || job.jid.empty()) return next();
     // One payload per rule: the job as the gem would have pushed it to that rule's queue.

@@ -30,8 +30,10 @@
 //    already registered (its jid is in the ZSET) is left alone.
 // Both are immutable after construction and shared by all threads.
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -120,7 +122,12 @@ class FairTenantServerMiddleware final : public ServerMiddleware {
     void call(JobContext& ctx, const Next& next) const override;
 
   private:
+    // True the first time a class's payload rules are found unusable (processor threads share
+    // the set, under the mutex).
+    bool first_warning_for(const std::string& job_class) const;
     FairTenant fair_;
+    mutable std::mutex warned_mutex_;
+    mutable std::set<std::string> warned_classes_;
 };
 
 }  // namespace kiqd

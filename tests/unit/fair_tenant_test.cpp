@@ -191,8 +191,12 @@ TEST_CASE("fair tenant: which jobs are registered, with which tenant, key and ru
         };
         CHECK_THAT(bad("x"), Catch::Contains("fair_tenant_queues must be an array"));
         CHECK_THAT(bad({{{"threshold", 1}}}), Catch::Contains("fair_tenant_queues[0].queue"));
-        CHECK_THAT(bad({{{"queue", "q"}, {"threshold", "1"}}}),
+        CHECK_THAT(bad({{{"queue", "q"}, {"threshold", "many"}}}),
                    Catch::Contains("fair_tenant_queues[0].threshold"));
+        CHECK_THAT(bad({{{"queue", "q"}, {"threshold", 1}, {"per", "1 hour"}}}),
+                   Catch::Contains("fair_tenant_queues[0].per"));
+        // Numbers in strings are numbers (`per: 1.hour` under ActiveSupport is "3600").
+        CHECK(bad({{{"queue", "q"}, {"threshold", "1"}, {"per", "3600"}}}).empty());
         CHECK_THAT(bad({{{"queue", "q"}, {"threshold", 1}, {"per", -5}}}),
                    Catch::Contains("fair_tenant_queues[0].per"));
     }
