@@ -15,7 +15,7 @@ namespace kiqd {
 // `d` in the units of `To`, or To's largest (smallest) value when it does not fit; NaN is zero.
 // Works for floating durations (a job's "sleep 1e300 seconds") as well as integer ones.
 template <class To, class Rep, class Period>
-constexpr To saturating_cast(std::chrono::duration<Rep, Period> d) {
+To saturating_cast(std::chrono::duration<Rep, Period> d) {
     const double units = std::chrono::duration<double, typename To::period>(d).count();
     if (std::isnan(units)) return To::zero();
     // A millionth short of the limit: a double near 2^63 cannot say which side of it it is.
@@ -26,8 +26,8 @@ constexpr To saturating_cast(std::chrono::duration<Rep, Period> d) {
 
 // now + d, or the clock's last (first) time point when the sum does not fit.
 template <class Clock, class Dur, class Rep, class Period>
-constexpr std::chrono::time_point<Clock, Dur> saturating_deadline(
-    std::chrono::time_point<Clock, Dur> now, std::chrono::duration<Rep, Period> d) {
+std::chrono::time_point<Clock, Dur> saturating_deadline(std::chrono::time_point<Clock, Dur> now,
+                                                        std::chrono::duration<Rep, Period> d) {
     using TimePoint = std::chrono::time_point<Clock, Dur>;
     const Dur step = saturating_cast<Dur>(d);
     // Compared on the side that cannot overflow: max - step for a positive step, min - step

@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
 
 #include "config/enqueues_key.hpp"
 #include "config/yaml_helpers.hpp"
@@ -194,7 +195,8 @@ std::vector<PluginSpec> parse_plugins(const YAML::Node& n, const std::string& co
         if (p.path.empty()) throw ConfigError(key, "empty path", p.line);
         // Beside the config, as `require` paths are beside the code: a plugin found in the
         // service's writable working directory could be planted there.
-        if (p.path.front() != '/') p.path = config_dir + "/" + p.path;
+        if (p.path.front() != '/')
+            p.path = (std::filesystem::path(config_dir + "/") / p.path).lexically_normal().string();
         out.push_back(std::move(p));
     }
     return out;
