@@ -62,6 +62,14 @@ std::string waiting_script(const TempDir& dir) {
                                      "done\n");
 }
 
+// A config with `top` and one handler, class `cls`, running waiting_script with `options`.
+std::string waiting_handler_config(const RedisServer& server, const TempDir& dir,
+                                   const std::string& top, const std::string& cls,
+                                   const std::string& options) {
+    return kiqd::test::kiqd_config(server, top + "handlers:\n  " + cls + ":\n    exec: ['" +
+                                               waiting_script(dir) + "']\n" + options);
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -77,17 +85,11 @@ TEST_CASE(
     auto conn = server.connect();
     TempDir dir("kiqd-names");
     const std::string yaml =
-        kiqd::test::kiqd_config(server,
-                                "concurrency: 2\nqueues: [default]\nfetch: reliable\n"
-                                "reliable_fetch: {liveness_ttl: 3, orphan_check_interval: 1}\n"
-                                "unique_jobs: {reaper_interval: 1}\n"
-                                "handlers:\n"
-                                "  Test::Hold:\n"
-                                "    exec: ['" +
-                                    waiting_script(dir) +
-                                    "']\n"
-                                    "    lock: while_executing\n"
-                                    "    lock_ttl: 600\n");
+        waiting_handler_config(server, dir,
+                               "concurrency: 2\nqueues: [default]\nfetch: reliable\n"
+                               "reliable_fetch: {liveness_ttl: 3, orphan_check_interval: 1}\n"
+                               "unique_jobs: {reaper_interval: 1}\n",
+                               "Test::Hold", "    lock: while_executing\n    lock_ttl: 600\n");
     push(conn, "Kiqd::Noop", "noop1");
     KiqdProcess victim(KIQD_BINARY, yaml, {}, {{"DYNO", name}});
     REQUIRE(victim.wait_for_output("jid=noop1 queue=default done"));
@@ -200,15 +202,9 @@ TEST_CASE(
     server.flushall();
     auto conn = server.connect();
     TempDir dir("kiqd-durations");
-    const std::string yaml =
-        kiqd::test::kiqd_config(server,
-                                "concurrency: 2\nqueues: [default]\ntimeout: 31622400\n"
-                                "handlers:\n"
-                                "  Test::Long:\n"
-                                "    exec: ['" +
-                                    waiting_script(dir) +
-                                    "']\n"
-                                    "    timeout: 31622400\n");
+    const std::string yaml = waiting_handler_config(
+        server, dir, "concurrency: 2\nqueues: [default]\ntimeout: 31622400\n", "Test::Long",
+        "    timeout: 31622400\n");
     KiqdProcess kiqd(KIQD_BINARY, yaml);
 
     // Not timed out early: the job ends when the test lets it, successfully.
