@@ -91,7 +91,7 @@ TEST_CASE(
                                "unique_jobs: {reaper_interval: 1}\n",
                                "Test::Hold", "    lock: while_executing\n    lock_ttl: 600\n");
     push(conn, "Kiqd::Noop", "noop1");
-    KiqdProcess victim(KIQD_BINARY, yaml, {}, {{"DYNO", name}});
+    KiqdProcess victim(kiqd::test::binary_under_test(KIQD_BINARY), yaml, {}, {{"DYNO", name}});
     REQUIRE(victim.wait_for_output("jid=noop1 queue=default done"));
 
     // The identity carries the name encoded: no separator of a key name or a lock owner.
@@ -205,7 +205,7 @@ TEST_CASE(
     const std::string yaml = waiting_handler_config(
         server, dir, "concurrency: 2\nqueues: [default]\ntimeout: 31622400\n", "Test::Long",
         "    timeout: 31622400\n");
-    KiqdProcess kiqd(KIQD_BINARY, yaml);
+    KiqdProcess kiqd(kiqd::test::binary_under_test(KIQD_BINARY), yaml);
 
     // Not timed out early: the job ends when the test lets it, successfully.
     push(conn, "Test::Long", "long1");
