@@ -13,8 +13,7 @@ void register_builtin_handlers(HandlerRegistry& registry) {
             throw JobError("ArgumentError",
                            "Kiqd::Sleep expects args[0] = seconds (a number >= 0)");
         const auto d = std::chrono::duration<double>(args[0].get<double>());
-        if (ctx.stop.wait_for(std::chrono::duration_cast<std::chrono::microseconds>(d)))
-            throw Interrupted();
+        if (ctx.stop.wait_for(d)) throw Interrupted();
     });
     registry.add("Kiqd::Fail", [](const Job& job, JobContext&) {
         const auto& args = job.args();

@@ -22,6 +22,7 @@
 
 #include "handlers/child_environment.hpp"
 #include "handlers/child_spawn.hpp"
+#include "kiqd/deadline.hpp"
 
 extern char** environ;
 
@@ -301,7 +302,7 @@ void ExecRunner::operator()(const Job& job, JobContext& ctx) const {
 
     enum class Phase { running, timed_out, stopping } phase = Phase::running;
     const auto started = Steady::now();
-    const auto deadline = started + timeout_;
+    const auto deadline = saturating_deadline(started, timeout_);
     auto kill_at = Steady::time_point::max();
     bool killed = false;
     bool stop_seen = false;  // kiqd's hard-shutdown signal has been acted on
@@ -338,14 +339,14 @@ void ExecRunner::operator()(const Job& job, JobContext& ctx) const {
             if (phase == Phase::running) {
                 phase = Phase::stopping;
                 child.signal(SIGTERM);
-                kill_at = now + limits_.shutdown_grace;
+                kill_at = saturating_deadline(now, limits_.shutdown_grace);
             } else if (!killed) {
-                kill_at = std::min(kill_at, now + limits_.shutdown_grace);
+                kill_at = std::min(kill_at, saturating_deadline(now, limits_.shutdown_grace));
             }
         } else if (phase == Phase::running && now >= deadline) {
             phase = Phase::timed_out;
             child.signal(SIGTERM);
-            kill_at = now + spec_.grace;
+            kill_at = saturating_deadline(now, spec_.grace);
         } else if (phase != Phase::running && !killed && now >= kill_at) {
             killed = true;
             child.signal(SIGKILL);

@@ -4,6 +4,7 @@
 #include <boost/asio/post.hpp>
 #include <csignal>
 
+#include "kiqd/deadline.hpp"
 #include "kiqd/kiqd.hpp"
 #include "server/logging.hpp"
 
@@ -187,7 +188,7 @@ void Launcher::begin_stop() {
     notifier_.notify("STOPPING=1\nSTATUS=stopping: waiting for running jobs");
     log_.info("Shutting down: waiting up to {:.1f} s for running jobs",
               std::chrono::duration<double>(config_.timeout).count());
-    deadline_ns_ = (Clock::now() + config_.timeout).time_since_epoch().count();
+    deadline_ns_ = saturating_deadline(Clock::now(), config_.timeout).time_since_epoch().count();
     stop_thread_ = std::thread([this] {
         const bool ended = manager_.stop(
             [this] { return Clock::time_point(Clock::duration(deadline_ns_.load())); });
