@@ -110,12 +110,7 @@ void RawJsonObject::erase(std::string_view key) {
 }
 
 std::string RawJsonObject::dump() const {
-    // Sized first: a payload's entry is built once, never through a doubling buffer.
-    size_t size = 2;
-    for (const auto& m : members_) size += m.raw_key.size() + m.raw_value.size() + 2;
-    std::string out;
-    out.reserve(size);
-    out += '{';
+    std::string out = "{";
     for (size_t i = 0; i < members_.size(); ++i) {
         if (i) out += ',';
         out += members_[i].raw_key;

@@ -108,7 +108,7 @@ inline std::string check_members(const Job& job, const RawJsonObject& obj,
     for (const auto& [key, value] : tree.items()) keys.push_back(key);
     for (const auto& key : keys) {
         const std::string* expected = obj.find(key);
-        for (const Job* j : {&job, &unindexed}) {
+        for (const Job* j : {&job, static_cast<const Job*>(&unindexed)}) {
             const auto text = j->member_json(key);
             if (text.has_value() != (expected != nullptr) || (text && *text != *expected))
                 return "member_json(\"" + key + "\") is not the member's text";

@@ -2,7 +2,8 @@
 // multiple of its size (issue 18, item 6; docs/hardening-bounds.md#payload-memory). A 16 MiB
 // payload whose args are `[{},{},...]` is pushed to a real Redis and run by a real kiqd child;
 // the growth of its peak RSS (VmHWM in /proc/<pid>/status, read once kiqd has written its
-// heartbeat and again once the job is done) must stay within kPeakBound times the payload. Before
+// heartbeat and again once the job is done) must stay within kPeakBound times the payload
+// (plus a few fixed MiB). Before
 // the fix the unique-jobs middleware, always in the chain, built the payload's whole JSON tree:
 // ~45 times its size for Kiqd::Noop. A memory bound is a correctness property here (a payload of
 // the allowed size must not be able to take a host's memory), not a speed threshold.
@@ -29,8 +30,11 @@ using kiqd::test::zrange;
 
 namespace {
 
-// The documented bound (docs/hardening-bounds.md): peak RSS growth per payload byte.
+// The documented bound (docs/hardening-bounds.md): peak RSS growth of at most kPeakBound bytes
+// per payload byte, plus kFixedBytes of costs that do not grow with the payload (a process's
+// first failure, its first large buffers).
 constexpr long long kPeakBound = 10;
+constexpr long long kFixedBytes = 4 * 1024 * 1024;
 
 // A field of /proc/<pid>/status in bytes (VmHWM, VmRSS); -1 when it cannot be read.
 long long status_bytes(pid_t pid, const std::string& field) {
@@ -106,7 +110,7 @@ TEST_CASE("hardening: a payload at the size limit costs kiqd a bounded multiple 
     const double multiple = static_cast<double>(growth) / static_cast<double>(payload.size());
     INFO("peak RSS grew by " << growth / (1024 * 1024) << " MiB, " << multiple
                              << " times the payload's " << payload.size() << " bytes");
-    CHECK(growth <= kPeakBound * static_cast<long long>(payload.size()));
+    CHECK(growth <= kPeakBound * static_cast<long long>(payload.size()) + kFixedBytes);
 
     if (fails) {
         // The retry entry keeps the payload's args byte for byte.
@@ -114,7 +118,9 @@ TEST_CASE("hardening: a payload at the size limit costs kiqd a bounded multiple 
         REQUIRE(retries.size() == 1);
         const auto at = payload.find(R"("args":[)");
         CHECK(retries[0].find(payload.substr(at, payload.size() - at - 1)) != std::string::npos);
-        CHECK(counter(conn, "stat:failed") == 1);
+        // Counted once the stats are flushed (with the heartbeat).
+        CHECK(wait_until([&] { return counter(conn, "stat:failed") == 1; },
+                         std::chrono::seconds(30)));
     } else {
         CHECK(counter(conn, "stat:failed") == 0);
         CHECK(zcard(conn, "dead") == 0);
