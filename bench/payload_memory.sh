@@ -8,8 +8,9 @@
 #   KIQD=build/kiqd   kiqd binary
 #   SIZES="1 4 16"    payload sizes in MiB (16 is just under the default 16 MiB limit)
 #   CASES="noop unique fail"
+#   FETCH=basic       or reliable (the acknowledgement then carries the payload too)
 #
-# Method, per size and case: FLUSHALL; start kiqd (concurrency 1, basic fetch, queue default)
+# Method, per size and case: FLUSHALL; start kiqd (concurrency 1, FETCH, queue default)
 # on a private Redis; once it has written its heartbeat, read its VmHWM (peak RSS) from
 # /proc/<pid>/status; LPUSH one payload whose args are `[{},{},...]` up to the size; wait until
 # it is done (stat:processed = 1, or one retry entry for `fail`); read VmHWM and VmRSS again;
@@ -26,6 +27,7 @@ repo=$(cd "$here/.." && pwd)
 KIQD=${KIQD:-$repo/build/kiqd}
 SIZES=${SIZES:-"1 4 16"}
 CASES=${CASES:-"noop unique fail"}
+FETCH=${FETCH:-basic}
 
 die() { echo "payload_memory: $*" >&2; exit 1; }
 [[ -x $KIQD ]] || die "no kiqd binary at $KIQD"
@@ -51,6 +53,7 @@ redis: {url: $redis_url}
 concurrency: 1
 queues: [default]
 poll_interval_average: 0.5
+fetch: $FETCH
 EOF
 
 status_kb() { awk -v f="$2:" '$1 == f {print $2}' "/proc/$1/status"; }

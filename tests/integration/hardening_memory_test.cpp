@@ -74,6 +74,7 @@ TEST_CASE("hardening: a payload at the size limit costs kiqd a bounded multiple 
 
     std::string head;
     bool fails = false;
+    std::string fetch = "basic";
     SECTION("Kiqd::Noop") {
         head = R"("class":"Kiqd::Noop","retry":true,)";
     }
@@ -84,12 +85,18 @@ TEST_CASE("hardening: a payload at the size limit costs kiqd a bounded multiple 
         head = R"("class":"Kiqd::Fail","retry":true,)";
         fails = true;
     }
+    SECTION("a failing job under reliable fetch, whose acknowledgement carries it too") {
+        head = R"("class":"Kiqd::Fail","retry":true,)";
+        fails = true;
+        fetch = "reliable";
+    }
     const std::string payload = payload_of(head, limit - 1024);
     REQUIRE(payload.size() <= limit);
     REQUIRE(nlohmann::json::accept(payload));
 
     KiqdProcess kiqd(kiqd::test::binary_under_test(KIQD_BINARY),
-                     kiqd::test::kiqd_config(server, "concurrency: 1\nqueues: [default]\n"));
+                     kiqd::test::kiqd_config(
+                         server, "concurrency: 1\nqueues: [default]\nfetch: " + fetch + "\n"));
     // Started: its heartbeat is in `processes`, so start-up allocations are behind it.
     REQUIRE(wait_until(
         [&] {
