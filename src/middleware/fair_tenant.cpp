@@ -168,9 +168,38 @@ FairTenant::FairTenant(const Config& config, Keys keys)
     }
 }
 
+// args[i] of a job tree, or for ActiveJob (a job with `wrapped`) args[0]["arguments"][i], as
+// the gem reads them; nullopt when there is none.
 template <class Json>
-std::optional<FairTenantPlan> FairTenant::plan_impl(const Json& job,
-                                                    const std::string& queue) const {
+std::optional<nlohmann::json> tree_tenant_arg(const Json& job, size_t i) {
+    const Json* args = nullptr;
+    if (auto a = job.find("args"); a != job.end() && a->is_array()) args = &*a;
+    if (args && job.contains("wrapped") && !args->empty() && (*args)[0].is_object()) {
+        auto inner = (*args)[0].find("arguments");
+        args = inner != (*args)[0].end() && inner->is_array() ? &*inner : nullptr;
+    }
+    if (!args || i >= args->size()) return std::nullopt;
+    return nlohmann::json((*args)[i]);
+}
+
+// The same read from a fetched job's text: only that argument is parsed, never the others.
+std::optional<nlohmann::json> raw_tenant_arg(const Job& job, size_t i) {
+    std::optional<std::string_view> text;
+    if (!job.member_json("wrapped")) {
+        text = job.arg_json(i);
+    } else if (auto first = job.arg_json(0); first && first->front() == '{') {
+        if (auto inner = json_member_text(*first, "arguments"); inner && inner->front() == '[')
+            text = json_element_text(*inner, i);
+    } else if (first) {
+        text = job.arg_json(i);  // args[0] is not an object: args themselves, as above
+    }
+    if (!text) return std::nullopt;
+    return nlohmann::json::parse(*text);
+}
+
+template <class Json, class TenantArg>
+std::optional<FairTenantPlan> FairTenant::plan_impl(const Json& job, const std::string& queue,
+                                                    const TenantArg& tenant_arg) const {
     FairTenantPlan plan;
     if (auto w = job.find("wrapped"); w != job.end() && w->is_string())
         plan.job_class = w->template get<std::string>();
@@ -197,16 +226,8 @@ std::optional<FairTenantPlan> FairTenant::plan_impl(const Json& job,
     if (auto t = job.find("fair_tenant"); t != job.end() && truthy(nlohmann::json(*t))) {
         plan.tenant_value = nlohmann::json(*t);
     } else if (cls && cls->tenant_arg) {
-        const Json* args = nullptr;
-        if (auto a = job.find("args"); a != job.end() && a->is_array()) args = &*a;
-        // ActiveJob: the job's own arguments are in args[0]["arguments"], as the gem reads them.
-        if (args && job.contains("wrapped") && !args->empty() && (*args)[0].is_object()) {
-            auto inner = (*args)[0].find("arguments");
-            args = inner != (*args)[0].end() && inner->is_array() ? &*inner : nullptr;
-        }
-        const auto i = static_cast<size_t>(*cls->tenant_arg);
-        if (args && i < args->size() && truthy(nlohmann::json((*args)[i])))
-            plan.tenant_value = nlohmann::json((*args)[i]);
+        auto arg = tenant_arg(static_cast<size_t>(*cls->tenant_arg));
+        if (arg && truthy(*arg)) plan.tenant_value = std::move(*arg);
     }
     if (plan.tenant_value.is_null()) {
         if (auto a = job.find("apartment"); a != job.end() && truthy(nlohmann::json(*a)))
@@ -221,12 +242,20 @@ std::optional<FairTenantPlan> FairTenant::plan_impl(const Json& job,
 
 std::optional<FairTenantPlan> FairTenant::plan(const nlohmann::json& job,
                                                const std::string& queue) const {
-    return plan_impl(job, queue);
+    return plan_impl(job, queue, [&](size_t i) { return tree_tenant_arg(job, i); });
 }
 
 std::optional<FairTenantPlan> FairTenant::plan(const nlohmann::ordered_json& job,
                                                const std::string& queue) const {
-    return plan_impl(job, queue);
+    return plan_impl(job, queue, [&](size_t i) { return tree_tenant_arg(job, i); });
+}
+
+std::optional<FairTenantPlan> FairTenant::plan(const Job& job) const {
+    // The members the plan reads, each parsed on its own, and the tenant argument alone: a
+    // job's args can be as large as the payload limit, and their tree many times that.
+    const nlohmann::json fields =
+        job.members({"wrapped", "class", "fair_tenant_queues", "fair_tenant", "apartment"});
+    return plan_impl(fields, job.queue, [&](size_t i) { return raw_tenant_arg(job, i); });
 }
 
 std::vector<std::string> FairTenant::script_args(char mode, const FairTenantPlan& plan,
@@ -294,11 +323,11 @@ bool FairTenantServerMiddleware::first_warning_for(const std::string& job_class)
 
 void FairTenantServerMiddleware::call(JobContext& ctx, const Next& next) const {
     const auto& job = ctx.job;
-    if (auto m = job.payload().find(kFairTenantRegistered); m != job.payload().end() && truthy(*m))
+    if (auto m = job.member(kFairTenantRegistered); m && truthy(*m))
         return next();  // a kiqd client registered it at push time
     std::optional<FairTenantPlan> plan;
     try {
-        plan = fair_.plan(job.payload(), job.queue);
+        plan = fair_.plan(job);
     } catch (const std::invalid_argument& e) {
         // Fairness is advice about where a job waits, never a reason to fail it: the job runs
         // where it is, and the class's bad rules are reported once, not once per job.
@@ -313,7 +342,7 @@ void FairTenantServerMiddleware::call(JobContext& ctx, const Next& next) const {
     // One payload per rule: the job as the gem would have pushed it to that rule's queue.
     auto obj = RawJsonObject::parse(job.raw);
     if (!obj) return next();  // parse_job accepted it, so this does not happen
-    if (auto t = job.payload().find("fair_tenant"); t == job.payload().end() || !truthy(*t))
+    if (auto t = job.member("fair_tenant"); !t || !truthy(*t))
         obj->set("fair_tenant", plan->tenant_value.dump());
     obj->set(kFairTenantRegistered, "true");
     std::vector<std::string> moved;

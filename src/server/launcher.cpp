@@ -1,5 +1,7 @@
 #include "server/launcher.hpp"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <boost/asio/post.hpp>
 #include <csignal>
@@ -211,6 +213,12 @@ void Launcher::begin_stop() {
 }
 
 int Launcher::run() {
+    // A large payload's copies (each up to max_payload_bytes) are mapped and unmapped on their
+    // own, never kept in glibc's heaps: its default threshold grows to the largest block freed,
+    // after which a 16 MiB payload's buffers stayed resident (and fragmented) after its job
+    // (docs/hardening-bounds.md#payload-memory). Small allocations are unaffected.
+    mallopt(M_MMAP_THRESHOLD, 1024 * 1024);
+
     log_.info("kiqd {} starting: identity={} concurrency={} queues={} ({}) fetch={} redis={}",
               KIQD_VERSION, me_.identity, config_.concurrency, fmt::join(order_.names(), ","),
               order_.strict() ? "strict" : "weighted", reliable_ ? "reliable" : "basic",
