@@ -55,7 +55,7 @@ RetryPlan JobRetry::plan(const Job& job, const Failure& failure, double now,
         return plan;
     }
     // Only the members the plan reads, each parsed on its own: the failed job's tree could cost
-    // many times its size (issue 18), and the entry is edited as text.
+    // many times its size (docs/hardening-bounds.md), and the entry is edited as text.
     const nlohmann::json p =
         job.members({"retry", "retry_queue", "backtrace", "retry_for", "failed_at", "dead"});
     // Ruby truthiness: absent means the default (true); false and null disable retries.

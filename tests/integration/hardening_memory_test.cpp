@@ -1,5 +1,5 @@
 // Hardening [hardening][memory]: one payload within the size limit costs a real kiqd a bounded
-// multiple of its size (issue 18, item 6; docs/hardening-bounds.md#payload-memory). A 16 MiB
+// multiple of its size (docs/hardening-bounds.md#payload-memory). A 16 MiB
 // payload whose args are `[{},{},...]` is pushed to a real Redis and run by a real kiqd child;
 // the growth of its peak RSS (VmHWM in /proc/<pid>/status, read once kiqd has written its
 // heartbeat and again once the job is done) must stay within kPeakBound times the payload

@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "middleware/unique/ruby_json.hpp"
 #include "support/config_errors.hpp"
 #include "support/job_of.hpp"
 
@@ -44,8 +45,7 @@ TEST_CASE("unique: the digest is sidekiq-unique-jobs' legacy MD5 digest", "[uniq
         resolve_lock(job_of(R"({"class":"C","args":[{"b":1,"a":2},[3,{"z":0}]]})"), &picking, cfg);
     const std::string cls_name = "C", queue = "default";
     CHECK(picked->digest ==
-          unique_digest("uniquejobs", &cls_name, &queue,
-                        nlohmann::ordered_json::parse(R"([{"b":1,"a":2},null])")));
+          unique_digest("uniquejobs", &cls_name, &queue, R"([{"b":1,"a":2},null])"));
     // unique_across_queues / unique_across_workers leave queue / class out.
     auto q1 =
         job_of(R"({"class":"C","args":[1],"lock":"while_executing","unique_across_queues":true})");
@@ -142,4 +142,21 @@ TEST_CASE("unique: YAML lock options are validated with the key and the line", "
 TEST_CASE("unique: a huge lock_ttl is an invalid lock, not an overflow", "[unique][fuzz]") {
     auto job = job_of(R"({"class":"C","args":[],"lock":"while_executing","lock_ttl":1e300})");
     CHECK_THROWS_AS(resolve_lock(job, nullptr, UniqueJobsConfig{}), JobError);
+}
+
+TEST_CASE("unique: JSON written as Ruby's JSON.generate writes it", "[unique][digest]") {
+    using kiqd::ruby_json;
+    CHECK(ruby_json(R"( [ 1e20 , -1.5E-7 , 100 , 1e2 , -0 , 0.1 ] )") ==
+          "[1.0e+20,-1.5e-07,100,100.0,0,0.1]");
+    CHECK(ruby_json(R"({"b":[],"a":{}})") == R"({"b":[],"a":{}})");
+    CHECK(ruby_json(R"("\u0041\/\u001F\ud83d\ude00")") == "\"A/\\u001f\xF0\x9F\x98\x80\"");
+    CHECK(kiqd::ruby_float_text(1e15) == "1.0e+15");
+    CHECK(kiqd::ruby_float_text(123456789012345.0) == "123456789012345.0");
+    CHECK(kiqd::ruby_float_text(0.0001) == "0.0001");
+    // What Ruby cannot write is refused, not guessed at.
+    CHECK_THROWS_AS(ruby_json("[1e400]"), std::invalid_argument);
+    CHECK_THROWS_AS(ruby_json(R"("\ud800")"), std::invalid_argument);
+    CHECK_THROWS_AS(ruby_json("[1,]"), std::invalid_argument);
+    CHECK_THROWS_AS(ruby_json(std::string(300, '[') + std::string(300, ']')),
+                    std::invalid_argument);
 }

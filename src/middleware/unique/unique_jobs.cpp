@@ -7,6 +7,7 @@
 
 #include "job/raw_json_object.hpp"
 #include "kiqd/clock.hpp"
+#include "middleware/unique/ruby_json.hpp"
 #include "redis/lua_type_guard.hpp"
 
 namespace kiqd {
@@ -161,34 +162,38 @@ std::string random_hex() {
     return out;
 }
 
-// The identity arguments, parsed from the payload's own text in the producer's key order: Ruby
-// hashes keep insertion order, and nlohmann::json sorts object keys, which would change the
-// digest. Only the member the lock is on is read: a lock on args parses args, one on the job's
-// own lock_args or on picked arguments never reads the rest.
-nlohmann::ordered_json lock_args_of(const Job& job, const ClassSpec* defaults) {
-    auto parsed = [](std::optional<std::string_view> text) {
-        return text ? nlohmann::ordered_json::parse(*text) : nlohmann::ordered_json::array();
+// The identity arguments as Ruby's JSON.generate writes them (ruby_json.hpp), from the
+// payload's own text: in the producer's key order (Ruby hashes keep insertion order), every
+// digit of an integer kept, floats as Ruby prints them. Only the member the lock is on is read:
+// a lock on args reads args, one on the job's own lock_args or on picked arguments never reads
+// the rest.
+std::string lock_args_of(const Job& job, const ClassSpec* defaults) {
+    auto rewritten = [](std::optional<std::string_view> text) {
+        return text ? ruby_json(*text) : std::string("[]");
     };
-    if (auto own = job.member_json("lock_args")) return parsed(own);
-    if (!defaults || !defaults->lock.lock_args) return parsed(job.member_json("args"));
-    nlohmann::ordered_json picked = nlohmann::ordered_json::array();
+    if (auto own = job.member_json("lock_args")) return rewritten(own);
+    if (!defaults || !defaults->lock.lock_args) return rewritten(job.member_json("args"));
+    std::string picked = "[";
     for (int i : *defaults->lock.lock_args) {
+        if (picked.size() > 1) picked += ',';
         auto arg = i >= 0 ? job.arg_json(static_cast<size_t>(i)) : std::nullopt;
-        picked.push_back(arg ? nlohmann::ordered_json::parse(*arg) : nullptr);
+        picked += arg ? ruby_json(*arg) : "null";
     }
-    return picked;
+    return picked + "]";
 }
 
 }  // namespace
 
 std::string unique_digest(const std::string& prefix, const std::string* job_class,
-                          const std::string* queue, const nlohmann::ordered_json& lock_args) {
-    // JSON of the sorted [key, value] pairs: class < lock_args < queue.
-    nlohmann::ordered_json pairs = nlohmann::ordered_json::array();
-    if (job_class) pairs.push_back({"class", *job_class});
-    pairs.push_back({"lock_args", lock_args});
-    if (queue) pairs.push_back({"queue", *queue});
-    const std::string text = pairs.dump();
+                          const std::string* queue, const std::string& lock_args,
+                          const std::optional<std::string>& apartment) {
+    // JSON.generate of the sorted [key, value] pairs: apartment < class < lock_args < queue.
+    std::string text = "[";
+    if (apartment) text += "[\"apartment\"," + *apartment + "],";
+    if (job_class) text += "[\"class\"," + ruby_json_string(*job_class) + "],";
+    text += "[\"lock_args\"," + lock_args + "]";
+    if (queue) text += ",[\"queue\"," + ruby_json_string(*queue) + "]";
+    text += "]";
     // OpenSSL 3 looks EVP_md5() up in its provider on every use; fetch it once.
     static EVP_MD* const md5 = EVP_MD_fetch(nullptr, "MD5", nullptr);
     unsigned char md[EVP_MAX_MD_SIZE];
@@ -207,7 +212,8 @@ std::optional<LockSpec> resolve_lock(const Job& job, const ClassSpec* defaults,
                                      const UniqueJobsConfig& config) {
     LockSpec s;
     // Whether the job uses a lock at all, from its `lock` member alone: the middleware is in
-    // every chain, and a payload's tree costs many times its size (issue 18).
+    // every chain, and a payload's tree costs many times its size
+    // (docs/hardening-bounds.md#payload-memory).
     if (auto lock = job.member("lock"); lock && !lock->is_null()) {
         if (!lock->is_string()) invalid("lock must be a string");
         s.type = canonical_lock_type(lock->get<std::string>());
@@ -264,8 +270,17 @@ std::optional<LockSpec> resolve_lock(const Job& job, const ClassSpec* defaults,
             prefix = pit->get<std::string>();
         const bool across_queues = p.value("unique_across_queues", false);
         const bool across_workers = p.value("unique_across_workers", false);
-        s.digest = unique_digest(prefix, across_workers ? nullptr : &job.job_class,
-                                 across_queues ? nullptr : &job.queue, lock_args_of(job, defaults));
+        try {
+            // The gem's digest has held `apartment` (sidekiq-apartment's tenant) since 7.0.
+            std::optional<std::string> apartment;
+            if (auto a = job.member_json("apartment")) apartment = ruby_json(*a);
+            s.digest = unique_digest(prefix, across_workers ? nullptr : &job.job_class,
+                                     across_queues ? nullptr : &job.queue,
+                                     lock_args_of(job, defaults), apartment);
+        } catch (const std::invalid_argument& e) {
+            invalid(std::string("the lock's arguments cannot be digested as Ruby does: ") +
+                    e.what());
+        }
     }
     return s;
 }

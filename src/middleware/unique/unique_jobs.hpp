@@ -53,10 +53,13 @@ struct LockSpec {
 std::optional<LockSpec> resolve_lock(const Job& job, const ClassSpec* defaults,
                                      const UniqueJobsConfig& config);
 
-// sidekiq-unique-jobs' legacy digest (MD5) of {class, queue, lock_args}; null class/queue are
-// left out (unique_across_workers / unique_across_queues). lock_args keep their key order.
+// sidekiq-unique-jobs' digest (LockDigest: MD5 of JSON.generate of the sorted pairs of
+// apartment, class, lock_args, queue); null class/queue are left out (unique_across_workers /
+// unique_across_queues), apartment only when the payload has one. `lock_args` and `apartment`
+// are JSON texts already written as Ruby writes them (ruby_json.hpp).
 std::string unique_digest(const std::string& prefix, const std::string* job_class,
-                          const std::string* queue, const nlohmann::ordered_json& lock_args);
+                          const std::string* queue, const std::string& lock_args,
+                          const std::optional<std::string>& apartment = std::nullopt);
 
 class UniqueJobsMiddleware final : public ServerMiddleware {
   public:

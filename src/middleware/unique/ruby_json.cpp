@@ -1,0 +1,342 @@
+#include "middleware/unique/ruby_json.hpp"
+
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <stdexcept>
+
+namespace kiqd {
+namespace {
+
+constexpr int kMaxDepth = 256;
+
+[[noreturn]] void bad(const char* what) {
+    throw std::invalid_argument(std::string("not JSON Ruby can write: ") + what);
+}
+
+void append_utf8(std::string& out, unsigned cp) {
+    if (cp < 0x80) {
+        out += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+        out += static_cast<char>(0xC0 | (cp >> 6));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+        out += static_cast<char>(0xE0 | (cp >> 12));
+        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else {
+        out += static_cast<char>(0xF0 | (cp >> 18));
+        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+}
+
+// Reads one JSON value from `in` at `pos` and appends Ruby's text of it to `out`.
+class Rewriter {
+  public:
+    explicit Rewriter(std::string_view in) : in_(in) {}
+
+    std::string run() {
+        std::string out;
+        skip_space();
+        value(out, 0);
+        skip_space();
+        if (pos_ != in_.size()) bad("text after the value");
+        return out;
+    }
+
+  private:
+    void skip_space() {
+        while (pos_ < in_.size() &&
+               (in_[pos_] == ' ' || in_[pos_] == '\t' || in_[pos_] == '\n' || in_[pos_] == '\r'))
+            ++pos_;
+    }
+    char peek() const { return pos_ < in_.size() ? in_[pos_] : '\0'; }
+    void expect(char c) {
+        if (peek() != c) bad("unexpected character");
+        ++pos_;
+    }
+    void literal(std::string_view word, std::string& out) {
+        if (in_.substr(pos_, word.size()) != word) bad("unknown literal");
+        pos_ += word.size();
+        out += word;
+    }
+
+    void value(std::string& out, int depth) {
+        if (depth > kMaxDepth) bad("nested too deep");
+        switch (peek()) {
+            case '{':
+                return object(out, depth);
+            case '[':
+                return array(out, depth);
+            case '"': {
+                std::string s;
+                string(s);
+                out += ruby_json_string(s);
+                return;
+            }
+            case 't':
+                return literal("true", out);
+            case 'f':
+                return literal("false", out);
+            case 'n':
+                return literal("null", out);
+            default:
+                return number(out);
+        }
+    }
+
+    void object(std::string& out, int depth) {
+        expect('{');
+        out += '{';
+        skip_space();
+        if (peek() == '}') {
+            ++pos_;
+            out += '}';
+            return;
+        }
+        for (bool first = true;; first = false) {
+            if (!first) out += ',';
+            skip_space();
+            std::string key;
+            string(key);
+            out += ruby_json_string(key);
+            skip_space();
+            expect(':');
+            out += ':';
+            skip_space();
+            value(out, depth + 1);
+            skip_space();
+            if (peek() == ',') {
+                ++pos_;
+                continue;
+            }
+            expect('}');
+            out += '}';
+            return;
+        }
+    }
+
+    void array(std::string& out, int depth) {
+        expect('[');
+        out += '[';
+        skip_space();
+        if (peek() == ']') {
+            ++pos_;
+            out += ']';
+            return;
+        }
+        for (bool first = true;; first = false) {
+            if (!first) out += ',';
+            skip_space();
+            value(out, depth + 1);
+            skip_space();
+            if (peek() == ',') {
+                ++pos_;
+                continue;
+            }
+            expect(']');
+            out += ']';
+            return;
+        }
+    }
+
+    unsigned hex4() {
+        if (pos_ + 4 > in_.size()) bad("short \\u escape");
+        unsigned v = 0;
+        for (int i = 0; i < 4; ++i) {
+            const char c = in_[pos_++];
+            v <<= 4;
+            if (c >= '0' && c <= '9')
+                v |= static_cast<unsigned>(c - '0');
+            else if (c >= 'a' && c <= 'f')
+                v |= static_cast<unsigned>(c - 'a' + 10);
+            else if (c >= 'A' && c <= 'F')
+                v |= static_cast<unsigned>(c - 'A' + 10);
+            else
+                bad("bad \\u escape");
+        }
+        return v;
+    }
+
+    // The decoded bytes of a JSON string.
+    void string(std::string& s) {
+        expect('"');
+        for (;;) {
+            if (pos_ >= in_.size()) bad("unterminated string");
+            const char c = in_[pos_++];
+            if (c == '"') return;
+            if (static_cast<unsigned char>(c) < 0x20) bad("control character in a string");
+            if (c != '\\') {
+                s += c;
+                continue;
+            }
+            if (pos_ >= in_.size()) bad("unterminated escape");
+            const char e = in_[pos_++];
+            switch (e) {
+                case '"':
+                    s += '"';
+                    break;
+                case '\\':
+                    s += '\\';
+                    break;
+                case '/':
+                    s += '/';
+                    break;
+                case 'b':
+                    s += '\b';
+                    break;
+                case 'f':
+                    s += '\f';
+                    break;
+                case 'n':
+                    s += '\n';
+                    break;
+                case 'r':
+                    s += '\r';
+                    break;
+                case 't':
+                    s += '\t';
+                    break;
+                case 'u': {
+                    unsigned cp = hex4();
+                    if (cp >= 0xD800 && cp < 0xDC00) {
+                        if (in_.substr(pos_, 2) != "\\u") bad("lone surrogate");
+                        pos_ += 2;
+                        const unsigned low = hex4();
+                        if (low < 0xDC00 || low >= 0xE000) bad("lone surrogate");
+                        cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+                    } else if (cp >= 0xDC00 && cp < 0xE000) {
+                        bad("lone surrogate");
+                    }
+                    append_utf8(s, cp);
+                    break;
+                }
+                default:
+                    bad("unknown escape");
+            }
+        }
+    }
+
+    void number(std::string& out) {
+        const size_t start = pos_;
+        if (peek() == '-') ++pos_;
+        auto digits = [&] {
+            const size_t from = pos_;
+            while (pos_ < in_.size() && in_[pos_] >= '0' && in_[pos_] <= '9') ++pos_;
+            if (pos_ == from) bad("a number without digits");
+        };
+        if (peek() == '0')
+            ++pos_;
+        else
+            digits();
+        bool is_float = false;
+        if (peek() == '.') {
+            ++pos_;
+            digits();
+            is_float = true;
+        }
+        if (peek() == 'e' || peek() == 'E') {
+            ++pos_;
+            if (peek() == '+' || peek() == '-') ++pos_;
+            digits();
+            is_float = true;
+        }
+        const std::string token(in_.substr(start, pos_ - start));
+        if (!is_float) {
+            out += token == "-0" ? "0" : token;  // an Integer: every digit kept
+            return;
+        }
+        out += ruby_float_text(std::strtod(token.c_str(), nullptr));
+    }
+
+    std::string_view in_;
+    size_t pos_ = 0;
+};
+
+}  // namespace
+
+std::string ruby_json_string(std::string_view utf8) {
+    static constexpr char kHex[] = "0123456789abcdef";
+    std::string out;
+    out.reserve(utf8.size() + 2);
+    out += '"';
+    for (const char c : utf8) {
+        const auto u = static_cast<unsigned char>(c);
+        switch (c) {
+            case '"':
+                out += "\\\"";
+                break;
+            case '\\':
+                out += "\\\\";
+                break;
+            case '\b':
+                out += "\\b";
+                break;
+            case '\f':
+                out += "\\f";
+                break;
+            case '\n':
+                out += "\\n";
+                break;
+            case '\r':
+                out += "\\r";
+                break;
+            case '\t':
+                out += "\\t";
+                break;
+            default:
+                if (u < 0x20) {
+                    out += "\\u00";
+                    out += kHex[u >> 4];
+                    out += kHex[u & 15];
+                } else {
+                    out += c;
+                }
+        }
+    }
+    out += '"';
+    return out;
+}
+
+std::string ruby_float_text(double v) {
+    if (!std::isfinite(v)) bad("Infinity or NaN");
+    if (v == 0) return std::signbit(v) ? "-0.0" : "0.0";
+    // The shortest digits that read back as v, in scientific form: "-1.2345e+20".
+    char buf[64];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific);
+    const std::string_view sci(buf, static_cast<size_t>(r.ptr - buf));
+    const bool negative = sci.front() == '-';
+    const size_t e_at = sci.find('e');
+    std::string digits;
+    for (char c : sci.substr(negative ? 1 : 0, e_at - (negative ? 1 : 0)))
+        if (c != '.') digits += c;
+    const int exp10 = std::atoi(std::string(sci.substr(e_at + 1)).c_str());
+    const int decpt = exp10 + 1;  // digits before the decimal point
+    const int n = static_cast<int>(digits.size());
+    std::string out = negative ? "-" : "";
+    if (decpt >= -3 && decpt <= 15) {
+        if (decpt <= 0) {
+            out += "0." + std::string(static_cast<size_t>(-decpt), '0') + digits;
+        } else if (decpt >= n) {
+            out += digits + std::string(static_cast<size_t>(decpt - n), '0') + ".0";
+        } else {
+            out += digits.substr(0, static_cast<size_t>(decpt)) + "." +
+                   digits.substr(static_cast<size_t>(decpt));
+        }
+        return out;
+    }
+    out += digits.substr(0, 1) + "." + (n > 1 ? digits.substr(1) : "0") + "e";
+    out += exp10 < 0 ? '-' : '+';
+    const int a = std::abs(exp10);
+    if (a < 10) out += '0';
+    out += std::to_string(a);
+    return out;
+}
+
+std::string ruby_json(std::string_view json_text) {
+    return Rewriter(json_text).run();
+}
+
+}  // namespace kiqd
