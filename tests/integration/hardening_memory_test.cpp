@@ -117,7 +117,14 @@ TEST_CASE("hardening: a payload at the size limit costs kiqd a bounded multiple 
     const double multiple = static_cast<double>(growth) / static_cast<double>(payload.size());
     INFO("peak RSS grew by " << growth / (1024 * 1024) << " MiB, " << multiple
                              << " times the payload's " << payload.size() << " bytes");
+#if defined(__SANITIZE_ADDRESS__)
+    // Under ASan (the CI's sanitizer step builds kiqd the same way) the allocator keeps freed
+    // memory in quarantine and adds redzones and shadow memory: RSS measures ASan, not kiqd.
+    // The job's outcome is still checked below.
+    WARN("ASan build: the memory bound is not checked (" << multiple << " times the payload)");
+#else
     CHECK(growth <= kPeakBound * static_cast<long long>(payload.size()) + kFixedBytes);
+#endif
 
     if (fails) {
         // The retry entry keeps the payload's args byte for byte.
