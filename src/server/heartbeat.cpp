@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "job/raw_json_object.hpp"
+#include "server/connection_budget.hpp"
 
 namespace kiqd {
 namespace {
@@ -84,7 +85,10 @@ redis::Command stats_flush_command(const Keys& keys, const std::string& identity
 }
 
 Heartbeat::Heartbeat(Runtime& rt, const ProcessIdentity& me, std::string info_json)
-    : rt_(rt), me_(me), info_json_(std::move(info_json)), conn_(rt.connection_options) {}
+    : rt_(rt),
+      me_(me),
+      info_json_(std::move(info_json)),
+      conn_(named_connection(rt.connection_options, rt.identity, "heartbeat")) {}
 
 std::chrono::seconds Heartbeat::period() const {
     return std::chrono::seconds(rt_.config.compat == Compat::v6 ? 5 : 10);

@@ -7,6 +7,7 @@
 #include "fetch/cpu_gate.hpp"
 #include "handlers/exec_handler.hpp"
 #include "redis/transaction.hpp"
+#include "server/connection_budget.hpp"
 
 namespace kiqd {
 namespace {
@@ -47,7 +48,8 @@ void Processor::detach() {
 }
 
 void Processor::run() noexcept {
-    redis::Connection conn(rt_.connection_options);
+    redis::Connection conn(named_connection(rt_.connection_options, rt_.identity,
+                                            "processor-" + std::to_string(slot_)));
     std::chrono::milliseconds backoff{0};
     while (!rt_.lifecycle.is_quiet()) {
         try {

@@ -4,6 +4,7 @@
 
 #include "job/raw_json_object.hpp"
 #include "redis/lua_type_guard.hpp"
+#include "server/connection_budget.hpp"
 
 namespace kiqd {
 namespace {
@@ -178,7 +179,8 @@ void Scheduler::poll() {
 }
 
 void Scheduler::start() {
-    conn_ = std::make_unique<redis::Connection>(rt_.connection_options);
+    conn_ = std::make_unique<redis::Connection>(
+        named_connection(rt_.connection_options, rt_.identity, "scheduler"));
     const auto seconds = [](double s) {
         return std::chrono::duration_cast<PeriodicWorker::Duration>(
             std::chrono::duration<double>(s));
