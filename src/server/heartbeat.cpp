@@ -162,7 +162,7 @@ std::optional<std::string> Heartbeat::beat() {
                                        {"EXPIRE", id, "60"},
                                        {"RPOP", k.signals(me_.identity)},
                                        {"EXEC"}});
-        rt_.health.succeeded();
+        rt_.health.succeeded(t0);
         const auto& exec = replies.back();
         if (exec.size() == 5 && exec[1].is_integer() && exec[1].integer() == 0)
             rt_.log.debug("heartbeat registered {} (first beat or after an outage)", me_.identity);

@@ -53,8 +53,9 @@ void Processor::run() noexcept {
     std::chrono::milliseconds backoff{0};
     while (!rt_.lifecycle.is_quiet()) {
         try {
+            const auto started = RedisHealth::Clock::now();
             auto unit = rt_.fetcher.retrieve_work(conn, rng_, slot_, pending_);
-            rt_.health.succeeded();
+            rt_.health.succeeded(started);
             backoff = std::chrono::milliseconds{0};
             if (!unit) continue;
             if (rt_.lifecycle.is_quiet()) {
@@ -101,8 +102,9 @@ bool Processor::write_until_done(redis::Connection& conn,
     int tries_after_stop = 0;
     for (;;) {
         try {
+            const auto started = RedisHealth::Clock::now();
             conn.pipeline(commands);
-            rt_.health.succeeded();
+            rt_.health.succeeded(started);
             return true;
         } catch (const redis::ReplyError& e) {
             rt_.log.error("Redis refused the {} of a job ({}); payload: {}", what, e.what(),

@@ -168,11 +168,12 @@ void Scheduler::poll() {
     // Sidekiq stops the poller on quiet: from then on the rounds do nothing until stop().
     if (rt_.lifecycle.is_quiet()) return;
     try {
+        const auto started = RedisHealth::Clock::now();
         const size_t moved = enqueue_due(*conn_, epoch_seconds());
         if (moved) rt_.log.debug("scheduler enqueued {} due jobs", moved);
         if (++polls_ % 10 == 1)
             process_count_ = conn_->command({"SCARD", rt_.keys.processes()}).integer();
-        rt_.health.succeeded();
+        rt_.health.succeeded(started);
     } catch (const redis::Error& e) {
         rt_.health.failed(e);
     }

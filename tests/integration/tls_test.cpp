@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "kiqd/redis/connection.hpp"
+#include "support/http_get.hpp"
 #include "support/job_pushes.hpp"
 #include "support/kiqd_process.hpp"
 #include "support/redis_reads.hpp"
@@ -27,15 +28,6 @@ using kiqd::test::wait_until;
 
 namespace {
 
-// How many connections the server of `c` has accepted so far (INFO stats), `c`'s own included:
-// grows with each retry of a client that cannot get through.
-long long connections_received(redis::Connection& c) {
-    const std::string info(c.command({"INFO", "stats"}).str());
-    const std::string field = "total_connections_received:";
-    const auto at = info.find(field);
-    return at == std::string::npos ? -1 : std::stoll(info.substr(at + field.size()));
-}
-
 // The base64 lines of a PEM private key: none of them may ever reach a log.
 std::vector<std::string> key_lines(const std::string& path) {
     std::ifstream in(path);
@@ -52,24 +44,36 @@ void check_no_key_material(const std::string& output) {
             CHECK_THAT(output, !Catch::Contains(line.substr(0, 24)));
 }
 
-// kiqd against `server` with `redis_yaml` as its redis: map; waits until it has retried a few
-// times (the server counted 3 more connections), then checks that it is running and said
-// `reason` once, naming the endpoint.
-void expect_one_line_and_retries(RedisServer& server, const std::string& redis_yaml,
-                                 const std::string& reason) {
-    auto probe = server.connect();
-    const long long before = connections_received(probe);
+// kiqd against `server` (set up wrongly) with `redis_yaml` as its redis: map: it logs one line
+// naming the endpoint and `reason` and keeps running; then `fix` (a CONFIG SET on the server,
+// which keeps its port) repairs the server side, and kiqd recovers on its own, which shows it
+// kept retrying. The outage is still one line each way, and no key material was ever printed.
+void expect_one_line_then_recovery(RedisServer& server, const std::string& redis_yaml,
+                                   const std::string& reason, const redis::Command& fix) {
+    auto admin = server.connect();
+    admin.command({"PING"});  // connected before the fix: a port change keeps this connection
     KiqdProcess kiqd(KIQD_BINARY, "redis: " + redis_yaml + "\nqueues: [default]\nconcurrency: 2\n");
-    REQUIRE(wait_until([&] { return connections_received(probe) >= before + 4; },
-                       std::chrono::seconds(30)));
-    REQUIRE(kiqd.wait_for_output(reason));
+    REQUIRE(kiqd.wait_for_output(reason, std::chrono::seconds(20)));
+    CHECK(kiqd.running());
+    CHECK_THAT(kiqd.output(),
+               Catch::Contains("127.0.0.1:" + std::to_string(server.port()) + "/0): "));
+    admin.command(fix);
+    REQUIRE(kiqd.wait_for_output("Redis is back after", std::chrono::seconds(30)));
     CHECK(kiqd.running());
     const std::string out = kiqd.output();
+    INFO(out);
     CHECK(occurrences(out, "Redis is unreachable") == 1);
     CHECK(occurrences(out, reason) == 1);
-    CHECK_THAT(out, Catch::Contains("127.0.0.1:" + std::to_string(server.port()) + "/0"));
     check_no_key_material(out);
     CHECK(kiqd.stop() == 0);
+}
+
+// CONFIG SET that makes the server present `leaf` (server, other-server, ...).
+redis::Command present(const std::string& leaf) {
+    const auto& certs = TestCerts::shared();
+    return {"CONFIG",        "SET",
+            "tls-cert-file", certs.file(leaf + ".crt"),
+            "tls-key-file",  certs.file(leaf + ".key")};
 }
 
 }  // namespace
@@ -110,12 +114,15 @@ TEST_CASE("tls: jobs pushed over rediss:// run in kiqd over mutual TLS", "[tls]"
     RedisServer server({}, TlsMode{"server", true});
     auto conn = server.connect();
     const auto jids = kiqd::test::push_jobs(conn, 200, [](int i) {
-        return nlohmann::ordered_json{{"class", "Test::Record"}, {"args", {i}}};
+        return nlohmann::ordered_json{{"class", "Test::Record"},
+                                      {"args", {"n" + std::to_string(i)}}};
     });
     KiqdProcess kiqd(KIQD_TEST_DAEMON,
                      kiqd::test::default_queue_config(server, "concurrency: 4\nfetch: reliable\n"));
-    REQUIRE(
-        wait_until([&] { return kiqd::test::ran_count(conn) >= 200; }, std::chrono::seconds(60)));
+    const bool all_ran =
+        wait_until([&] { return kiqd::test::ran_count(conn) >= 200; }, std::chrono::seconds(60));
+    INFO(kiqd.output());
+    REQUIRE(all_ran);
     CHECK(kiqd::test::jids_of(kiqd::test::ran_records(conn)).size() == 200);
     CHECK(kiqd.stop() == 0);
     CHECK(counter(conn, "stat:processed") == 200);
@@ -125,47 +132,58 @@ TEST_CASE("tls: jobs pushed over rediss:// run in kiqd over mutual TLS", "[tls]"
 TEST_CASE("tls: a server certificate from another CA: one line, retries, no crash",
           "[tls][tls-failure]") {
     RedisServer server({}, TlsMode{});
-    expect_one_line_and_retries(
+    expect_one_line_then_recovery(
         server,
         "{url: " + server.url() + ", tls: {ca_file: " + TestCerts::shared().file("other-ca.crt") +
             "}}",
-        "TLS certificate verification failed: self-signed certificate in certificate chain");
+        "TLS certificate verification failed: self-signed certificate in certificate chain",
+        present("other-server"));
 }
 
 TEST_CASE("tls: an expired server certificate: one line, retries, no crash", "[tls][tls-failure]") {
     RedisServer server({}, TlsMode{"expired"});
-    expect_one_line_and_retries(server, "{url: " + server.url() + server.tls_yaml() + "}",
-                                "TLS certificate verification failed: certificate has expired");
+    expect_one_line_then_recovery(server, "{url: " + server.url() + server.tls_yaml() + "}",
+                                  "TLS certificate verification failed: certificate has expired",
+                                  present("server"));
 }
 
 TEST_CASE("tls: a certificate for another name: one line, retries, no crash",
           "[tls][tls-failure]") {
-    RedisServer server({}, TlsMode{"wrong-name"});
     // Checked against the address of the URL, then against a server_name.
-    expect_one_line_and_retries(server, "{url: " + server.url() + server.tls_yaml() + "}",
-                                "TLS certificate verification failed: IP address mismatch");
-    expect_one_line_and_retries(server,
-                                "{url: " + server.url() +
-                                    ", tls: {ca_file: " + TestCerts::shared().file("ca.crt") +
-                                    ", server_name: localhost}}",
-                                "TLS certificate verification failed: hostname mismatch");
+    {
+        RedisServer server({}, TlsMode{"wrong-name"});
+        expect_one_line_then_recovery(server, "{url: " + server.url() + server.tls_yaml() + "}",
+                                      "TLS certificate verification failed: IP address mismatch",
+                                      present("server"));
+    }
+    RedisServer server({}, TlsMode{"wrong-name"});
+    expect_one_line_then_recovery(
+        server,
+        "{url: " + server.url() + ", tls: {ca_file: " + TestCerts::shared().file("ca.crt") +
+            ", server_name: localhost}}",
+        "TLS certificate verification failed: hostname mismatch", present("server"));
 }
 
 TEST_CASE("tls: a plaintext server behind rediss://: one line, retries, no crash",
           "[tls][tls-failure]") {
     RedisServer server;
-    expect_one_line_and_retries(server,
-                                "{url: rediss://127.0.0.1:" + std::to_string(server.port()) +
-                                    "/0, tls: {ca_file: " + TestCerts::shared().file("ca.crt") +
-                                    "}}",
-                                "rediss:// needs a TLS port");
+    const auto& certs = TestCerts::shared();
+    const std::string port = std::to_string(server.port());
+    // The fix turns the plaintext port into a TLS port.
+    expect_one_line_then_recovery(
+        server, "{url: rediss://127.0.0.1:" + port + "/0, " + certs.yaml() + "}",
+        "rediss:// needs a TLS port",
+        {"CONFIG", "SET", "tls-cert-file", certs.file("server.crt"), "tls-key-file",
+         certs.file("server.key"), "tls-ca-cert-file", certs.file("ca.crt"), "tls-auth-clients",
+         "no", "port", "0", "tls-port", port});
 }
 
 TEST_CASE("tls: a TLS server behind redis://: one line, retries, no crash", "[tls][tls-failure]") {
     RedisServer server({}, TlsMode{});
-    expect_one_line_and_retries(server,
-                                "{url: redis://127.0.0.1:" + std::to_string(server.port()) + "/0}",
-                                "if that port speaks TLS, the URL must be rediss://");
+    const std::string port = std::to_string(server.port());
+    expect_one_line_then_recovery(server, "{url: redis://127.0.0.1:" + port + "/0}",
+                                  "if that port speaks TLS, the URL must be rediss://",
+                                  {"CONFIG", "SET", "tls-port", "0", "port", port});
 }
 
 TEST_CASE("tls: unreadable CA, certificate or key files: check-config and the daemon exit 78",
@@ -195,9 +213,7 @@ TEST_CASE("tls: verify: none logs a warning at start", "[tls]") {
     kiqd::test::push_raw(conn, "default", {kiqd::test::noop_payload("j1")});
     KiqdProcess kiqd(KIQD_BINARY, "redis: {url: " + server.url() +
                                       ", tls: {verify: none}}\nqueues: [default]\n");
-    REQUIRE(wait_until(
-        [&] { return counter(conn, "stat:processed") == 0 && llen(conn, "queue:default") == 0; },
-        std::chrono::seconds(20)));
+    REQUIRE(wait_until([&] { return llen(conn, "queue:default") == 0; }, std::chrono::seconds(20)));
     REQUIRE(kiqd.wait_for_output("redis.tls.verify is none"));
     CHECK(kiqd.stop() == 0);
     CHECK(counter(conn, "stat:processed") == 1);
@@ -229,6 +245,72 @@ TEST_CASE("tls: a TLS server restarted mid-run: one outage line, one recovery li
     CHECK(counter(after, "stat:processed") == kJobs);
     CHECK(counter(after, "stat:failed") == 0);
     const std::string out = kiqd.output();
+    INFO(out);
     CHECK(occurrences(out, "Redis is unreachable") == 1);
     CHECK(occurrences(out, "Redis is back after") == 1);
+}
+
+TEST_CASE("tls: the admin command line, kiqd enqueue and the metrics endpoint use TLS", "[tls]") {
+    RedisServer server({}, TlsMode{"server", true});
+    auto conn = server.connect();
+    const kiqd::test::TempDir dir;
+    const int metrics_port = kiqd::test::free_port();
+    const std::string cfg = dir.write(
+        "kiqd.yml",
+        kiqd::test::default_queue_config(
+            server, "metrics: {listen: 127.0.0.1:" + std::to_string(metrics_port) + "}\n"));
+    auto [code, out] = kiqd::test::run_command({KIQD_BINARY, "enqueue", "-C", cfg, "Kiqd::Noop"});
+    CHECK(code == 0);
+    CHECK(llen(conn, "queue:default") == 1);
+    std::tie(code, out) = kiqd::test::run_command({KIQD_BINARY, "queues", "-C", cfg});
+    CHECK(code == 0);
+    CHECK_THAT(out, Catch::Contains("default"));
+    auto [check, summary] = kiqd::test::run_command({KIQD_BINARY, "check-config", "-C", cfg});
+    CHECK(check == 0);
+    CHECK_THAT(summary, Catch::Contains("over TLS"));
+    CHECK_THAT(summary, Catch::Contains("kiqd: 15 Redis connections per process"));
+
+    KiqdProcess kiqd(KIQD_BINARY, kiqd::test::read_file(cfg));
+    REQUIRE(
+        wait_until([&] { return counter(conn, "stat:processed") == 1; }, std::chrono::seconds(20)));
+    REQUIRE(wait_until([&] {
+        return kiqd::test::http_get(metrics_port, "/metrics").second.find("kiqd_redis_up 1") !=
+               std::string::npos;
+    }));
+    CHECK(kiqd::test::http_get(metrics_port, "/healthz").first == 200);
+    CHECK(kiqd.stop() == 0);
+}
+
+TEST_CASE("connections: each is named kiqd:<identity>:<role>, and check-config counts them",
+          "[tls][connections]") {
+    RedisServer server;
+    auto conn = server.connect();
+    const std::string yaml =
+        kiqd::test::default_queue_config(server, "concurrency: 3\nfetch: reliable\n");
+    auto [code, out] = kiqd::test::check_config(KIQD_BINARY, yaml);
+    CHECK(code == 0);
+    CHECK_THAT(out, Catch::Contains("kiqd: 9 Redis connections per process (3 processors + "
+                                    "heartbeat, scheduler, pause control, lock keeper, orphan "
+                                    "recovery, liveness)"));
+    KiqdProcess kiqd(KIQD_BINARY, yaml);
+    std::string identity;
+    REQUIRE(wait_until([&] {
+        auto members = kiqd::test::only_member(conn, "processes");
+        if (members) identity = *members;
+        return members.has_value();
+    }));
+    const std::string prefix = "name=kiqd:" + identity + ":";
+    std::string list;
+    // The scheduler connects at its first poll; the others at start.
+    REQUIRE(wait_until(
+        [&] {
+            list = std::string(conn.command({"CLIENT", "LIST"}).str());
+            for (const char* role : {"processor-0", "processor-1", "processor-2", "heartbeat",
+                                     "scheduler", "pause-control", "orphan-recovery", "liveness"})
+                if (list.find(prefix + role + " ") == std::string::npos) return false;
+            return true;
+        },
+        std::chrono::seconds(30)));
+    CHECK(occurrences(list, prefix) <= 9);
+    CHECK(kiqd.stop() == 0);
 }

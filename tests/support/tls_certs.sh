@@ -6,7 +6,8 @@
 #   wrong-name.crt/.key    signed by the CA, for wrong.example only
 #   expired.crt/.key       signed by the CA, for localhost and 127.0.0.1, expired in 2020
 #   client.crt/.key        signed by the CA, a client certificate (redis --tls-auth-clients yes)
-#   other-ca.crt/.key      another CA, which signed nothing here (the "wrong CA")
+#   other-ca.crt/.key      another CA (the "wrong CA" for a client that trusts only it)
+#   other-server.crt/.key  signed by the other CA, for localhost and 127.0.0.1
 # Usage: tls_certs.sh DIR
 set -eu
 dir=$1
@@ -56,4 +57,9 @@ leaf server "DNS:localhost,IP:127.0.0.1" serverAuth
 leaf wrong-name "DNS:wrong.example" serverAuth
 leaf expired "DNS:localhost,IP:127.0.0.1" serverAuth 20200101000000Z 20200102000000Z
 leaf client "DNS:kiqd-client" clientAuth
+q openssl req -new -newkey rsa:2048 -nodes -subj "/CN=other-server" -keyout other-server.key \
+    -out other-server.csr -addext "subjectAltName=DNS:localhost,IP:127.0.0.1"
+q openssl x509 -req -in other-server.csr -CA other-ca.crt -CAkey other-ca.key -CAcreateserial \
+    -days 3650 -copy_extensions copy -out other-server.crt
+rm -f other-server.csr
 chmod 600 ./*.key
