@@ -18,6 +18,21 @@ const TlsContext& default_tls_context() {
     return *context;
 }
 
+// One command's arguments as the pointer and length arrays hiredis takes.
+struct ArgvView {
+    explicit ArgvView(const Command& cmd) {
+        ptrs.reserve(cmd.size());
+        lens.reserve(cmd.size());
+        for (const auto& a : cmd) {
+            ptrs.push_back(a.data());
+            lens.push_back(a.size());
+        }
+    }
+    int argc() const { return static_cast<int>(ptrs.size()); }
+    std::vector<const char*> ptrs;
+    std::vector<size_t> lens;
+};
+
 // The same error class with `hint` appended to the message.
 [[noreturn]] void rethrow_with_hint(const IoError& e, const std::string& hint) {
     const std::string msg = std::string(e.what()) + hint;
@@ -341,13 +356,8 @@ std::vector<Reply> Connection::pipeline_unchecked(const std::vector<Command>& co
     connect_if_needed();
     if (tls_) return tls_pipeline(commands);
     for (const auto& cmd : commands) {
-        std::vector<const char*> ptrs;
-        std::vector<size_t> lens;
-        for (const auto& a : cmd) {
-            ptrs.push_back(a.data());
-            lens.push_back(a.size());
-        }
-        if (redisAppendCommandArgv(ctx_, static_cast<int>(cmd.size()), ptrs.data(), lens.data()) !=
+        ArgvView argv(cmd);
+        if (redisAppendCommandArgv(ctx_, argv.argc(), argv.ptrs.data(), argv.lens.data()) !=
             REDIS_OK)
             fail_context("cannot queue a pipelined Redis command");
     }
@@ -366,13 +376,8 @@ std::vector<Reply> Connection::tls_pipeline(const std::vector<Command>& commands
     replies.reserve(commands.size());
     try {
         for (const auto& cmd : commands) {
-            std::vector<const char*> ptrs;
-            std::vector<size_t> lens;
-            for (const auto& a : cmd) {
-                ptrs.push_back(a.data());
-                lens.push_back(a.size());
-            }
-            tls_->append(static_cast<int>(cmd.size()), ptrs.data(), lens.data());
+            ArgvView argv(cmd);
+            tls_->append(argv.argc(), argv.ptrs.data(), argv.lens.data());
         }
         for (size_t i = 0; i < commands.size(); ++i)
             replies.emplace_back(tls_->read_reply("Redis pipeline failed"), stream_);

@@ -68,12 +68,7 @@ class TlsInteropTest < Minitest::Test
     bulk = Sidekiq::Client.push_bulk("class" => Test::Record, "args" => [["bulk", 0], ["bulk", 1]])
     kiqd = start_kiqd({ "redis" => kiqd_redis_config }, test_daemon: true)
     expected = jids + bulk
-    records = wait_until(20, "all #{expected.size} jobs to be recorded") do
-      recs = ran_records
-      recs if expected.all? { |jid| recs.any? { |r| r["jid"] == jid } }
-    end
-    by_jid = records.group_by { |r| r["jid"] }
-    expected.each { |jid| assert_equal 1, by_jid[jid].size, "jid #{jid} must run exactly once" }
+    _records, by_jid = wait_for_each_run_once(expected)
     assert_equal ["tls", 3], by_jid[jids[3]].first["args"]
 
     # What the Web UI's Busy page and sidekiqmon read, through the TLS client.

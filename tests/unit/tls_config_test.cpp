@@ -16,15 +16,8 @@ namespace {
 
 using kiqd::test::TestCerts;
 
-kiqd::Config load(const std::string& yaml) {
-    auto c = kiqd::parse_config("queues: [default]\n" + yaml, "test.yml", "production");
-    kiqd::validate_config(c);
-    return c;
-}
-
-std::string error_of(const std::string& yaml) {
-    return kiqd::test::config_error_of("queues: [default]\n" + yaml, kiqd::validate_config);
-}
+constexpr auto load = &kiqd::test::load_default_queue;
+constexpr auto error_of = &kiqd::test::default_queue_error_of;
 
 struct ScopedEnv {
     ScopedEnv(const char* name, const std::string& value) : name_(name) {
