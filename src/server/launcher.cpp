@@ -213,10 +213,10 @@ void Launcher::begin_stop() {
 }
 
 int Launcher::run() {
-    log_.info("kiqd {} starting: identity={} concurrency={} queues={} ({}) fetch={} redis={}",
+    log_.info("kiqd {} starting: identity={} concurrency={} queues={} ({}) fetch={} redis={}{}",
               KIQD_VERSION, me_.identity, config_.concurrency, fmt::join(order_.names(), ","),
               order_.strict() ? "strict" : "weighted", reliable_ ? "reliable" : "basic",
-              rt_.connection_options.describe());
+              rt_.connection_options.describe(), config_.redis.endpoint.tls ? " (TLS)" : "");
     if (config_.redis.tls_context && !config_.redis.tls.verify_peer)
         log_.warn(
             "redis.tls.verify is none: the Redis server's certificate and name are not checked, "
