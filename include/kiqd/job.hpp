@@ -7,10 +7,20 @@
 // never ask for it costs no tree (a no-op drain spent ~15 % of kiqd's CPU building and freeing
 // them). Built on the processor thread that fetched it and never shared with another thread
 // while it runs.
+//
+// A tree costs many times the text (a 16 MiB payload of `[{},{},...]` args: ~45 times), so
+// kiqd's own middleware and retry path never build it: they read members with member_json()
+// and member(), from where parse_job's scan found them, and parse only the members they use
+// (docs/hardening-bounds.md#payload-memory). A handler that calls payload() or args() pays for
+// the tree of what it asked for.
+#include <array>
 #include <cstddef>
+#include <cstdint>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 
 namespace kiqd {
@@ -33,6 +43,17 @@ struct Job {
     // args[0]["arguments"]; see active_job_arguments().
     const nlohmann::json& args() const;
     const nlohmann::json* active_job_arguments() const;
+    // The raw JSON text of a top-level member's value, a view into `raw` (of duplicate keys the
+    // last, as in payload()), or nullopt when absent. Builds no tree: parse_job noted where the
+    // members kiqd reads are; any other key costs one pass over the top level of `raw`.
+    std::optional<std::string_view> member_json(std::string_view key) const;
+    // A member parsed on its own, or nullopt when absent: for option fields, which are small.
+    std::optional<nlohmann::json> member(std::string_view key) const;
+    // An object of the named members that are present, each parsed on its own.
+    nlohmann::json members(std::initializer_list<std::string_view> keys) const;
+    // The raw JSON text of args[i] (nullopt when there is no such argument); the arguments
+    // before it are skipped unread.
+    std::optional<std::string_view> arg_json(size_t i) const;
     // retry_count, absent before the first failure.
     std::optional<long long> retry_count() const { return retry_count_; }
     // Class name to show in logs (display_class, else wrapped, else class), as the Web UI does.
@@ -42,14 +63,30 @@ struct Job {
     // enqueued_at in epoch seconds, whatever the producer's unit.
     std::optional<double> enqueued_at() const { return enqueued_at_; }
 
+    // How many members member_json finds without a pass over the payload.
+    static constexpr size_t kIndexedMembers = 27;
+
   private:
     friend std::variant<Job, InvalidJob> parse_job(std::string, std::string, const JobLimits&);
     friend class JobFieldReader;
+    friend class ScannedMembers;
+
+    // Where a member's value is in `raw`; size 0 (no JSON value is empty): not in the payload.
+    struct MemberSpan {
+        std::uint32_t offset = 0;
+        std::uint32_t size = 0;
+    };
+    void note_member(std::string_view key, size_t offset, size_t size) const;
+    void index_members() const;  // for a Job whose members parse_job did not note
 
     std::optional<long long> retry_count_;
     std::optional<double> enqueued_at_;
     std::string display_class_;
     mutable std::optional<nlohmann::json> payload_;  // built by payload() on first use
+    // The indexed members' places (job.cpp lists them): noted by parse_job's scan, or on first
+    // use by member_json.
+    mutable std::array<MemberSpan, kIndexedMembers> member_index_{};
+    mutable bool indexed_ = false;
 };
 
 // Why a payload cannot be run. It goes to the dead set with this reason.

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "kiqd/deadline.hpp"
 #include "kiqd/job.hpp"
 #include "kiqd/keys.hpp"
 #include "kiqd/redis/connection.hpp"
@@ -41,7 +42,9 @@ class StopSignal {
     template <class Rep, class Period>
     bool wait_for(std::chrono::duration<Rep, Period> d) const {
         std::unique_lock lock(mutex_);
-        return cv_.wait_for(lock, d, [&] { return stopped_.load(); });
+        // wait_until a saturated deadline: wait_for adds `d` to now unchecked, and a huge `d`
+        // (a job's "sleep 1e12 s") would wrap into the past and return at once.
+        return cv_.wait_until(lock, deadline_in(d), [&] { return stopped_.load(); });
     }
 
   private:

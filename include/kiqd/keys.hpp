@@ -54,6 +54,11 @@ class Keys {
     }
     std::string unique_held() const { return prefix_ + "kiqd:unique:held"; }
     std::string unique_reaper_lock() const { return prefix_ + "kiqd:unique:reaper"; }
+    // Exists while the process's lock keeper runs (written before its processors start): the
+    // reaper frees no lock of an owner that has it, heartbeat record or not.
+    std::string unique_alive(std::string_view identity) const {
+        return prefix_ + "kiqd:unique:alive:" + std::string(identity);
+    }
 
     // Pause control (pause_control.hpp): the paused queues and the worker classes an operator
     // paused (SETs), the classes that have parked jobs (HASH class → strategy descriptor), the

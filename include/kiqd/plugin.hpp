@@ -33,7 +33,9 @@
 // HandlerRegistry declarations (metadata).
 // 3: redis::Reply, ReplyRef and Connection carry the reply-stream state (a reply of the wrong
 // type makes the connection reconnect).
-#define KIQD_PLUGIN_ABI_VERSION 3
+// 4: Job keeps the places of the members kiqd reads (member_json), for reading them without
+// building the payload's tree.
+#define KIQD_PLUGIN_ABI_VERSION 4
 
 namespace kiqd {
 

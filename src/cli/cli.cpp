@@ -13,6 +13,7 @@
 #include "admin/admin.hpp"
 #include "common/control_escape.hpp"
 #include "config/worker_catalog.hpp"
+#include "config/yaml_helpers.hpp"
 #include "handlers/exec_handler.hpp"
 #include "handlers/plugin_loader.hpp"
 #include "kiqd/kiqd.hpp"
@@ -78,8 +79,9 @@ Config build_config(const CliOptions& o, bool need_queues = true) {
     if ((o.config_path.empty() || !need_queues || !c.selector.empty()) && c.queues.empty())
         c.queues.push_back({"default", 0});
     if (o.timeout) {
-        if (!(*o.timeout > 0) || *o.timeout > 1e10)
-            throw ConfigError("-t", "must be greater than 0 and at most 1e10 seconds");
+        if (!(*o.timeout > 0)) throw ConfigError("-t", "must be greater than 0");
+        if (*o.timeout > static_cast<double>(config_detail::kMaxDurationSeconds))
+            throw ConfigError("-t", config_detail::max_duration_text());
         c.timeout = std::chrono::milliseconds(static_cast<long long>(*o.timeout * 1000));
     }
     if (o.tag) c.tag = *o.tag;

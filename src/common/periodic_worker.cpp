@@ -69,7 +69,8 @@ void PeriodicWorker::run_round() noexcept {
 
 bool PeriodicWorker::sleep(Duration d) {
     std::unique_lock lock(mutex_);
-    cv_.wait_for(lock, d, [this] { return stop_ || woken_; });
+    // wait_until a saturated deadline, not wait_for: wait_for adds `d` to now unchecked.
+    cv_.wait_until(lock, deadline_in(d), [this] { return stop_ || woken_; });
     woken_ = false;
     return !stop_;
 }

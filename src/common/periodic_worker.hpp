@@ -22,6 +22,8 @@
 #include <string>
 #include <thread>
 
+#include "kiqd/deadline.hpp"
+
 namespace kiqd {
 
 class PeriodicWorker {
@@ -75,7 +77,7 @@ class DueTime {
     DueTime() = default;  // due at once
     explicit DueTime(PeriodicWorker::Duration in) { set_in(in); }
     bool reached() const { return std::chrono::steady_clock::now() >= at_; }
-    void set_in(PeriodicWorker::Duration in) { at_ = std::chrono::steady_clock::now() + in; }
+    void set_in(PeriodicWorker::Duration in) { at_ = deadline_in(in); }
 
   private:
     std::chrono::steady_clock::time_point at_{};

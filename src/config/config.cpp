@@ -4,6 +4,7 @@
 #include "kiqd/config.hpp"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -45,6 +46,18 @@ std::vector<QueueWeight> parse_queues(const YAML::Node& n) {
     }
     if (out.empty()) throw ConfigError("queues", "is empty: list at least one queue", line_of(n));
     return out;
+}
+
+// The absolute directory of the config file (the working directory for a config given as
+// text, as tests do), against which relative plugin paths are resolved.
+std::string config_directory(const Config& c) {
+    std::error_code ec;
+    const auto parent = std::filesystem::path(c.source).parent_path();
+    auto dir = std::filesystem::absolute(parent.empty() ? std::filesystem::path(".") : parent, ec);
+    if (ec) return parent.empty() ? "." : parent.string();
+    std::string text = dir.lexically_normal().string();
+    while (!text.empty() && text.back() == '/') text.pop_back();  // "/" itself becomes ""
+    return text;
 }
 
 const std::set<std::string>& environment_names() {
@@ -112,19 +125,19 @@ void apply_map(const YAML::Node& root, Config& c, const std::string& environment
           }},
          {"dead_timeout_in_seconds",
           [&](const auto& key, const auto& v) {
-              c.dead_timeout_seconds = as_int(key, v);
+              c.dead_timeout_seconds = whole_seconds(key, v);
               if (c.dead_timeout_seconds < 1)
                   throw ConfigError(key, "must be at least 1", line_of(v));
           }},
          {"average_scheduled_poll_interval",
           [&](const auto& key, const auto& v) {
-              c.average_scheduled_poll_interval = as_number(key, v);
+              c.average_scheduled_poll_interval = seconds_number(key, v);
               if (c.average_scheduled_poll_interval <= 0)
                   throw ConfigError(key, "must be greater than 0", line_of(v));
           }},
          {"poll_interval_average",
           [&](const auto& key, const auto& v) {
-              c.poll_interval_average = as_number(key, v);
+              c.poll_interval_average = seconds_number(key, v);
               if (*c.poll_interval_average <= 0)
                   throw ConfigError(key, "must be greater than 0", line_of(v));
           }},
@@ -144,7 +157,8 @@ void apply_map(const YAML::Node& root, Config& c, const std::string& environment
          {"concurrency_limits",
           [&](const auto&, const auto& v) { parse_concurrency_limits(v, c.concurrency_limits); }},
          {"fair_tenant", [&](const auto&, const auto& v) { parse_fair_tenant(v, c.fair_tenant); }},
-         {"plugins", [&](const auto&, const auto& v) { c.plugins = parse_plugins(v); }},
+         {"plugins",
+          [&](const auto&, const auto& v) { c.plugins = parse_plugins(v, config_directory(c)); }},
          {"routing_rules",
           [&](const auto&, const auto& v) { c.routing_rules = parse_routing_rules(v); }},
          {"selector",

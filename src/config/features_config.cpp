@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
 
 #include "config/enqueues_key.hpp"
 #include "config/yaml_helpers.hpp"
@@ -14,9 +15,10 @@ namespace config_detail {
 namespace {
 
 // fair_tenant.max_throttling_window, from the YAML or the gem's environment variable.
-constexpr const char* kThrottlingWindowRange = "must be a whole number of seconds, at least 1";
+constexpr const char* kThrottlingWindowRange =
+    "must be a whole number of seconds from 1 to 31622400 (366 days)";
 bool valid_throttling_window(long long seconds) {
-    return seconds >= 1 && seconds <= 100LL * 365 * 86400;
+    return seconds >= 1 && seconds <= kMaxDurationSeconds;
 }
 
 }  // namespace
@@ -184,13 +186,17 @@ void parse_pause_control_config(const YAML::Node& n, PauseControlConfig& p) {
           }}});
 }
 
-std::vector<PluginSpec> parse_plugins(const YAML::Node& n) {
+std::vector<PluginSpec> parse_plugins(const YAML::Node& n, const std::string& config_dir) {
     if (!n.IsSequence()) type_error("plugins", n, "a list of shared-object paths");
     std::vector<PluginSpec> out;
     for (size_t i = 0; i < n.size(); ++i) {
         const std::string key = "plugins[" + std::to_string(i) + "]";
         PluginSpec p{as_string(key, n[i]), line_of(n[i])};
         if (p.path.empty()) throw ConfigError(key, "empty path", p.line);
+        // Beside the config, as `require` paths are beside the code: a plugin found in the
+        // service's writable working directory could be planted there.
+        if (p.path.front() != '/')
+            p.path = (std::filesystem::path(config_dir + "/") / p.path).lexically_normal().string();
         out.push_back(std::move(p));
     }
     return out;

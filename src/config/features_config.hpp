@@ -23,7 +23,9 @@ void parse_concurrency_limits(const YAML::Node& n, ConcurrencyLimitsConfig& c);
 void parse_fair_tenant(const YAML::Node& n, FairTenantConfig& f);
 void parse_unique_jobs(const YAML::Node& n, UniqueJobsConfig& u);
 void parse_pause_control_config(const YAML::Node& n, PauseControlConfig& p);
-std::vector<PluginSpec> parse_plugins(const YAML::Node& n);
+// `plugins:`; a relative path is resolved against `config_dir` (the config file's directory,
+// absolute), not the working directory, which under systemd is the state directory.
+std::vector<PluginSpec> parse_plugins(const YAML::Node& n, const std::string& config_dir);
 
 // The gem's own environment variables (SIDEKIQ_FAIR_TENANT_ENQUEUES_KEY,
 // SIDEKIQ_FAIR_TENANT_MAX_THROTTLING_WINDOW) for what `fair_tenant:` did not set.

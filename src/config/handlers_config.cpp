@@ -104,8 +104,8 @@ ThrottleSpec parse_throttle(const std::string& base, const YAML::Node& n) {
                }},
               {"period",
                [&](const auto& key, const auto& v) {
-                   t.period = as_int(key, v);  // whole seconds: windows are epoch-aligned
-                   if (t.period < 1 || t.period > 366LL * 24 * 3600)
+                   t.period = whole_seconds(key, v);  // whole: windows are epoch-aligned
+                   if (t.period < 1)
                        throw ConfigError(
                            key, "must be a whole number of seconds from 1 to 31622400", line_of(v));
                }},
@@ -163,8 +163,8 @@ std::vector<FairTenantRule> parse_fair_tenant_queues(const std::string& key, con
                    }},
                   {"per",
                    [&](const auto& key, const auto& v) {
-                       const double per = as_number(key, v);
-                       if (!std::isfinite(per) || per <= 0 || per > 1e10)
+                       const double per = seconds_number(key, v);
+                       if (per <= 0)
                            throw ConfigError(key, "must be a number of seconds > 0", line_of(v));
                        rule.per = per;
                    }}},

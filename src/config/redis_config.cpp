@@ -184,9 +184,7 @@ void parse_redis(const YAML::Node& n, RedisConfig& r) {
          {"key_prefix", key_prefix},
          {"namespace", key_prefix},
          {"connect_timeout",
-          [&](const auto& key, const auto& v) {
-              r.connect_timeout = std::chrono::milliseconds(seconds_to_ms(key, v));
-          }},
+          [&](const auto& key, const auto& v) { r.connect_timeout = positive_seconds(key, v); }},
          {"username",
           [&](const auto& key, const auto& v) {
               r.username = non_empty_string(key, v);

@@ -96,12 +96,36 @@ std::string as_symbol(const std::string& key, const YAML::Node& n, const char* e
     return strip_symbol(n.Scalar());
 }
 
+std::string max_duration_text() {
+    return "must be at most " + std::to_string(kMaxDurationSeconds) + " seconds (366 days)";
+}
+
+void check_duration(const std::string& key, double seconds, const YAML::Node& n) {
+    if (!std::isfinite(seconds)) throw ConfigError(key, "is out of range", line_of(n));
+    // Longer than a year is a typo; far longer (9999999999) overflowed the deadline arithmetic
+    // (now + timeout) into the past, so a job "timed out" at once.
+    if (seconds > static_cast<double>(kMaxDurationSeconds))
+        throw ConfigError(key, max_duration_text(), line_of(n));
+    if (seconds < -static_cast<double>(kMaxDurationSeconds))
+        throw ConfigError(key, "is out of range", line_of(n));
+}
+
 long long seconds_to_ms(const std::string& key, const YAML::Node& n) {
     const double seconds = as_number(key, n);
-    // Beyond ~300 years is a typo, and the milliseconds would overflow (found by fuzz_config).
-    if (!std::isfinite(seconds) || std::abs(seconds) > 1e10)
-        throw ConfigError(key, "is out of range", line_of(n));
+    check_duration(key, seconds, n);
     return static_cast<long long>(seconds * 1000.0);
+}
+
+long long whole_seconds(const std::string& key, const YAML::Node& n) {
+    const long long seconds = as_int(key, n);
+    check_duration(key, static_cast<double>(seconds), n);
+    return seconds;
+}
+
+double seconds_number(const std::string& key, const YAML::Node& n) {
+    const double seconds = as_number(key, n);
+    check_duration(key, seconds, n);
+    return seconds;
 }
 
 std::chrono::milliseconds positive_seconds(const std::string& key, const YAML::Node& n) {

@@ -36,8 +36,20 @@ std::string strip_symbol(std::string s);
 std::string as_symbol(const std::string& key, const YAML::Node& n,
                       const char* expected = "a string");
 
-// Seconds (a number) as milliseconds; beyond ~300 years is out of range.
+// The longest duration any key accepts (366 days): every duration becomes a deadline
+// `now + duration`, which must not overflow, and a year is beyond any sane timeout or interval.
+constexpr long long kMaxDurationSeconds = 366LL * 24 * 3600;
+// "must be at most 31622400 seconds (366 days)", the message of every duration beyond it.
+std::string max_duration_text();
+// ConfigError at n's line unless |seconds| is finite and within kMaxDurationSeconds (the sign
+// is each caller's own check).
+void check_duration(const std::string& key, double seconds, const YAML::Node& n);
+
+// Seconds (a number) as milliseconds, within check_duration's bound.
 long long seconds_to_ms(const std::string& key, const YAML::Node& n);
+// A duration in whole seconds (an integer) / in seconds (a number), within the same bound.
+long long whole_seconds(const std::string& key, const YAML::Node& n);
+double seconds_number(const std::string& key, const YAML::Node& n);
 std::chrono::milliseconds positive_seconds(const std::string& key, const YAML::Node& n);
 
 std::string non_empty_string(const std::string& key, const YAML::Node& n);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "kiqd/deadline.hpp"
+
 namespace kiqd {
 
 std::vector<UnitOfWork> FetchBuffer::refill_unlocked(std::unique_lock<std::mutex>& lock,
@@ -59,7 +61,7 @@ std::optional<UnitOfWork> FetchBuffer::take_or_refill(const Refill& refill,
                                                       bool& drained) {
     drained = false;
     std::unique_lock lock(mutex_);
-    const auto deadline = std::chrono::steady_clock::now() + wait;
+    const auto deadline = deadline_in(wait);
     // While a refill is on its way, wait for its jobs rather than asking Redis too (which would
     // take N more jobs and leave them buffered behind busy threads) — unless the pace says one
     // refill in flight is not enough.

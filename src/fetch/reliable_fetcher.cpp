@@ -209,7 +209,6 @@ std::vector<redis::Command> ReliableFetcher::requeue_commands(
     const std::vector<UnitOfWork>& units) const {
     if (units.empty()) return {};
     std::vector<redis::Command> out;
-    out.push_back({"MULTI"});
     bool suspects = false;
     for (const auto& u : units) {
         out.push_back({"RPUSH", keys_.queue(u.queue), u.payload});
@@ -221,8 +220,7 @@ std::vector<redis::Command> ReliableFetcher::requeue_commands(
         suspects = true;
     }
     if (suspects) out.push_back({"EXPIRE", suspects_key(), std::to_string(kSuspectsTtlSeconds)});
-    out.push_back({"EXEC"});
-    return out;
+    return redis::in_transaction(std::move(out));
 }
 
 }  // namespace kiqd

@@ -4,23 +4,34 @@
 #include "kiqd/handler_registry.hpp"
 
 namespace kiqd {
+namespace {
+
+// args[0], parsed on its own; null when there are no args.
+nlohmann::json first_arg(const Job& job) {
+    const auto text = job.arg_json(0);
+    return text ? nlohmann::json::parse(*text) : nlohmann::json();
+}
+
+}  // namespace
 
 void register_builtin_handlers(HandlerRegistry& registry) {
     registry.add("Kiqd::Noop", [](const Job&, JobContext&) {});
+    // These read args[0] alone (Job::arg_json): the other arguments, however large, are never
+    // parsed.
     registry.add("Kiqd::Sleep", [](const Job& job, JobContext& ctx) {
-        const auto& args = job.args();
-        if (args.empty() || !args[0].is_number() || args[0].get<double>() < 0)
+        const auto arg = first_arg(job);
+        if (!arg.is_number() || arg.get<double>() < 0)
             throw JobError("ArgumentError",
                            "Kiqd::Sleep expects args[0] = seconds (a number >= 0)");
-        const auto d = std::chrono::duration<double>(args[0].get<double>());
-        if (ctx.stop.wait_for(std::chrono::duration_cast<std::chrono::microseconds>(d)))
-            throw Interrupted();
+        const auto d = std::chrono::duration<double>(arg.get<double>());
+        if (ctx.stop.wait_for(d)) throw Interrupted();
     });
     registry.add("Kiqd::Fail", [](const Job& job, JobContext&) {
-        const auto& args = job.args();
         std::string message = "Kiqd::Fail";
-        if (!args.empty())
-            message = args[0].is_string() ? args[0].get<std::string>() : args[0].dump();
+        if (job.arg_json(0)) {
+            const auto arg = first_arg(job);
+            message = arg.is_string() ? arg.get<std::string>() : arg.dump();
+        }
         throw JobError("RuntimeError", message);
     });
 }

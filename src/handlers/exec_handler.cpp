@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -22,6 +21,8 @@
 #include <thread>
 
 #include "handlers/child_environment.hpp"
+#include "handlers/child_spawn.hpp"
+#include "kiqd/deadline.hpp"
 
 extern char** environ;
 
@@ -265,38 +266,20 @@ void ExecRunner::operator()(const Job& job, JobContext& ctx) const {
 
     Pipe in = make_pipe(), out = make_pipe(), err = make_pipe();
 
-    posix_spawn_file_actions_t actions;
-    posix_spawnattr_t attr;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawnattr_init(&attr);
-    // dup2 clears close-on-exec on 0/1/2 only. Every descriptor kiqd opens is close-on-exec, but
-    // not every one is born so (hiredis's sockets are marked just after connect, a plugin's are
-    // beyond kiqd's control, and a descriptor inherited from kiqd's own parent is not kiqd's),
-    // so the child also closes everything above 2 before exec (glibc: close_range, or a walk of
-    // /proc/self/fd where the kernel lacks it).
-    posix_spawn_file_actions_adddup2(&actions, in.read.get(), 0);
-    posix_spawn_file_actions_adddup2(&actions, out.write.get(), 1);
-    posix_spawn_file_actions_adddup2(&actions, err.write.get(), 2);
-    const int close_rc = posix_spawn_file_actions_addclosefrom_np(&actions, 3);
-    sigset_t none, all;
-    sigemptyset(&none);
-    sigfillset(&all);
-    posix_spawnattr_setsigmask(&attr, &none);    // kiqd's threads may block signals
-    posix_spawnattr_setsigdefault(&attr, &all);  // kiqd ignores SIGPIPE; the child must not
-    posix_spawnattr_setpgroup(&attr, 0);         // own group: timeouts signal its children too
-    posix_spawnattr_setflags(
-        &attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-    pid_t pid = -1;
-    const int rc = close_rc != 0
-                       ? close_rc
-                       : ::posix_spawnp(&pid, argv[0], &actions, &attr, argv.data(), envp.data());
-    posix_spawn_file_actions_destroy(&actions);
-    posix_spawnattr_destroy(&attr);
-    if (rc != 0) {
-        throw JobError("Kiqd::ExecError",
-                       fmt::format("cannot start {}: {}", spec_.argv[0], std::strerror(rc)),
-                       {"exec: " + command_line_});
+    // Descriptors 0-2 only, own process group, default signals, and death with kiqd
+    // (handlers/child_spawn.hpp). Every descriptor kiqd opens is close-on-exec, but not every one
+    // is born so (hiredis's sockets are marked just after connect, a plugin's are beyond kiqd's
+    // control, a descriptor inherited from kiqd's own parent is not kiqd's), so the child also
+    // closes everything above 2 before exec.
+    const SpawnedChild spawned =
+        spawn_child(argv.data(), envp.data(), in.read.get(), out.write.get(), err.write.get());
+    if (spawned.error != 0) {
+        throw JobError(
+            "Kiqd::ExecError",
+            fmt::format("cannot start {}: {}", spec_.argv[0], std::strerror(spawned.error)),
+            {"exec: " + command_line_});
     }
+    const pid_t pid = spawned.pid;
     Child child(pid);
     in.read.reset();
     out.write.reset();
@@ -319,7 +302,7 @@ void ExecRunner::operator()(const Job& job, JobContext& ctx) const {
 
     enum class Phase { running, timed_out, stopping } phase = Phase::running;
     const auto started = Steady::now();
-    const auto deadline = started + timeout_;
+    const auto deadline = saturating_deadline(started, timeout_);
     auto kill_at = Steady::time_point::max();
     bool killed = false;
     bool stop_seen = false;  // kiqd's hard-shutdown signal has been acted on
@@ -356,14 +339,14 @@ void ExecRunner::operator()(const Job& job, JobContext& ctx) const {
             if (phase == Phase::running) {
                 phase = Phase::stopping;
                 child.signal(SIGTERM);
-                kill_at = now + limits_.shutdown_grace;
+                kill_at = saturating_deadline(now, limits_.shutdown_grace);
             } else if (!killed) {
-                kill_at = std::min(kill_at, now + limits_.shutdown_grace);
+                kill_at = std::min(kill_at, saturating_deadline(now, limits_.shutdown_grace));
             }
         } else if (phase == Phase::running && now >= deadline) {
             phase = Phase::timed_out;
             child.signal(SIGTERM);
-            kill_at = now + spec_.grace;
+            kill_at = saturating_deadline(now, spec_.grace);
         } else if (phase != Phase::running && !killed && now >= kill_at) {
             killed = true;
             child.signal(SIGKILL);

@@ -7,10 +7,10 @@
 //       timeout: 30   # seconds; default: the shutdown timeout
 //       grace: 5      # seconds between SIGTERM and SIGKILL after a timeout (default 5)
 //
-// Per job, kiqd starts the command directly (posix_spawn, no shell) in its own process group,
-// writes the whole job payload (the raw JSON string) to its stdin and closes it, and sets
-// KIQD_JID, KIQD_CLASS, KIQD_QUEUE and KIQD_RETRY_COUNT (empty before the first retry) on top of
-// kiqd's own environment minus kiqd's secrets (child_environment.hpp). stdout and stderr are
+// Per job, kiqd starts the command directly (child_spawn.hpp: no shell, dies with kiqd) in its own
+// process group, writes the whole job payload (the raw JSON string) to its stdin and closes it, and
+// sets KIQD_JID, KIQD_CLASS, KIQD_QUEUE and KIQD_RETRY_COUNT (empty before the first retry) on top
+// of kiqd's own environment minus kiqd's secrets (child_environment.hpp). stdout and stderr are
 // logged line by line with the jid.
 //   exit 0                  → success
 //   other exit or a signal  → JobError "Kiqd::ExecError": the status and the last stderr lines

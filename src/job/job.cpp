@@ -1,5 +1,7 @@
 #include "kiqd/job.hpp"
 
+#include <algorithm>
+#include <array>
 #include <charconv>
 #include <cstdint>
 #include <limits>
@@ -17,14 +19,84 @@ const nlohmann::json& empty_array() {
     return kEmpty;
 }
 
-// The text of a valid JSON string token (quotes included); nlohmann decodes escapes.
-std::string unquote(std::string_view token) {
-    if (token.find('\\') == std::string_view::npos)
-        return std::string(token.substr(1, token.size() - 2));
-    return nlohmann::json::parse(token).get<std::string>();
+// The top-level members whose place in `raw` a Job keeps (Job::member_json): every one that
+// kiqd's own middleware and retry path read, so that deciding whether a job uses a feature reads
+// a few small members and never the tree of a large payload. Sorted, for the binary search.
+// clang-format off
+constexpr std::array<std::string_view, 27> kIndexedMembers = {
+    "apartment", "args", "backtrace", "class", "dead", "failed_at", "fair_tenant",
+    "fair_tenant_queues", "fair_tenant_registered", "jid", "lock", "lock_args", "lock_digest",
+    "lock_expiration", "lock_prefix", "lock_timeout", "lock_ttl", "lock_wait_since",
+    "lock_wait_token", "on_conflict", "queue", "retry", "retry_for", "retry_queue",
+    "unique_across_queues", "unique_across_workers", "wrapped"};
+// clang-format on
+static_assert(std::is_sorted(kIndexedMembers.begin(), kIndexedMembers.end()));
+static_assert(kIndexedMembers.size() == Job::kIndexedMembers);
+
+// The slot of an indexed member, or -1.
+int indexed_slot(std::string_view key) {
+    const auto it = std::lower_bound(kIndexedMembers.begin(), kIndexedMembers.end(), key);
+    return it != kIndexedMembers.end() && *it == key
+               ? static_cast<int>(it - kIndexedMembers.begin())
+               : -1;
+}
+
+// A member's key as a view: in place when it has no escapes (most keys), else decoded into
+// `storage`.
+std::string_view decoded_key(std::string_view raw_key, std::string& storage) {
+    if (raw_key.size() >= 2 && raw_key.find('\\') == std::string_view::npos)
+        return raw_key.substr(1, raw_key.size() - 2);
+    storage = json_unquote(raw_key);
+    return storage;
 }
 
 }  // namespace
+
+void Job::note_member(std::string_view key, size_t offset, size_t size) const {
+    if (const int slot = indexed_slot(key); slot >= 0)
+        member_index_[static_cast<size_t>(slot)] = {static_cast<std::uint32_t>(offset),
+                                                    static_cast<std::uint32_t>(size)};
+}
+
+void Job::index_members() const {
+    member_index_ = {};
+    std::string storage;
+    for_each_json_member(raw, [&](std::string_view raw_key, std::string_view raw_value) {
+        note_member(decoded_key(raw_key, storage),
+                    static_cast<size_t>(raw_value.data() - raw.data()), raw_value.size());
+    });
+    indexed_ = true;
+}
+
+std::optional<std::string_view> Job::member_json(std::string_view key) const {
+    const int slot = indexed_slot(key);
+    // Offsets are 32-bit: a payload beyond 4 GiB (only with a raised max_payload_bytes) is read
+    // by a pass over its top level, as any key outside the index is.
+    if (slot < 0 || raw.size() > std::numeric_limits<std::uint32_t>::max())
+        return json_member_text(raw, key);
+    if (!indexed_) index_members();  // a Job not made by parse_job's fast path
+    const MemberSpan& span = member_index_[static_cast<size_t>(slot)];
+    if (span.size == 0) return std::nullopt;  // a JSON value is never empty text
+    return std::string_view(raw).substr(span.offset, span.size);
+}
+
+std::optional<nlohmann::json> Job::member(std::string_view key) const {
+    const auto text = member_json(key);
+    if (!text) return std::nullopt;
+    return nlohmann::json::parse(*text);
+}
+
+nlohmann::json Job::members(std::initializer_list<std::string_view> keys) const {
+    nlohmann::json object = nlohmann::json::object();
+    for (const auto key : keys)
+        if (auto value = member(key)) object[std::string(key)] = std::move(*value);
+    return object;
+}
+
+std::optional<std::string_view> Job::arg_json(size_t i) const {
+    const auto args = member_json("args");
+    return args ? json_element_text(*args, i) : std::nullopt;
+}
 
 const nlohmann::json& Job::payload() const {
     // parse_job checked the text, so this parse cannot fail on a Job it made.
@@ -141,7 +213,7 @@ class JobFieldReader {
         switch (t.front()) {
             case '"':
                 if (wants_text()) {
-                    std::string text = unquote(t);
+                    std::string text = json_unquote(t);
                     string(text);
                 } else {
                     value(Kind::string);
@@ -274,20 +346,26 @@ class JobFieldReader {
     std::string parse_error_;
 };
 
-// Feeds json_scan's top-level members to a JobFieldReader as if its SAX parser had read them.
+// Feeds json_scan's top-level members to a JobFieldReader as if its SAX parser had read them,
+// and notes where in the text the members Job::member_json reads are.
 class ScannedMembers final : public JsonMemberVisitor {
   public:
-    explicit ScannedMembers(JobFieldReader& reader) : reader_(reader) { reader_.start_object(0); }
+    ScannedMembers(JobFieldReader& reader, const Job& job, std::string_view text)
+        : reader_(reader), job_(job), text_(text) {
+        reader_.start_object(0);
+    }
     void member(std::string_view key, std::string_view value) override {
-        if (key.find('\\') == std::string_view::npos)
-            reader_.key_view(key.substr(1, key.size() - 2));  // no escapes: no copy
-        else
-            reader_.key_view(unquote(key));
+        const std::string_view name = decoded_key(key, storage_);  // no escapes: no copy
+        reader_.key_view(name);
         reader_.token(value);
+        job_.note_member(name, static_cast<size_t>(value.data() - text_.data()), value.size());
     }
 
   private:
     JobFieldReader& reader_;
+    const Job& job_;
+    std::string_view text_;
+    std::string storage_;
 };
 
 std::variant<Job, InvalidJob> parse_job(std::string raw, std::string queue,
@@ -301,9 +379,10 @@ std::variant<Job, InvalidJob> parse_job(std::string raw, std::string queue,
     bool scanned = false;
     {
         JobFieldReader reader(job);
-        ScannedMembers members(reader);
+        ScannedMembers members(reader, job, raw);
         const auto scan = json_scan(raw, &members, limits.max_nesting_depth);
         scanned = scan.valid && scan.is_object;
+        job.indexed_ = scanned;
         if (scanned) invalid = reader.verdict(true);
     }
     if (!scanned) {

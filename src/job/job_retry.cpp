@@ -39,8 +39,8 @@ RetryPlan JobRetry::plan(const Job& job, const Failure& failure, double now,
     // The original, not anything middleware changed. parse_job only makes Jobs whose payload
     // this reads (both go through the same strict check); if it cannot — a Job built by hand, or
     // a bug — nothing can be edited, and the original goes to the dead set whole with the
-    // reason, never a retry entry rebuilt around a fragment of it. Checked before payload(),
-    // which would throw on such a text.
+    // reason, never a retry entry rebuilt around a fragment of it. Checked before the members
+    // are read, which would throw on such a text.
     std::string unreadable;
     auto obj = RawJsonObject::parse(job.raw, &unreadable);
     if (!obj) {
@@ -54,7 +54,10 @@ RetryPlan JobRetry::plan(const Job& job, const Failure& failure, double now,
                            10000)});
         return plan;
     }
-    const auto& p = job.payload();
+    // Only the members the plan reads, each parsed on its own: the failed job's tree could cost
+    // many times its size (issue 18), and the entry is edited as text.
+    const nlohmann::json p =
+        job.members({"retry", "retry_queue", "backtrace", "retry_for", "failed_at", "dead"});
     // Ruby truthiness: absent means the default (true); false and null disable retries.
     auto retry_it = p.find("retry");
     const bool retry_enabled =

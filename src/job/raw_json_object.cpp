@@ -74,25 +74,13 @@ std::optional<RawJsonObject> RawJsonObject::parse(std::string_view text, std::st
     // it accepted always is.
     if (auto lenient = nlohmann_leniency(text)) return fail(std::move(*lenient));
     if (!nlohmann::json::accept(text.begin(), text.end())) return fail("not valid JSON");
-    size_t i = skip_ws(text, 0);
+    const size_t i = skip_ws(text, 0);
     if (i >= text.size() || text[i] != '{') return fail("not a JSON object");
     RawJsonObject obj;
-    i = skip_ws(text, i + 1);
-    if (text[i] == '}') return obj;
-    while (i < text.size()) {
-        size_t key_end = skip_string(text, i);
-        Member m;
-        m.raw_key = std::string(text.substr(i, key_end - i));
-        m.key = nlohmann::json::parse(m.raw_key).get<std::string>();
-        i = skip_ws(text, key_end);
-        i = skip_ws(text, i + 1);  // ':'
-        size_t value_end = skip_value(text, i);
-        m.raw_value = std::string(text.substr(i, value_end - i));
-        obj.members_.push_back(std::move(m));
-        i = skip_ws(text, value_end);
-        if (text[i] == '}') break;
-        i = skip_ws(text, i + 1);  // ','
-    }
+    for_each_json_member(text, [&](std::string_view raw_key, std::string_view raw_value) {
+        obj.members_.push_back(
+            {json_unquote(raw_key), std::string(raw_key), std::string(raw_value)});
+    });
     return obj;
 }
 
@@ -131,6 +119,61 @@ std::string RawJsonObject::dump() const {
     }
     out += '}';
     return out;
+}
+
+std::string json_unquote(std::string_view token) {
+    if (token.size() >= 2 && token.find('\\') == std::string_view::npos)
+        return std::string(token.substr(1, token.size() - 2));
+    // Not thrown on: the readers below promise to stay quiet on text that is not JSON.
+    const auto decoded = nlohmann::json::parse(token, nullptr, false);
+    return decoded.is_string() ? decoded.get<std::string>() : std::string();
+}
+
+void for_each_json_member(
+    std::string_view text,
+    const std::function<void(std::string_view raw_key, std::string_view raw_value)>& member) {
+    size_t i = skip_ws(text, 0);
+    if (i >= text.size() || text[i] != '{') return;
+    i = skip_ws(text, i + 1);
+    while (i < text.size() && text[i] == '"') {
+        const size_t key_end = skip_string(text, i);
+        const std::string_view raw_key = text.substr(i, key_end - i);
+        i = skip_ws(text, key_end);
+        if (i >= text.size() || text[i] != ':') return;
+        i = skip_ws(text, i + 1);
+        if (i >= text.size()) return;
+        const size_t value_end = skip_value(text, i);
+        member(raw_key, text.substr(i, value_end - i));
+        i = skip_ws(text, value_end);
+        if (i >= text.size() || text[i] != ',') return;  // '}': the last member
+        i = skip_ws(text, i + 1);
+    }
+}
+
+std::optional<std::string_view> json_member_text(std::string_view object_text,
+                                                 std::string_view key) {
+    std::optional<std::string_view> found;
+    for_each_json_member(object_text, [&](std::string_view raw_key, std::string_view raw_value) {
+        // Most keys have no escapes: compared in place, without decoding.
+        const bool plain = raw_key.find('\\') == std::string_view::npos;
+        if (plain ? raw_key.substr(1, raw_key.size() - 2) == key : json_unquote(raw_key) == key)
+            found = raw_value;
+    });
+    return found;
+}
+
+std::optional<std::string_view> json_element_text(std::string_view text, size_t index) {
+    size_t i = skip_ws(text, 0);
+    if (i >= text.size() || text[i] != '[') return std::nullopt;
+    i = skip_ws(text, i + 1);
+    for (size_t n = 0; i < text.size() && text[i] != ']'; ++n) {
+        const size_t value_end = skip_value(text, i);
+        if (n == index) return text.substr(i, value_end - i);
+        i = skip_ws(text, value_end);
+        if (i >= text.size() || text[i] != ',') return std::nullopt;
+        i = skip_ws(text, i + 1);
+    }
+    return std::nullopt;
 }
 
 std::string json_string(std::string_view text) {

@@ -98,6 +98,29 @@ bool truthy(const nlohmann::json& v) {
     return !v.is_null() && !(v.is_boolean() && !v.get<bool>());
 }
 
+// A number, or a string holding one: with ActiveSupport loaded (any Rails app) the gem's README
+// form `per: 1.hour` reaches the payload as "3600", and the gem itself accepts it.
+template <class Json>
+std::optional<double> number_of(const Json& v) {
+    double d = 0;
+    if (v.is_number()) {
+        d = v.template get<double>();
+    } else if (v.is_string()) {
+        const std::string s = v.template get<std::string>();
+        size_t used = 0;
+        try {
+            d = std::stod(s, &used);
+        } catch (const std::exception&) {
+            return std::nullopt;
+        }
+        if (used != s.size()) return std::nullopt;
+    } else {
+        return std::nullopt;
+    }
+    if (!std::isfinite(d)) return std::nullopt;
+    return d;
+}
+
 template <class Json>
 std::vector<FairTenantRule> rules_from_job(const Json& v) {
     if (!v.is_array())
@@ -114,14 +137,14 @@ std::vector<FairTenantRule> rules_from_job(const Json& v) {
             throw std::invalid_argument(where + ".queue must be a non-empty string");
         rule.queue = q->template get<std::string>();
         auto t = r.find("threshold");
-        if (t == r.end() || !t->is_number() || !std::isfinite(t->template get<double>()))
-            throw std::invalid_argument(where + ".threshold must be a number");
-        rule.threshold = t->template get<double>();
+        const auto threshold = t == r.end() ? std::nullopt : number_of(*t);
+        if (!threshold) throw std::invalid_argument(where + ".threshold must be a number");
+        rule.threshold = *threshold;
         if (auto p = r.find("per"); p != r.end() && !p->is_null()) {
-            if (!p->is_number() || !std::isfinite(p->template get<double>()) ||
-                p->template get<double>() <= 0 || p->template get<double>() > 1e10)
+            const auto per = number_of(*p);
+            if (!per || *per <= 0 || *per > 1e10)
                 throw std::invalid_argument(where + ".per must be a number of seconds > 0");
-            rule.per = p->template get<double>();
+            rule.per = *per;
         }
         rules.push_back(std::move(rule));
     }
@@ -145,9 +168,38 @@ FairTenant::FairTenant(const Config& config, Keys keys)
     }
 }
 
+// args[i] of a job tree, or for ActiveJob (a job with `wrapped`) args[0]["arguments"][i], as
+// the gem reads them; nullopt when there is none.
 template <class Json>
-std::optional<FairTenantPlan> FairTenant::plan_impl(const Json& job,
-                                                    const std::string& queue) const {
+std::optional<nlohmann::json> tree_tenant_arg(const Json& job, size_t i) {
+    const Json* args = nullptr;
+    if (auto a = job.find("args"); a != job.end() && a->is_array()) args = &*a;
+    if (args && job.contains("wrapped") && !args->empty() && (*args)[0].is_object()) {
+        auto inner = (*args)[0].find("arguments");
+        args = inner != (*args)[0].end() && inner->is_array() ? &*inner : nullptr;
+    }
+    if (!args || i >= args->size()) return std::nullopt;
+    return nlohmann::json((*args)[i]);
+}
+
+// The same read from a fetched job's text: only that argument is parsed, never the others.
+std::optional<nlohmann::json> raw_tenant_arg(const Job& job, size_t i) {
+    std::optional<std::string_view> text;
+    if (!job.member_json("wrapped")) {
+        text = job.arg_json(i);
+    } else if (auto first = job.arg_json(0); first && first->front() == '{') {
+        if (auto inner = json_member_text(*first, "arguments"); inner && inner->front() == '[')
+            text = json_element_text(*inner, i);
+    } else if (first) {
+        text = job.arg_json(i);  // args[0] is not an object: args themselves, as above
+    }
+    if (!text) return std::nullopt;
+    return nlohmann::json::parse(*text);
+}
+
+template <class Json, class TenantArg>
+std::optional<FairTenantPlan> FairTenant::plan_impl(const Json& job, const std::string& queue,
+                                                    const TenantArg& tenant_arg) const {
     FairTenantPlan plan;
     if (auto w = job.find("wrapped"); w != job.end() && w->is_string())
         plan.job_class = w->template get<std::string>();
@@ -174,16 +226,8 @@ std::optional<FairTenantPlan> FairTenant::plan_impl(const Json& job,
     if (auto t = job.find("fair_tenant"); t != job.end() && truthy(nlohmann::json(*t))) {
         plan.tenant_value = nlohmann::json(*t);
     } else if (cls && cls->tenant_arg) {
-        const Json* args = nullptr;
-        if (auto a = job.find("args"); a != job.end() && a->is_array()) args = &*a;
-        // ActiveJob: the job's own arguments are in args[0]["arguments"], as the gem reads them.
-        if (args && job.contains("wrapped") && !args->empty() && (*args)[0].is_object()) {
-            auto inner = (*args)[0].find("arguments");
-            args = inner != (*args)[0].end() && inner->is_array() ? &*inner : nullptr;
-        }
-        const auto i = static_cast<size_t>(*cls->tenant_arg);
-        if (args && i < args->size() && truthy(nlohmann::json((*args)[i])))
-            plan.tenant_value = nlohmann::json((*args)[i]);
+        auto arg = tenant_arg(static_cast<size_t>(*cls->tenant_arg));
+        if (arg && truthy(*arg)) plan.tenant_value = std::move(*arg);
     }
     if (plan.tenant_value.is_null()) {
         if (auto a = job.find("apartment"); a != job.end() && truthy(nlohmann::json(*a)))
@@ -198,12 +242,20 @@ std::optional<FairTenantPlan> FairTenant::plan_impl(const Json& job,
 
 std::optional<FairTenantPlan> FairTenant::plan(const nlohmann::json& job,
                                                const std::string& queue) const {
-    return plan_impl(job, queue);
+    return plan_impl(job, queue, [&](size_t i) { return tree_tenant_arg(job, i); });
 }
 
 std::optional<FairTenantPlan> FairTenant::plan(const nlohmann::ordered_json& job,
                                                const std::string& queue) const {
-    return plan_impl(job, queue);
+    return plan_impl(job, queue, [&](size_t i) { return tree_tenant_arg(job, i); });
+}
+
+std::optional<FairTenantPlan> FairTenant::plan(const Job& job) const {
+    // The members the plan reads, each parsed on its own, and the tenant argument alone: a
+    // job's args can be as large as the payload limit, and their tree many times that.
+    const nlohmann::json fields =
+        job.members({"wrapped", "class", "fair_tenant_queues", "fair_tenant", "apartment"});
+    return plan_impl(fields, job.queue, [&](size_t i) { return raw_tenant_arg(job, i); });
 }
 
 std::vector<std::string> FairTenant::script_args(char mode, const FairTenantPlan& plan,
@@ -262,21 +314,35 @@ void FairTenantClientMiddleware::call(nlohmann::ordered_json& job, redis::Connec
 FairTenantServerMiddleware::FairTenantServerMiddleware(const Config& config, Keys keys)
     : fair_(config, std::move(keys)) {}
 
+bool FairTenantServerMiddleware::first_warning_for(const std::string& job_class) const {
+    std::lock_guard<std::mutex> lock(warned_mutex_);
+    // Bounded: a flood of distinct class names must not grow this without end.
+    if (warned_classes_.size() >= 1000) return false;
+    return warned_classes_.insert(job_class).second;
+}
+
 void FairTenantServerMiddleware::call(JobContext& ctx, const Next& next) const {
     const auto& job = ctx.job;
-    if (auto m = job.payload().find(kFairTenantRegistered); m != job.payload().end() && truthy(*m))
+    if (auto m = job.member(kFairTenantRegistered); m && truthy(*m))
         return next();  // a kiqd client registered it at push time
     std::optional<FairTenantPlan> plan;
     try {
-        plan = fair_.plan(job.payload(), job.queue);
+        plan = fair_.plan(job);
     } catch (const std::invalid_argument& e) {
-        throw JobError("Kiqd::InvalidFairTenant", e.what());
+        // Fairness is advice about where a job waits, never a reason to fail it: the job runs
+        // where it is, and the class's bad rules are reported once, not once per job.
+        if (first_warning_for(job.display_class()))
+            ctx.log.warn(
+                "class={} jid={}: its fair-tenant rules cannot be used ({}); its jobs run "
+                "in the queue they were fetched from (logged once per class)",
+                job.display_class(), job.jid, e.what());
+        return next();
     }
     if (!plan || job.jid.empty()) return next();
     // One payload per rule: the job as the gem would have pushed it to that rule's queue.
     auto obj = RawJsonObject::parse(job.raw);
     if (!obj) return next();  // parse_job accepted it, so this does not happen
-    if (auto t = job.payload().find("fair_tenant"); t == job.payload().end() || !truthy(*t))
+    if (auto t = job.member("fair_tenant"); !t || !truthy(*t))
         obj->set("fair_tenant", plan->tenant_value.dump());
     obj->set(kFairTenantRegistered, "true");
     std::vector<std::string> moved;

@@ -30,8 +30,10 @@
 //    already registered (its jid is in the ZSET) is left alone.
 // Both are immutable after construction and shared by all threads.
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -66,6 +68,9 @@ class FairTenant {
     std::optional<FairTenantPlan> plan(const nlohmann::json& job, const std::string& queue) const;
     std::optional<FairTenantPlan> plan(const nlohmann::ordered_json& job,
                                        const std::string& queue) const;
+    // The same for a fetched job in its queue, from the few members the plan reads (and the
+    // tenant argument alone) rather than the tree of the whole payload.
+    std::optional<FairTenantPlan> plan(const Job& job) const;
 
     // Client side: register the job and decide. Returns the 1-based index of the winning rule,
     // 0 when none matched. One round trip.
@@ -91,8 +96,10 @@ class FairTenant {
         std::vector<FairTenantRule> rules;
         std::optional<int> tenant_arg;
     };
-    template <class Json>
-    std::optional<FairTenantPlan> plan_impl(const Json& job, const std::string& queue) const;
+    // `tenant_arg(i)`: the job's tenant argument i (nullopt when it has none).
+    template <class Json, class TenantArg>
+    std::optional<FairTenantPlan> plan_impl(const Json& job, const std::string& queue,
+                                            const TenantArg& tenant_arg) const;
     std::vector<std::string> script_args(char mode, const FairTenantPlan& plan,
                                          const std::string& jid, double now) const;
 
@@ -120,7 +127,12 @@ class FairTenantServerMiddleware final : public ServerMiddleware {
     void call(JobContext& ctx, const Next& next) const override;
 
   private:
+    // True the first time a class's payload rules are found unusable (processor threads share
+    // the set, under the mutex).
+    bool first_warning_for(const std::string& job_class) const;
     FairTenant fair_;
+    mutable std::mutex warned_mutex_;
+    mutable std::set<std::string> warned_classes_;
 };
 
 }  // namespace kiqd

@@ -1,9 +1,12 @@
 #include "server/launcher.hpp"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <boost/asio/post.hpp>
 #include <csignal>
 
+#include "kiqd/deadline.hpp"
 #include "kiqd/kiqd.hpp"
 #include "server/connection_budget.hpp"
 #include "server/logging.hpp"
@@ -190,7 +193,7 @@ void Launcher::begin_stop() {
     notifier_.notify("STOPPING=1\nSTATUS=stopping: waiting for running jobs");
     log_.info("Shutting down: waiting up to {:.1f} s for running jobs",
               std::chrono::duration<double>(config_.timeout).count());
-    deadline_ns_ = (Clock::now() + config_.timeout).time_since_epoch().count();
+    deadline_ns_ = saturating_deadline(Clock::now(), config_.timeout).time_since_epoch().count();
     stop_thread_ = std::thread([this] {
         const bool ended = manager_.stop(
             [this] { return Clock::time_point(Clock::duration(deadline_ns_.load())); });
@@ -213,6 +216,12 @@ void Launcher::begin_stop() {
 }
 
 int Launcher::run() {
+    // A large payload's copies (each up to max_payload_bytes) are mapped and unmapped on their
+    // own, never kept in glibc's heaps: its default threshold grows to the largest block freed,
+    // after which a 16 MiB payload's buffers stayed resident (and fragmented) after its job
+    // (docs/hardening-bounds.md#payload-memory). Small allocations are unaffected.
+    mallopt(M_MMAP_THRESHOLD, 1024 * 1024);
+
     log_.info("kiqd {} starting: identity={} concurrency={} queues={} ({}) fetch={} redis={}{}",
               KIQD_VERSION, me_.identity, config_.concurrency, fmt::join(order_.names(), ","),
               order_.strict() ? "strict" : "weighted", reliable_ ? "reliable" : "basic",

@@ -4,6 +4,7 @@
 
 #include "fetch/cpu_gate.hpp"
 #include "handlers/exec_handler.hpp"
+#include "kiqd/deadline.hpp"
 #include "server/connection_budget.hpp"
 #include "server/logging.hpp"
 
@@ -106,7 +107,7 @@ bool Manager::stop(const std::function<Clock::time_point()>& deadline) {
     // Stop what runs before anything goes back: each processor requeues its own job once its
     // handler has returned (processor.cpp), so no other process can start a job still running.
     rt_.lifecycle.hard_stop.request_stop();
-    const bool ended = wait_all_until(Clock::now() + kStopGrace, nullptr);
+    const bool ended = wait_all_until(deadline_in(kStopGrace), nullptr);
     if (!ended) {
         stuck_ = rt_.work.abandon_all();
         // Sidekiq counts an interrupted job as processed and failed

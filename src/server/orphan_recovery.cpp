@@ -84,12 +84,14 @@ constexpr const char* kUnregisterIfEmptyScript =
 constexpr long long kInterruptionsTtlSeconds = ReliableFetcher::kSuspectsTtlSeconds;
 
 // Splits "<prefix>queue:sq|<identity>|<queue>" into identity and queue; false if not one.
+// Split at the last '|': queue names cannot contain one (check_queue_name), and kiqd's own
+// identities cannot either (encode_host_name), but another client's identity might.
 bool parse_working_key(const Keys& keys, const std::string& key, std::string& identity,
                        std::string& queue) {
     const std::string head = keys.queue("sq|");
     if (key.compare(0, head.size(), head) != 0) return false;
-    const auto bar = key.find('|', head.size());
-    if (bar == std::string::npos) return false;
+    const auto bar = key.rfind('|');
+    if (bar == std::string::npos || bar < head.size()) return false;
     identity = key.substr(head.size(), bar - head.size());
     queue = key.substr(bar + 1);
     return !identity.empty() && !queue.empty();

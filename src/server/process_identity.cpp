@@ -13,14 +13,38 @@
 
 namespace kiqd {
 
+std::string encode_host_name(std::string_view raw) {
+    constexpr size_t kMaxName = 255;
+    if (raw.size() > kMaxName) raw = raw.substr(0, kMaxName);
+    if (raw.empty()) return "localhost";
+    static constexpr char kHex[] = "0123456789ABCDEF";
+    std::string out;
+    out.reserve(raw.size());
+    for (const unsigned char c : raw) {
+        const bool plain = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+                           (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+        if (plain) {
+            out += static_cast<char>(c);
+        } else {
+            out += '%';
+            out += kHex[c >> 4];
+            out += kHex[c & 15];
+        }
+    }
+    return out;
+}
+
 ProcessIdentity ProcessIdentity::create() {
     ProcessIdentity p;
+    // $DYNO or the host name are whatever the environment says: a '|' in them made a process
+    // "recover" its own running job into a list no worker serves, a space made the unique-lock
+    // reaper test the wrong owner. Encoded, they cannot be taken apart wrongly.
     if (const char* dyno = std::getenv("DYNO"); dyno && *dyno) {
-        p.hostname = dyno;
+        p.hostname = encode_host_name(dyno);
     } else {
         char buf[256] = {};
         gethostname(buf, sizeof buf - 1);
-        p.hostname = buf;
+        p.hostname = encode_host_name(buf);
     }
     p.pid = static_cast<int>(getpid());
     std::mt19937_64 rng{std::random_device{}()};

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "job/raw_json_object.hpp"
+#include "kiqd/deadline.hpp"
 #include "redis/lua_type_guard.hpp"
 #include "server/connection_budget.hpp"
 
@@ -183,8 +184,8 @@ void Scheduler::start() {
     conn_ = std::make_unique<redis::Connection>(
         named_connection(rt_.connection_options, rt_.identity, "scheduler"));
     const auto seconds = [](double s) {
-        return std::chrono::duration_cast<PeriodicWorker::Duration>(
-            std::chrono::duration<double>(s));
+        // An average interval times many processes can exceed any clock: saturate.
+        return saturating_cast<PeriodicWorker::Duration>(std::chrono::duration<double>(s));
     };
     std::uniform_real_distribution<double> r(0.0, 1.0);
     // Sidekiq waits 10 s + rand·5 s before the first poll unless the interval is set explicitly.

@@ -6,7 +6,9 @@
 // 1. One verdict. json_scan (parse_job's fast path), parse_job and RawJsonObject (which edits
 //    payloads for the retry and dead sets) agree on whether a text is JSON and whether it is an
 //    object — a payload one of them accepts and another refuses is how a job got lost.
-// 2. An accepted job's tree (Job::payload) and its RawJsonObject members are the same values.
+// 2. An accepted job's tree (Job::payload) and its RawJsonObject members are the same values,
+//    and so are the members read without a tree (Job::member_json, as parse_job noted them and
+//    as a Job not made by parse_job finds them) and each argument (Job::arg_json).
 // 3. The retry (or exhausted: dead) entry of a failed job is strict JSON and keeps every member
 //    it does not own — class, args and jid among them — byte for byte.
 // 4. The dead entry of a refused payload is strict JSON, names the reason and keeps the original
@@ -22,6 +24,7 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 #include "job/backtrace_codec.hpp"
 #include "job/dead_set.hpp"
@@ -95,6 +98,36 @@ inline std::string check_dead_entry(const std::string& raw, const std::optional<
     return {};
 }
 
+// Promise 2 for the readers without a tree: every member of the tree (and a few absent ones),
+// through the index parse_job filled and through a Job that finds its members on first use.
+inline std::string check_members(const Job& job, const RawJsonObject& obj,
+                                 const nlohmann::json& tree) {
+    Job unindexed;
+    unindexed.raw = job.raw;
+    std::vector<std::string> keys{"lock", "retry", "fair_tenant", "no such member"};
+    for (const auto& [key, value] : tree.items()) keys.push_back(key);
+    for (const auto& key : keys) {
+        const std::string* expected = obj.find(key);
+        for (const Job* j : {&job, static_cast<const Job*>(&unindexed)}) {
+            const auto text = j->member_json(key);
+            if (text.has_value() != (expected != nullptr) || (text && *text != *expected))
+                return "member_json(\"" + key + "\") is not the member's text";
+            const auto value = j->member(key);
+            if (value.has_value() != tree.contains(key) || (value && *value != tree[key]))
+                return "member(\"" + key + "\") is not the tree's member";
+        }
+    }
+    const auto args = tree.find("args");
+    const size_t count = args != tree.end() && args->is_array() ? args->size() : 0;
+    for (size_t i = 0; i <= count && i < 64; ++i) {
+        const auto text = job.arg_json(i);
+        if (text.has_value() != (i < count) ||
+            (text && nlohmann::json::parse(*text, nullptr, false) != (*args)[i]))
+            return "arg_json(" + std::to_string(i) + ") is not the tree's argument";
+    }
+    return {};
+}
+
 // Promises 2 and 3 for an accepted job.
 inline std::string check_accepted(const Job& job, const std::optional<RawJsonObject>& obj,
                                   const JobRetry& retry, const DeadSet& dead) {
@@ -110,6 +143,7 @@ inline std::string check_accepted(const Job& job, const std::optional<RawJsonObj
     if (!tree->contains("class") || (*tree)["class"] != job.job_class)
         return "job_class is not the tree's class";
     if (job.jid != tree->value("jid", "")) return "jid is not the tree's jid";
+    if (auto wrong = check_members(job, *obj, *tree); !wrong.empty()) return wrong;
 
     // A failure with hostile text: invalid UTF-8, quotes, a NUL.
     static const char kHostile[] = "bad \xff\xfe \"quoted\" \0 nul";

@@ -56,6 +56,14 @@ bool process_gone(pid_t pid) {
     return ::kill(pid, 0) != 0 && errno == ESRCH;
 }
 
+// Gone, or a zombie nobody has reaped yet (an orphan's new parent may not reap at once).
+bool process_ended(pid_t pid) {
+    if (process_gone(pid)) return true;
+    const std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
+    const auto close = stat.rfind(')');
+    return close == std::string::npos || stat.compare(close + 2, 1, "Z") == 0;
+}
+
 size_t fd_count(pid_t pid) {
     size_t n = 0;
     for ([[maybe_unused]] const auto& e :
@@ -224,6 +232,31 @@ TEST_CASE("exec: timeouts send SIGTERM, then SIGKILL after the grace period", "[
         CHECK(process_gone(std::stoi(slurp(dir.file(f)))));
     CHECK(wait_until([&] { return children_of(kiqd.pid()).first == 0; }));
     CHECK(kiqd.stop() == 0);
+}
+
+// A kiqd killed with SIGKILL (or crashed) must not leave its commands running: with reliable
+// fetch a peer recovers the job from the working list and runs it again, and a command still
+// running from the first kiqd would be a second copy at once. The command dies with kiqd
+// (PR_SET_PDEATHSIG, handlers/child_spawn.hpp).
+TEST_CASE("exec: a command dies with kiqd when kiqd is killed with SIGKILL", "[exec][pdeathsig]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    TempDir dir;
+    const std::string script =
+        dir.script("long.sh", "echo $$ > \"$OUT/long.pid\"\nexec sleep 600\n");
+    Client client(Keys{}, Compat::v6);
+    client.push(conn, {{"class", "Long"}});
+    KiqdProcess kiqd(KIQD_BINARY,
+                     config_for(server, "handlers:\n  Long:\n    exec: [\"" + script + "\"]\n"), {},
+                     {{"OUT", dir.path()}});
+    REQUIRE(wait_until(
+        [&] { return exists(dir.file("long.pid")) && !slurp(dir.file("long.pid")).empty(); }));
+    const pid_t child = std::stoi(slurp(dir.file("long.pid")));
+    REQUIRE(!process_ended(child));
+    kiqd.signal(SIGKILL);
+    kiqd.wait_exit();
+    CHECK(wait_until([&] { return process_ended(child); }));
 }
 
 TEST_CASE("exec: a command that cannot start fails the job; check-config warns", "[exec]") {

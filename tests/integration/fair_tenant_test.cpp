@@ -27,6 +27,7 @@ using namespace kiqd;
 using kiqd::test::KiqdProcess;
 using kiqd::test::llen;
 using kiqd::test::lrange;
+using kiqd::test::occurrences;
 using kiqd::test::RedisServer;
 using kiqd::test::run_command;
 using kiqd::test::TestRuntime;
@@ -339,12 +340,51 @@ TEST_CASE("fair tenant: server side — jobs of other producers are registered a
     }
     CHECK(lrange(c, "ran").back() == "S5@throttled_2x");
     CHECK(t2.work.processed == 2);
-    // A malformed fair_tenant_queues in a payload is a job error (retried), not a crash.
+    // Unusable fair_tenant_queues in a payload never fail the job: it runs where it is, and the
+    // class is warned about once, however many of its jobs carry them.
+    const long long failed_before = t.work.failed;
     run_one(
         R"({"retry":true,"queue":"default","args":["acme"],"class":"SomeJob","jid":"BAD","fair_tenant_queues":"x"})");
-    auto retry = zrange(c, "retry");
-    REQUIRE(retry.size() == 1);
-    CHECK(json::parse(retry[0])["error_class"] == "Kiqd::InvalidFairTenant");
+    run_one(
+        R"({"retry":true,"queue":"default","args":["acme"],"class":"SomeJob","jid":"BAD2","fair_tenant_queues":[{"queue":"q","threshold":"many"}]})");
+    CHECK(zcard(c, "retry") == 0);
+    CHECK(t.work.failed == failed_before);
+    CHECK(lrange(c, "ran").back() == "BAD2");
+    CHECK(occurrences(t.logs(), "fair-tenant rules cannot be used") == 1);
+    CHECK_THAT(t.logs(), Catch::Contains("fair_tenant_queues must be an array"));
+}
+
+// sidekiq-fair_tenant's README writes `per: 1.hour`; with ActiveSupport loaded, Sidekiq stores
+// it as the string "3600". The gem accepts it, so kiqd does: the rule applies with a one-hour
+// window, and the job is not failed.
+TEST_CASE("fair tenant: a rule's per and threshold may be numeric strings (per: 1.hour)",
+          "[fair_tenant]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto c = server.connect();
+    TestRuntime t(server, {{"default", 0}});
+    t.chain.add(std::make_shared<FairTenantServerMiddleware>(t.config, t.keys));
+    t.handlers.add("HourJob", [&](const Job& job, JobContext& ctx) {
+        ctx.redis.command({"RPUSH", "ran", job.jid});
+    });
+    Processor p(t.rt, 0, {});
+    std::mt19937_64 rng(1);
+    auto push = [&](const std::string& jid) {
+        c.command(
+            {"LPUSH", "queue:default",
+             R"({"queue":"default","args":["acme"],"class":"HourJob","jid":")" + jid +
+                 R"(","fair_tenant":"acme","fair_tenant_queues":[{"queue":"slow","threshold":"1","per":"3600"}]})"});
+        auto unit = t.fetcher.retrieve_work(c, rng, 0);
+        REQUIRE(unit);
+        p.process(c, std::move(*unit));
+    };
+    push("H1");
+    push("H2");
+    // threshold 1 per hour: the first runs, the second goes to `slow`.
+    CHECK(lrange(c, "ran") == std::vector<std::string>{"H1"});
+    CHECK(llen(c, "queue:slow") == 1);
+    CHECK(t.work.failed == 0);
+    CHECK(zcard(c, "retry") == 0);
 }
 
 TEST_CASE("fair tenant: kiqd enqueue — args as JSON, --queue, --at, --tenant, errors",

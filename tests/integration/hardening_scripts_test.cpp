@@ -11,6 +11,7 @@
 #include "kiqd/keys.hpp"
 #include "middleware/limits/concurrency_scripts.hpp"
 #include "middleware/pause/pause_control.hpp"
+#include "redis/transaction.hpp"
 #include "support/kiqd_process.hpp"
 #include "support/redis_reads.hpp"
 #include "support/redis_server.hpp"
@@ -159,13 +160,49 @@ TEST_CASE("scripts: a concurrency slot's release leaves parked jobs when a queue
     CHECK(llen(c, "queue:mail") == 1);
 }
 
-// Not fixed on this branch (hidden; run with "[multi]"): the same defect with MULTI/EXEC. A
-// command that fails inside a transaction does not undo the others, and Connection::pipeline does
-// not look inside the EXEC reply. With reliable fetch, a failing job's outcome goes out as
-// MULTI { ZADD retry; LREM working } EXEC: with `retry` holding a string the ZADD fails, the LREM
-// still acknowledges the job, and it is gone while the log says "retry scheduled".
+// The same defect with MULTI/EXEC: a command that fails inside a transaction does not undo the
+// others. With reliable fetch, a failing job's outcome went out as MULTI { ZADD retry; LREM
+// working } EXEC: with `retry` holding a string the ZADD failed, the LREM still acknowledged the
+// job, and it was gone while the log said "retry scheduled". Outcomes, requeues and the moves of
+// pause and throttle now go through redis::in_transaction, a type-checked script.
+TEST_CASE("transaction: every command lands, or none when one key has the wrong type",
+          "[hardening][scripts][multi]") {
+    auto& redis = RedisServer::shared();
+    redis.flushall();
+    auto c = redis.connect();
+    auto batch = [&](std::vector<kiqd::redis::Command> body) {
+        return c.pipeline(kiqd::redis::in_transaction(std::move(body)));
+    };
+    c.command({"RPUSH", "working", "job"});
+    auto replies = batch({{"ZADD", "retry", "1", "job"},
+                          {"LREM", "working", "1", "job"},
+                          {"INCRBY", "stat:failed", "1"},
+                          {"EXPIRE", "stat:failed", "60"}});
+    REQUIRE(replies.size() == 1);
+    REQUIRE(replies[0].size() == 4);
+    CHECK(replies[0][1].integer() == 1);
+    CHECK(zcard(c, "retry") == 1);
+    CHECK(llen(c, "working") == 0);
+
+    c.command({"RPUSH", "working", "job2"});
+    c.command({"SET", "dead", "a string"});
+    CHECK_THROWS_WITH(batch({{"ZADD", "dead", "1", "job2"}, {"LREM", "working", "1", "job2"}}),
+                      Catch::Contains("WRONGTYPE dead holds a string, not a zset"));
+    CHECK(llen(c, "working") == 1);  // not acknowledged: nothing was written
+
+    c.command({"SET", "stat:failed", "not a number"});
+    CHECK_THROWS_WITH(batch({{"LREM", "working", "1", "job2"}, {"INCRBY", "stat:failed", "1"}}),
+                      Catch::Contains("stat:failed does not hold an integer"));
+    CHECK(llen(c, "working") == 1);
+
+    // Payload bytes of any kind pass through ARGV untouched.
+    const std::string odd("\0\xff\r\n 3 ZADD", 11);
+    batch({{"RPUSH", "odd", odd}, {"RPUSH", "odd", "2"}});
+    CHECK(lrange(c, "odd") == std::vector<std::string>{odd, "2"});
+}
+
 TEST_CASE("scripts: a failed job whose retry write Redis refuses is not acknowledged",
-          "[.][multi]") {
+          "[hardening][scripts][multi]") {
     RedisServer redis;
     auto c = redis.connect();
     c.command({"SET", "retry", "a string"});

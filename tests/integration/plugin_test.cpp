@@ -45,8 +45,9 @@ TEST_CASE("plugin: the example plugin runs jobs; throwing handlers become retrie
     CHECK(retries[reject]["error_class"] == "ArgumentError");
     CHECK(retries[reject]["error_message"] == "rejected [\"x\"]");
     CHECK(kiqd.running());
-    CHECK_THAT(kiqd.output(), Catch::Contains("loaded plugin " + std::string(KIQD_EXAMPLE_PLUGIN) +
-                                              " (3 new handler(s))"));
+    // Awaited: the log reaches the file asynchronously (once read "" here under load).
+    CHECK(kiqd.wait_for_output("loaded plugin " + std::string(KIQD_EXAMPLE_PLUGIN) +
+                               " (3 new handler(s))"));
     // The retry runs again through the plugin, still without harm.
     conn.command({"ZADD", "retry", "0", all[0]});
     REQUIRE(wait_until([&] {

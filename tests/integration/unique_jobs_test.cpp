@@ -336,8 +336,10 @@ TEST_CASE("unique daemons: kill -9 of the lock holder — a later copy runs, not
         CHECK(victim.wait_exit() == 128 + SIGKILL);
     }
     push(0);  // the copy that must not be lost
-    // The victim's process record would expire within 60 s; expire it now.
-    conn.command({"DEL", owner.substr(0, owner.find(' '))});
+    // The victim's process record would expire within 60 s, its keeper's liveness key within
+    // LockKeeper::kLivenessTtl; expire them now.
+    const std::string victim_identity = LockKeeper::owner_identity(owner);
+    conn.command({"DEL", victim_identity, "kiqd:unique:alive:" + victim_identity});
     KiqdProcess successor(KIQD_TEST_DAEMON, yaml);
     REQUIRE(wait_until([&] { return ran_count(conn) == 1; }, std::chrono::seconds(30)));
     REQUIRE(wait_until([&] {

@@ -10,6 +10,7 @@
 #include "config/enqueues_key.hpp"
 #include "kiqd/client.hpp"
 #include "support/config_errors.hpp"
+#include "support/job_of.hpp"
 
 using namespace kiqd;
 using nlohmann::json;
@@ -105,6 +106,54 @@ TEST_CASE("fair tenant: the gem's enqueues_key format", "[fair_tenant]") {
     CHECK(enqueues_key_problem(""));
 }
 
+TEST_CASE("fair tenant: a fetched job's plan, read from its members, is its tree's plan",
+          "[fair_tenant][memory]") {
+    // The server side reads a few members and the tenant argument alone (never the tree); it
+    // must decide as the tree would, ActiveJob's nesting and every odd shape included.
+    Config c = parse_config(kYaml, "test.yml", "development");
+    FairTenant fair(c, Keys("ns"));
+    const std::string wrapper = "ActiveJob::QueueAdapters::SidekiqAdapter::JobWrapper";
+    const std::vector<json> jobs = {
+        {{"class", "SomeJob"}, {"args", {"acme", 5}}},
+        {{"class", "SomeJob"}, {"args", {{{"k", 1}}, 5}}},
+        {{"class", "SomeJob"}, {"args", {nullptr}}},
+        {{"class", "SomeJob"}, {"args", json::array()}, {"apartment", "ap1"}},
+        {{"class", "SomeJob"}, {"args", {"a"}}, {"fair_tenant", false}},
+        {{"class", "SomeJob"}, {"args", {"a"}}, {"fair_tenant", 7}},
+        {{"class", wrapper}, {"wrapped", "SomeJob"}, {"args", {{{"arguments", {"t9", 1}}}}}},
+        {{"class", wrapper}, {"wrapped", "SomeJob"}, {"args", {{{"arguments", "x"}}}}},
+        {{"class", wrapper}, {"wrapped", "SomeJob"}, {"args", {{{"job_class", "SomeJob"}}}}},
+        {{"class", wrapper}, {"wrapped", "SomeJob"}, {"args", {"plain", 2}}},
+        {{"class", wrapper}, {"wrapped", "SomeJob"}, {"args", json::array()}},
+        {{"class", wrapper}, {"wrapped", ""}, {"args", {{{"arguments", {"t"}}}}}},
+        {{"class", "Other"},
+         {"fair_tenant", "t"},
+         {"fair_tenant_queues", {{{"queue", "q2"}, {"threshold", 3}}}}},
+        {{"class", "SomeJob"}, {"args", {"acme"}}, {"fair_tenant_queues", json::array()}},
+        {{"class", "NoQueueJob"}, {"fair_tenant", "t"}},
+        {{"class", "Unknown"}, {"fair_tenant", "t"}},
+    };
+    for (const auto& tree : jobs) {
+        for (const std::string queue : {"default", "throttled_2x", "slow"}) {
+            INFO(tree.dump() << " in " << queue);
+            const Job job = kiqd::test::job_of(tree.dump(), queue);
+            const auto expected = fair.plan(tree, queue);
+            const auto plan = fair.plan(job);
+            REQUIRE(plan.has_value() == expected.has_value());
+            if (!plan) continue;
+            CHECK(plan->tenant == expected->tenant);
+            CHECK(plan->tenant_value == expected->tenant_value);
+            CHECK(plan->key == expected->key);
+            CHECK(plan->job_class == expected->job_class);
+            CHECK(plan->rules.size() == expected->rules.size());
+        }
+    }
+    // A malformed fair_tenant_queues is refused either way.
+    const json bad{{"class", "Other"}, {"fair_tenant", "t"}, {"fair_tenant_queues", {1}}};
+    CHECK_THROWS_AS(fair.plan(bad, "default"), std::invalid_argument);
+    CHECK_THROWS_AS(fair.plan(kiqd::test::job_of(bad.dump())), std::invalid_argument);
+}
+
 TEST_CASE("fair tenant: which jobs are registered, with which tenant, key and rules",
           "[fair_tenant]") {
     Config c = parse_config(kYaml, "test.yml", "development");
@@ -191,8 +240,12 @@ TEST_CASE("fair tenant: which jobs are registered, with which tenant, key and ru
         };
         CHECK_THAT(bad("x"), Catch::Contains("fair_tenant_queues must be an array"));
         CHECK_THAT(bad({{{"threshold", 1}}}), Catch::Contains("fair_tenant_queues[0].queue"));
-        CHECK_THAT(bad({{{"queue", "q"}, {"threshold", "1"}}}),
+        CHECK_THAT(bad({{{"queue", "q"}, {"threshold", "many"}}}),
                    Catch::Contains("fair_tenant_queues[0].threshold"));
+        CHECK_THAT(bad({{{"queue", "q"}, {"threshold", 1}, {"per", "1 hour"}}}),
+                   Catch::Contains("fair_tenant_queues[0].per"));
+        // Numbers in strings are numbers (`per: 1.hour` under ActiveSupport is "3600").
+        CHECK(bad({{{"queue", "q"}, {"threshold", "1"}, {"per", "3600"}}}).empty());
         CHECK_THAT(bad({{{"queue", "q"}, {"threshold", 1}, {"per", -5}}}),
                    Catch::Contains("fair_tenant_queues[0].per"));
     }

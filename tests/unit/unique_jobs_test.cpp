@@ -37,6 +37,15 @@ TEST_CASE("unique: the digest is sidekiq-unique-jobs' legacy MD5 digest", "[uniq
     auto b = resolve_lock(
         job_of(R"({"class":"C","args":[{"a":2,"b":1}],"lock":"while_executing"})"), nullptr, cfg);
     CHECK(a->digest != b->digest);
+    // Picked arguments (a class's lock_args) are read alone, in the producer's key order; an
+    // index past the end is nil.
+    auto picking = class_with({"while_executing", std::vector<int>{0, 5}, {}, {}, ""});
+    auto picked =
+        resolve_lock(job_of(R"({"class":"C","args":[{"b":1,"a":2},[3,{"z":0}]]})"), &picking, cfg);
+    const std::string cls_name = "C", queue = "default";
+    CHECK(picked->digest ==
+          unique_digest("uniquejobs", &cls_name, &queue,
+                        nlohmann::ordered_json::parse(R"([{"b":1,"a":2},null])")));
     // unique_across_queues / unique_across_workers leave queue / class out.
     auto q1 =
         job_of(R"({"class":"C","args":[1],"lock":"while_executing","unique_across_queues":true})");

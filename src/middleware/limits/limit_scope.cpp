@@ -14,16 +14,21 @@ std::optional<std::string> tenant_text(const nlohmann::json& v) {
     return std::nullopt;
 }
 
+// args[i] parsed on its own (the other arguments are never read), or nullopt.
+std::optional<nlohmann::json> arg_value(const Job& job, int i) {
+    if (i < 0) return std::nullopt;
+    const auto text = job.arg_json(static_cast<size_t>(i));
+    if (!text) return std::nullopt;
+    return nlohmann::json::parse(*text);
+}
+
 }  // namespace
 
 std::optional<std::string> job_tenant(const Job& job, std::optional<int> tenant_arg) {
-    auto it = job.payload().find("fair_tenant");
-    if (it != job.payload().end()) return tenant_text(*it);
-    const auto& args = job.args();
-    if (tenant_arg && *tenant_arg >= 0 && args.is_array() &&
-        static_cast<size_t>(*tenant_arg) < args.size())
-        return tenant_text(args[static_cast<size_t>(*tenant_arg)]);
-    return std::nullopt;
+    if (auto tenant = job.member("fair_tenant")) return tenant_text(*tenant);
+    if (!tenant_arg) return std::nullopt;
+    const auto arg = arg_value(job, *tenant_arg);
+    return arg ? tenant_text(*arg) : std::nullopt;
 }
 
 std::string limit_scope(const Job& job, LimitScope by, int arg, std::optional<int> tenant_arg) {
@@ -31,12 +36,9 @@ std::string limit_scope(const Job& job, LimitScope by, int arg, std::optional<in
     if (by == LimitScope::tenant) {
         if (auto tenant = job_tenant(job, tenant_arg)) return cls + ":tenant:" + *tenant;
     } else if (by == LimitScope::arg) {
-        const auto& args = job.args();
-        if (arg >= 0 && args.is_array() && static_cast<size_t>(arg) < args.size()) {
-            const auto& v = args[static_cast<size_t>(arg)];
+        if (const auto v = arg_value(job, arg))
             return cls + ":arg:" + std::to_string(arg) + ":" +
-                   (v.is_string() ? v.get<std::string>() : v.dump());
-        }
+                   (v->is_string() ? v->get<std::string>() : v->dump());
     }
     return cls;
 }

@@ -6,6 +6,7 @@
 
 #include "kiqd/clock.hpp"
 #include "middleware/limits/limit_scope.hpp"
+#include "redis/transaction.hpp"
 
 namespace kiqd {
 namespace {
@@ -54,7 +55,7 @@ void ThrottleMiddleware::call(JobContext& ctx, const Next& next) const {
     redis::Command zadd{"ZADD", keys_.schedule(), score_text(at), ctx.job.raw};
     if (ctx.working_list)
         ctx.redis.pipeline(
-            {{"MULTI"}, zadd, {"LREM", *ctx.working_list, "1", ctx.job.raw}, {"EXEC"}});
+            redis::in_transaction({zadd, {"LREM", *ctx.working_list, "1", ctx.job.raw}}));
     else
         ctx.redis.command(zadd);
     ctx.working_list = nullptr;  // it left the working list (JobContext::working_list)

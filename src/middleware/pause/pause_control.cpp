@@ -5,6 +5,7 @@
 
 #include "job/raw_json_object.hpp"
 #include "redis/lua_type_guard.hpp"
+#include "redis/transaction.hpp"
 
 namespace kiqd {
 namespace {
@@ -184,10 +185,8 @@ void PauseControlMiddleware::call(JobContext& ctx, const Next& next) const {
         // Popped by a fetch that was already blocked on this queue when it was paused: back to
         // the front, untouched, where it was.
         if (ctx.working_list)  // back and out of the working list together (see park)
-            ctx.redis.pipeline({{"MULTI"},
-                                {"RPUSH", keys_.queue(job.queue), job.raw},
-                                {"LREM", *ctx.working_list, "1", job.raw},
-                                {"EXEC"}});
+            ctx.redis.pipeline(redis::in_transaction({{"RPUSH", keys_.queue(job.queue), job.raw},
+                                                      {"LREM", *ctx.working_list, "1", job.raw}}));
         else
             ctx.redis.command({"RPUSH", keys_.queue(job.queue), job.raw});
         ctx.working_list = nullptr;  // it left the working list (JobContext::working_list)

@@ -69,12 +69,37 @@ LockKeeper::~LockKeeper() {
 void LockKeeper::start() {
     conn_.emplace(options_);
     next_reap_ = DueTime(reaper_interval_);
+    // Before the launcher starts a processor: a lock taken before the first heartbeat must not
+    // look like a dead owner's. Redis down now: the first round that reaches it writes it.
+    try {
+        mark_alive(*conn_);
+    } catch (const redis::Error& e) {
+        log_.debug("unique locks: liveness not written yet: {}", e.what());
+    }
     worker_.start(kTick, kTick, [this] { round(); });
 }
 
 void LockKeeper::stop() noexcept {
     worker_.stop();
+    if (conn_) {
+        // A clean exit: the locks left (jobs that ignored the stop) can be reaped at once.
+        try {
+            conn_->command({"DEL", keys_.unique_alive(identity_)});
+        } catch (const std::exception&) {
+        }
+    }
     conn_.reset();  // the connection closes with the thread
+}
+
+void LockKeeper::mark_alive(redis::Connection& conn) {
+    conn.command({"SET", keys_.unique_alive(identity_), "1", "PX",
+                  std::to_string(std::chrono::milliseconds(kLivenessTtl).count())});
+    next_alive_ = DueTime(kLivenessRefresh);
+}
+
+std::string LockKeeper::owner_identity(const std::string& owner) {
+    const auto space = owner.rfind(' ');
+    return space == std::string::npos ? owner : owner.substr(0, space);
 }
 
 uint64_t LockKeeper::hold(std::string key, std::string owner, std::chrono::milliseconds ttl) {
@@ -131,12 +156,15 @@ size_t LockKeeper::reap(redis::Connection& conn, bool take_lock) {
     std::set<std::string> identities;
     for (size_t i = 0; i + 1 < held.size(); i += 2) {
         std::string owner(held[i + 1].str());
-        identities.insert(owner.substr(0, owner.find(' ')));
+        identities.insert(owner_identity(owner));
         entries.emplace_back(std::string(held[i].str()), std::move(owner));
     }
     if (entries.empty()) return 0;
+    // Alive while any of its three records exists: the heartbeat's (absent before the first
+    // beat and after an outage of more than 60 s), the keeper's own, reliable fetch's.
     std::vector<redis::Command> checks;
-    for (const auto& id : identities) checks.push_back({"EXISTS", keys_.process(id)});
+    for (const auto& id : identities)
+        checks.push_back({"EXISTS", keys_.process(id), keys_.unique_alive(id), keys_.alive(id)});
     auto replies = conn.pipeline(checks);
     std::set<std::string> gone;
     size_t i = 0;
@@ -144,7 +172,7 @@ size_t LockKeeper::reap(redis::Connection& conn, bool take_lock) {
         if (replies[i++].integer() == 0) gone.insert(id);
     size_t reaped = 0;
     for (const auto& [key, owner] : entries) {
-        const auto id = owner.substr(0, owner.find(' '));
+        const auto id = owner_identity(owner);
         if (!gone.count(id)) continue;
         release_script_.run(conn, {key, held_hash_}, {owner});
         log_.warn("unique lock {} released: its owner {} is gone", key, id);
@@ -155,12 +183,15 @@ size_t LockKeeper::reap(redis::Connection& conn, bool take_lock) {
 
 void LockKeeper::round() {
     try {
+        if (next_alive_.reached()) mark_alive(*conn_);
         extend_due(*conn_);
         if (next_reap_.reached()) {
             next_reap_.set_in(reaper_interval_);
             reap(*conn_);
         }
     } catch (const redis::Error& e) {
+        // Redis may have been away longer than the liveness TTL: refresh it first next round.
+        next_alive_ = DueTime();
         log_.debug("unique locks: keeper round failed: {}", e.what());
     } catch (const std::exception& e) {
         log_.error("unique locks: keeper error: {}", e.what());

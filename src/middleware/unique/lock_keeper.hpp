@@ -5,10 +5,16 @@
 //   * every 500 ms extends (PEXPIRE, only while the lock still holds this owner's token) each
 //     lock a third of whose TTL has passed since its last extension, so a running job never
 //     loses its lock, while a lock whose process died (kill -9, host lost) expires by itself;
+//   * keeps this process's liveness key `kiqd:unique:alive:<identity>` (TTL kLivenessTtl):
+//     written in start(), before the launcher starts any processor, refreshed every
+//     kLivenessRefresh and first thing after a failed round (Redis back after an outage);
 //   * every reaper_interval, if it wins the fleet-wide lock (SET NX PX interval), reads the
 //     `kiqd:unique:held` hash (EXEC key → "<identity> <token>") and releases the locks whose
-//     owner identity has no live Sidekiq process record, so no lock outlives its owner by more
-//     than the record's 60 s TTL plus the interval, whatever its own TTL.
+//     owner identity has none of: a live Sidekiq process record (60 s TTL, written by the first
+//     heartbeat, which may come after a processor took a lock), the unique liveness key, the
+//     reliable-fetch liveness key. So no lock outlives its owner by more than kLivenessTtl plus
+//     the interval, whatever its own TTL, and a live owner keeps its locks through an outage
+//     shorter than kLivenessTtl.
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -42,6 +48,13 @@ class LockKeeper {
     size_t extend_due(redis::Connection& conn, bool all = false);
     size_t reap(redis::Connection& conn, bool take_lock = true);
 
+    // The identity part of a lock owner "<identity> <token>": up to the last space (the token
+    // is hex; kiqd's identities have no space either, encode_host_name).
+    static std::string owner_identity(const std::string& owner);
+
+    static constexpr std::chrono::seconds kLivenessTtl{300};
+    static constexpr std::chrono::seconds kLivenessRefresh{20};
+
     // The script that frees an EXEC lock if `owner` still holds it and forgets it in the held
     // hash. KEYS[1] exec lock, KEYS[2] held hash; ARGV[1] owner.
     static const char* release_script_source();
@@ -54,6 +67,7 @@ class LockKeeper {
         std::chrono::steady_clock::time_point extended;
     };
     void round();  // one round of the keeper thread
+    void mark_alive(redis::Connection& conn);
 
     const Keys& keys_;
     redis::ConnectionOptions options_;
@@ -68,6 +82,7 @@ class LockKeeper {
     uint64_t next_id_ = 1;                   // guarded by mutex_
     std::optional<redis::Connection> conn_;  // keeper thread only, from start() to stop()
     DueTime next_reap_;                      // keeper thread only
+    DueTime next_alive_;                     // keeper thread only (and start(), before it)
     PeriodicWorker worker_;                  // last: its thread ends before the members it uses go
 };
 

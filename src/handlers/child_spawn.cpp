@@ -1,0 +1,90 @@
+#include "handlers/child_spawn.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace kiqd {
+namespace {
+
+// Everything from 3 up. close_range (Linux 5.9) in one call; on older kernels, each number up
+// to the descriptor limit (no /proc walk: it would allocate, and this runs in a vfork child).
+void close_from_3() {
+    if (::syscall(SYS_close_range, 3U, ~0U, 0U) == 0) return;
+    struct rlimit lim {};
+    long top = 65536;
+    if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY)
+        top = static_cast<long>(lim.rlim_cur);
+    for (long fd = 3; fd < top; ++fd) ::close(static_cast<int>(fd));
+}
+
+// Moves `fd` to `target`. A source that is itself 0-2 is first copied above 2, so that one
+// dup2 cannot overwrite a source another still needs.
+int move_to(int fd, int target) {
+    if (fd == target) {
+        // dup2 onto itself would keep close-on-exec; clear it instead.
+        return ::fcntl(fd, F_SETFD, 0);
+    }
+    return ::dup2(fd, target) < 0 ? -1 : 0;
+}
+
+}  // namespace
+
+SpawnedChild spawn_child(char* const argv[], char* const envp[], int stdin_fd, int stdout_fd,
+                         int stderr_fd) {
+    sigset_t all, old;
+    sigfillset(&all);
+    ::pthread_sigmask(SIG_SETMASK, &all, &old);
+    const pid_t parent = ::getpid();
+    volatile int child_error = 0;
+    int fds[3] = {stdin_fd, stdout_fd, stderr_fd};
+    const pid_t pid = ::vfork();
+    if (pid == 0) {
+        // The child: system calls only, until exec or _exit.
+        int err = 0;
+        if (::setpgid(0, 0) != 0 || ::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) err = errno;
+        // kiqd may have died between vfork and prctl; then nothing would ever kill this child.
+        if (!err && ::getppid() != parent) ::_exit(127);
+        for (int i = 0; i < 3 && !err; ++i) {
+            if (fds[i] >= 0 && fds[i] < 3 && fds[i] != i) {
+                const int copy = ::fcntl(fds[i], F_DUPFD, 3);
+                if (copy < 0) err = errno;
+                fds[i] = copy;
+            }
+        }
+        for (int i = 0; i < 3 && !err; ++i)
+            if (move_to(fds[i], i) != 0) err = errno;
+        if (!err) {
+            close_from_3();
+            struct sigaction dfl {};
+            dfl.sa_handler = SIG_DFL;
+            for (int sig = 1; sig < NSIG; ++sig) ::sigaction(sig, &dfl, nullptr);
+            sigset_t none;
+            sigemptyset(&none);
+            ::sigprocmask(SIG_SETMASK, &none, nullptr);
+            ::execvpe(argv[0], argv, envp);
+            err = errno;
+        }
+        child_error = err ? err : EINVAL;
+        ::_exit(127);
+    }
+    const int fork_error = pid < 0 ? errno : 0;
+    ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    if (pid < 0) return {-1, fork_error};
+    if (child_error != 0) {
+        // The child has already exited (vfork returns once it has exec'd or exited).
+        int status = 0;
+        while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        }
+        return {-1, child_error};
+    }
+    return {pid, 0};
+}
+
+}  // namespace kiqd

@@ -1,0 +1,31 @@
+#pragma once
+// spawn_child: starts a job's command as kiqd's child. What the child gets, and why:
+//   * descriptors 0-2 from the caller's pipes, nothing else (everything above 2 is closed before
+//     exec, whether or not it was close-on-exec);
+//   * its own process group (a timeout or shutdown signals the command's children too);
+//   * every signal at its default disposition and none blocked (kiqd ignores SIGPIPE and its
+//     threads block signals; the command must not inherit either);
+//   * PR_SET_PDEATHSIG = SIGKILL: it dies with the thread that started it, so a kiqd killed with
+//     SIGKILL (or crashed) does not leave the job running while a peer recovers it from the
+//     working list and runs it again — two copies at once. The processor thread that spawns a
+//     command outlives it, so the signal only ever fires when kiqd itself is gone.
+// posix_spawn cannot set PR_SET_PDEATHSIG, so this is vfork + exec, done the way glibc's
+// posix_spawn does it: every signal blocked around vfork (no kiqd handler can run in the child,
+// which shares kiqd's memory until exec), only system calls in the child, errno reported
+// through memory the child shares with the parent.
+// The caller's thread; no state.
+#include <sys/types.h>
+
+namespace kiqd {
+
+struct SpawnedChild {
+    pid_t pid = -1;
+    int error = 0;  // errno of the failed start (fork or exec), 0 when the child runs
+};
+
+// argv[0] is looked up in PATH when it has no '/', as execvp does. argv and envp are
+// null-terminated.
+SpawnedChild spawn_child(char* const argv[], char* const envp[], int stdin_fd, int stdout_fd,
+                         int stderr_fd);
+
+}  // namespace kiqd
