@@ -87,23 +87,7 @@ fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/kiqd-bench.XXXXXX")
 redis_pid=""
 drain_pid=""
-cleanup() {
-    local rc=$?
-    trap - EXIT INT TERM
-    if [[ -n $drain_pid ]] && kill -0 "$drain_pid" 2>/dev/null; then
-        kill -TERM "$drain_pid" 2>/dev/null || true   # the helper stops its worker by PID
-        wait "$drain_pid" 2>/dev/null || true
-    fi
-    if [[ -n $redis_pid ]] && kill -0 "$redis_pid" 2>/dev/null; then
-        kill -TERM "$redis_pid" 2>/dev/null || true
-        wait "$redis_pid" 2>/dev/null || true
-    fi
-    rm -rf "$work"
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+source "$here/lib/cleanup.sh"
 
 # ------------------------------------------------------------------ redis
 source "$here/lib/redis.sh"

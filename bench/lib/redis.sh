@@ -1,12 +1,14 @@
-# Sourced by the bench scripts. start_redis PORT DIR starts a private, non-persistent
-# redis-server on 127.0.0.1:PORT (its log in DIR/redis.log), sets port, redis_pid and redis_url,
+# Sourced by the bench scripts. start_redis PORT DIR [ARGS...] starts a private, non-persistent
+# redis-server on 127.0.0.1:PORT (its log in DIR/redis.log; ARGS go to redis-server too, such as
+# a --tls-port), sets port, redis_pid and redis_url,
 # and returns once it answers PING; the caller stops it by redis_pid. rcli runs redis-cli against
 # it. Uses the caller's die().
 start_redis() {
     port=$1
     local dir=$2
+    shift 2
     redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
-        --dir "$dir" --logfile "$dir/redis.log" &
+        --dir "$dir" --logfile "$dir/redis.log" "$@" &
     redis_pid=$!
     redis_url="redis://127.0.0.1:$port/0"
     for _ in $(seq 100); do

@@ -54,6 +54,18 @@ struct RedisConfig {
     // Sentinel: `sentinels`, `master_name`, `sentinel_username`, `sentinel_password`.
     redis::SentinelOptions sentinel;
     int sentinel_line = -1;
+    // TLS, for a rediss:// URL: `tls: {ca_file, ca_path, cert_file, key_file, server_name,
+    // verify: peer|none, min_version}`; a key the YAML does not set comes from
+    // REDIS_TLS_<KEY> (REDIS_TLS_CA_FILE, ...) when that variable is set.
+    redis::TlsOptions tls;
+    std::map<std::string, int> tls_keys;  // each key given in the YAML ("ca_file") → its line
+    int tls_line = -1;                    // line of `tls:`, -1 when absent
+    // `sentinel_tls: true|false`: ask the sentinels over TLS; unset: as the URL (rediss://).
+    std::optional<bool> sentinel_tls;
+    int sentinel_tls_line = -1;
+    // Filled by validate_config for a rediss:// URL (or sentinel_tls): the files loaded once,
+    // shared by every connection. Null for plain redis://.
+    std::shared_ptr<const redis::TlsContext> tls_context;
     // Filled by validate_config: the URL (or REDIS_URL) with username/password applied.
     // With sentinels its host/port are unused: the sentinels name the master.
     redis::Endpoint endpoint;

@@ -15,7 +15,7 @@ int run_admin(const Request& r, const Config& config, std::ostream& raw_out,
               std::ostream& raw_err) {
     EscapedOutput out(raw_out), err(raw_err);
     const Keys keys(config.redis.key_prefix);
-    const redis::ConnectionOptions options = admin_connection_options(config);
+    const redis::ConnectionOptions options = admin_connection_options(config, "admin");
     try {
         redis::Connection conn(options);
         conn.connect();

@@ -3,11 +3,15 @@
 
 #include <chrono>
 
+#include "server/connection_budget.hpp"
+
 namespace kiqd::admin {
 
-redis::ConnectionOptions admin_connection_options(const Config& config) {
-    return {config.redis.endpoint, config.redis.connect_timeout, std::chrono::milliseconds(5000),
-            "", config.redis.sentinel};
+redis::ConnectionOptions admin_connection_options(const Config& config, std::string_view role) {
+    return named_connection(
+        {config.redis.endpoint, config.redis.connect_timeout, std::chrono::milliseconds(5000), "",
+         config.redis.sentinel, config.redis.tls_context},
+        command_line_identity(), role);
 }
 
 std::string describe_redis_error(const redis::Error& error,

@@ -119,7 +119,7 @@ int run_enqueue(const EnqueueRequest& r, const Config& config, std::ostream& raw
     }
     if (r.tenant) job["fair_tenant"] = *r.tenant;
     const Client client = make_process_client(config);
-    const redis::ConnectionOptions options = admin_connection_options(config);
+    const redis::ConnectionOptions options = admin_connection_options(config, "enqueue");
     try {
         redis::Connection conn(options);
         conn.connect();

@@ -17,6 +17,7 @@
 #include "handlers/exec_handler.hpp"
 #include "handlers/plugin_loader.hpp"
 #include "kiqd/kiqd.hpp"
+#include "server/connection_budget.hpp"
 #include "server/launcher.hpp"
 #include "server/logging.hpp"
 
@@ -273,7 +274,10 @@ int run(int argc, char** argv, HandlerRegistry& handlers, MiddlewareRegistry& mi
                   << config.exec_handlers.size() << " exec handler(s), " << config.plugins.size()
                   << " plugin(s), redis "
                   << escape_control(redis::parse_redis_url(config.redis.url).describe())
-                  << std::endl;
+                  << (config.redis.endpoint.tls ? " over TLS" : "") << std::endl;
+        const auto connections = redis_connection_count(config);
+        std::cout << "kiqd: " << connections.total << " Redis connections per process ("
+                  << connections.parts << ")" << std::endl;
         return 0;
     }
     std::shared_ptr<spdlog::logger> logger;

@@ -1,6 +1,6 @@
-// The `redis:` section: URL, key prefix, AUTH (one password source), Sentinel; and, once
-// command-line overrides are applied, the endpoint kiqd connects to. Config is built once on the
-// main thread, then read-only.
+// The `redis:` section: URL, key prefix, AUTH (one password source), Sentinel, TLS; and, once
+// command-line overrides are applied, the endpoint kiqd connects to and the TLS context it uses.
+// Config is built once on the main thread, then read-only.
 #include "config/redis_config.hpp"
 
 #include <cstdlib>
@@ -75,6 +75,91 @@ void parse_sentinels(RedisConfig& r, const std::string& key, const YAML::Node& n
     }
 }
 
+// The redis.tls keys, each with the environment variable that gives it when the YAML does not.
+struct TlsKey {
+    const char* name;
+    const char* env;
+    std::string redis::TlsOptions::*field;  // null for `verify` (a bool)
+};
+const TlsKey kTlsKeys[] = {
+    {"ca_file", "REDIS_TLS_CA_FILE", &redis::TlsOptions::ca_file},
+    {"ca_path", "REDIS_TLS_CA_PATH", &redis::TlsOptions::ca_path},
+    {"cert_file", "REDIS_TLS_CERT_FILE", &redis::TlsOptions::cert_file},
+    {"key_file", "REDIS_TLS_KEY_FILE", &redis::TlsOptions::key_file},
+    {"server_name", "REDIS_TLS_SERVER_NAME", &redis::TlsOptions::server_name},
+    {"verify", "REDIS_TLS_VERIFY", nullptr},
+    {"min_version", "REDIS_TLS_MIN_VERSION", &redis::TlsOptions::min_version},
+};
+
+// `peer` (or true) checks the server's certificate and name; `none` (or false) checks nothing.
+bool parse_verify(const std::string& key, const std::string& value, int line) {
+    if (value == "peer" || value == "true") return true;
+    if (value == "none" || value == "false") return false;
+    throw ConfigError(key, "must be peer or none, not '" + value + "'", line);
+}
+
+// redis.tls: {ca_file: ..., verify: peer|none, min_version: "1.2", ...}.
+void parse_tls(RedisConfig& r, const std::string& key, const YAML::Node& n) {
+    if (!n.IsMap())
+        type_error(key, n,
+                   "a map (ca_file, ca_path, cert_file, key_file, "
+                   "server_name, verify, min_version)");
+    r.tls_line = line_of(n);
+    for (const auto& kv : n) {
+        const std::string name = normalize_key(kv.first.Scalar());
+        const std::string full = key + "." + name;
+        const TlsKey* k = nullptr;
+        for (const auto& candidate : kTlsKeys)
+            if (name == candidate.name) k = &candidate;
+        if (!k) throw ConfigError(full, "unknown key", line_of(kv.first));
+        r.tls_keys[k->name] = line_of(kv.second);
+        if (k->field)
+            r.tls.*k->field = non_empty_string(full, kv.second);
+        else
+            r.tls.verify_peer = parse_verify(full, as_string(full, kv.second), line_of(kv.second));
+    }
+}
+
+// After the URL is known: REDIS_TLS_* for the keys the YAML left out, then the context (the
+// files are read now: a bad one is exit 78 naming its key).
+void resolve_tls(RedisConfig& r) {
+    const bool sentinel_tls = r.sentinel.enabled() && r.sentinel_tls.value_or(r.endpoint.tls);
+    if (!r.endpoint.tls && !sentinel_tls) {
+        if (r.tls_line >= 0)
+            throw ConfigError("redis.tls",
+                              "is only used with a rediss:// URL (redis.url or "
+                              "REDIS_URL) or redis.sentinel_tls",
+                              r.tls_line);
+        return;
+    }
+    std::map<std::string, std::string> from_env;  // key → variable that set it
+    for (const auto& k : kTlsKeys) {
+        if (r.tls_keys.count(k.name)) continue;
+        const char* env = std::getenv(k.env);
+        if (!env || !*env) continue;
+        from_env[k.name] = k.env;
+        if (k.field)
+            r.tls.*k.field = env;
+        else
+            r.tls.verify_peer = parse_verify(std::string(k.env) + " (redis.tls.verify)", env, -1);
+    }
+    try {
+        r.tls_context = redis::TlsContext::create(r.tls);
+    } catch (const redis::TlsSetupError& e) {
+        const std::string field = e.field().empty() ? "" : "." + e.field();
+        std::string key = "redis.tls" + field;
+        int line = r.tls_line;
+        if (auto it = from_env.find(e.field()); it != from_env.end()) {
+            key = it->second + " (" + key + ")";
+            line = -1;
+        } else if (auto at = r.tls_keys.find(e.field()); at != r.tls_keys.end()) {
+            line = at->second;
+        }
+        throw ConfigError(key, e.what(), line);
+    }
+    if (sentinel_tls) r.sentinel.tls = r.tls_context;
+}
+
 }  // namespace
 
 void parse_redis(const YAML::Node& n, RedisConfig& r) {
@@ -111,13 +196,20 @@ void parse_redis(const YAML::Node& n, RedisConfig& r) {
          {"sentinels", [&](const auto& key, const auto& v) { parse_sentinels(r, key, v); }},
          {"master_name", [&](const auto& key,
                              const auto& v) { r.sentinel.master_name = non_empty_string(key, v); }},
+         {"tls", [&](const auto& key, const auto& v) { parse_tls(r, key, v); }},
+         {"sentinel_tls",
+          [&](const auto& key, const auto& v) {
+              r.sentinel_tls = as_bool(key, v);
+              r.sentinel_tls_line = line_of(v);
+          }},
          {"sentinel_username",
           [&](const auto& key, const auto& v) { r.sentinel.username = non_empty_string(key, v); }},
          {"sentinel_password", [&](const auto& key, const auto& v) {
               r.sentinel.password = non_empty_string(key, v);
           }}});
     if (r.sentinel.sentinels.empty()) {
-        for (const char* k : {"master_name", "sentinel_username", "sentinel_password"})
+        for (const char* k :
+             {"master_name", "sentinel_username", "sentinel_password", "sentinel_tls"})
             if (n[k])
                 throw ConfigError(std::string("redis.") + k, "is only used with redis.sentinels",
                                   line_of(n[k]));
@@ -161,6 +253,7 @@ void resolve_redis_endpoint(RedisConfig& r) {
     if (r.sentinel.enabled() && !r.endpoint.unix_path.empty())
         throw ConfigError("redis.sentinels", "cannot be combined with a unix:// Redis URL",
                           r.sentinel_line);
+    resolve_tls(r);
 }
 
 }  // namespace kiqd::config_detail

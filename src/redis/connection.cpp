@@ -6,8 +6,39 @@
 #include <cerrno>
 #include <cstring>
 
+#include "redis/tls_stream.hpp"
+
 namespace kiqd::redis {
 namespace {
+
+// For a rediss:// endpoint given without TLS settings (a test, a program on the library):
+// the system's CAs, peer verification on, built once.
+const TlsContext& default_tls_context() {
+    static const std::shared_ptr<const TlsContext> context = TlsContext::create(TlsOptions{});
+    return *context;
+}
+
+// One command's arguments as the pointer and length arrays hiredis takes.
+struct ArgvView {
+    explicit ArgvView(const Command& cmd) {
+        ptrs.reserve(cmd.size());
+        lens.reserve(cmd.size());
+        for (const auto& a : cmd) {
+            ptrs.push_back(a.data());
+            lens.push_back(a.size());
+        }
+    }
+    int argc() const { return static_cast<int>(ptrs.size()); }
+    std::vector<const char*> ptrs;
+    std::vector<size_t> lens;
+};
+
+// The same error class with `hint` appended to the message.
+[[noreturn]] void rethrow_with_hint(const IoError& e, const std::string& hint) {
+    const std::string msg = std::string(e.what()) + hint;
+    if (dynamic_cast<const ClosedError*>(&e)) throw ClosedError(msg);
+    throw IoError(msg);
+}
 
 timeval to_timeval(std::chrono::milliseconds ms) {
     timeval tv{};
@@ -69,12 +100,13 @@ Connection::~Connection() {
 void Connection::disconnect() noexcept {
     if (ctx_) redisFree(ctx_);
     ctx_ = nullptr;
+    tls_.reset();
     stream_.reset();
 }
 
 void Connection::connect_if_needed() {
-    if (ctx_ && (!stream_ || stream_->out_of_step)) disconnect();
-    if (!ctx_) connect();
+    if (connected() && (!stream_ || stream_->out_of_step)) disconnect();
+    if (!connected()) connect();
 }
 
 void Connection::fail_context(const char* what) {
@@ -118,20 +150,27 @@ void Connection::connect() {
 void Connection::open(const Endpoint& ep) {
     disconnect();
     current_ = ep;
-    const timeval ct = to_timeval(options_.connect_timeout);
-    ctx_ = ep.unix_path.empty() ? redisConnectWithTimeout(ep.host.c_str(), ep.port, ct)
-                                : redisConnectUnixWithTimeout(ep.unix_path.c_str(), ct);
-    if (!ctx_) throw IoError("cannot allocate a Redis context");
-    if (ctx_->err) fail_context("cannot connect to Redis");
-    // hiredis 0.14 creates its socket without SOCK_CLOEXEC: an exec'd child (exec handlers)
-    // must not inherit a connection that is about to be authenticated. (The exec child closes
-    // every descriptor above 2 as well, which covers the instant before this call.)
-    if (::fcntl(ctx_->fd, F_SETFD, FD_CLOEXEC) != 0) fail_context("cannot set close-on-exec");
+    if (ep.tls && ep.unix_path.empty()) {
+        // Socket, close-on-exec, keep-alive, timeouts and handshake: all in TlsStream.
+        tls_ = std::make_unique<TlsStream>(options_.tls ? *options_.tls : default_tls_context(),
+                                           ep.host, ep.port, options_.connect_timeout,
+                                           options_.socket_timeout, ep.describe());
+    } else {
+        const timeval ct = to_timeval(options_.connect_timeout);
+        ctx_ = ep.unix_path.empty() ? redisConnectWithTimeout(ep.host.c_str(), ep.port, ct)
+                                    : redisConnectUnixWithTimeout(ep.unix_path.c_str(), ct);
+        if (!ctx_) throw IoError("cannot allocate a Redis context");
+        if (ctx_->err) fail_context("cannot connect to Redis");
+        // hiredis 0.14 creates its socket without SOCK_CLOEXEC: an exec'd child (exec handlers)
+        // must not inherit a connection that is about to be authenticated. (The exec child
+        // closes every descriptor above 2 as well, which covers the instant before this call.)
+        if (::fcntl(ctx_->fd, F_SETFD, FD_CLOEXEC) != 0) fail_context("cannot set close-on-exec");
+        if (redisSetTimeout(ctx_, to_timeval(options_.socket_timeout)) != REDIS_OK)
+            fail_context("cannot set the Redis socket timeout");
+        // TCP keep-alive notices a peer that vanished without a FIN (host lost).
+        if (ep.unix_path.empty()) redisEnableKeepAlive(ctx_);
+    }
     stream_ = std::make_shared<ReplyStreamState>();
-    if (redisSetTimeout(ctx_, to_timeval(options_.socket_timeout)) != REDIS_OK)
-        fail_context("cannot set the Redis socket timeout");
-    // TCP keep-alive notices a peer that vanished without a FIN (host lost).
-    if (ep.unix_path.empty()) redisEnableKeepAlive(ctx_);
     try {
         if (!ep.password.empty()) {
             try {
@@ -155,8 +194,14 @@ void Connection::open(const Endpoint& ep) {
         }
         if (!options_.client_name.empty()) {
             const auto& n = options_.client_name;
-            run_once(3, std::array<const char*, 3>{"CLIENT", "SETNAME", n.c_str()}.data(),
-                     std::array<size_t, 3>{6, 7, n.size()}.data());
+            try {
+                run_once(3, std::array<const char*, 3>{"CLIENT", "SETNAME", n.c_str()}.data(),
+                         std::array<size_t, 3>{6, 7, n.size()}.data());
+            } catch (const ReplyError& e) {
+                // An ACL user without CLIENT (or a managed Redis that renamed the command)
+                // still gets a working connection, only an unnamed one.
+                if (!e.starts_with("NOPERM") && !e.starts_with("ERR unknown command")) throw;
+            }
         } else if (ep.password.empty() && ep.db == 0) {
             // Nothing was sent yet: ask once, so that a server wanting a password says NOAUTH
             // here. Redis closes an unauthenticated connection without a reply when its first
@@ -168,6 +213,12 @@ void Connection::open(const Endpoint& ep) {
         disconnect();
         throw IoError(std::string("Redis refused the connection setup (") + current_.describe() +
                       "): " + e.what());
+    } catch (const IoError& e) {
+        // A TLS port drops a plaintext client at its first bytes, without a reply.
+        if (ep.tls || !ep.unix_path.empty() || dynamic_cast<const AuthError*>(&e) ||
+            dynamic_cast<const TimeoutError*>(&e) || dynamic_cast<const ProtocolError*>(&e))
+            throw;
+        rethrow_with_hint(e, " (if that port speaks TLS, the URL must be rediss://)");
     }
 }
 
@@ -231,10 +282,26 @@ void Connection::connect_via_sentinel() {
     throw IoError("cannot find the Redis " + s.describe() + ": " + problems);
 }
 
+redisReply* Connection::tls_exchange(int argc, const char** argv, const size_t* lens,
+                                     const char* what) {
+    try {
+        tls_->append(argc, argv, lens);
+        return tls_->read_reply(what);
+    } catch (const Error&) {
+        disconnect();  // as after a hiredis error: the next command reconnects
+        throw;
+    }
+}
+
 Reply Connection::run_once(int argc, const char** argv, const size_t* lens) {
     connect_if_needed();
-    auto* raw = static_cast<redisReply*>(redisCommandArgv(ctx_, argc, argv, lens));
-    if (!raw) fail_context("Redis command failed");
+    redisReply* raw;
+    if (tls_) {
+        raw = tls_exchange(argc, argv, lens, "Redis command failed");
+    } else {
+        raw = static_cast<redisReply*>(redisCommandArgv(ctx_, argc, argv, lens));
+        if (!raw) fail_context("Redis command failed");
+    }
     Reply reply(raw, stream_);
     if (raw->type == REDIS_REPLY_ERROR) {
         std::string msg(raw->str, raw->len);
@@ -287,14 +354,10 @@ std::vector<Reply> Connection::pipeline(const std::vector<Command>& commands) {
 
 std::vector<Reply> Connection::pipeline_unchecked(const std::vector<Command>& commands) {
     connect_if_needed();
+    if (tls_) return tls_pipeline(commands);
     for (const auto& cmd : commands) {
-        std::vector<const char*> ptrs;
-        std::vector<size_t> lens;
-        for (const auto& a : cmd) {
-            ptrs.push_back(a.data());
-            lens.push_back(a.size());
-        }
-        if (redisAppendCommandArgv(ctx_, static_cast<int>(cmd.size()), ptrs.data(), lens.data()) !=
+        ArgvView argv(cmd);
+        if (redisAppendCommandArgv(ctx_, argv.argc(), argv.ptrs.data(), argv.lens.data()) !=
             REDIS_OK)
             fail_context("cannot queue a pipelined Redis command");
     }
@@ -304,6 +367,23 @@ std::vector<Reply> Connection::pipeline_unchecked(const std::vector<Command>& co
         void* raw = nullptr;
         if (redisGetReply(ctx_, &raw) != REDIS_OK || !raw) fail_context("Redis pipeline failed");
         replies.emplace_back(static_cast<redisReply*>(raw), stream_);
+    }
+    return replies;
+}
+
+std::vector<Reply> Connection::tls_pipeline(const std::vector<Command>& commands) {
+    std::vector<Reply> replies;
+    replies.reserve(commands.size());
+    try {
+        for (const auto& cmd : commands) {
+            ArgvView argv(cmd);
+            tls_->append(argv.argc(), argv.ptrs.data(), argv.lens.data());
+        }
+        for (size_t i = 0; i < commands.size(); ++i)
+            replies.emplace_back(tls_->read_reply("Redis pipeline failed"), stream_);
+    } catch (const Error&) {
+        disconnect();
+        throw;
     }
     return replies;
 }

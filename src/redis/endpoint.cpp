@@ -55,11 +55,14 @@ Endpoint parse_redis_url(const std::string& url) {
         if (ep.unix_path.empty()) throw std::invalid_argument("empty socket path in Redis URL");
         return ep;
     }
-    if (rest.rfind("rediss://", 0) == 0)
-        throw std::invalid_argument("rediss:// (TLS) is not supported by Debian 12's hiredis 0.14");
-    if (rest.rfind("redis://", 0) != 0)
-        throw std::invalid_argument("Redis URL must start with redis:// or unix://");
-    rest.remove_prefix(8);
+    if (rest.rfind("rediss://", 0) == 0) {
+        ep.tls = true;
+        rest.remove_prefix(9);
+    } else if (rest.rfind("redis://", 0) == 0) {
+        rest.remove_prefix(8);
+    } else {
+        throw std::invalid_argument("Redis URL must start with redis://, rediss:// or unix://");
+    }
     if (auto at = rest.rfind('@'); at != std::string_view::npos) {
         auto userinfo = rest.substr(0, at);
         rest.remove_prefix(at + 1);

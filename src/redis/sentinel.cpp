@@ -67,6 +67,8 @@ std::optional<MasterAddress> ask_sentinel(const SentinelOptions& options,
     o.endpoint.password = options.password;
     o.connect_timeout = options.timeout;
     o.socket_timeout = options.timeout;
+    o.endpoint.tls = options.tls != nullptr;
+    o.tls = options.tls;
     Connection c(std::move(o));  // a plain connection: o.sentinel is empty, so no recursion
     auto reply = c.command({"SENTINEL", "get-master-addr-by-name", options.master_name});
     if (reply.is_nil() || reply.size() < 2) return std::nullopt;

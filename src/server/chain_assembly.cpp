@@ -7,12 +7,13 @@
 #include "middleware/limits/throttle.hpp"
 #include "middleware/metadata_middleware.hpp"
 #include "middleware/unique/unique_jobs.hpp"
+#include "server/connection_budget.hpp"
 
 namespace kiqd {
 
 ChainAssembly::ChainAssembly(const Runtime& rt, const SharedState& shared, MiddlewareChain& chain)
-    : lock_keeper_(rt.keys, rt.connection_options, rt.config.unique_jobs.reaper_interval,
-                   rt.identity, rt.log) {
+    : lock_keeper_(rt.keys, named_connection(rt.connection_options, rt.identity, "lock-keeper"),
+                   rt.config.unique_jobs.reaper_interval, rt.identity, rt.log) {
     const Config& config = rt.config;
     std::vector<std::shared_ptr<const ServerMiddleware>> builtins;  // outermost first
 
@@ -33,8 +34,9 @@ ChainAssembly::ChainAssembly(const Runtime& rt, const SharedState& shared, Middl
     if (ThrottleMiddleware::configured(config))
         builtins.push_back(std::make_shared<ThrottleMiddleware>(config, rt.keys));
     if (ConcurrencyLimitMiddleware::configured(config)) {
-        slot_keeper_ = std::make_unique<SlotKeeper>(rt.keys, rt.connection_options,
-                                                    config.concurrency_limits, rt.identity, rt.log);
+        slot_keeper_ = std::make_unique<SlotKeeper>(
+            rt.keys, named_connection(rt.connection_options, rt.identity, "slot-keeper"),
+            config.concurrency_limits, rt.identity, rt.log);
         builtins.push_back(std::make_shared<ConcurrencyLimitMiddleware>(
             config, rt.keys, *slot_keeper_, rt.identity));
     }

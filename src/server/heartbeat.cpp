@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "job/raw_json_object.hpp"
+#include "server/connection_budget.hpp"
 
 namespace kiqd {
 namespace {
@@ -84,7 +85,10 @@ redis::Command stats_flush_command(const Keys& keys, const std::string& identity
 }
 
 Heartbeat::Heartbeat(Runtime& rt, const ProcessIdentity& me, std::string info_json)
-    : rt_(rt), me_(me), info_json_(std::move(info_json)), conn_(rt.connection_options) {}
+    : rt_(rt),
+      me_(me),
+      info_json_(std::move(info_json)),
+      conn_(named_connection(rt.connection_options, rt.identity, "heartbeat")) {}
 
 std::chrono::seconds Heartbeat::period() const {
     return std::chrono::seconds(rt_.config.compat == Compat::v6 ? 5 : 10);
@@ -158,7 +162,7 @@ std::optional<std::string> Heartbeat::beat() {
                                        {"EXPIRE", id, "60"},
                                        {"RPOP", k.signals(me_.identity)},
                                        {"EXEC"}});
-        rt_.health.succeeded();
+        rt_.health.succeeded(t0);
         const auto& exec = replies.back();
         if (exec.size() == 5 && exec[1].is_integer() && exec[1].integer() == 0)
             rt_.log.debug("heartbeat registered {} (first beat or after an outage)", me_.identity);

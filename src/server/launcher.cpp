@@ -8,6 +8,7 @@
 
 #include "kiqd/deadline.hpp"
 #include "kiqd/kiqd.hpp"
+#include "server/connection_budget.hpp"
 #include "server/logging.hpp"
 
 namespace kiqd {
@@ -60,7 +61,8 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
           me_.identity,
           log,
           redis::ConnectionOptions{config.redis.endpoint, config.redis.connect_timeout,
-                                   std::chrono::milliseconds(5000), "", config.redis.sentinel},
+                                   std::chrono::milliseconds(5000), "", config.redis.sentinel,
+                                   config.redis.tls_context},
           *fetcher_,
           handlers,
           chain_,
@@ -96,7 +98,8 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
         metrics_ = std::make_unique<MetricsServer>(
             config.metrics,
             MetricsServer::Sources{
-                job_metrics_, work_, keys_, order_.names(), rt_.connection_options,
+                job_metrics_, work_, keys_, order_.names(),
+                named_connection(rt_.connection_options, me_.identity, "metrics"),
                 [this] { return manager_.alive(); },
                 [this] { return lifecycle_.is_quiet() || stopping_.load(); },
                 [this] {
@@ -219,10 +222,14 @@ int Launcher::run() {
     // (docs/hardening-bounds.md#payload-memory). Small allocations are unaffected.
     mallopt(M_MMAP_THRESHOLD, 1024 * 1024);
 
-    log_.info("kiqd {} starting: identity={} concurrency={} queues={} ({}) fetch={} redis={}",
+    log_.info("kiqd {} starting: identity={} concurrency={} queues={} ({}) fetch={} redis={}{}",
               KIQD_VERSION, me_.identity, config_.concurrency, fmt::join(order_.names(), ","),
               order_.strict() ? "strict" : "weighted", reliable_ ? "reliable" : "basic",
-              rt_.connection_options.describe());
+              rt_.connection_options.describe(), config_.redis.endpoint.tls ? " (TLS)" : "");
+    if (config_.redis.tls_context && !config_.redis.tls.verify_peer)
+        log_.warn(
+            "redis.tls.verify is none: the Redis server's certificate and name are not checked, "
+            "so anyone on the network path can pose as Redis");
     std::function<void(const boost::system::error_code&, int)> on_signal =
         [&](const boost::system::error_code& ec, int signo) {
             if (ec) return;

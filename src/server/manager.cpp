@@ -5,6 +5,7 @@
 #include "fetch/cpu_gate.hpp"
 #include "handlers/exec_handler.hpp"
 #include "kiqd/deadline.hpp"
+#include "server/connection_budget.hpp"
 #include "server/logging.hpp"
 
 namespace kiqd {
@@ -67,7 +68,7 @@ bool Manager::wait_all_until(Clock::time_point until,
 }
 
 bool Manager::write_at_shutdown(const std::vector<redis::Command>& commands) {
-    redis::Connection conn(rt_.connection_options);
+    redis::Connection conn(named_connection(rt_.connection_options, rt_.identity, "shutdown"));
     for (int attempt = 0;; ++attempt) {
         try {
             conn.pipeline(commands);

@@ -9,6 +9,7 @@
 #include "fetch/cpu_gate.hpp"
 #include "kiqd/clock.hpp"
 #include "redis/lua_type_guard.hpp"
+#include "server/connection_budget.hpp"
 
 namespace kiqd {
 namespace {
@@ -118,8 +119,8 @@ OrphanRecovery::~OrphanRecovery() {
 }
 
 void OrphanRecovery::start() {
-    liveness_conn_.emplace(rt_.connection_options);
-    conn_.emplace(rt_.connection_options);
+    liveness_conn_.emplace(named_connection(rt_.connection_options, rt_.identity, "liveness"));
+    conn_.emplace(named_connection(rt_.connection_options, rt_.identity, "orphan-recovery"));
     next_check_ = DueTime();  // recover once at start, as super_fetch
     const auto every = rt_.config.reliable_fetch.liveness_ttl / 3;
     liveness_.start(PeriodicWorker::Duration::zero(), every, [this] { keep_alive(); });
@@ -312,7 +313,8 @@ void OrphanRecovery::requeue_one(redis::Connection& conn, const std::string& lis
 }
 
 void OrphanRecovery::return_own_lists() {
-    redis::Connection conn(rt_.connection_options);
+    redis::Connection conn(
+        named_connection(rt_.connection_options, rt_.identity, "return-working-lists"));
     for (int attempt = 0; attempt < 5; ++attempt) {
         try {
             Result r;

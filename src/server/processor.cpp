@@ -7,6 +7,7 @@
 #include "fetch/cpu_gate.hpp"
 #include "handlers/exec_handler.hpp"
 #include "redis/transaction.hpp"
+#include "server/connection_budget.hpp"
 
 namespace kiqd {
 namespace {
@@ -47,12 +48,14 @@ void Processor::detach() {
 }
 
 void Processor::run() noexcept {
-    redis::Connection conn(rt_.connection_options);
+    redis::Connection conn(named_connection(rt_.connection_options, rt_.identity,
+                                            "processor-" + std::to_string(slot_)));
     std::chrono::milliseconds backoff{0};
     while (!rt_.lifecycle.is_quiet()) {
         try {
+            const auto started = RedisHealth::Clock::now();
             auto unit = rt_.fetcher.retrieve_work(conn, rng_, slot_, pending_);
-            rt_.health.succeeded();
+            rt_.health.succeeded(started);
             backoff = std::chrono::milliseconds{0};
             if (!unit) continue;
             if (rt_.lifecycle.is_quiet()) {
@@ -99,8 +102,9 @@ bool Processor::write_until_done(redis::Connection& conn,
     int tries_after_stop = 0;
     for (;;) {
         try {
+            const auto started = RedisHealth::Clock::now();
             conn.pipeline(commands);
-            rt_.health.succeeded();
+            rt_.health.succeeded(started);
             return true;
         } catch (const redis::ReplyError& e) {
             rt_.log.error("Redis refused the {} of a job ({}); payload: {}", what, e.what(),

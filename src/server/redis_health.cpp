@@ -5,16 +5,23 @@ namespace kiqd {
 void RedisHealth::failed(const std::exception& e) {
     std::lock_guard lock(mutex_);
     if (down_) return;
+    const auto now = Clock::now();
+    if (back_ && now - *back_ < kSettle) {
+        log_.debug("a Redis connection from before the last outage failed, reconnecting: {}",
+                   e.what());
+        return;
+    }
     down_ = true;
-    since_ = std::chrono::steady_clock::now();
+    since_ = now;
     log_.error("Redis is unreachable, retrying with backoff: {}", e.what());
 }
 
-void RedisHealth::succeeded() {
+void RedisHealth::succeeded(Clock::time_point started) {
     std::lock_guard lock(mutex_);
-    if (!down_) return;
+    if (!down_ || started < since_) return;
     down_ = false;
-    const std::chrono::duration<double> d = std::chrono::steady_clock::now() - since_;
+    back_ = Clock::now();
+    const std::chrono::duration<double> d = *back_ - since_;
     log_.warn("Redis is back after {:.1f} s", d.count());
 }
 

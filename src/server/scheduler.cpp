@@ -5,6 +5,7 @@
 #include "job/raw_json_object.hpp"
 #include "kiqd/deadline.hpp"
 #include "redis/lua_type_guard.hpp"
+#include "server/connection_budget.hpp"
 
 namespace kiqd {
 namespace {
@@ -168,18 +169,20 @@ void Scheduler::poll() {
     // Sidekiq stops the poller on quiet: from then on the rounds do nothing until stop().
     if (rt_.lifecycle.is_quiet()) return;
     try {
+        const auto started = RedisHealth::Clock::now();
         const size_t moved = enqueue_due(*conn_, epoch_seconds());
         if (moved) rt_.log.debug("scheduler enqueued {} due jobs", moved);
         if (++polls_ % 10 == 1)
             process_count_ = conn_->command({"SCARD", rt_.keys.processes()}).integer();
-        rt_.health.succeeded();
+        rt_.health.succeeded(started);
     } catch (const redis::Error& e) {
         rt_.health.failed(e);
     }
 }
 
 void Scheduler::start() {
-    conn_ = std::make_unique<redis::Connection>(rt_.connection_options);
+    conn_ = std::make_unique<redis::Connection>(
+        named_connection(rt_.connection_options, rt_.identity, "scheduler"));
     const auto seconds = [](double s) {
         // An average interval times many processes can exceed any clock: saturate.
         return saturating_cast<PeriodicWorker::Duration>(std::chrono::duration<double>(s));

@@ -1,7 +1,8 @@
 // Redis AUTH and Redis Sentinel against real servers: the kiqd binary authenticating with a
 // password from YAML, a file, an environment variable or an ACL user; a wrong or missing password
 // giving one clear log line and never the password; and a fail-over (kill -9 of the master
-// under a sentinel) that kiqd follows to the promoted replica without losing a job.
+// under a sentinel) that kiqd follows to the promoted replica without losing a job, on plain TCP
+// and with TLS between everything (sentinel, master, replica, kiqd).
 // Every server is a child process on a free loopback port, stopped by PID.
 #include <signal.h>
 #include <sys/wait.h>
@@ -18,6 +19,7 @@
 #include "support/redis_reads.hpp"
 #include "support/redis_server.hpp"
 #include "support/temp_dir.hpp"
+#include "support/tls_certs.hpp"
 #include "support/wait_until.hpp"
 
 using namespace kiqd;
@@ -37,12 +39,22 @@ namespace {
 class Sentinel {
   public:
     // `password`: the sentinel's own requirepass (put it in `extra_conf` too), for connect().
+    // With `tls` it listens on a TLS port only and reaches the master and replicas over TLS.
     explicit Sentinel(int master_port, const std::string& extra_conf = "",
-                      std::string password = "")
+                      std::string password = "", bool tls = false)
         : port_(kiqd::test::free_port()), password_(std::move(password)) {
         const std::string conf = dir_.file("sentinel.conf");
-        std::ofstream(conf) << "port " << port_ << "\nbind 127.0.0.1\ndir " << dir_.path()
-                            << "\nlogfile " << dir_.file("sentinel.log") << "\n"
+        std::string listen = "port " + std::to_string(port_) + "\n";
+        if (tls) {
+            const auto& certs = kiqd::test::TestCerts::shared();
+            tls_ = certs.client();
+            listen = "port 0\ntls-port " + std::to_string(port_) + "\ntls-cert-file " +
+                     certs.file("server.crt") + "\ntls-key-file " + certs.file("server.key") +
+                     "\ntls-ca-cert-file " + certs.file("ca.crt") +
+                     "\ntls-auth-clients no\ntls-replication yes\n";
+        }
+        std::ofstream(conf) << listen << "bind 127.0.0.1\ndir " << dir_.path() << "\nlogfile "
+                            << dir_.file("sentinel.log") << "\n"
                             << "sentinel monitor mymaster 127.0.0.1 " << master_port << " 1\n"
                             << "sentinel down-after-milliseconds mymaster 1000\n"
                             << "sentinel failover-timeout mymaster 3000\n"
@@ -68,6 +80,8 @@ class Sentinel {
         redis::ConnectionOptions o;
         o.endpoint.port = port_;
         o.endpoint.password = password_;
+        o.endpoint.tls = tls_ != nullptr;
+        o.tls = tls_;
         return o;
     }
     redis::Connection connect() const { return redis::Connection(options()); }
@@ -82,6 +96,7 @@ class Sentinel {
     int port_;
     kiqd::test::TempDir dir_{"kiqd-sentinel"};  // its config, which Sentinel rewrites, and log
     std::string password_;
+    std::shared_ptr<const redis::TlsContext> tls_;
     pid_t pid_ = -1;
 };
 
@@ -254,16 +269,27 @@ TEST_CASE("sentinel: kiqd finds the master through a password-protected sentinel
     CHECK(lost.stop() == 0);
 }
 
-TEST_CASE("sentinel: kiqd follows a fail-over (kill -9 of the master) and every job completes",
-          "[sentinel][failover]") {
-    RedisServer master;
-    RedisServer replica({"--replicaof", "127.0.0.1", std::to_string(master.port())});
+namespace {
+
+// A master, a replica and a sentinel; kiqd drains a queue through a kill -9 of the master.
+// With `tls`, every link speaks TLS: kiqd to the sentinel and to both servers, the replica to
+// the master, the sentinel to both.
+void run_failover(bool tls) {
+    auto server = [tls](std::vector<std::string> args) {
+        return tls ? std::make_unique<RedisServer>(std::move(args), kiqd::test::TlsMode{})
+                   : std::make_unique<RedisServer>(std::move(args));
+    };
+    const auto master_ptr = server({});
+    RedisServer& master = *master_ptr;
+    const auto replica_ptr = server({"--replicaof", "127.0.0.1", std::to_string(master.port()),
+                                     "--tls-replication", tls ? "yes" : "no"});
+    RedisServer& replica = *replica_ptr;
     auto rconn = replica.connect();
     REQUIRE(wait_until([&] {
         return std::string(rconn.command({"INFO", "replication"}).str())
                    .find("master_link_status:up") != std::string::npos;
     }));
-    Sentinel sentinel(master.port());
+    Sentinel sentinel(master.port(), "", "", tls);
     auto sconn = sentinel.connect();
     // The sentinel learns about the replica from the master's INFO; only then can it fail over.
     REQUIRE(wait_until(
@@ -278,10 +304,14 @@ TEST_CASE("sentinel: kiqd follows a fail-over (kill -9 of the master) and every 
     REQUIRE(mconn.command({"WAIT", "1", "5000"}).integer() == 1);
     REQUIRE(llen(rconn, "queue:default") == jobs);
 
-    KiqdProcess kiqd(KIQD_BINARY,
-                     "queues: [default]\nconcurrency: 5\nredis:\n  sentinels: "
-                     "['127.0.0.1:" +
-                         std::to_string(sentinel.port()) + "']\n  master_name: mymaster\n");
+    // With TLS: rediss:// for the master, and the sentinels as the URL (sentinel_tls unset).
+    KiqdProcess kiqd(
+        KIQD_BINARY,
+        "queues: [default]\nconcurrency: 5\nredis:\n  sentinels: "
+        "['127.0.0.1:" +
+            std::to_string(sentinel.port()) + "']\n  master_name: mymaster\n" +
+            (tls ? "  url: rediss://localhost/0\n  " + master.tls_yaml().substr(2) + "\n"
+                 : std::string()));
     // Crash the master once kiqd is well into the queue (a third done).
     REQUIRE(wait_until([&] { return llen(mconn, "queue:default") <= jobs * 2 / 3; },
                        std::chrono::seconds(60)));
@@ -335,4 +365,16 @@ TEST_CASE("sentinel: kiqd follows a fail-over (kill -9 of the master) and every 
     CHECK(zcard(rconn, "retry") == 0);
     CHECK(zcard(rconn, "dead") == 0);
     CHECK(processed(rconn) > 0);  // the stats flushed after the fail-over landed on the new master
+}
+
+}  // namespace
+
+TEST_CASE("sentinel: kiqd follows a fail-over (kill -9 of the master) and every job completes",
+          "[sentinel][failover]") {
+    run_failover(false);
+}
+
+TEST_CASE("sentinel: a fail-over with TLS between everything: every job completes",
+          "[sentinel][failover][tls]") {
+    run_failover(true);
 }

@@ -2,16 +2,13 @@
 // small text-format parser below), SLO counters, /healthz, queue selectors and the cpu-bound cap.
 #include <signal.h>
 
-#include <boost/asio/connect.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <catch2/catch.hpp>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 
 #include "kiqd/clock.hpp"
+#include "support/http_get.hpp"
 #include "support/job_pushes.hpp"
 #include "support/kiqd_process.hpp"
 #include "support/redis_reads.hpp"
@@ -19,6 +16,7 @@
 #include "support/test_daemon_records.hpp"
 #include "support/wait_until.hpp"
 
+using kiqd::test::http_get;
 using kiqd::test::KiqdProcess;
 using kiqd::test::llen;
 using kiqd::test::ran_records;
@@ -166,28 +164,6 @@ size_t check_histograms(const Exposition& e) {
         }
     }
     return checked;
-}
-
-// GET http://127.0.0.1:port/target → (status, body); status 0 when nothing answered.
-std::pair<int, std::string> http_get(int port, const std::string& target) {
-    namespace beast = boost::beast;
-    namespace http = beast::http;
-    try {
-        boost::asio::io_context io;
-        beast::tcp_stream stream(io);
-        stream.expires_after(std::chrono::seconds(10));
-        stream.connect(boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"),
-                                                      static_cast<unsigned short>(port)));
-        http::request<http::empty_body> req{http::verb::get, target, 11};
-        req.set(http::field::host, "127.0.0.1");
-        http::write(stream, req);
-        beast::flat_buffer buffer;
-        http::response<http::string_body> res;
-        http::read(stream, buffer, res);
-        return {res.result_int(), res.body()};
-    } catch (const std::exception&) {
-        return {0, ""};
-    }
 }
 
 // Pushes a Test::Record-style job as a Ruby client would, with a chosen enqueued_at.

@@ -273,6 +273,18 @@ module KiqdInterop
       redis.lrange("kiqd-test:ran", 0, -1).map { |s| JSON.parse(s) }
     end
 
+    # Waits until kiqd_test_daemon has recorded every jid in `expected`, and asserts that each
+    # ran exactly once; returns [records, records grouped by jid].
+    def wait_for_each_run_once(expected, timeout = 20)
+      records = wait_until(timeout, "all #{expected.size} jobs to be recorded") do
+        recs = ran_records
+        recs if expected.all? { |jid| recs.any? { |r| r["jid"] == jid } }
+      end
+      by_jid = records.group_by { |r| r["jid"] }
+      expected.each { |jid| assert_equal 1, by_jid[jid].size, "jid #{jid} must run exactly once" }
+      [records, by_jid]
+    end
+
     def process_for(kiqd)
       Sidekiq::ProcessSet.new.find { |p| p.identity == kiqd.identity }
     end

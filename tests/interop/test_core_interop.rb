@@ -21,13 +21,7 @@ class CoreInteropTest < Minitest::Test
     scheduled_after = Test::Record.perform_at(scheduled_after_at, "scheduled-after-start")
 
     expected = [immediate, scheduled_before, *bulk, scheduled_after]
-    records = wait_until(20, "all #{expected.size} jobs to be recorded") do
-      recs = ran_records
-      recs if expected.all? { |jid| recs.any? { |r| r["jid"] == jid } }
-    end
-
-    by_jid = records.group_by { |r| r["jid"] }
-    expected.each { |jid| assert_equal 1, by_jid[jid].size, "jid #{jid} must run exactly once" }
+    records, by_jid = wait_for_each_run_once(expected)
     records.each do |r|
       assert_equal "Test::Record", r["class"]
       assert_equal "default", r["queue"]

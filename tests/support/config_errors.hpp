@@ -20,4 +20,17 @@ inline std::string config_error_of(const std::string& yaml,
     }
 }
 
+// A config text serving queue `default` followed by `yaml`, parsed for environment "production"
+// and validated (what the daemon loads); throws ConfigError.
+inline Config load_default_queue(const std::string& yaml) {
+    auto c = parse_config("queues: [default]\n" + yaml, "test.yml", "production");
+    validate_config(c);
+    return c;
+}
+
+// The error that text produces, or "" when it loads.
+inline std::string default_queue_error_of(const std::string& yaml) {
+    return config_error_of("queues: [default]\n" + yaml, validate_config);
+}
+
 }  // namespace kiqd::test

@@ -9,6 +9,7 @@
 
 #include <stdexcept>
 
+#include "support/tls_certs.hpp"
 #include "support/wait_until.hpp"
 
 namespace kiqd::test {
@@ -27,7 +28,8 @@ int free_port() {
 }
 
 std::string kiqd_config(const RedisServer& server, const std::string& extra) {
-    return "redis: {url: " + server.url() + "}\npoll_interval_average: 0.5\n" + extra;
+    return "redis: {url: " + server.url() + server.tls_yaml() + "}\npoll_interval_average: 0.5\n" +
+           extra;
 }
 
 std::string default_queue_config(const RedisServer& server, const std::string& extra) {
@@ -55,6 +57,20 @@ RedisServer::RedisServer(std::vector<std::string> extra_args)
     start();
 }
 
+RedisServer::RedisServer(std::vector<std::string> extra_args, TlsMode tls)
+    : port_(free_port()), extra_args_(std::move(extra_args)) {
+    const auto& certs = TestCerts::shared();
+    const auto args = certs.server_args(port_, tls.leaf, tls.auth_clients);
+    extra_args_.insert(extra_args_.begin(), args.begin(), args.end());
+    for (size_t i = 0; i + 1 < extra_args_.size(); ++i)
+        if (extra_args_[i] == "--requirepass") password_ = extra_args_[i + 1];
+    // A server with a bad certificate is still reached by the fixture (readiness, seeding).
+    tls_ =
+        tls.leaf == "server" ? certs.client(tls.auth_clients) : certs.unverified(tls.auth_clients);
+    tls_yaml_ = ", " + certs.yaml(tls.auth_clients);
+    start();
+}
+
 RedisServer::~RedisServer() {
     stop();  // dir_ goes after this, with the server's files
 }
@@ -64,6 +80,8 @@ redis::ConnectionOptions RedisServer::options() const {
     o.endpoint.host = "127.0.0.1";
     o.endpoint.port = port_;
     o.endpoint.password = password_;
+    o.endpoint.tls = tls_ != nullptr;
+    o.tls = tls_;
     return o;
 }
 

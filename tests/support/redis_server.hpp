@@ -6,6 +6,8 @@
 // the directory; kill9() is a crash). shared() is one server per test binary; call flushall() at
 // the start of each test. With "--requirepass PW" among `extra_args`, options()/connect() (and so
 // the readiness check and flushall()) authenticate with PW; url() never contains it.
+// With a TlsMode the server speaks TLS only (certificates from TestCerts::shared()): url() is
+// rediss://, options() carries a client context, and kiqd_config() adds the `tls:` keys.
 #include <sys/types.h>
 
 #include <chrono>
@@ -17,10 +19,16 @@
 
 namespace kiqd::test {
 
+struct TlsMode {
+    std::string leaf = "server";  // the server's certificate: server, wrong-name, expired
+    bool auth_clients = false;    // require a client certificate (mutual TLS)
+};
+
 class RedisServer {
   public:
     // `extra_args` are appended to the redis-server command line (they win over the defaults).
     explicit RedisServer(std::vector<std::string> extra_args = {});
+    RedisServer(std::vector<std::string> extra_args, TlsMode tls);
     ~RedisServer();
     RedisServer(const RedisServer&) = delete;
     RedisServer& operator=(const RedisServer&) = delete;
@@ -31,7 +39,12 @@ class RedisServer {
     int port() const { return port_; }
     pid_t pid() const { return pid_; }
     const std::string& dir() const { return dir_.path(); }
-    std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_) + "/0"; }
+    std::string url() const {
+        return (tls_ ? "rediss://127.0.0.1:" : "redis://127.0.0.1:") + std::to_string(port_) + "/0";
+    }
+    bool tls() const { return tls_ != nullptr; }
+    // `, tls: {...}` for a kiqd config's redis: map (empty without TLS).
+    const std::string& tls_yaml() const { return tls_yaml_; }
     const std::string& password() const { return password_; }  // from --requirepass, or ""
     redis::ConnectionOptions options() const;
     redis::Connection connect() const { return redis::Connection(options()); }
@@ -46,6 +59,8 @@ class RedisServer {
     std::vector<std::string> extra_args_;
     TempDir dir_{"kiqd-redis"};
     std::string password_;
+    std::shared_ptr<const redis::TlsContext> tls_;  // the client side, when the server is TLS
+    std::string tls_yaml_;
     pid_t pid_ = -1;
 };
 

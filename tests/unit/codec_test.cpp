@@ -61,7 +61,7 @@ TEST_CASE("Redis URLs", "[codec]") {
     CHECK(redis::parse_redis_url("redis://:secret@localhost").password == "secret");
     CHECK(redis::parse_redis_url("redis://[::1]:7000").host == "::1");
     CHECK(redis::parse_redis_url("unix:///run/redis.sock?db=2").unix_path == "/run/redis.sock");
-    CHECK_THROWS_AS(redis::parse_redis_url("rediss://x"), std::invalid_argument);
+    CHECK(redis::parse_redis_url("rediss://x").tls);
     CHECK_THROWS_AS(redis::parse_redis_url("redis://x:99999"), std::invalid_argument);
     CHECK_THROWS_AS(redis::parse_redis_url("http://x"), std::invalid_argument);
 }

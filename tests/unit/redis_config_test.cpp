@@ -15,16 +15,8 @@
 
 namespace {
 
-kiqd::Config load(const std::string& yaml) {
-    auto c = kiqd::parse_config("queues: [default]\n" + yaml, "test.yml", "production");
-    kiqd::validate_config(c);
-    return c;
-}
-
-// The error a config text produces, or "" when it loads.
-std::string error_of(const std::string& yaml) {
-    return kiqd::test::config_error_of("queues: [default]\n" + yaml, kiqd::validate_config);
-}
+constexpr auto load = &kiqd::test::load_default_queue;
+constexpr auto error_of = &kiqd::test::default_queue_error_of;
 
 // A temporary file with `content`, removed at scope exit.
 struct TempFile {

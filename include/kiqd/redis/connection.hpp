@@ -9,6 +9,9 @@
 // With Sentinel (ConnectionOptions::sentinel), every connect asks the sentinels in turn for the
 // master, connects to it and checks with ROLE that it is a master, so a reconnect after a
 // fail-over finds the promoted replica.
+// A rediss:// endpoint (Endpoint::tls) goes through a TlsStream (src/redis/tls_stream.hpp):
+// kiqd's own socket with an OpenSSL session, and hiredis only formatting commands and parsing
+// replies. A plain endpoint stays on hiredis's own redisContext, untouched by TLS.
 #include <hiredis/hiredis.h>
 
 #include <atomic>
@@ -24,8 +27,11 @@
 #include "kiqd/redis/endpoint.hpp"
 #include "kiqd/redis/errors.hpp"
 #include "kiqd/redis/sentinel.hpp"
+#include "kiqd/redis/tls.hpp"
 
 namespace kiqd::redis {
+
+class TlsStream;
 
 // Shared by a connection and the replies read from it. A reply of another type or shape than its
 // reader expects means that replies and commands may no longer match up (an extra reply on the
@@ -89,6 +95,9 @@ struct ConnectionOptions {
     // When enabled, host/port of `endpoint` are ignored: the sentinels name the master; db,
     // username and password still come from `endpoint`.
     SentinelOptions sentinel;
+    // The TLS settings for a rediss:// endpoint (and for the master a sentinel names when the
+    // endpoint is rediss://). Null with rediss://: the system's CAs, peer verification on.
+    std::shared_ptr<const TlsContext> tls;
 
     // For log lines: the endpoint, or the master name and sentinels; never credentials.
     std::string describe() const;
@@ -116,7 +125,7 @@ class Connection {
     // Connects now (normally lazy). Throws IoError when the server cannot be reached.
     void connect();
     void disconnect() noexcept;
-    bool connected() const { return ctx_ != nullptr; }
+    bool connected() const { return ctx_ != nullptr || tls_ != nullptr; }
     const ConnectionOptions& options() const { return options_; }
     // The server of the current (or last attempted) connection: with Sentinel, the master found.
     const Endpoint& endpoint() const { return current_; }
@@ -130,11 +139,15 @@ class Connection {
     bool is_master();          // ROLE says master (or ROLE is not allowed for this ACL user)
     void connect_if_needed();  // connects, or reconnects when a reply showed the stream astray
     [[noreturn]] void auth_failed(const std::string& reply);
+    // The TLS path of one command or pipeline: queue, send, read; drops the stream on a throw.
+    redisReply* tls_exchange(int argc, const char** argv, const size_t* lens, const char* what);
+    std::vector<Reply> tls_pipeline(const std::vector<Command>& commands);
 
     ConnectionOptions options_;
     Endpoint current_;
-    size_t preferred_sentinel_ = 0;  // the sentinel that answered last: asked first next time
-    redisContext* ctx_ = nullptr;
+    size_t preferred_sentinel_ = 0;   // the sentinel that answered last: asked first next time
+    redisContext* ctx_ = nullptr;     // plain TCP or Unix socket (hiredis does the I/O)
+    std::unique_ptr<TlsStream> tls_;  // rediss:// (never both set)
     std::shared_ptr<ReplyStreamState> stream_;  // one per socket: a new socket starts in step
 };
 

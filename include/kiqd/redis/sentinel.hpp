@@ -4,9 +4,12 @@
 // (re)connect, so after a fail-over the next connect finds the promoted replica. Pure data plus
 // a blocking function; it keeps no state of its own, so any thread may call it.
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "kiqd/redis/tls.hpp"
 
 namespace kiqd::redis {
 
@@ -23,6 +26,9 @@ struct SentinelOptions {
     std::string password;  // for the sentinels themselves; never logged
     // Connect and reply timeout per sentinel: a dead sentinel must not delay the next one long.
     std::chrono::milliseconds timeout{500};
+    // Set: the sentinels are asked over TLS with this context (redis.sentinel_tls); the master
+    // they name is reached as the URL says (rediss:// or redis://).
+    std::shared_ptr<const TlsContext> tls;
 
     bool enabled() const { return !sentinels.empty(); }
     // "master 'mymaster' via sentinels 127.0.0.1:26379,127.0.0.1:26380", without credentials.

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "server/connection_budget.hpp"
+
 namespace kiqd {
 namespace {
 
@@ -126,7 +128,8 @@ long long PauseController::resume_round(redis::Connection& conn, bool* remaining
 
 void PauseController::refresh_before_start() noexcept {
     try {
-        redis::Connection conn(rt_.connection_options);
+        redis::Connection conn(
+            named_connection(rt_.connection_options, rt_.identity, "pause-control-start"));
         refresh(conn);
     } catch (const redis::Error& e) {
         // The processors and the heartbeat report an outage (once, through RedisHealth); a
@@ -139,7 +142,7 @@ void PauseController::refresh_before_start() noexcept {
 
 void PauseController::start() {
     const auto& cfg = rt_.config.pause_control;
-    conn_.emplace(rt_.connection_options);
+    conn_.emplace(named_connection(rt_.connection_options, rt_.identity, "pause-control"));
     next_resume_ = DueTime(cfg.resume_interval);
     worker_.start(PeriodicWorker::Duration::zero(), cfg.refresh_interval, [this] { round(); });
 }
