@@ -87,18 +87,32 @@ class Rewriter {
         }
     }
 
-    void object(std::string& out, int depth) {
-        expect('{');
-        out += '{';
+    // `{ member, ... }` or `[ value, ... ]`: the brackets and commas, with `element` writing each
+    // member or value.
+    template <class Element>
+    void sequence(std::string& out, char open, char close, const Element& element) {
+        expect(open);
+        out += open;
         skip_space();
-        if (peek() == '}') {
+        if (peek() == close) {
             ++pos_;
-            out += '}';
+            out += close;
             return;
         }
         for (bool first = true;; first = false) {
             if (!first) out += ',';
             skip_space();
+            element();
+            skip_space();
+            if (peek() != ',') break;
+            ++pos_;
+        }
+        expect(close);
+        out += close;
+    }
+
+    void object(std::string& out, int depth) {
+        sequence(out, '{', '}', [&] {
             std::string key;
             string(key);
             out += ruby_json_string(key);
@@ -107,39 +121,11 @@ class Rewriter {
             out += ':';
             skip_space();
             value(out, depth + 1);
-            skip_space();
-            if (peek() == ',') {
-                ++pos_;
-                continue;
-            }
-            expect('}');
-            out += '}';
-            return;
-        }
+        });
     }
 
     void array(std::string& out, int depth) {
-        expect('[');
-        out += '[';
-        skip_space();
-        if (peek() == ']') {
-            ++pos_;
-            out += ']';
-            return;
-        }
-        for (bool first = true;; first = false) {
-            if (!first) out += ',';
-            skip_space();
-            value(out, depth + 1);
-            skip_space();
-            if (peek() == ',') {
-                ++pos_;
-                continue;
-            }
-            expect(']');
-            out += ']';
-            return;
-        }
+        sequence(out, '[', ']', [&] { value(out, depth + 1); });
     }
 
     unsigned hex4() {
