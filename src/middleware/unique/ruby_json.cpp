@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include "job/raw_json_object.hpp"
+
 namespace kiqd {
 namespace {
 
@@ -12,24 +14,6 @@ constexpr int kMaxDepth = 256;
 
 [[noreturn]] void bad(const char* what) {
     throw std::invalid_argument(std::string("not JSON Ruby can write: ") + what);
-}
-
-void append_utf8(std::string& out, unsigned cp) {
-    if (cp < 0x80) {
-        out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-        out += static_cast<char>(0xC0 | (cp >> 6));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        out += static_cast<char>(0xE0 | (cp >> 12));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-        out += static_cast<char>(0xF0 | (cp >> 18));
-        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
 }
 
 // Reads one JSON value from `in` at `pos` and appends Ruby's text of it to `out`.
@@ -128,81 +112,22 @@ class Rewriter {
         sequence(out, '[', ']', [&] { value(out, depth + 1); });
     }
 
-    unsigned hex4() {
-        if (pos_ + 4 > in_.size()) bad("short \\u escape");
-        unsigned v = 0;
-        for (int i = 0; i < 4; ++i) {
-            const char c = in_[pos_++];
-            v <<= 4;
-            if (c >= '0' && c <= '9')
-                v |= static_cast<unsigned>(c - '0');
-            else if (c >= 'a' && c <= 'f')
-                v |= static_cast<unsigned>(c - 'a' + 10);
-            else if (c >= 'A' && c <= 'F')
-                v |= static_cast<unsigned>(c - 'A' + 10);
-            else
-                bad("bad \\u escape");
-        }
-        return v;
-    }
-
-    // The decoded bytes of a JSON string.
+    // The decoded bytes of a JSON string: the token is found here, decoded by json_unquote
+    // (job/raw_json_object), which answers "" for what is not a valid string (a lone surrogate,
+    // an unknown escape).
     void string(std::string& s) {
+        const size_t start = pos_;
         expect('"');
         for (;;) {
             if (pos_ >= in_.size()) bad("unterminated string");
             const char c = in_[pos_++];
-            if (c == '"') return;
+            if (c == '"') break;
             if (static_cast<unsigned char>(c) < 0x20) bad("control character in a string");
-            if (c != '\\') {
-                s += c;
-                continue;
-            }
-            if (pos_ >= in_.size()) bad("unterminated escape");
-            const char e = in_[pos_++];
-            switch (e) {
-                case '"':
-                    s += '"';
-                    break;
-                case '\\':
-                    s += '\\';
-                    break;
-                case '/':
-                    s += '/';
-                    break;
-                case 'b':
-                    s += '\b';
-                    break;
-                case 'f':
-                    s += '\f';
-                    break;
-                case 'n':
-                    s += '\n';
-                    break;
-                case 'r':
-                    s += '\r';
-                    break;
-                case 't':
-                    s += '\t';
-                    break;
-                case 'u': {
-                    unsigned cp = hex4();
-                    if (cp >= 0xD800 && cp < 0xDC00) {
-                        if (in_.substr(pos_, 2) != "\\u") bad("lone surrogate");
-                        pos_ += 2;
-                        const unsigned low = hex4();
-                        if (low < 0xDC00 || low >= 0xE000) bad("lone surrogate");
-                        cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
-                    } else if (cp >= 0xDC00 && cp < 0xE000) {
-                        bad("lone surrogate");
-                    }
-                    append_utf8(s, cp);
-                    break;
-                }
-                default:
-                    bad("unknown escape");
-            }
+            if (c == '\\' && pos_++ >= in_.size()) bad("unterminated escape");
         }
+        const std::string_view token = in_.substr(start, pos_ - start);
+        s = json_unquote(token);
+        if (s.empty() && token.size() > 2) bad("an invalid string escape");
     }
 
     void number(std::string& out) {
