@@ -111,6 +111,7 @@ TEST_CASE("example daemon: C++ handlers, a middleware, plugins and exec handlers
     auto entry = nlohmann::json::parse(zrange(conn, "retry").at(0));
     CHECK(entry["jid"] == div0);
     CHECK(entry["error_class"] == "ZeroDivisionError");
+    REQUIRE(kiqd.wait_for_output("hello, kiqd!"));
     // The timing middleware logs after its handler returns (an exec handler returns once its
     // command has exited, after its last output line): awaited, not read at once.
     CHECK(kiqd.wait_for_output("timing: Greeter jid="));
