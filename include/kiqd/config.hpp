@@ -277,6 +277,9 @@ struct Config {
     // number of cores, resolved by validate_config.
     int cpu_bound_concurrency = 0;
     bool job_metadata = true;  // `job_metadata:` the metadata middleware (timings, SLOs, labels)
+    // Keys of other tools' sidekiq.yml sections that load but do nothing in kiqd, one line
+    // each ("key (line N): what kiqd does not do"), logged at start and shown by check-config.
+    std::vector<std::string> load_warnings;
 };
 
 // Parses YAML text (after expanding the supported ERB forms). `environment` selects a
