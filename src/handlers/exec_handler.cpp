@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "common/log_fields.hpp"
+#include "common/outcome_counters.hpp"
 #include "handlers/child_environment.hpp"
 #include "handlers/child_spawn.hpp"
 #include "kiqd/deadline.hpp"
@@ -443,6 +444,7 @@ void ExecRunner::operator()(const Job& job, JobContext& ctx) const {
         throw Interrupted();
     }
     if (phase == Phase::timed_out) {
+        increment(outcome_counters().exec_timeouts);
         throw JobError(
             "Kiqd::Timeout",
             fmt::format("{} did not finish within {} (pid {}; sent SIGTERM{})", spec_.argv[0],

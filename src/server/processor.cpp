@@ -5,6 +5,7 @@
 #include <typeinfo>
 
 #include "common/log_fields.hpp"
+#include "common/outcome_counters.hpp"
 #include "fetch/cpu_gate.hpp"
 #include "handlers/exec_handler.hpp"
 #include "redis/transaction.hpp"
@@ -214,6 +215,8 @@ void Processor::process(redis::Connection& conn, UnitOfWork unit) {
 void Processor::run_unit(redis::Connection& conn, UnitOfWork unit, const Admission& admit) {
     auto parsed = parse_job(unit.payload, unit.queue, rt_.limits);
     if (auto* invalid = std::get_if<InvalidJob>(&parsed)) {
+        increment(outcome_counters().unrunnable);
+        increment(outcome_counters().dead);
         rt_.log.error("queue={} unrunnable payload sent to the dead set: {}: {}", unit.queue,
                       invalid->error_class, invalid->error_message);
         record_outcome(
@@ -302,6 +305,10 @@ void Processor::run_unit(redis::Connection& conn, UnitOfWork unit, const Admissi
     static constexpr const char* kOutcome[] = {"retry scheduled", "sent to the dead set",
                                                "discarded (retry: false)"};
     const char* outcome = kOutcome[static_cast<int>(plan.outcome)];
+    auto& counters = outcome_counters();
+    increment(plan.outcome == FailureOutcome::Retried ? counters.retried
+              : plan.outcome == FailureOutcome::Dead  ? counters.dead
+                                                      : counters.discarded);
     rt_.log.warn(
         job_line(job)
             .json_number("elapsed_ms", elapsed)
