@@ -123,3 +123,22 @@ TEST_CASE("monitoring: every metric the rules and the dashboard use is in a live
     CHECK_THAT(scrape, Catch::Contains("worker=\"Kiqd::Noop\""));
     CHECK(kiqd.stop() == 0);
 }
+
+TEST_CASE("docker: the health check asks this process's /healthz", "[docker][monitoring]") {
+    const std::string check = std::string(KIQD_SOURCE_DIR) + "/docker/healthcheck";
+    const int port = kiqd::test::free_port();
+    const std::map<std::string, std::string> env{{"KIQD_METRICS_PORT", std::to_string(port)}};
+    // Nothing listening: unhealthy.
+    CHECK(kiqd::test::run_command({"/bin/bash", check}, env).first != 0);
+    auto& server = RedisServer::shared();
+    server.flushall();
+    KiqdProcess kiqd(KIQD_BINARY, kiqd::test::kiqd_config(server,
+                                                          "queues: [default]\nconcurrency: 1\n"
+                                                          "metrics: {listen: \"127.0.0.1:" +
+                                                              std::to_string(port) + "\"}\n"));
+    REQUIRE(wait_until([&] { return kiqd::test::http_get(port, "/healthz").first == 200; }));
+    const auto [status, out] = kiqd::test::run_command({"/bin/bash", check}, env);
+    INFO(out);
+    CHECK(status == 0);
+    CHECK(kiqd.stop() == 0);
+}
