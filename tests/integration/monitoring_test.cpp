@@ -142,3 +142,28 @@ TEST_CASE("docker: the health check asks this process's /healthz", "[docker][mon
     CHECK(status == 0);
     CHECK(kiqd.stop() == 0);
 }
+
+TEST_CASE("metrics: Redis reconnects are counted", "[monitoring]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    const int port = kiqd::test::free_port();
+    KiqdProcess kiqd(KIQD_BINARY, kiqd::test::kiqd_config(server,
+                                                          "queues: [default]\nconcurrency: 1\n"
+                                                          "metrics: {listen: \"127.0.0.1:" +
+                                                              std::to_string(port) + "\"}\n"));
+    auto scrape = [&] { return kiqd::test::http_get(port, "/metrics"); };
+    REQUIRE(wait_until([&] {
+        return scrape().second.find("\nkiqd_redis_reconnects_total 0\n") != std::string::npos;
+    }));
+    // Every connection of kiqd's is dropped by the server (not this test's own: SKIPME).
+    auto conn = server.connect();
+    REQUIRE(conn.command({"CLIENT", "KILL", "TYPE", "normal"}).integer() > 0);
+    CHECK(wait_until([&] {
+        const std::string body = scrape().second;
+        const auto at = body.find("\nkiqd_redis_reconnects_total ");
+        return at != std::string::npos &&
+               std::stoll(body.substr(at + std::string("\nkiqd_redis_reconnects_total ").size())) >=
+                   1;
+    }));
+    CHECK(kiqd.stop() == 0);
+}
