@@ -6,8 +6,6 @@
 # with the gems from ../shared/gems (7.3.10, redis-client 0.26.4, connection_pool 2.5.5) ahead of
 # Debian's; skipped with a message where that folder is absent.
 require "support"
-require "net/http"
-require "uri"
 
 class Sidekiq7InteropTest < Minitest::Test
   include KiqdInterop::Helpers
@@ -221,57 +219,19 @@ class Sidekiq7InteropTest < Minitest::Test
 
   # The 7.3 Web UI's Metrics page lists every class kiqd ran, and each class's page renders.
   def web_metrics_page(classes)
-    port = KiqdInterop.free_port
-    script = File.join(tmpdir, "web7.rb")
-    File.write(script, <<~RUBY)
-      require "securerandom"
-      require "rack"
-      require "rack/session/cookie"
-      require "webrick"
-      require "rack/handler/webrick"
-      require "sidekiq/web"
-      Sidekiq.configure_client { |c| c.redis = { url: ENV.fetch("REDIS_URL") } }
-      app = Rack::Builder.new do
-        use Rack::Session::Cookie, secret: SecureRandom.hex(64), same_site: true, max_age: 86400
-        run Sidekiq::Web
-      end
-      Rack::Handler::WEBrick.run(app, Host: "127.0.0.1", Port: #{port}, AccessLog: [],
-                                 Logger: WEBrick::Log.new($stderr, WEBrick::Log::WARN))
-    RUBY
-    web = spawn_child("web-ui-7.3", [KiqdInterop::RUBY, *INCLUDES, script])
-    base = "http://127.0.0.1:#{port}"
-    wait_until(30, "the 7.3 Web UI on #{base}") do
-      assert_alive(web)
-      get(base + "/").code == "200"
-    rescue SystemCallError, Net::OpenTimeout, Net::ReadTimeout, EOFError
-      false
-    end
-    page = get(base + "/metrics")
+    base = start_web_ui(INCLUDES, name: "web-ui-7.3")
+    page = http_get(base + "/metrics")
     assert_equal "200", page.code
     classes.each { |c| assert_includes page.body, c, "/metrics does not list #{c}" }
     classes.each do |c|
-      assert_equal "200", get(base + "/metrics/#{URI.encode_www_form_component(c)}").code
+      assert_equal "200", http_get(base + "/metrics/#{URI.encode_www_form_component(c)}").code
     end
-    busy = get(base + "/busy").body
+    busy = http_get(base + "/busy").body
     assert_includes busy, "kiqd-", "7.3's /busy shows kiqd's version"
-    chromium = ENV["CHROMIUM"] || "/usr/bin/chromium"
-    return unless File.executable?(chromium)
+    return unless chromium_path
 
     # Rendered by a browser: the page's script draws the classes' rows from the data.
-    profile = Dir.mktmpdir("chromium-profile-", tmpdir)
-    dom = spawn_child("chromium", [chromium, "--headless", "--no-sandbox", "--disable-gpu",
-                                   "--no-first-run", "--disable-background-networking",
-                                   "--disable-dev-shm-usage", "--user-data-dir=#{profile}",
-                                   "--window-size=1400,900", "--dump-dom", base + "/metrics"])
-    status = dom.wait(90)
-    assert status&.success?, "chromium failed: #{dom.log[-2000..] || dom.log}"
-    classes.each { |c| assert_includes dom.log, c, "the rendered /metrics does not show #{c}" }
-  end
-
-  def get(url)
-    uri = URI(url)
-    Net::HTTP.start(uri.host, uri.port, open_timeout: 5, read_timeout: 20) do |http|
-      http.get(uri.request_uri)
-    end
+    dom = chromium(base + "/metrics", "--dump-dom")
+    classes.each { |c| assert_includes dom, c, "the rendered /metrics does not show #{c}" }
   end
 end
