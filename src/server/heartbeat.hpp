@@ -4,8 +4,8 @@
 // MULTIs on its own connection:
 //   stat:processed/failed (+ daily keys, 5-year TTL) += counts since the last beat;
 //   <identity>:workers (6.x; 7+: :work, and 6 mode writes both) = running jobs, TTL 60 s;
-//   SADD processes; HSET <identity> info/busy/beat/quiet/rss/rtt_us (8: concurrency), TTL 60 s;
-//   RPOP <identity>-signals (remote TSTP/TERM/TTIN).
+//   SADD processes; HSET <identity> info/busy/beat/quiet/rss/rtt_us (8, auto: concurrency), TTL 60
+//   s; RPOP <identity>-signals (remote TSTP/TERM/TTIN).
 // The stats flush is idempotent: each batch of counts carries a per-process sequence number and
 // one Lua script applies it only if <identity>:flushed (the last applied number) is lower. When a
 // flush reaches Redis but its reply is lost (connection dropped, timeout), the batch is retried
