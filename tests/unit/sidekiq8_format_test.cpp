@@ -132,16 +132,15 @@ TEST_CASE("sidekiq 8: the info JSON has Launcher#to_data's fields and capsule mo
     // 6.4.1's eight.
     config.compat = Compat::v6;
     config.compat_auto = true;
-    std::set<std::string> got;
-    for (const auto& [k, v] :
-         nlohmann::json::parse(me.info_json(config, QueueOrder(config.queues))).items())
-        got.insert(k);
-    CHECK(got == keys8);
+    auto field_names = [&] {
+        const auto info = nlohmann::json::parse(me.info_json(config, QueueOrder(config.queues)));
+        std::set<std::string> names;
+        for (const auto& [k, v] : info.items()) names.insert(k);
+        return names;
+    };
+    CHECK(field_names() == keys8);
     config.compat_auto = false;
-    got.clear();
-    for (const auto& [k, v] :
-         nlohmann::json::parse(me.info_json(config, QueueOrder(config.queues))).items())
-        got.insert(k);
+    const auto got = field_names();
     CHECK(got == std::set<std::string>{"hostname", "started_at", "pid", "tag", "concurrency",
                                        "queues", "labels", "identity"});
 }
