@@ -1,6 +1,7 @@
 // Sidekiq 7/8's execution metrics written by a real kiqd into a real Redis: in compat 8 the minute
 // hash, the ten-minute hash and the h| histograms with their expiries; in compat 6 nothing.
-// (Sidekiq 7.3's own Metrics::Query reads kiqd's 7 layout in tests/interop/test_sidekiq7_interop.rb.)
+// (Sidekiq 7.3's own Metrics::Query reads kiqd's 7 layout in
+// tests/interop/test_sidekiq7_interop.rb.)
 #include <catch2/catch.hpp>
 
 #include "kiqd/client.hpp"
