@@ -252,7 +252,11 @@ struct Config {
     std::vector<std::string> labels;
     std::string environment;
     bool verbose = false;
-    Compat compat = Compat::v6;  // the Sidekiq major kiqd presents itself as (Debian: 6.4.1)
+    // The Sidekiq major kiqd presents itself as (`compat: 6|7|8`). With `compat: auto` (the
+    // default, compat_auto) it follows the cluster at run time (server/cluster_compat.hpp) and
+    // `compat` stays 6: the payload format every major reads.
+    Compat compat = Compat::v6;
+    bool compat_auto = true;
     RedisConfig redis;
     LoggingConfig logging;
     int max_retries = 25;

@@ -142,10 +142,12 @@ void apply_map(const YAML::Node& root, Config& c, const std::string& environment
          {"environment", ignored},
          {"compat",
           [&](const auto& key, const auto& v) {
-              long long v6 = as_int(key, v);
-              if (v6 != 6 && v6 != 7 && v6 != 8)
-                  throw ConfigError(key, "must be 6, 7 or 8", line_of(v));
-              c.compat = static_cast<Compat>(v6);
+              const std::string s = v.IsScalar() ? v.Scalar() : "";
+              if (s != "auto" && s != "6" && s != "7" && s != "8")
+                  throw ConfigError(key, "must be auto, 6, 7 or 8", line_of(v));
+              c.compat_auto = s == "auto";
+              // auto keeps the payload format of 6, which 6, 7 and 8 all read.
+              c.compat = c.compat_auto ? Compat::v6 : static_cast<Compat>(s[0] - '0');
           }},
          {"redis", [&](const auto&, const auto& v) { parse_redis(v, c.redis); }},
          {"logging", [&](const auto&, const auto& v) { parse_logging(v, c.logging); }},

@@ -2,6 +2,7 @@
 
 #include <cxxabi.h>
 
+#include <cmath>
 #include <typeinfo>
 
 #include "common/log_fields.hpp"
@@ -10,6 +11,7 @@
 #include "handlers/exec_handler.hpp"
 #include "redis/transaction.hpp"
 #include "server/connection_budget.hpp"
+#include "server/execution_metrics.hpp"
 
 namespace kiqd {
 namespace {
@@ -290,6 +292,13 @@ void Processor::run_unit(redis::Connection& conn, UnitOfWork unit, const Admissi
                           "handler raised Interrupted without a shutdown",
                           {"kiqd:in `" + job.handler_name() + "'"}};
     const double elapsed = ms_since(started);
+    // Sidekiq's execution metrics count what the stats count: runs of the handler, failures
+    // included, timed in whole ms (execution_metrics.hpp): the logged time (3 decimals) cut to
+    // its whole part, so the metrics can be checked against the log exactly.
+    if (rt_.execution_metrics && (failure || ctx.handler_ran))
+        rt_.execution_metrics->record(
+            job.handler_name(), failure.has_value(),
+            static_cast<long long>(std::floor(std::round(elapsed * 1000.0) / 1000.0)));
     if (!failure) {
         if (ctx.handler_ran) rt_.work.processed.fetch_add(1, std::memory_order_relaxed);
         rt_.log.info(job_line(job)
@@ -328,6 +337,7 @@ void Processor::push_back_interrupted(redis::Connection& conn, const UnitOfWork&
     // (docs/data-model.md#interrupted-jobs).
     rt_.work.processed.fetch_add(1, std::memory_order_relaxed);
     rt_.work.failed.fetch_add(1, std::memory_order_relaxed);
+    if (rt_.execution_metrics) rt_.execution_metrics->record(job.handler_name(), true, 0);
     if (!write_with_pending(conn, rt_.fetcher.requeue_commands({unit}), "requeue", unit.payload))
         return;
     rt_.work.requeued.fetch_add(1, std::memory_order_relaxed);

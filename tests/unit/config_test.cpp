@@ -73,6 +73,7 @@ server_middleware: [timing, {throttle: {limit: 3}}]
     CHECK(c.redis.key_prefix == "myapp");
     CHECK(c.logging.format == "json");
     CHECK(c.compat == kiqd::Compat::v7);
+    CHECK_FALSE(c.compat_auto);  // an explicit compat wins over the cluster
     CHECK(c.max_payload_bytes == 4096);
     REQUIRE(c.server_middleware.size() == 2);
     CHECK(c.server_middleware[1].name == "throttle");
@@ -98,6 +99,9 @@ TEST_CASE("bad configs name the key and the line", "[config]") {
     CHECK_THAT(error_of("queues: [a\n"), Catch::Contains("(yaml)"));
     CHECK_THAT(error_of("- just\n- a list\n"), Catch::Contains("must be a map"));
     CHECK_THAT(error_of("queues: [a]\ncompat: 5\n"), Catch::Contains("compat (line 2)"));
+    CHECK_THAT(error_of("queues: [a]\ncompat: automatic\n"),
+               Catch::Contains("compat (line 2): must be auto, 6, 7 or 8"));
+    CHECK_THAT(error_of("queues: [a]\ncompat: [7]\n"), Catch::Contains("compat (line 2)"));
     CHECK(error_of("queues: [a]\n") == "");
 }
 
@@ -232,4 +236,18 @@ TEST_CASE("batched fetch: reliable_fetch.batch_size and prefetch", "[config][bat
     CHECK(error_of("queues: [a]\nfetch: reliable\nprefetch: 10\n") ==
           "prefetch: applies to fetch: basic only; reliable fetch batches with "
           "reliable_fetch.batch_size");
+}
+
+TEST_CASE("compat: auto is the default and may be written out", "[config][compat]") {
+    auto dflt = parse_config("queues: [a]\n", "x", "development");
+    CHECK(dflt.compat_auto);
+    CHECK(dflt.compat == kiqd::Compat::v6);  // auto's payload format: float seconds
+    auto written = parse_config("queues: [a]\ncompat: auto\n", "x", "development");
+    CHECK(written.compat_auto);
+    auto six = parse_config("queues: [a]\ncompat: 6\n", "x", "development");
+    CHECK_FALSE(six.compat_auto);
+    CHECK(six.compat == kiqd::Compat::v6);
+    auto eight = parse_config("queues: [a]\ncompat: 8\n", "x", "development");
+    CHECK_FALSE(eight.compat_auto);
+    CHECK(eight.compat == kiqd::Compat::v8);
 }
