@@ -339,6 +339,12 @@ std::string MetricsServer::render_metrics() {
         "serves.\n# TYPE kiqd_queue_latency_seconds gauge\n" +
         latencies;
     gauge(out, "kiqd_redis_up", "1 when the last scrape could read Redis.", redis_up ? 1 : 0);
+    if (sources_.unique_reaped)
+        out += fmt::format(
+            "# HELP kiqd_unique_locks_reaped_total Unique locks whose holder was gone, freed by "
+            "this process's reaper.\n# TYPE kiqd_unique_locks_reaped_total counter\n"
+            "kiqd_unique_locks_reaped_total {}\n",
+            sources_.unique_reaped());
     return out;
 }
 
