@@ -29,11 +29,13 @@ constexpr double kRescheduleSeconds = 5.0;  // the gem's default schedule_in
 // k[6] uniquejobs:digests, the ZSET of the digests in use
 // k[7] uniquejobs:expiring_digests, the ZSET of until_expired digests with a TTL
 //
-//   release_client_lock(k, jid) — the gem's unlock.lua. Removes jid from D:QUEUED and D:PRIMED
+//   release_client_lock(k, jid, member) — the gem's unlock.lua (member: the digest as the
+// ZSETs hold it, without the key prefix). Removes jid from D:QUEUED and D:PRIMED
 // in any case. Returns -1 when another jid holds the lock, 0 when nobody does (nothing else
 // written), else frees it (with the last holder D, D:LOCKED, D:PRIMED and D:INFO go and D leaves
 // the digests ZSET), pushes '1' to D:QUEUED with a 5 s TTL to wake a gem waiter, and returns 1.
-//   take_client_lock(k, jid, pttl, expiring, limit, score) — the gem's queue_and_lock.lua (8.x;
+//   take_client_lock(k, jid, pttl, expiring, limit, score, member) — the gem's queue_and_lock.lua
+//   (8.x;
 // 7.1's queue.lua + lock.lua leave the same keys). Returns 1 when jid holds the lock (already, or
 // now: D = jid, jid in D:LOCKED, D in digests with `score`, or in expiring_digests at score +
 // pttl when `expiring`; D, D:LOCKED, D:INFO expire after pttl ms when pttl > 0), 0 when `limit`
@@ -42,44 +44,44 @@ constexpr double kRescheduleSeconds = 5.0;  // the gem's default schedule_in
 // The WRONGTYPE error (lua_type_guard.hpp) when a key those functions write holds another type,
 // else nil: a script calls it before its first write, as Redis keeps the writes made before a
 // failing command.
-#define KIQD_CLIENT_LOCK_LUA                                                  \
-    KIQD_LUA_TYPE_GUARD                                                       \
-    "local function client_lock_refused(k)\n"                                 \
-    "  return wrong_type({k[1], 'string', k[2], 'hash', k[3], 'list',\n"      \
-    "                     k[4], 'list', k[6], 'zset', k[7], 'zset'})\n"       \
-    "end\n"                                                                   \
-    "local function release_client_lock(k, jid)\n"                            \
-    "  redis.call('lrem', k[3], 0, jid)\n"                                    \
-    "  redis.call('lrem', k[4], 0, jid)\n"                                    \
-    "  if redis.call('hexists', k[2], jid) == 0 then\n"                       \
-    "    if redis.call('hlen', k[2]) > 0 then return -1 end\n"                \
-    "    return 0\n"                                                          \
-    "  end\n"                                                                 \
-    "  redis.call('hdel', k[2], jid)\n"                                       \
-    "  if redis.call('hlen', k[2]) == 0 then\n"                               \
-    "    redis.call('del', k[1], k[2], k[4], k[5])\n"                         \
-    "    redis.call('zrem', k[6], k[1])\n"                                    \
-    "  end\n"                                                                 \
-    "  redis.call('lpush', k[3], '1')\n"                                      \
-    "  redis.call('pexpire', k[3], 5000)\n"                                   \
-    "  return 1\n"                                                            \
-    "end\n"                                                                   \
-    "local function take_client_lock(k, jid, pttl, expiring, limit, score)\n" \
-    "  if redis.call('hexists', k[2], jid) == 1 then return 1 end\n"          \
-    "  if redis.call('hlen', k[2]) >= limit then return 0 end\n"              \
-    "  redis.call('set', k[1], jid)\n"                                        \
-    "  if expiring and pttl > 0 then\n"                                       \
-    "    redis.call('zadd', k[7], tonumber(score) + pttl, k[1])\n"            \
-    "  else\n"                                                                \
-    "    redis.call('zadd', k[6], score, k[1])\n"                             \
-    "  end\n"                                                                 \
-    "  redis.call('hset', k[2], jid, score)\n"                                \
-    "  if pttl > 0 then\n"                                                    \
-    "    redis.call('pexpire', k[1], pttl)\n"                                 \
-    "    redis.call('pexpire', k[2], pttl)\n"                                 \
-    "    redis.call('pexpire', k[5], pttl)\n"                                 \
-    "  end\n"                                                                 \
-    "  return 1\n"                                                            \
+#define KIQD_CLIENT_LOCK_LUA                                                          \
+    KIQD_LUA_TYPE_GUARD                                                               \
+    "local function client_lock_refused(k)\n"                                         \
+    "  return wrong_type({k[1], 'string', k[2], 'hash', k[3], 'list',\n"              \
+    "                     k[4], 'list', k[6], 'zset', k[7], 'zset'})\n"               \
+    "end\n"                                                                           \
+    "local function release_client_lock(k, jid, member)\n"                            \
+    "  redis.call('lrem', k[3], 0, jid)\n"                                            \
+    "  redis.call('lrem', k[4], 0, jid)\n"                                            \
+    "  if redis.call('hexists', k[2], jid) == 0 then\n"                               \
+    "    if redis.call('hlen', k[2]) > 0 then return -1 end\n"                        \
+    "    return 0\n"                                                                  \
+    "  end\n"                                                                         \
+    "  redis.call('hdel', k[2], jid)\n"                                               \
+    "  if redis.call('hlen', k[2]) == 0 then\n"                                       \
+    "    redis.call('del', k[1], k[2], k[4], k[5])\n"                                 \
+    "    redis.call('zrem', k[6], member)\n"                                          \
+    "  end\n"                                                                         \
+    "  redis.call('lpush', k[3], '1')\n"                                              \
+    "  redis.call('pexpire', k[3], 5000)\n"                                           \
+    "  return 1\n"                                                                    \
+    "end\n"                                                                           \
+    "local function take_client_lock(k, jid, pttl, expiring, limit, score, member)\n" \
+    "  if redis.call('hexists', k[2], jid) == 1 then return 1 end\n"                  \
+    "  if redis.call('hlen', k[2]) >= limit then return 0 end\n"                      \
+    "  redis.call('set', k[1], jid)\n"                                                \
+    "  if expiring and pttl > 0 then\n"                                               \
+    "    redis.call('zadd', k[7], tonumber(score) + pttl, member)\n"                  \
+    "  else\n"                                                                        \
+    "    redis.call('zadd', k[6], score, member)\n"                                   \
+    "  end\n"                                                                         \
+    "  redis.call('hset', k[2], jid, score)\n"                                        \
+    "  if pttl > 0 then\n"                                                            \
+    "    redis.call('pexpire', k[1], pttl)\n"                                         \
+    "    redis.call('pexpire', k[2], pttl)\n"                                         \
+    "    redis.call('pexpire', k[5], pttl)\n"                                         \
+    "  end\n"                                                                         \
+    "  return 1\n"                                                                    \
     "end\n"
 
 // One starting copy of a while_executing or until_and_while_executing job tries to take the
@@ -129,13 +131,14 @@ return {2, token}
 //
 // KEYS[1..7] the client lock keys (k[1..7] above)
 // ARGV[1]    the jid
+// ARGV[2]    the digest (its member in the ZSETs: without the key prefix)
 //
 // Returns release_client_lock's 1, 0 or -1; a WRONGTYPE error, and nothing written, when one of
 // KEYS holds another type.
 constexpr const char* kClientUnlockScript = KIQD_CLIENT_LOCK_LUA R"lua(
 local refused = client_lock_refused(KEYS)
 if refused then return refused end
-return release_client_lock(KEYS, ARGV[1])
+return release_client_lock(KEYS, ARGV[1], ARGV[2])
 )lua";
 
 // Takes the gem's client lock for one jid, as its client (and its server after a failure) does
@@ -147,6 +150,7 @@ return release_client_lock(KEYS, ARGV[1])
 // ARGV[3]    "1" for until_expired (expiring_digests), else "0"
 // ARGV[4]    lock_limit
 // ARGV[5]    the score (epoch seconds: the payload's `at`, else now)
+// ARGV[6]    the digest (its member in the ZSETs: without the key prefix)
 //
 // Returns take_client_lock's 1 or 0; a WRONGTYPE error, and nothing written, when one of KEYS
 // holds another type.
@@ -154,7 +158,7 @@ constexpr const char* kClientLockScript = KIQD_CLIENT_LOCK_LUA R"lua(
 local refused = client_lock_refused(KEYS)
 if refused then return refused end
 return take_client_lock(KEYS, ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1',
-                        tonumber(ARGV[4]), ARGV[5])
+                        tonumber(ARGV[4]), ARGV[5], ARGV[6])
 )lua";
 
 // Gives the wait lock up: a waiting copy whose lock_timeout ran out stops waiting.
@@ -395,7 +399,8 @@ void UniqueJobsMiddleware::call(JobContext& ctx, const Next& next) const {
 
 long long UniqueJobsMiddleware::release_client_lock(JobContext& ctx, const LockSpec& lock) const {
     if (!lock.client_lock || ctx.job.jid.empty()) return 0;
-    return client_unlock_script_.run(ctx.redis, client_lock_keys(lock.digest), {ctx.job.jid})
+    return client_unlock_script_
+        .run(ctx.redis, client_lock_keys(lock.digest), {ctx.job.jid, lock.digest})
         .integer();
 }
 
@@ -405,7 +410,8 @@ long long UniqueJobsMiddleware::take_client_lock(JobContext& ctx, const LockSpec
     return client_lock_script_
         .run(ctx.redis, client_lock_keys(lock.digest),
              {ctx.job.jid, std::to_string(lock.client_pttl),
-              lock.type == "until_expired" ? "1" : "0", std::to_string(lock.limit), score})
+              lock.type == "until_expired" ? "1" : "0", std::to_string(lock.limit), score,
+              lock.digest})
         .integer();
 }
 
@@ -425,7 +431,7 @@ void UniqueJobsMiddleware::after_failure(JobContext& ctx, const LockSpec& lock, 
                   keys_.digest_key(lock.digest, ":RUN:QUEUED"),
                   keys_.digest_key(lock.digest, ":RUN:PRIMED"),
                   keys_.digest_key(lock.digest, ":RUN:LOCKED")},
-                 {"ZREM", keys_.digest_key("uniquejobs:digests"), keys_.digest_key(lock.digest)}});
+                 {"ZREM", keys_.digest_key("uniquejobs:digests"), lock.digest}});
         } else if (fate == FailureOutcome::Retried && relock) {
             // Duplicates pushed while it waits for its retry are rejected by the gem's client.
             // When another copy took the lock meanwhile, that copy runs later.
