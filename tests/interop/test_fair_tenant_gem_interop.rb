@@ -42,7 +42,7 @@ class FairTenantGemInteropTest < Minitest::Test
     handlers = %w[SamplePlainJob SampleThrottledJob SampleActiveJob].to_h do |c|
       [c, { "exec" => ["/bin/true"] }]
     end
-    kiqd = start_kiqd("concurrency" => 3, "queues" => queues, "handlers" => handlers)
+    kiqd = start_kiqd({ "concurrency" => 3, "queues" => queues, "handlers" => handlers })
     env = { "REDIS_URL" => redis_url, "FAIR_TENANT_GEM" => GEM,
             "RUBYLIB" => [File.join(GEM, "lib"), File.join(GEMS, "anyway_config-1.4.4/lib")].join(":") }
     out, err, status = Open3.capture3(env, KiqdInterop::RUBY, SCENARIO)
