@@ -326,10 +326,10 @@ class UniqueGemsInteropTest < Minitest::Test
       assert_equal gem["pushes"], kiqd["pushes"]
       assert_equal CLEAN, gem["state"]
       assert_equal CLEAN, kiqd["state"]
-      # The gem's scheduler pushes A's retry through the client middleware, which rejects it
-      # (C holds the lock): A is gone. kiqd moves it to the queue; it arrives once C freed the
-      # lock, so it runs after C.
-      assert_equal %w[B C], gem["ran"]
+      # The gem's scheduler pushes A's retry through the client middleware, which usually
+      # rejects it (C holds the lock), so A is gone (seen run in 1 of 4 runs on 8.1.0). kiqd
+      # moves it to the queue; it arrives once C freed the lock, so it always runs after C.
+      assert_equal %w[B C], gem["ran"].first(2)
       assert_equal %w[B C A], kiqd["ran"]
     end
 
