@@ -212,6 +212,10 @@ void gem_client_lock(redis::Connection& c, const std::string& jid) {
     c.command({"ZADD", "uniquejobs:digests", "1700000000", "uniquejobs:acct1"});
 }
 
+[[noreturn]] void boom() {
+    throw JobError("Boom", "failed");
+}
+
 std::vector<std::string> lock_holders(redis::Connection& c) {
     std::vector<std::string> out;
     auto keys = c.command({"HKEYS", "uniquejobs:acct1:LOCKED"});
@@ -262,7 +266,6 @@ TEST_CASE(
     server.flushall();
     UniqueFixture f(server);
     auto& c = f.conn;
-    auto boom = [] { throw JobError("Boom", "failed"); };
     for (const std::string type : {"until_and_while_executing", "until_executing"}) {
         INFO(type);
         c.command({"FLUSHALL"});
@@ -304,7 +307,6 @@ TEST_CASE(
     server.flushall();
     UniqueFixture f(server);
     auto& c = f.conn;
-    auto boom = [] { throw JobError("Boom", "failed"); };
     for (const std::string type :
          {"until_and_while_executing", "until_executed", "until_executing"}) {
         INFO(type);

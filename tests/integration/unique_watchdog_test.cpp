@@ -34,6 +34,12 @@ void gem_client_lock(redis::Connection& c, const std::string& digest, const std:
     c.command({"ZADD", "uniquejobs:digests", "1700000000", digest});
 }
 
+// A job `jid` waiting in queue:default.
+void queued_job(redis::Connection& c, const std::string& jid) {
+    c.command({"SADD", "queues", "default"});
+    c.command({"LPUSH", "queue:default", R"({"class":"X","jid":")" + jid + R"(","args":[]})"});
+}
+
 // A live process record (as a heartbeat writes it) for `identity`.
 void live_process(redis::Connection& c, const std::string& identity) {
     c.command({"SADD", "processes", identity});
@@ -50,8 +56,7 @@ TEST_CASE("unique watchdog: kiqd unique locks lists holders and stale locks; unl
     // A client lock whose job waits in a queue (alive), one whose job is running in a process
     // (alive: its busy hash names the jid), one whose job is nowhere (stale).
     gem_client_lock(c, "uniquejobs:queued", "J1");
-    c.command({"SADD", "queues", "default"});
-    c.command({"LPUSH", "queue:default", R"({"class":"X","jid":"J1","args":[]})"});
+    queued_job(c, "J1");
     gem_client_lock(c, "uniquejobs:busy", "J2");
     live_process(c, "host:1:aaaaaaaaaaaa");
     c.command({"HSET", "host:1:aaaaaaaaaaaa:work", "tid",
@@ -109,8 +114,7 @@ TEST_CASE("unique watchdog: the reaper frees a client lock whose holder is missi
     LockKeeper keeper(t.keys, server.options(), std::chrono::seconds(60), TestRuntime::kIdentity,
                       *t.log);
     gem_client_lock(c, "uniquejobs:queued", "J1");
-    c.command({"SADD", "queues", "default"});
-    c.command({"LPUSH", "queue:default", R"({"class":"X","jid":"J1","args":[]})"});
+    queued_job(c, "J1");
     gem_client_lock(c, "uniquejobs:lost", "J3");
     gem_client_lock(c, "uniquejobs:late", "J4");
     CHECK(keeper.reap(c, false) == 0);  // first sighting: only suspected
