@@ -137,6 +137,25 @@ TEST_CASE("unique: YAML lock options are validated with the key and the line", "
         "handlers.S.lock_args (line 5): indexes must not be negative");
     CHECK(error_of("queues: [a]\nunique_jobs: {reaper: 5}\n") ==
           "unique_jobs.reaper (line 2): unknown key");
+    CHECK(error_of("queues: [a]\nunique_jobs:\n  digest_algorithm: sha1\n") ==
+          "unique_jobs.digest_algorithm (line 3): must be legacy or modern");
+    CHECK_FALSE(c.unique_jobs.modern_digest);
+    CHECK(parse_config("unique_jobs: {digest_algorithm: modern}\n", "t.yml", "production")
+              .unique_jobs.modern_digest);
+}
+
+TEST_CASE("unique: digest_algorithm modern is SHA3-256 of the same text", "[unique][digest]") {
+    // ruby -ropenssl -e 'puts OpenSSL::Digest.new("SHA3-256", %q([["class","C"],["lock_args",[1]],
+    //   ["queue","q"]])).hexdigest' — the gem 8's :modern digest of {class C, queue q, args [1]}
+    const std::string cls = "C", queue = "q";
+    const std::string modern = unique_digest("uniquejobs", &cls, &queue, "[1]", std::nullopt, true);
+    CHECK(modern == "uniquejobs:1b1548ab5931f714287dae1d4200921515ed084338985b1419faba0d8a9668df");
+    UniqueJobsConfig cfg;
+    cfg.modern_digest = true;
+    auto lock = resolve_lock(
+        job_of(R"({"class":"C","queue":"q","args":[1],"lock":"until_executed"})"), nullptr, cfg);
+    REQUIRE(lock);
+    CHECK(lock->digest == modern);
 }
 
 TEST_CASE("unique: a huge lock_ttl is an invalid lock, not an overflow", "[unique][fuzz]") {

@@ -223,7 +223,7 @@ std::string lock_args_of(const Job& job, const ClassSpec* defaults) {
 
 std::string unique_digest(const std::string& prefix, const std::string* job_class,
                           const std::string* queue, const std::string& lock_args,
-                          const std::optional<std::string>& apartment) {
+                          const std::optional<std::string>& apartment, bool modern) {
     // JSON.generate of the sorted [key, value] pairs: apartment < class < lock_args < queue.
     std::string text = "[";
     if (apartment) text += "[\"apartment\"," + *apartment + "],";
@@ -231,11 +231,12 @@ std::string unique_digest(const std::string& prefix, const std::string* job_clas
     text += "[\"lock_args\"," + lock_args + "]";
     if (queue) text += ",[\"queue\"," + ruby_json_string(*queue) + "]";
     text += "]";
-    // OpenSSL 3 looks EVP_md5() up in its provider on every use; fetch it once.
+    // OpenSSL 3 looks EVP_md5() up in its provider on every use; fetch them once.
     static EVP_MD* const md5 = EVP_MD_fetch(nullptr, "MD5", nullptr);
+    static EVP_MD* const sha3 = EVP_MD_fetch(nullptr, "SHA3-256", nullptr);
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int len = 0;
-    EVP_Digest(text.data(), text.size(), md, &len, md5, nullptr);
+    EVP_Digest(text.data(), text.size(), md, &len, modern ? sha3 : md5, nullptr);
     static constexpr char kHex[] = "0123456789abcdef";
     std::string out = prefix + ":";
     for (unsigned int i = 0; i < len; ++i) {
@@ -325,7 +326,7 @@ std::optional<LockSpec> resolve_lock(const Job& job, const ClassSpec* defaults,
             if (auto a = job.member_json("apartment")) apartment = ruby_json(*a);
             s.digest = unique_digest(prefix, across_workers ? nullptr : &job.job_class,
                                      across_queues ? nullptr : &job.queue,
-                                     lock_args_of(job, defaults), apartment);
+                                     lock_args_of(job, defaults), apartment, config.modern_digest);
         } catch (const std::invalid_argument& e) {
             invalid(std::string("the lock's arguments cannot be digested as Ruby does: ") +
                     e.what());

@@ -68,10 +68,12 @@ std::optional<LockSpec> resolve_lock(const Job& job, const ClassSpec* defaults,
 // sidekiq-unique-jobs' digest (LockDigest: MD5 of JSON.generate of the sorted pairs of
 // apartment, class, lock_args, queue); null class/queue are left out (unique_across_workers /
 // unique_across_queues), apartment only when the payload has one. `lock_args` and `apartment`
-// are JSON texts already written as Ruby writes them (ruby_json.hpp).
+// are JSON texts already written as Ruby writes them (ruby_json.hpp). `modern`: SHA3-256 instead
+// of MD5 (the gem 8's digest_algorithm: :modern).
 std::string unique_digest(const std::string& prefix, const std::string* job_class,
                           const std::string* queue, const std::string& lock_args,
-                          const std::optional<std::string>& apartment = std::nullopt);
+                          const std::optional<std::string>& apartment = std::nullopt,
+                          bool modern = false);
 
 class UniqueJobsMiddleware final : public ServerMiddleware {
   public:
