@@ -1,6 +1,6 @@
 # Issue 19 (item 5's real-gem check): sidekiq-fair_tenant 0.1.0's own spec scenario
 # (spec/sidekiq/fair_tenant_spec.rb with its spec/support/jobs.rb, loaded unmodified from
-# ../shared/gems beside the repository; skipped with a message where that folder is absent),
+# the shared/gems folder beside the repository; skipped with a message where that folder is absent),
 # pushed by the gem's real client middleware on Debian's Sidekiq 6.4.1 with ActiveSupport and
 # ActiveJob loaded — so `per: 1.hour` travels as "per":"3600" — while kiqd serves every queue.
 # The gem routes each push as its spec expects, and kiqd runs every one of the jobs: none fails
@@ -11,7 +11,7 @@ require "open3"
 class FairTenantGemInteropTest < Minitest::Test
   include KiqdInterop::Helpers
 
-  GEMS = File.expand_path("../shared/gems", KiqdInterop::ROOT)
+  GEMS = File.join(File.dirname(KiqdInterop::ROOT), "shared", "gems")
   GEM = File.join(GEMS, "sidekiq-fair_tenant-0.1.0")
   SCENARIO = File.join(__dir__, "fair_tenant_gem", "spec_scenario.rb")
 

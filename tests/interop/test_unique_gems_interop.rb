@@ -1,6 +1,6 @@
 # Issue 19: kiqd against sidekiq-unique-jobs' own Ruby SERVER middleware, with the gem's real
 # CLIENT middleware pushing, on both gem lines (7.1.33 on Debian's Sidekiq 6.4.1, 8.1.0 on
-# Sidekiq 7.3.10, loaded from ../shared/gems beside the repository; skipped with a message where
+# Sidekiq 7.3.10, loaded from the shared/gems folder beside the repository; skipped with a message where
 # that folder is absent). Each scenario runs the same pushes twice in one test: once served by
 # a real Ruby Sidekiq process with the gem's server middleware (the reference), once by
 # kiqd_test_daemon; both leave their observations, which are compared. The jobs are gated
@@ -14,7 +14,7 @@ require "support"
 require "open3"
 
 module UniqueGems
-  DIR = File.expand_path("../shared/gems", KiqdInterop::ROOT)
+  DIR = File.join(File.dirname(KiqdInterop::ROOT), "shared", "gems")
   APP = File.join(__dir__, "unique_gems", "app.rb")
   PUSHER = File.join(__dir__, "unique_gems", "pusher.rb")
 
