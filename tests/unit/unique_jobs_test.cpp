@@ -145,17 +145,20 @@ TEST_CASE("unique: YAML lock options are validated with the key and the line", "
 }
 
 TEST_CASE("unique: digest_algorithm modern is SHA3-256 of the same text", "[unique][digest]") {
-    // ruby -ropenssl -e 'puts OpenSSL::Digest.new("SHA3-256", %q([["class","C"],["lock_args",[1]],
-    //   ["queue","q"]])).hexdigest' — the gem 8's :modern digest of {class C, queue q, args [1]}
-    const std::string cls = "C", queue = "q";
-    const std::string modern = unique_digest("uniquejobs", &cls, &queue, "[1]", std::nullopt, true);
-    CHECK(modern == "uniquejobs:1b1548ab5931f714287dae1d4200921515ed084338985b1419faba0d8a9668df");
+    // ruby -ropenssl -e 'puts OpenSSL::Digest.new("SHA3-256",
+    //   %q([["class","C"],["lock_args",[1]],["queue","default"]])).hexdigest'
+    // — the gem 8's :modern digest of {class C, queue default, args [1]}
+    const std::string expected =
+        "uniquejobs:e6f180f2e1d0cb41147546d95dc47565c015556630d8cf758eeb5895137e58d7";
+    const std::string cls = "C", queue = "default";
+    CHECK(unique_digest("uniquejobs", &cls, &queue, "[1]", std::nullopt, true) == expected);
     UniqueJobsConfig cfg;
     cfg.modern_digest = true;
     auto lock = resolve_lock(
-        job_of(R"({"class":"C","queue":"q","args":[1],"lock":"until_executed"})"), nullptr, cfg);
+        job_of(R"({"class":"C","queue":"default","args":[1],"lock":"until_executed"})"), nullptr,
+        cfg);
     REQUIRE(lock);
-    CHECK(lock->digest == modern);
+    CHECK(lock->digest == expected);
 }
 
 TEST_CASE("unique: a huge lock_ttl is an invalid lock, not an overflow", "[unique][fuzz]") {
