@@ -4,8 +4,7 @@
 # pushed by the gem's real client middleware on Debian's Sidekiq 6.4.1 with ActiveSupport and
 # ActiveJob loaded — so `per: 1.hour` travels as "per":"3600" — and then run by kiqd, which
 # serves every queue. The gem routes each push as its spec expects, and kiqd runs every one of
-# the jobs: none fails
-# on the rules' format, none is left.
+# the jobs: none fails on the rules' format, none is left.
 require "support"
 require "open3"
 
