@@ -192,6 +192,8 @@ struct UniqueJobsConfig {
     std::chrono::milliseconds default_lock_ttl{60000};  // when neither payload nor YAML says
     std::chrono::milliseconds reaper_interval{60000};   // stale-lock reaper, one per fleet
     std::chrono::milliseconds wait_interval{1000};      // a waiting copy re-checks after this
+    bool modern_digest = false;  // digest_algorithm: modern — SHA3-256 as sidekiq-unique-jobs 8's
+                                 // :modern, for kiqd's own digests (default legacy: MD5)
 };
 
 // `pause_control:` (see pause_controller.hpp).

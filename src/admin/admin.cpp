@@ -7,6 +7,7 @@
 #include "admin/process_commands.hpp"
 #include "admin/set_commands.hpp"
 #include "admin/stats_commands.hpp"
+#include "admin/unique_commands.hpp"
 #include "common/control_escape.hpp"
 
 namespace kiqd::admin {
@@ -28,6 +29,7 @@ int run_admin(const Request& r, const Config& config, std::ostream& raw_out,
         if (r.command == "pause" || r.command == "resume")
             return cmd_pause(conn, keys, config, r, out, err);
         if (r.command == "paused") return cmd_paused(conn, keys, r, out);
+        if (r.command == "unique") return cmd_unique(conn, keys, r, out, err);
         err << "kiqd: unknown admin command " << escape_control(r.command) << std::endl;
         return kExitNotFound;
     } catch (const NotFound& e) {

@@ -18,6 +18,7 @@ struct Request {
                                        // class/queue name (pause/resume)
     std::string job_class;             // --class
     bool all = false;                  // --all
+    bool stale = false;                // --stale (unique locks)
     bool json = false;                 // --json
     std::optional<size_t> limit;       // --limit (listings)
 };

@@ -146,6 +146,13 @@ struct AdminCli {
                 ->expected(1);
         }
         sub("paused", "what is paused, with the jobs queued or parked behind each pause");
+        {
+            auto* s = sub("unique", "unique-job locks: list them (locks), free one (unlock)");
+            s->add_option("action", request.action, "locks (default) or unlock")
+                ->check(CLI::IsMember({"locks", "unlock"}));
+            s->add_option("digest", request.targets, "unlock: the lock's digest")->expected(0, 1);
+            s->add_flag("--stale", request.stale, "locks: only those whose holder is gone");
+        }
         for (const std::string sig : {"quiet", "stop"}) {
             auto* s = sub(sig, sig + " processes through their -signals list (as Sidekiq's API)");
             s->add_option("identity", request.targets, "process identities (see kiqd processes)");

@@ -162,7 +162,13 @@ void parse_unique_jobs(const YAML::Node& n, UniqueJobsConfig& u) {
          {"reaper_interval",
           [&](const auto& key, const auto& v) { u.reaper_interval = positive_seconds(key, v); }},
          {"wait_interval",
-          [&](const auto& key, const auto& v) { u.wait_interval = positive_seconds(key, v); }}});
+          [&](const auto& key, const auto& v) { u.wait_interval = positive_seconds(key, v); }},
+         {"digest_algorithm", [&](const auto& key, const auto& v) {
+              const std::string a = as_string(key, v);
+              if (a != "legacy" && a != "modern")
+                  throw ConfigError(key, "must be legacy or modern", line_of(v));
+              u.modern_digest = a == "modern";
+          }}});
 }
 
 void parse_pause_control_config(const YAML::Node& n, PauseControlConfig& p) {

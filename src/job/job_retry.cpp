@@ -33,6 +33,49 @@ long long JobRetry::delay_seconds(long long count, Compat compat, std::mt19937_6
     return base + r(rng) * (count + 1);
 }
 
+namespace {
+
+// Whether the failure numbered `count` (0 = first) ends the retries: `max` of them, or, with
+// Sidekiq 7.1+'s retry_for, the time since the first failure.
+bool retries_exhausted(const nlohmann::json& p, long long count, long long max, double now,
+                       Compat compat) {
+    const bool counted_out = count >= max;
+    if (auto rf = p.find("retry_for"); rf != p.end() && rf->is_number()) {
+        // retry_for: retried until failed_at + retry_for. Sidekiq 7 also stops at the retry
+        // count; 8 checks the duration alone, whatever the count (job_retry.rb).
+        double first = now;
+        if (auto fa = p.find("failed_at"); fa != p.end() && fa->is_number())
+            first = timestamp_seconds(fa->get<double>(), fa->is_number_integer());
+        const bool expired = first + rf->get<double>() < now;
+        return compat == Compat::v8 ? expired : counted_out || expired;
+    }
+    return counted_out;
+}
+
+// Ruby truthiness of "retry": absent means the default (true); false and null disable retries.
+bool retry_enabled(const nlohmann::json& p) {
+    auto it = p.find("retry");
+    return it == p.end() || !(it->is_null() || (it->is_boolean() && !*it));
+}
+
+long long max_retries_of(const nlohmann::json& p, long long fallback) {
+    auto it = p.find("retry");
+    return it != p.end() && it->is_number_integer() ? it->get<long long>() : fallback;
+}
+
+}  // namespace
+
+FailureOutcome JobRetry::fate(const Job& job, double now) const {
+    const nlohmann::json p = job.members({"retry", "retry_for", "failed_at"});
+    if (!retry_enabled(p)) return FailureOutcome::Discarded;
+    long long count = 0;
+    if (auto previous = job.retry_count())
+        count = *previous < std::numeric_limits<long long>::max() ? *previous + 1 : *previous;
+    return retries_exhausted(p, count, max_retries_of(p, max_retries_), now, compat_)
+               ? FailureOutcome::Dead
+               : FailureOutcome::Retried;
+}
+
 RetryPlan JobRetry::plan(const Job& job, const Failure& failure, double now,
                          std::mt19937_64& rng) const {
     RetryPlan plan;
@@ -58,14 +101,8 @@ RetryPlan JobRetry::plan(const Job& job, const Failure& failure, double now,
     // many times its size (docs/hardening-bounds.md), and the entry is edited as text.
     const nlohmann::json p =
         job.members({"retry", "retry_queue", "backtrace", "retry_for", "failed_at", "dead"});
-    // Ruby truthiness: absent means the default (true); false and null disable retries.
-    auto retry_it = p.find("retry");
-    const bool retry_enabled =
-        retry_it == p.end() || !(retry_it->is_null() || (retry_it->is_boolean() && !*retry_it));
-    if (!retry_enabled) return plan;  // no retry, no morgue (death handlers would run here)
-    const long long max = retry_it != p.end() && retry_it->is_number_integer()
-                              ? retry_it->get<long long>()
-                              : max_retries_;
+    if (!retry_enabled(p)) return plan;  // no retry, no morgue (death handlers would run here)
+    const long long max = max_retries_of(p, max_retries_);
 
     auto retry_queue = p.find("retry_queue");
     obj->set_string("queue", retry_queue != p.end() && retry_queue->is_string()
@@ -92,16 +129,7 @@ RetryPlan JobRetry::plan(const Job& job, const Failure& failure, double now,
         obj->set_string("error_backtrace", encode_backtrace(lines));
     }
 
-    bool exhausted = count >= max;
-    if (auto rf = p.find("retry_for"); rf != p.end() && rf->is_number()) {
-        // retry_for: retried until failed_at + retry_for. Sidekiq 7 also stops at the retry
-        // count; 8 checks the duration alone, whatever the count (job_retry.rb).
-        double first = now;
-        if (auto fa = p.find("failed_at"); fa != p.end() && fa->is_number())
-            first = timestamp_seconds(fa->get<double>(), fa->is_number_integer());
-        const bool expired = first + rf->get<double>() < now;
-        exhausted = compat_ == Compat::v8 ? expired : exhausted || expired;
-    }
+    const bool exhausted = retries_exhausted(p, count, max, now, compat_);
     plan.payload = obj->dump();
     if (exhausted) {
         auto dead = p.find("dead");

@@ -37,6 +37,11 @@ class JobRetry {
         : compat_(compat), max_retries_(max_retries), keys_(keys), dead_(dead) {}
 
     RetryPlan plan(const Job& job, const Failure& failure, double now, std::mt19937_64& rng) const;
+    // What a failure of `job` at `now` leads to, without building the entry: Retried, Dead
+    // (retries exhausted: Sidekiq's death handlers run, also with "dead": false) or Discarded
+    // ("retry": false, no death handlers). For middleware that, like the gem's death handler,
+    // must clean up after a job that will not come back.
+    FailureOutcome fate(const Job& job, double now) const;
     // The plan's writes, bare (no MULTI): the fetcher sends them in one transaction with the
     // job's acknowledgement (Fetcher::with_acknowledgement).
     std::vector<redis::Command> commands(const RetryPlan& plan) const;

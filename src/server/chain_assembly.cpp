@@ -42,7 +42,7 @@ ChainAssembly::ChainAssembly(const Runtime& rt, const SharedState& shared, Middl
     }
     // Innermost of kiqd's own, right around the user's chain: a job takes its EXEC lock only
     // once every middleware above has let it through.
-    builtins.push_back(std::make_shared<UniqueJobsMiddleware>(config, rt.keys, rt.dead,
+    builtins.push_back(std::make_shared<UniqueJobsMiddleware>(config, rt.keys, rt.dead, rt.retry,
                                                               lock_keeper_, rt.identity));
 
     // `chain` already holds the user's chain: put kiqd's own in front of it, innermost first.

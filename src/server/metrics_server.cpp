@@ -397,6 +397,12 @@ std::string MetricsServer::render_metrics() {
         latencies;
     out += cluster;
     gauge(out, "kiqd_redis_up", "1 when the last scrape could read Redis.", redis_up ? 1 : 0);
+    if (sources_.unique_reaped)
+        out += fmt::format(
+            "# HELP kiqd_unique_locks_reaped_total Unique locks whose holder was gone, freed by "
+            "this process's reaper.\n# TYPE kiqd_unique_locks_reaped_total counter\n"
+            "kiqd_unique_locks_reaped_total {}\n",
+            sources_.unique_reaped());
     return out;
 }
 

@@ -41,13 +41,16 @@ const std::vector<std::string> kPayloads = {
 // The gem's digest of each payload, as its client middleware would compute it: lock_args are
 // the job's own, else its args (no lock_args_method), and lock_prefix defaults to uniquejobs.
 std::vector<std::string> gem_digests(const std::vector<std::string>& include_dirs,
-                                     const std::vector<std::string>& requires_) {
+                                     const std::vector<std::string>& requires_,
+                                     bool modern = false) {
     TempDir dir;
     std::string lines;
     for (const auto& p : kPayloads) lines += p + "\n";
     const std::string input = dir.write("payloads.jsonl", lines);
-    const std::string script = dir.write("digest.rb", R"(
+    const std::string script = dir.write("digest.rb", std::string(R"(
 require "json"
+)") + (modern ? "SidekiqUniqueJobs.config.digest_algorithm = :modern\n" : "") +
+                                                          R"(
 File.readlines(ARGV[0]).each do |line|
   item = JSON.parse(line)
   item["lock_args"] = item["args"] unless item.key?("lock_args")
@@ -71,9 +74,10 @@ end
     return digests;
 }
 
-void compare_with(const std::vector<std::string>& gem) {
+void compare_with(const std::vector<std::string>& gem, bool modern = false) {
     REQUIRE(gem.size() == kPayloads.size());
     kiqd::UniqueJobsConfig cfg;
+    cfg.modern_digest = modern;
     for (size_t i = 0; i < kPayloads.size(); ++i) {
         std::string payload = kPayloads[i];
         payload.insert(payload.size() - 1, R"(,"lock":"while_executing")");
@@ -105,5 +109,14 @@ TEST_CASE("unique: kiqd's own digest is the sidekiq-unique-jobs gem's LockDigest
              (gems / "sidekiq-unique-jobs-8.1.0/lib").string(),
              (gems / "brpoplpush-redis_script-0.1.3/lib").string()},
             {"sidekiq", "sidekiq_unique_jobs"}));
+    }
+    SECTION("sidekiq-unique-jobs 8.1.0, digest_algorithm: :modern (SHA3-256)") {
+        compare_with(gem_digests({(gems / "sidekiq-7.3.10/lib").string(),
+                                  (gems / "redis-client-0.26.4/lib").string(),
+                                  (gems / "connection_pool-2.5.5/lib").string(),
+                                  (gems / "sidekiq-unique-jobs-8.1.0/lib").string(),
+                                  (gems / "brpoplpush-redis_script-0.1.3/lib").string()},
+                                 {"sidekiq", "sidekiq_unique_jobs"}, true),
+                     true);
     }
 }

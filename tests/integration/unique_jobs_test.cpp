@@ -42,7 +42,7 @@ struct UniqueFixture {
         : t(server),
           keeper(t.keys, server.options(), std::chrono::seconds(60), TestRuntime::kIdentity,
                  *t.log),
-          unique(t.config, t.keys, t.dead, keeper, TestRuntime::kIdentity),
+          unique(t.config, t.keys, t.dead, t.retry, keeper, TestRuntime::kIdentity),
           conn(server.connect()) {}
 
     // Runs `raw` through the middleware with `body` as the handler; true when it ran.
@@ -173,8 +173,10 @@ TEST_CASE("unique: the gem's client lock is released when the gem's server would
     CHECK(f.run(payload("J2", "until_executed"), [&] { CHECK(client_locked()); }));
     CHECK_FALSE(client_locked());
     CHECK(c.command({"ZSCORE", "uniquejobs:digests", "uniquejobs:acct1"}).is_nil());
-    client_lock("J3");  // …also after a failure
+    client_lock("J3");  // a failure keeps it through the retry (gem 8), which runs and frees it
     CHECK_THROWS(f.run(payload("J3", "until_executed"), [] { throw std::runtime_error("x"); }));
+    CHECK(client_locked());
+    CHECK(f.run(payload("J3", "until_executed", R"(,"retry_count":0)")));
     CHECK_FALSE(client_locked());
     client_lock("J4");  // until_expired: never released by the server
     CHECK(f.run(payload("J4", "until_expired")));
@@ -189,6 +191,134 @@ TEST_CASE("unique: the gem's client lock is released when the gem's server would
     client_lock("OTHER");
     CHECK(f.run(payload("J6", "until_executing")));
     CHECK(client_locked());
+    // until_executed without the lock while another jid holds it: that jid runs later, this
+    // copy is a duplicate; with the lock free it takes it for its run.
+    CHECK_FALSE(f.run(payload("J7", "until_executed")));
+    c.command({"DEL", "uniquejobs:acct1", "uniquejobs:acct1:LOCKED", "uniquejobs:digests"});
+    CHECK(f.run(payload("J8", "until_executed"), [&] {
+        CHECK(std::string(c.command({"GET", "uniquejobs:acct1"}).str()) == "J8");
+        CHECK(client_locked());
+    }));
+    CHECK_FALSE(client_locked());
+    CHECK(zcard(c, "uniquejobs:digests") == 0);
+}
+
+namespace {
+
+// What sidekiq-unique-jobs' client leaves behind after pushing `jid` under uniquejobs:acct1.
+void gem_client_lock(redis::Connection& c, const std::string& jid) {
+    c.command({"SET", "uniquejobs:acct1", jid});
+    c.command({"HSET", "uniquejobs:acct1:LOCKED", jid, "1700000000.0"});
+    c.command({"ZADD", "uniquejobs:digests", "1700000000", "uniquejobs:acct1"});
+}
+
+[[noreturn]] void boom() {
+    throw JobError("Boom", "failed");
+}
+
+std::vector<std::string> lock_holders(redis::Connection& c) {
+    std::vector<std::string> out;
+    auto keys = c.command({"HKEYS", "uniquejobs:acct1:LOCKED"});
+    for (size_t i = 0; i < keys.size(); ++i) out.emplace_back(keys[i].str());
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "unique: until_and_while_executing frees the client lock before the run lock — copies "
+    "pushed during a run leave no client lock behind",
+    "[unique]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    UniqueFixture f(server);
+    auto& c = f.conn;
+    // The gem's default options in every payload: lock_timeout 0, lock_ttl null.
+    const std::string gem = R"(,"lock_timeout":0,"lock_ttl":null)";
+    gem_client_lock(c, "A");
+    CHECK(f.run(payload("A", "until_and_while_executing", gem), [&] {
+        CHECK(lock_holders(c).empty());  // freed before the run: the gem accepts the next push
+        gem_client_lock(c, "B");
+        CHECK_FALSE(f.run(payload("B", "until_and_while_executing", gem)));  // waits (parked)
+        CHECK(lock_holders(c).empty());
+        CHECK(zcard(c, "uniquejobs:digests") == 0);
+        gem_client_lock(c, "C");
+        CHECK_FALSE(f.run(payload("C", "until_and_while_executing", gem)));  // B waits: dropped
+        CHECK(lock_holders(c).empty());
+        CHECK_FALSE(exists(c, "uniquejobs:acct1"));
+    }));
+    auto parked = zrange(c, "schedule");
+    REQUIRE(parked.size() == 1);  // B, whatever lock_timeout 0 says: the update is not lost
+    c.command({"DEL", "schedule"});
+    CHECK(f.run(parked[0]));
+    // Only the gem's 5 s wake-up token is left.
+    auto left = c.command({"KEYS", "uniquejobs:*"});
+    REQUIRE(left.size() == 1);
+    CHECK(std::string(left[0].str()) == "uniquejobs:acct1:QUEUED");
+    CHECK(c.command({"PTTL", "uniquejobs:acct1:QUEUED"}).integer() <= 5000);
+}
+
+TEST_CASE(
+    "unique: after a failure the client lock is taken again for the retry; the retry path "
+    "leaves nothing stuck",
+    "[unique]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    UniqueFixture f(server);
+    auto& c = f.conn;
+    for (const std::string type : {"until_and_while_executing", "until_executing"}) {
+        INFO(type);
+        c.command({"FLUSHALL"});
+        gem_client_lock(c, "A");
+        CHECK_THROWS(f.run(payload("A", type), boom));
+        // A waits for its retry holding the lock: the gem's client rejects duplicates.
+        CHECK(lock_holders(c) == std::vector<std::string>{"A"});
+        CHECK(c.command({"ZSCORE", "uniquejobs:digests", "uniquejobs:acct1"}).is_nil() == false);
+        CHECK(f.run(payload("A", type, R"(,"retry_count":0)")));
+        CHECK(lock_holders(c).empty());
+        CHECK(zcard(c, "uniquejobs:digests") == 0);
+    }
+    // Issue 19's sequence: A fails while B (pushed during A's run) holds the lock; B runs; C is
+    // pushed; A's retry arrives while C holds the lock: a duplicate of C, which runs later.
+    c.command({"FLUSHALL"});
+    gem_client_lock(c, "A");
+    CHECK_THROWS(f.run(payload("A"), [&] {
+        gem_client_lock(c, "B");
+        boom();
+    }));
+    CHECK(lock_holders(c) == std::vector<std::string>{"B"});
+    CHECK(f.run(payload("B")));
+    gem_client_lock(c, "C");
+    CHECK_FALSE(f.run(payload("A", "until_and_while_executing", R"(,"retry_count":0)")));
+    CHECK(lock_holders(c) == std::vector<std::string>{"C"});
+    CHECK(f.run(payload("C")));
+    CHECK(lock_holders(c).empty());
+    CHECK(zcard(c, "uniquejobs:digests") == 0);
+    // A's retry with nobody holding the lock runs (kiqd's scheduler has no client middleware).
+    CHECK(f.run(payload("A", "until_and_while_executing", R"(,"retry_count":0)")));
+    CHECK(zcard(c, "uniquejobs:digests") == 0);
+}
+
+TEST_CASE(
+    "unique: a job that dies frees its identity (the gem's death handler); retry: false "
+    "leaves no lock",
+    "[unique]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    UniqueFixture f(server);
+    auto& c = f.conn;
+    for (const std::string type :
+         {"until_and_while_executing", "until_executed", "until_executing"}) {
+        INFO(type);
+        c.command({"FLUSHALL"});
+        gem_client_lock(c, "A");
+        CHECK_THROWS(f.run(payload("A", type, R"(,"retry":2,"retry_count":1)"), boom));
+        CHECK(c.command({"KEYS", "uniquejobs:acct1*"}).size() == 0);
+        CHECK(zcard(c, "uniquejobs:digests") == 0);
+        gem_client_lock(c, "B");
+        CHECK_THROWS(f.run(payload("B", type, R"(,"retry":false)"), boom));
+        CHECK(lock_holders(c).empty());
+    }
 }
 
 TEST_CASE("unique: the keeper extends running locks and reaps those of dead processes",

@@ -6,6 +6,13 @@
 //   Test::Other — the same as Test::Record under another class name.
 //   Test::RecordOther — the same, under another class name (e.g. one without metadata).
 //   Test::FailOnce — fails on its first attempt (no retry_count yet), then records like Record.
+//   Test::Gated::<lock type> (UntilAndWhileExecuting, UntilExecuting, UntilExecuted,
+//                 WhileExecuting) — args [key, gate, mode]: RPUSH kiqd-test:started <jid>, waits
+//                 until the key kiqd-test:gate:<gate> exists, then fails (Test::FirstAttempt)
+//                 when mode is "fail" and the payload has no retry_count yet, else RPUSH
+//                 kiqd-test:done <jid>. The same as the Ruby workers of
+//                 tests/interop/unique_gems/app.rb, so kiqd and the gem's Ruby server run the
+//                 same jobs.
 //   Test::Spawn — args[0] is a list of job hashes: enqueues each through the process client
 //                 (JobContext::enqueue, with its client middleware), RPUSHes the list of
 //                 returned jids to kiqd-test:spawned, then records like Record.
@@ -43,6 +50,20 @@ void record_handler(const kiqd::Job& job, kiqd::JobContext& ctx) {
     record(job, ctx, started);
 }
 
+void gated_handler(const kiqd::Job& job, kiqd::JobContext& ctx) {
+    const auto& args = job.args();
+    const std::string gate =
+        args.size() > 1 && args[1].is_string() ? args[1].get<std::string>() : "";
+    const bool fail = args.size() > 2 && args[2] == "fail";
+    ctx.redis.command({"RPUSH", "kiqd-test:started", job.jid});
+    while (ctx.redis.command({"EXISTS", "kiqd-test:gate:" + gate}).integer() == 0) {
+        if (ctx.stop.wait_for(std::chrono::milliseconds(20))) throw kiqd::Interrupted();
+    }
+    if (fail && !job.retry_count())
+        throw kiqd::JobError("Test::FirstAttempt", "first attempt fails");
+    ctx.redis.command({"RPUSH", "kiqd-test:done", job.jid});
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -50,6 +71,9 @@ int main(int argc, char** argv) {
     handlers.add("Test::Record", record_handler);
     handlers.add("Test::Other", record_handler);        // a second class that records the same way
     handlers.add("Test::RecordOther", record_handler);  // a second class, for metadata tests
+    for (const char* type :
+         {"UntilAndWhileExecuting", "UntilExecuting", "UntilExecuted", "WhileExecuting"})
+        handlers.add(std::string("Test::Gated::") + type, gated_handler);
     handlers.add("Test::FailOnce", [](const kiqd::Job& job, kiqd::JobContext& ctx) {
         if (!job.retry_count()) throw kiqd::JobError("Test::FirstAttempt", "first attempt fails");
         record(job, ctx, kiqd::epoch_seconds());

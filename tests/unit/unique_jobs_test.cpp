@@ -137,6 +137,28 @@ TEST_CASE("unique: YAML lock options are validated with the key and the line", "
         "handlers.S.lock_args (line 5): indexes must not be negative");
     CHECK(error_of("queues: [a]\nunique_jobs: {reaper: 5}\n") ==
           "unique_jobs.reaper (line 2): unknown key");
+    CHECK(error_of("queues: [a]\nunique_jobs:\n  digest_algorithm: sha1\n") ==
+          "unique_jobs.digest_algorithm (line 3): must be legacy or modern");
+    CHECK_FALSE(c.unique_jobs.modern_digest);
+    CHECK(parse_config("unique_jobs: {digest_algorithm: modern}\n", "t.yml", "production")
+              .unique_jobs.modern_digest);
+}
+
+TEST_CASE("unique: digest_algorithm modern is SHA3-256 of the same text", "[unique][digest]") {
+    // ruby -ropenssl -e 'puts OpenSSL::Digest.new("SHA3-256",
+    //   %q([["class","C"],["lock_args",[1]],["queue","default"]])).hexdigest'
+    // — the gem 8's :modern digest of {class C, queue default, args [1]}
+    const std::string expected =
+        "uniquejobs:e6f180f2e1d0cb41147546d95dc47565c015556630d8cf758eeb5895137e58d7";
+    const std::string cls = "C", queue = "default";
+    CHECK(unique_digest("uniquejobs", &cls, &queue, "[1]", std::nullopt, true) == expected);
+    UniqueJobsConfig cfg;
+    cfg.modern_digest = true;
+    auto lock = resolve_lock(
+        job_of(R"({"class":"C","queue":"default","args":[1],"lock":"until_executed"})"), nullptr,
+        cfg);
+    REQUIRE(lock);
+    CHECK(lock->digest == expected);
 }
 
 TEST_CASE("unique: a huge lock_ttl is an invalid lock, not an overflow", "[unique][fuzz]") {

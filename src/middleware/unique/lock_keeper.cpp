@@ -1,7 +1,13 @@
 #include "middleware/unique/lock_keeper.hpp"
 
+#include <fmt/format.h>
+
+#include <random>
 #include <set>
 #include <vector>
+
+#include "kiqd/clock.hpp"
+#include "middleware/unique/lock_survey.hpp"
 
 namespace kiqd {
 namespace {
@@ -44,6 +50,35 @@ return freed
 constexpr auto kTick = std::chrono::milliseconds(500);
 
 }  // namespace
+
+std::vector<bool> LockKeeper::identities_alive(redis::Connection& conn, const Keys& keys,
+                                               const std::vector<std::string>& identities) {
+    // Alive while any of its three records exists: the heartbeat's (absent before the first
+    // beat and after an outage of more than 60 s), the keeper's own, reliable fetch's.
+    std::vector<redis::Command> checks;
+    for (const auto& id : identities)
+        checks.push_back({"EXISTS", keys.process(id), keys.unique_alive(id), keys.alive(id)});
+    std::vector<bool> alive;
+    if (checks.empty()) return alive;
+    auto replies = conn.pipeline(checks);
+    for (const auto& r : replies) alive.push_back(r.integer() > 0);
+    return alive;
+}
+
+std::string LockKeeper::new_owner(const std::string& identity) {
+    thread_local std::mt19937_64 rng(std::random_device{}());
+    return fmt::format("{} {:016x}@{:.3f}", identity, rng(), epoch_seconds());
+}
+
+std::optional<double> LockKeeper::owner_since(const std::string& owner) {
+    const auto at = owner.rfind('@');
+    if (at == std::string::npos || at < owner.rfind(' ')) return std::nullopt;
+    try {
+        return std::stod(owner.substr(at + 1));
+    } catch (const std::exception&) {
+        return std::nullopt;
+    }
+}
 
 const char* LockKeeper::release_script_source() {
     return kReleaseScript;
@@ -151,6 +186,36 @@ size_t LockKeeper::reap(redis::Connection& conn, bool take_lock) {
                                  std::to_string(reaper_interval_.count())});
         if (won.is_nil()) return 0;
     }
+    return reap_run_locks(conn) + reap_client_locks(conn);
+}
+
+size_t LockKeeper::reap_client_locks(redis::Connection& conn) {
+    // A client lock whose jid is in none of the places a job can be (lock_survey.hpp) in this
+    // pass AND the previous one, at least one interval apart, is freed: a job on its way
+    // between two places (a fetch, a retry being scheduled, a batch in a process's memory)
+    // shows up again by the next pass.
+    std::map<std::string, std::string> stale;  // "<digest> <jid>" → digest
+    for (const auto& l : survey_unique_locks(conn, keys_))
+        if (l.kind == "client" && !l.alive) stale.emplace(l.digest + " " + l.holder, l.digest);
+    size_t reaped = 0;
+    for (const auto& [entry, digest] : stale) {
+        if (!client_suspects_.count(entry)) continue;
+        const std::string jid = entry.substr(digest.size() + 1);
+        if (free_client_holder(conn, keys_, digest, jid) == 1) {
+            reaped_total_.fetch_add(1);
+            ++reaped;
+            log_.warn(
+                "unique client lock {} released: its holder jid {} is in no queue, set or "
+                "process",
+                digest, jid);
+        }
+    }
+    client_suspects_.clear();
+    for (const auto& [entry, digest] : stale) client_suspects_.insert(entry);
+    return reaped;
+}
+
+size_t LockKeeper::reap_run_locks(redis::Connection& conn) {
     auto held = conn.command({"HGETALL", held_hash_});
     std::vector<std::pair<std::string, std::string>> entries;  // lock key, owner
     std::set<std::string> identities;
@@ -160,23 +225,20 @@ size_t LockKeeper::reap(redis::Connection& conn, bool take_lock) {
         entries.emplace_back(std::string(held[i].str()), std::move(owner));
     }
     if (entries.empty()) return 0;
-    // Alive while any of its three records exists: the heartbeat's (absent before the first
-    // beat and after an outage of more than 60 s), the keeper's own, reliable fetch's.
-    std::vector<redis::Command> checks;
-    for (const auto& id : identities)
-        checks.push_back({"EXISTS", keys_.process(id), keys_.unique_alive(id), keys_.alive(id)});
-    auto replies = conn.pipeline(checks);
+    const std::vector<std::string> ids(identities.begin(), identities.end());
+    const auto alive = identities_alive(conn, keys_, ids);
     std::set<std::string> gone;
-    size_t i = 0;
-    for (const auto& id : identities)
-        if (replies[i++].integer() == 0) gone.insert(id);
+    for (size_t i = 0; i < ids.size(); ++i)
+        if (!alive[i]) gone.insert(ids[i]);
     size_t reaped = 0;
     for (const auto& [key, owner] : entries) {
         const auto id = owner_identity(owner);
         if (!gone.count(id)) continue;
-        release_script_.run(conn, {key, held_hash_}, {owner});
+        if (release_script_.run(conn, {key, held_hash_}, {owner}).integer() == 1) {
+            reaped_total_.fetch_add(1);
+            ++reaped;
+        }
         log_.warn("unique lock {} released: its owner {} is gone", key, id);
-        ++reaped;
     }
     return reaped;
 }

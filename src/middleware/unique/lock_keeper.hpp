@@ -8,19 +8,25 @@
 //   * keeps this process's liveness key `kiqd:unique:alive:<identity>` (TTL kLivenessTtl):
 //     written in start(), before the launcher starts any processor, refreshed every
 //     kLivenessRefresh and first thing after a failed round (Redis back after an outage);
-//   * every reaper_interval, if it wins the fleet-wide lock (SET NX PX interval), reads the
+//   * every reaper_interval, if it wins the fleet-wide lock (SET NX PX interval), frees the
+//     gem's client locks whose holder jid was in no queue, set or process (lock_survey.hpp) in
+//     this pass and its previous one (what the gem's orphan reaper does, for fleets without a
+//     Ruby server), and reads the
 //     `kiqd:unique:held` hash (EXEC key → "<identity> <token>") and releases the locks whose
 //     owner identity has none of: a live Sidekiq process record (60 s TTL, written by the first
 //     heartbeat, which may come after a processor took a lock), the unique liveness key, the
 //     reliable-fetch liveness key. So no lock outlives its owner by more than kLivenessTtl plus
 //     the interval, whatever its own TTL, and a live owner keeps its locks through an outage
 //     shorter than kLivenessTtl.
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "common/periodic_worker.hpp"
 #include "kiqd/job_context.hpp"
@@ -47,10 +53,21 @@ class LockKeeper {
     // One extension round / one reaper pass. Public for tests.
     size_t extend_due(redis::Connection& conn, bool all = false);
     size_t reap(redis::Connection& conn, bool take_lock = true);
+    // Locks this process's reaper freed since it started (/metrics).
+    unsigned long long reaped_total() const { return reaped_total_.load(); }
 
     // The identity part of a lock owner "<identity> <token>": up to the last space (the token
-    // is hex; kiqd's identities have no space either, encode_host_name).
+    // is "<hex>@<epoch seconds the lock was taken>"; kiqd's identities have no space either,
+    // encode_host_name).
     static std::string owner_identity(const std::string& owner);
+    // A fresh owner for a lock taken now by `identity`, and when an owner took its lock
+    // (nullopt for owners without the time, written before it was added).
+    static std::string new_owner(const std::string& identity);
+    static std::optional<double> owner_since(const std::string& owner);
+    // Whether each identity shows a sign of life (a process record, the keeper's liveness key,
+    // reliable fetch's liveness key): one round trip. Used by the reaper and `kiqd unique`.
+    static std::vector<bool> identities_alive(redis::Connection& conn, const Keys& keys,
+                                              const std::vector<std::string>& identities);
 
     static constexpr std::chrono::seconds kLivenessTtl{300};
     static constexpr std::chrono::seconds kLivenessRefresh{20};
@@ -67,6 +84,8 @@ class LockKeeper {
         std::chrono::steady_clock::time_point extended;
     };
     void round();  // one round of the keeper thread
+    size_t reap_run_locks(redis::Connection& conn);
+    size_t reap_client_locks(redis::Connection& conn);
     void mark_alive(redis::Connection& conn);
 
     const Keys& keys_;
@@ -78,10 +97,13 @@ class LockKeeper {
     redis::Script extend_script_;
     redis::Script release_script_;
     mutable std::mutex mutex_;
-    std::map<uint64_t, Held> locks_;         // guarded by mutex_
-    uint64_t next_id_ = 1;                   // guarded by mutex_
+    std::map<uint64_t, Held> locks_;  // guarded by mutex_
+    uint64_t next_id_ = 1;            // guarded by mutex_
+    std::atomic<unsigned long long> reaped_total_{0};
     std::optional<redis::Connection> conn_;  // keeper thread only, from start() to stop()
     DueTime next_reap_;                      // keeper thread only
+    std::set<std::string> client_suspects_;  // reaper (keeper thread, or a test): "<digest> <jid>"
+                                             // of client locks found stale in its last pass
     DueTime next_alive_;                     // keeper thread only (and start(), before it)
     PeriodicWorker worker_;                  // last: its thread ends before the members it uses go
 };

@@ -19,42 +19,70 @@ constexpr const char* kWhileExecuting = "while_executing";
 constexpr auto kWaitLockTtl = std::chrono::seconds(60);
 constexpr double kRescheduleSeconds = 5.0;  // the gem's default schedule_in
 
-// Frees the gem's client lock of digest D for one jid, as its unlock.lua does
-// (docs/data-model.md#unique-jobs-keys), and wakes a gem waiter. A Lua function, put in front of
-// the scripts that call it:
-//   release_client_lock(k, jid)
-// k[1] D, the digest key
+// The gem's client lock of digest D, as its Lua scripts keep it
+// (docs/data-model.md#unique-jobs-keys). Lua functions, put in front of the scripts that call
+// them; k is the list of keys:
+// k[1] D, the digest key (the last locking jid)
 // k[2] D:LOCKED, the hash of the lock's holders, keyed by jid
 // k[3] D:QUEUED, a list of jids, where the gem's waiters block
 // k[4] D:PRIMED, a list of jids
 // k[5] D:INFO, the lock's info
 // k[6] uniquejobs:digests, the ZSET of the digests in use
-// jid  the job whose lock to free
-// Removes jid from D:QUEUED and D:PRIMED in any case. Returns 0 when jid does not hold the lock
-// (nothing else written); else frees it (with the last holder D, D:LOCKED and D:INFO go and
-// D leaves the digests ZSET), pushes '1' to D:QUEUED with a 5 s TTL, and returns 1.
+// k[7] uniquejobs:expiring_digests, the ZSET of until_expired digests with a TTL
+//
+//   release_client_lock(k, jid, member) — the gem's unlock.lua (member: the digest as the
+// ZSETs hold it, without the key prefix). Removes jid from D:QUEUED and D:PRIMED
+// in any case. Returns -1 when another jid holds the lock, 0 when nobody does (nothing else
+// written), else frees it (with the last holder D, D:LOCKED, D:PRIMED and D:INFO go and D leaves
+// the digests ZSET), pushes '1' to D:QUEUED with a 5 s TTL to wake a gem waiter, and returns 1.
+//   take_client_lock(k, jid, pttl, expiring, limit, score, member) — the gem's queue_and_lock.lua
+//   (8.x;
+// 7.1's queue.lua + lock.lua leave the same keys). Returns 1 when jid holds the lock (already, or
+// now: D = jid, jid in D:LOCKED, D in digests with `score`, or in expiring_digests at score +
+// pttl when `expiring`; D, D:LOCKED, D:INFO expire after pttl ms when pttl > 0), 0 when `limit`
+// other jids hold it (nothing written).
 //   client_lock_refused(k)
-// The WRONGTYPE error (lua_type_guard.hpp) when a key release_client_lock writes holds another
-// type, else nil: a script calls it before its first write, as Redis keeps the writes made
-// before a failing command.
-#define KIQD_CLIENT_UNLOCK_LUA                                         \
-    KIQD_LUA_TYPE_GUARD                                                \
-    "local function client_lock_refused(k)\n"                          \
-    "  return wrong_type({k[2], 'hash', k[3], 'list', k[4], 'list',\n" \
-    "                     k[6], 'zset'})\n"                            \
-    "end\n"                                                            \
-    "local function release_client_lock(k, jid)\n"                     \
-    "  redis.call('lrem', k[3], 0, jid)\n"                             \
-    "  redis.call('lrem', k[4], 0, jid)\n"                             \
-    "  if redis.call('hexists', k[2], jid) == 0 then return 0 end\n"   \
-    "  redis.call('hdel', k[2], jid)\n"                                \
-    "  if redis.call('hlen', k[2]) == 0 then\n"                        \
-    "    redis.call('del', k[1], k[2], k[5])\n"                        \
-    "    redis.call('zrem', k[6], k[1])\n"                             \
-    "  end\n"                                                          \
-    "  redis.call('lpush', k[3], '1')\n"                               \
-    "  redis.call('pexpire', k[3], 5000)\n"                            \
-    "  return 1\n"                                                     \
+// The WRONGTYPE error (lua_type_guard.hpp) when a key those functions write holds another type,
+// else nil: a script calls it before its first write, as Redis keeps the writes made before a
+// failing command.
+#define KIQD_CLIENT_LOCK_LUA                                                          \
+    KIQD_LUA_TYPE_GUARD                                                               \
+    "local function client_lock_refused(k)\n"                                         \
+    "  return wrong_type({k[1], 'string', k[2], 'hash', k[3], 'list',\n"              \
+    "                     k[4], 'list', k[6], 'zset', k[7], 'zset'})\n"               \
+    "end\n"                                                                           \
+    "local function release_client_lock(k, jid, member)\n"                            \
+    "  redis.call('lrem', k[3], 0, jid)\n"                                            \
+    "  redis.call('lrem', k[4], 0, jid)\n"                                            \
+    "  if redis.call('hexists', k[2], jid) == 0 then\n"                               \
+    "    if redis.call('hlen', k[2]) > 0 then return -1 end\n"                        \
+    "    return 0\n"                                                                  \
+    "  end\n"                                                                         \
+    "  redis.call('hdel', k[2], jid)\n"                                               \
+    "  if redis.call('hlen', k[2]) == 0 then\n"                                       \
+    "    redis.call('del', k[1], k[2], k[4], k[5])\n"                                 \
+    "    redis.call('zrem', k[6], member)\n"                                          \
+    "  end\n"                                                                         \
+    "  redis.call('lpush', k[3], '1')\n"                                              \
+    "  redis.call('pexpire', k[3], 5000)\n"                                           \
+    "  return 1\n"                                                                    \
+    "end\n"                                                                           \
+    "local function take_client_lock(k, jid, pttl, expiring, limit, score, member)\n" \
+    "  if redis.call('hexists', k[2], jid) == 1 then return 1 end\n"                  \
+    "  if redis.call('hlen', k[2]) >= limit then return 0 end\n"                      \
+    "  redis.call('set', k[1], jid)\n"                                                \
+    "  if expiring and pttl > 0 then\n"                                               \
+    "    redis.call('zadd', k[7], tonumber(score) + pttl, member)\n"                  \
+    "  else\n"                                                                        \
+    "    redis.call('zadd', k[6], score, member)\n"                                   \
+    "  end\n"                                                                         \
+    "  redis.call('hset', k[2], jid, score)\n"                                        \
+    "  if pttl > 0 then\n"                                                            \
+    "    redis.call('pexpire', k[1], pttl)\n"                                         \
+    "    redis.call('pexpire', k[2], pttl)\n"                                         \
+    "    redis.call('pexpire', k[5], pttl)\n"                                         \
+    "  end\n"                                                                         \
+    "  return 1\n"                                                                    \
     "end\n"
 
 // One starting copy of a while_executing or until_and_while_executing job tries to take the
@@ -64,45 +92,34 @@ constexpr double kRescheduleSeconds = 5.0;  // the gem's default schedule_in
 // KEYS[1]    <digest>:WAIT, the wait lock (value: the waiting copy's token)
 // KEYS[2]    <digest>:EXEC, the exec lock (value: its owner)
 // KEYS[3]    the held-locks hash (kiqd:unique:held, exec lock key → owner), read by the reaper
-// KEYS[4..9] the gem's client lock keys (k[1..6] of release_client_lock); needed only when
-//            ARGV[7] is not '' (without them, freeing the client lock fails with a script error)
 // ARGV[1]    "1" = use the wait lock (until_and_while_executing), else "0"
 // ARGV[2]    the wait token this copy carries in its payload ("" if none)
 // ARGV[3]    a fresh token, for a copy that starts to wait
 // ARGV[4]    the exec lock's owner, "<identity> <token>"
 // ARGV[5]    the exec lock's TTL in ms
 // ARGV[6]    the wait lock's TTL in ms
-// ARGV[7]    the jid whose client lock to free once the exec lock is taken ("" = none)
 //
 // Returns
 //   {0}         with the wait lock: another copy (a different token) holds it, so this one is
 //               a duplicate; nothing written.
-//   a WRONGTYPE error, with nothing written, when KEYS[3] or (ARGV[7] not '') a client lock key
-//               holds another type
+//   a WRONGTYPE error, with nothing written, when KEYS[3] holds another type
 //   {1}         the exec lock was free and is now ARGV[4]'s (SET NX PX ARGV[5]), recorded in
-//               KEYS[3]; the wait lock, if this copy held it, is deleted, and ARGV[7]'s client
-//               lock (when ARGV[7] is not '') is freed: run the job.
+//               KEYS[3]; the wait lock, if this copy held it, is deleted: run the job.
 //   {2, ''}     without the wait lock: the exec lock is busy; nothing written.
 //   {2, token}  with the wait lock: the exec lock is busy, and this copy now holds the wait lock
 //               under `token` (the one it carried, else ARGV[3]) for another ARGV[6] ms: park it
 //               with the token.
-constexpr const char* kAcquireScript = KIQD_CLIENT_UNLOCK_LUA R"lua(
+constexpr const char* kAcquireScript = KIQD_LUA_TYPE_GUARD R"lua(
 local w = false
 if ARGV[1] == '1' then
   w = redis.call('get', KEYS[1])
   if w and w ~= ARGV[2] then return {0} end
 end
 local refused = wrong_type({KEYS[3], 'hash'})
-if not refused and ARGV[7] ~= '' then
-  refused = client_lock_refused({KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]})
-end
 if refused then return refused end
 if redis.call('set', KEYS[2], ARGV[4], 'NX', 'PX', ARGV[5]) then
   if w then redis.call('del', KEYS[1]) end
   redis.call('hset', KEYS[3], KEYS[2], ARGV[4])
-  if ARGV[7] ~= '' then
-    release_client_lock({KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]}, ARGV[7])
-  end
   return {1}
 end
 if ARGV[1] ~= '1' then return {2, ''} end
@@ -111,18 +128,38 @@ redis.call('set', KEYS[1], token, 'PX', ARGV[6])
 return {2, token}
 )lua";
 
-// Frees the gem's client lock for one jid (until_executing, until_executed), with
-// release_client_lock above.
+// Releases the gem's client lock for one jid (release_client_lock above).
 //
-// KEYS[1..6] the gem's client lock keys (k[1..6] of release_client_lock)
+// KEYS[1..7] the client lock keys (k[1..7] above)
 // ARGV[1]    the jid
+// ARGV[2]    the digest (its member in the ZSETs: without the key prefix)
 //
-// Returns 1 when the jid held the lock and it was freed, 0 when it did not hold it; a WRONGTYPE
-// error, and nothing written, when one of KEYS holds another type.
-constexpr const char* kClientUnlockScript = KIQD_CLIENT_UNLOCK_LUA R"lua(
+// Returns release_client_lock's 1, 0 or -1; a WRONGTYPE error, and nothing written, when one of
+// KEYS holds another type.
+constexpr const char* kClientUnlockScript = KIQD_CLIENT_LOCK_LUA R"lua(
 local refused = client_lock_refused(KEYS)
 if refused then return refused end
-return release_client_lock(KEYS, ARGV[1])
+return release_client_lock(KEYS, ARGV[1], ARGV[2])
+)lua";
+
+// Takes the gem's client lock for one jid, as its client (and its server after a failure) does
+// (take_client_lock above).
+//
+// KEYS[1..7] the client lock keys (k[1..7] above)
+// ARGV[1]    the jid
+// ARGV[2]    the TTL in ms (0: none)
+// ARGV[3]    "1" for until_expired (expiring_digests), else "0"
+// ARGV[4]    lock_limit
+// ARGV[5]    the score (epoch seconds: the payload's `at`, else now)
+// ARGV[6]    the digest (its member in the ZSETs: without the key prefix)
+//
+// Returns take_client_lock's 1 or 0; a WRONGTYPE error, and nothing written, when one of KEYS
+// holds another type.
+constexpr const char* kClientLockScript = KIQD_CLIENT_LOCK_LUA R"lua(
+local refused = client_lock_refused(KEYS)
+if refused then return refused end
+return take_client_lock(KEYS, ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1',
+                        tonumber(ARGV[4]), ARGV[5], ARGV[6])
 )lua";
 
 // Gives the wait lock up: a waiting copy whose lock_timeout ran out stops waiting.
@@ -187,7 +224,7 @@ std::string lock_args_of(const Job& job, const ClassSpec* defaults) {
 
 std::string unique_digest(const std::string& prefix, const std::string* job_class,
                           const std::string* queue, const std::string& lock_args,
-                          const std::optional<std::string>& apartment) {
+                          const std::optional<std::string>& apartment, bool modern) {
     // JSON.generate of the sorted [key, value] pairs: apartment < class < lock_args < queue.
     std::string text = "[";
     if (apartment) text += "[\"apartment\"," + *apartment + "],";
@@ -195,11 +232,12 @@ std::string unique_digest(const std::string& prefix, const std::string* job_clas
     text += "[\"lock_args\"," + lock_args + "]";
     if (queue) text += ",[\"queue\"," + ruby_json_string(*queue) + "]";
     text += "]";
-    // OpenSSL 3 looks EVP_md5() up in its provider on every use; fetch it once.
+    // OpenSSL 3 looks EVP_md5() up in its provider on every use; fetch them once.
     static EVP_MD* const md5 = EVP_MD_fetch(nullptr, "MD5", nullptr);
+    static EVP_MD* const sha3 = EVP_MD_fetch(nullptr, "SHA3-256", nullptr);
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int len = 0;
-    EVP_Digest(text.data(), text.size(), md, &len, md5, nullptr);
+    EVP_Digest(text.data(), text.size(), md, &len, modern ? sha3 : md5, nullptr);
     static constexpr char kHex[] = "0123456789abcdef";
     std::string out = prefix + ":";
     for (unsigned int i = 0; i < len; ++i) {
@@ -226,12 +264,19 @@ std::optional<LockSpec> resolve_lock(const Job& job, const ClassSpec* defaults,
     }
     const LockDefaults* d = defaults ? &defaults->lock : nullptr;
     // The lock's options, each parsed on its own; the identity arguments are read last.
-    const nlohmann::json p =
-        job.members({"lock_ttl", "lock_expiration", "lock_timeout", "on_conflict", "lock_digest",
-                     "lock_prefix", "unique_across_queues", "unique_across_workers"});
+    const nlohmann::json p = job.members(
+        {"lock_ttl", "lock_expiration", "lock_timeout", "on_conflict", "lock_digest", "lock_prefix",
+         "unique_across_queues", "unique_across_workers", "lock_limit", "at"});
 
     auto ttl = seconds_field(p, "lock_ttl");
     if (!ttl) ttl = seconds_field(p, "lock_expiration");  // the gem's legacy name
+    // The gem's client lock carries the payload's own TTL (the gem reads lock_ttl.to_i: null and
+    // 0 mean none); the EXEC lock, kiqd's, always has one.
+    if (ttl && ttl->count() >= 1000) s.client_pttl = ttl->count() / 1000 * 1000;
+    if (auto it = p.find("lock_limit"); it != p.end() && it->is_number())
+        s.limit = std::max(1LL, static_cast<long long>(it->get<double>()));
+    if (auto it = p.find("at"); it != p.end() && it->is_number())
+        s.score = score_text(it->get<double>());
     if (!ttl || ttl->count() < 1000) ttl = d && d->lock_ttl ? d->lock_ttl : std::nullopt;
     s.ttl = ttl ? *ttl : config.default_lock_ttl;
 
@@ -242,6 +287,11 @@ std::optional<LockSpec> resolve_lock(const Job& job, const ClassSpec* defaults,
     } else if (s.type == kWhileExecuting) {
         s.timeout = std::chrono::milliseconds(0);  // the gem's default: do not wait
     }
+    // until_and_while_executing: the copy that waits is the run that follows the running one,
+    // so it waits however long that run takes unless a positive lock_timeout says otherwise.
+    // The gem's client writes lock_timeout: 0 into every payload; its server then waits ~1 s and
+    // drops the copy, which loses the update the copy was pushed for.
+    if (s.type == kUntilAndWhile && s.timeout && s.timeout->count() <= 0) s.timeout.reset();
 
     std::string on_conflict;
     if (auto it = p.find("on_conflict"); it != p.end() && !it->is_null()) {
@@ -277,7 +327,7 @@ std::optional<LockSpec> resolve_lock(const Job& job, const ClassSpec* defaults,
             if (auto a = job.member_json("apartment")) apartment = ruby_json(*a);
             s.digest = unique_digest(prefix, across_workers ? nullptr : &job.job_class,
                                      across_queues ? nullptr : &job.queue,
-                                     lock_args_of(job, defaults), apartment);
+                                     lock_args_of(job, defaults), apartment, config.modern_digest);
         } catch (const std::invalid_argument& e) {
             invalid(std::string("the lock's arguments cannot be digested as Ruby does: ") +
                     e.what());
@@ -287,15 +337,17 @@ std::optional<LockSpec> resolve_lock(const Job& job, const ClassSpec* defaults,
 }
 
 UniqueJobsMiddleware::UniqueJobsMiddleware(const Config& config, const Keys& keys,
-                                           const DeadSet& dead, LockKeeper& keeper,
-                                           std::string identity)
+                                           const DeadSet& dead, const JobRetry& retry,
+                                           LockKeeper& keeper, std::string identity)
     : config_(config),
       keys_(keys),
       dead_(dead),
+      retry_(retry),
       keeper_(keeper),
       identity_(std::move(identity)),
       acquire_script_(kAcquireScript),
       client_unlock_script_(kClientUnlockScript),
+      client_lock_script_(kClientLockScript),
       release_script_(LockKeeper::release_script_source()),
       drop_wait_script_(kDropWaitScript) {}
 
@@ -305,7 +357,8 @@ std::vector<std::string> UniqueJobsMiddleware::client_lock_keys(const std::strin
             keys_.digest_key(digest, ":QUEUED"),
             keys_.digest_key(digest, ":PRIMED"),
             keys_.digest_key(digest, ":INFO"),
-            keys_.digest_key("uniquejobs:digests")};
+            keys_.digest_key("uniquejobs:digests"),
+            keys_.digest_key("uniquejobs:expiring_digests")};
 }
 
 void UniqueJobsMiddleware::call(JobContext& ctx, const Next& next) const {
@@ -313,27 +366,96 @@ void UniqueJobsMiddleware::call(JobContext& ctx, const Next& next) const {
     auto lock = resolve_lock(ctx.job, cls == config_.classes.end() ? nullptr : &cls->second,
                              config_.unique_jobs);
     if (!lock) return next();
-    if (lock->type == kUntilAndWhile || lock->type == kWhileExecuting)
-        return run_with_exec_lock(ctx, next, *lock);
-    if (lock->type == "until_executing") {
-        release_client_lock(ctx, *lock);
-        return next();
-    }
-    if (lock->type == "until_executed") {
+    // Runs the job; on a failure, does to the client lock what the gem's server does
+    // (`relock`: take it again for the retry) before the failure goes on to the retry logic.
+    auto run = [&](const Next& body, bool relock) {
         try {
-            next();
+            body();
+        } catch (const Interrupted&) {
+            after_failure(ctx, *lock, true, relock);
+            throw;
         } catch (...) {
-            release_client_lock(ctx, *lock);  // the gem unlocks in an ensure
+            after_failure(ctx, *lock, false, relock);
             throw;
         }
-        return release_client_lock(ctx, *lock);
+    };
+    if (lock->type == kWhileExecuting) return run_with_exec_lock(ctx, next, *lock);
+    if (lock->type == kUntilAndWhile) {
+        // The gem's server releases the until-lock first, then tries for the run lock. A copy
+        // that comes back from waiting released it on its first arrival.
+        if (ctx.job.members({"lock_wait_token"}).empty() && release_client_lock(ctx, *lock) < 0)
+            return duplicate(ctx, *lock);
+        return run([&] { run_with_exec_lock(ctx, next, *lock); }, true);
     }
-    next();  // until_expired: the client lock expires by its TTL
+    if (lock->type == "until_executing") {
+        release_client_lock(ctx, *lock);
+        return run(next, true);
+    }
+    // until_executed, until_expired: the run needs the lock. A copy that does not hold it (its
+    // lock expired, or it is a retry kiqd's scheduler moved without the gem's client middleware)
+    // takes it; if another jid holds it, that copy runs later and this one is a duplicate.
+    if (lock->client_lock && take_client_lock(ctx, *lock) == 0) return duplicate(ctx, *lock);
+    run(next, false);  // a failed until_executed job keeps its lock through the retry (gem 8)
+    if (lock->type == "until_executed") release_client_lock(ctx, *lock);
 }
 
-void UniqueJobsMiddleware::release_client_lock(JobContext& ctx, const LockSpec& lock) const {
-    if (!lock.client_lock || ctx.job.jid.empty()) return;
-    client_unlock_script_.run(ctx.redis, client_lock_keys(lock.digest), {ctx.job.jid});
+long long UniqueJobsMiddleware::release_client_lock(JobContext& ctx, const LockSpec& lock) const {
+    if (!lock.client_lock || ctx.job.jid.empty()) return 0;
+    return client_unlock_script_
+        .run(ctx.redis, client_lock_keys(lock.digest), {ctx.job.jid, lock.digest})
+        .integer();
+}
+
+long long UniqueJobsMiddleware::take_client_lock(JobContext& ctx, const LockSpec& lock) const {
+    if (!lock.client_lock || ctx.job.jid.empty()) return 1;
+    const std::string score = lock.score.empty() ? score_text(epoch_seconds()) : lock.score;
+    return client_lock_script_
+        .run(ctx.redis, client_lock_keys(lock.digest),
+             {ctx.job.jid, std::to_string(lock.client_pttl),
+              lock.type == "until_expired" ? "1" : "0", std::to_string(lock.limit), score,
+              lock.digest})
+        .integer();
+}
+
+void UniqueJobsMiddleware::after_failure(JobContext& ctx, const LockSpec& lock, bool interrupted,
+                                         bool relock) const {
+    if (!lock.client_lock) return;
+    try {
+        const FailureOutcome fate =
+            interrupted ? FailureOutcome::Retried : retry_.fate(ctx.job, epoch_seconds());
+        if (fate == FailureOutcome::Dead) {
+            // The gem's death handler: the identity is free again once its job is dead.
+            ctx.redis.pipeline(
+                {{"DEL", keys_.digest_key(lock.digest), keys_.digest_key(lock.digest, ":QUEUED"),
+                  keys_.digest_key(lock.digest, ":PRIMED"),
+                  keys_.digest_key(lock.digest, ":LOCKED"), keys_.digest_key(lock.digest, ":INFO"),
+                  keys_.digest_key(lock.digest, ":RUN"),
+                  keys_.digest_key(lock.digest, ":RUN:QUEUED"),
+                  keys_.digest_key(lock.digest, ":RUN:PRIMED"),
+                  keys_.digest_key(lock.digest, ":RUN:LOCKED")},
+                 {"ZREM", keys_.digest_key("uniquejobs:digests"), lock.digest}});
+        } else if (fate == FailureOutcome::Retried && relock) {
+            // Duplicates pushed while it waits for its retry are rejected by the gem's client.
+            // When another copy took the lock meanwhile, that copy runs later.
+            take_client_lock(ctx, lock);
+        } else if (fate == FailureOutcome::Discarded && !relock) {
+            release_client_lock(ctx, lock);  // retry: false — nothing will run it again
+        }
+    } catch (const redis::Error& e) {
+        ctx.log.warn("jid={} could not update the client lock {} after a failure: {}", ctx.job.jid,
+                     lock.digest, e.what());
+    }
+}
+
+void UniqueJobsMiddleware::duplicate(JobContext& ctx, const LockSpec& lock) const {
+    ctx.log.warn(
+        "class={} jid={} duplicate dropped: jid {} holds client lock {} and runs later",
+        ctx.job.display_class(), ctx.job.jid,
+        [&] {
+            auto v = ctx.redis.command({"GET", keys_.digest_key(lock.digest)});
+            return v.is_nil() ? std::string("?") : std::string(v.str());
+        }(),
+        lock.digest);
 }
 
 void UniqueJobsMiddleware::run_with_exec_lock(JobContext& ctx, const Next& next,
@@ -344,15 +466,11 @@ void UniqueJobsMiddleware::run_with_exec_lock(JobContext& ctx, const Next& next,
     const double since = p.value("lock_wait_since", 0.0);
     const std::string wait_key = keys_.digest_key(lock.digest, ":WAIT");
     const std::string exec_key = keys_.digest_key(lock.digest, ":EXEC");
-    const std::string owner = identity_ + " " + random_hex();
-    std::vector<std::string> keys{wait_key, exec_key, keeper_.held_hash()};
-    if (lock.client_lock)  // only a producer's digest can have a client lock to release
-        for (auto& k : client_lock_keys(lock.digest)) keys.push_back(std::move(k));
+    const std::string owner = LockKeeper::new_owner(identity_);
     auto reply = acquire_script_.run(
-        ctx.redis, keys,
+        ctx.redis, {wait_key, exec_key, keeper_.held_hash()},
         {use_wait ? "1" : "0", carried, random_hex(), owner, std::to_string(lock.ttl.count()),
-         std::to_string(std::chrono::milliseconds(kWaitLockTtl).count()),
-         lock.client_lock ? ctx.job.jid : std::string()});
+         std::to_string(std::chrono::milliseconds(kWaitLockTtl).count())});
     const long long outcome = reply[0].integer();
     if (outcome == 0)
         return conflict(ctx, lock, "another copy is already waiting for lock " + lock.digest);
