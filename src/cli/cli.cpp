@@ -146,6 +146,7 @@ struct AdminCli {
                 ->expected(1);
         }
         sub("paused", "what is paused, with the jobs queued or parked behind each pause");
+        sub("cron", "cron jobs (sidekiq-cron's and the YAML's): status, last and next run");
         for (const std::string sig : {"quiet", "stop"}) {
             auto* s = sub(sig, sig + " processes through their -signals list (as Sidekiq's API)");
             s->add_option("identity", request.targets, "process identities (see kiqd processes)");

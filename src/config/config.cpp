@@ -10,6 +10,7 @@
 #include <sstream>
 #include <thread>
 
+#include "config/cron_config.hpp"
 #include "config/features_config.hpp"
 #include "config/handlers_config.hpp"
 #include "config/redis_config.hpp"
@@ -179,7 +180,18 @@ void apply_map(const YAML::Node& root, Config& c, const std::string& environment
                   throw ConfigError(key, "must be between 1 and 1000", line_of(v));
           }},
          {"job_metadata",
-          [&](const auto& key, const auto& v) { c.job_metadata = as_bool(key, v); }}},
+          [&](const auto& key, const auto& v) { c.job_metadata = as_bool(key, v); }},
+         {"cron", [&](const auto&, const auto& v) { parse_cron(v, c.cron); }},
+         {"scheduler", [&](const auto&, const auto& v) { parse_scheduler(v, c.cron); }},
+         {"schedule", [&](const auto& key, const auto& v) { parse_schedule_map(key, v, c.cron); }},
+         {"cron_poll_interval",
+          [&](const auto& key, const auto& v) {
+              c.cron_poll_interval = seconds_number(key, v);
+              c.cron_poll_interval_set = true;
+              if (c.cron_poll_interval < 0)
+                  throw ConfigError(key, "must not be negative (0 turns the poller off)",
+                                    line_of(v));
+          }}},
         "unknown key",
         // Keys that are not strings, and the environment sub-hashes (production: {...}).
         [&](const std::string& name, const std::string&, const YAML::Node& key_node,
@@ -212,6 +224,7 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
     if (root.IsNull()) return c;  // an empty file is all defaults
     if (!root.IsMap()) throw ConfigError("(top level)", "must be a map of settings", line_of(root));
     apply_map(root, c, environment, true);
+    check_cron_names(c.cron);
     return c;
 }
 

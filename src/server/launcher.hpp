@@ -34,6 +34,7 @@
 #include "server/metrics_server.hpp"
 #include "server/orphan_recovery.hpp"
 #include "server/process_identity.hpp"
+#include "server/cron_poller.hpp"
 #include "server/scheduler.hpp"
 #include "server/systemd_notify.hpp"
 
@@ -88,6 +89,7 @@ class Launcher {
     ChainAssembly chain_assembly_;
     Manager manager_;
     Scheduler scheduler_;
+    CronPoller cron_poller_;  // sidekiq-cron's jobs and the YAML's schedules
     Heartbeat heartbeat_;
     std::unique_ptr<OrphanRecovery> recovery_;  // with `fetch: reliable` only
     PauseController pause_controller_;
