@@ -247,7 +247,7 @@ struct CronScheduleSpec {
     std::string queue;             // "" = "default"
     std::string args_json = "[]";  // a JSON array
     std::string description;
-    std::optional<bool> enabled;  // unset: keep the status in Redis (a Web UI disable survives)
+    std::optional<bool> enabled;    // unset: keep the status in Redis (a Web UI disable survives)
     bool active_job = false;        // enqueue through ActiveJob's Sidekiq adapter wrapper
     bool date_as_argument = false;  // append the enqueue time (epoch seconds) to args
     std::string key;                // "cron[0]", "scheduler.schedule.hello": for messages

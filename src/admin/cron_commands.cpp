@@ -79,12 +79,12 @@ int cmd_cron(redis::Connection& conn, const Keys& keys, const Config& config, co
                     {"queue", row.queue},
                     {"source", row.source},
                     {"in_config", row.in_config},
-                    {"last_enqueue_time", row.last_text.empty() ? ojson(nullptr)
-                                                                : ojson(row.last_text)},
+                    {"last_enqueue_time",
+                     row.last_text.empty() ? ojson(nullptr) : ojson(row.last_text)},
                     {"last_enqueue_at", row.last ? ojson(*row.last) : ojson(nullptr)},
                     {"next_run_at", row.next ? ojson(*row.next) : ojson(nullptr)},
-                    {"next_run", row.next ? ojson(utc_time(static_cast<double>(*row.next)))
-                                          : ojson(nullptr)}};
+                    {"next_run",
+                     row.next ? ojson(utc_time(static_cast<double>(*row.next))) : ojson(nullptr)}};
             if (!row.problem.empty()) j["error"] = row.problem;
             list.push_back(std::move(j));
         }
@@ -110,8 +110,7 @@ int cmd_cron(redis::Connection& conn, const Keys& keys, const Config& config, co
         table.push_back({row.name, row.status, row.cron, row.klass, row.queue,
                          row.source + (row.in_config ? " (yaml)" : ""), last, next});
     }
-    print_table(out, {"NAME", "STATUS", "CRON", "CLASS", "QUEUE", "SOURCE", "LAST", "NEXT"},
-                table);
+    print_table(out, {"NAME", "STATUS", "CRON", "CLASS", "QUEUE", "SOURCE", "LAST", "NEXT"}, table);
     return 0;
 }
 

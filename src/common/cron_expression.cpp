@@ -23,12 +23,18 @@ enum class Kind { sec, min, hour, dom, mon, dow };
 
 const char* kind_name(Kind k) {
     switch (k) {
-        case Kind::sec: return "seconds";
-        case Kind::min: return "minutes";
-        case Kind::hour: return "hours";
-        case Kind::dom: return "day of month";
-        case Kind::mon: return "month";
-        case Kind::dow: return "day of week";
+        case Kind::sec:
+            return "seconds";
+        case Kind::min:
+            return "minutes";
+        case Kind::hour:
+            return "hours";
+        case Kind::dom:
+            return "day of month";
+        case Kind::mon:
+            return "month";
+        case Kind::dow:
+            return "day of week";
     }
     return "?";
 }
@@ -233,8 +239,10 @@ bool is_zone_delta(std::string_view s) {  // [-+]([01][0-9]|2[0-4]):?(00|15|30|4
     if (s[0] != '+' && s[0] != '-') return false;
     std::string digits;
     for (size_t i = 1; i < s.size(); ++i)
-        if (s[i] != ':') digits += s[i];
-        else if (i != 3) return false;
+        if (s[i] != ':')
+            digits += s[i];
+        else if (i != 3)
+            return false;
     if (digits.size() != 4 || !all_digits(digits)) return false;
     const int h = std::atoi(digits.substr(0, 2).c_str());
     const int m = std::atoi(digits.substr(2).c_str());
@@ -442,10 +450,9 @@ CronExpression::Local CronExpression::local(std::int64_t t) const {
 
 std::int64_t CronExpression::local_midnight(int y, int m, int d, bool* skipped) const {
     using namespace std::chrono;
-    const date::local_seconds ls{
-        date::local_days{date::year{y} / date::month{static_cast<unsigned>(m)} /
-                         date::day{static_cast<unsigned>(d)}}
-            .time_since_epoch()};
+    const date::local_seconds ls{date::local_days{
+        date::year{y} / date::month{static_cast<unsigned>(m)} / date::day{static_cast<unsigned>(d)}}
+                                     .time_since_epoch()};
     if (skipped) *skipped = false;
     if (!zone_) return ls.time_since_epoch().count() - offset_;
     const auto li = zone_->get_info(ls);
@@ -471,8 +478,7 @@ bool CronExpression::weekday_match(const Local& l) const {
         if (!w.nth) return true;
         // et-orbi's wday_in_month: weeks counted from the month's start, and from its end.
         const int last = static_cast<int>(static_cast<unsigned>(
-            (date::year{l.year} / date::month{static_cast<unsigned>(l.month)} / date::last)
-                .day()));
+            (date::year{l.year} / date::month{static_cast<unsigned>(l.month)} / date::last).day()));
         const int from_start = (l.day - 1) / 7 + 1;
         const int from_end = -((last - l.day) / 7 + 1);
         if (*w.nth == from_start || *w.nth == from_end) return true;
@@ -505,8 +511,7 @@ constexpr int kMaxIterations = 2048;  // fugit's MAX_ITERATION_COUNT
 
 std::string wall(const CronExpression::Local& l) {
     return std::to_string(l.year) + "-" + std::to_string(l.month) + "-" + std::to_string(l.day) +
-           " " + std::to_string(l.hour) + ":" + std::to_string(l.min) + ":" +
-           std::to_string(l.sec);
+           " " + std::to_string(l.hour) + ":" + std::to_string(l.min) + ":" + std::to_string(l.sec);
 }
 }  // namespace
 

@@ -60,8 +60,8 @@ class CronExpression {
 
   private:
     struct Weekday {
-        int day;                  // 0-6
-        std::optional<int> nth;   // `#n`: 1..5 from the start of the month, -1..-5 from its end
+        int day;                 // 0-6
+        std::optional<int> nth;  // `#n`: 1..5 from the start of the month, -1..-5 from its end
     };
     using Field = std::optional<std::vector<int>>;  // nullopt: any value
 

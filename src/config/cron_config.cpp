@@ -69,8 +69,9 @@ CronScheduleSpec parse_entry(const std::string& key, const YAML::Node& n, std::s
          {"cron",
           [&](const auto& k, const auto& v) {
               if (!v.IsScalar())
-                  throw ConfigError(k, "must be a cron line (options such as first_in are not "
-                                       "supported)",
+                  throw ConfigError(k,
+                                    "must be a cron line (options such as first_in are not "
+                                    "supported)",
                                     line_of(v));
               s.cron = non_empty_string(k, v);
               cron_node = v;
@@ -97,8 +98,7 @@ CronScheduleSpec parse_entry(const std::string& key, const YAML::Node& n, std::s
               if (!j.is_array()) j = nlohmann::json::array({j});
               s.args_json = j.dump();
           }},
-         {"description",
-          [&](const auto& k, const auto& v) { s.description = as_string(k, v); }},
+         {"description", [&](const auto& k, const auto& v) { s.description = as_string(k, v); }},
          {"enabled", [&](const auto& k, const auto& v) { s.enabled = as_bool(k, v); }},
          {"status",
           [&](const auto& k, const auto& v) {

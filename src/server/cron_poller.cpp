@@ -17,7 +17,8 @@ namespace {
 // KEYS[2] -> cron_job:<name> (the job's hash)
 // KEYS[3] -> cron_job:<name>:jid_history
 // KEYS[4] -> the "queues" set
-// KEYS[5] -> the destination: "queue:<q>" (mode queue) or "schedule" (mode schedule)
+// KEYS[5] -> the destination: "queue:<q>" (mode queue), "schedule" (mode schedule), or
+//            "queues" again (mode none: not written)
 // --
 // ARGV[1] -> the run's time, as the gem scores it (Float#to_s)
 // ARGV[2] -> the run's time in ISO 8601 UTC (the claim's member)
@@ -33,7 +34,7 @@ namespace {
 // is gone or disabled; a WRONGTYPE error, nothing written, when a key holds another type.
 constexpr const char* kEnqueueScript = KIQD_LUA_TYPE_GUARD R"lua(
 local dest = 'list'
-if ARGV[3] == 'schedule' then dest = 'zset' end
+if ARGV[3] == 'schedule' then dest = 'zset' elseif ARGV[3] == 'none' then dest = 'set' end
 local refused = wrong_type({KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'list', KEYS[4], 'set',
                             KEYS[5], dest})
 if refused then return refused end
@@ -55,8 +56,8 @@ return 1
 )lua";
 
 constexpr double kRememberSeconds = 24 * 60 * 60;  // the gem's REMEMBER_THRESHOLD
-constexpr int kHistorySize = 10;                     // the gem's cron_history_size default
-constexpr std::int64_t kWindowSeconds = 60;          // the gem's not_past_scheduled_time?
+constexpr int kHistorySize = 10;                   // the gem's cron_history_size default
+constexpr std::int64_t kWindowSeconds = 60;        // the gem's not_past_scheduled_time?
 
 std::string uuid_v4(std::mt19937_64& rng) {
     unsigned char b[16];
@@ -213,8 +214,9 @@ bool CronPoller::enqueue_job(redis::Connection& conn, const CronJobRecord& job, 
     nlohmann::ordered_json history;
     history["jid"] = jid.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(jid);
     history["enqueued"] = ruby_time_text(now);
-    const std::string destination =
-        mode == "schedule" ? rt_.keys.schedule() : rt_.keys.queue(queue.empty() ? "x" : queue);
+    const std::string destination = mode == "schedule" ? rt_.keys.schedule()
+                                    : mode == "queue"  ? rt_.keys.queue(queue)
+                                                       : rt_.keys.queues();  // unused
     auto reply = enqueue_script_.run(
         conn,
         {store_.enqueued_key(name), store_.job_key(name), store_.jid_history_key(name),

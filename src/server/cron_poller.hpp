@@ -39,8 +39,8 @@ class CronPoller {
   public:
     CronPoller(Runtime& rt, const Client& client);
     ~CronPoller();
-    void start();           // no thread when cron_poll_interval is 0
-    void stop() noexcept;   // idempotent; joins the thread
+    void start();          // no thread when cron_poll_interval is 0
+    void stop() noexcept;  // idempotent; joins the thread
 
     // The first round's work: the YAML's schedules into the gem's keys (public for tests).
     void save_schedules(redis::Connection& conn, double now);

@@ -29,12 +29,12 @@
 #include "middleware/job_metrics.hpp"
 #include "middleware/pause/pause_controller.hpp"
 #include "server/chain_assembly.hpp"
+#include "server/cron_poller.hpp"
 #include "server/heartbeat.hpp"
 #include "server/manager.hpp"
 #include "server/metrics_server.hpp"
 #include "server/orphan_recovery.hpp"
 #include "server/process_identity.hpp"
-#include "server/cron_poller.hpp"
 #include "server/scheduler.hpp"
 #include "server/systemd_notify.hpp"
 

@@ -1,14 +1,13 @@
 // The cron poller against a real Redis: sidekiq-cron's keys written and read as the gem does,
 // each run enqueued once however many pollers race (threads in-process, and two kiqd daemons),
 // the 60 s window for a late poll, disabled and deleted jobs, and `kiqd cron` against the store.
-#include "server/cron_poller.hpp"
-
 #include <catch2/catch.hpp>
 #include <set>
 #include <thread>
 
 #include "common/cron_expression.hpp"
 #include "kiqd/client.hpp"
+#include "server/cron_poller.hpp"
 #include "support/kiqd_process.hpp"
 #include "support/redis_reads.hpp"
 #include "support/test_runtime.hpp"
@@ -93,8 +92,8 @@ TEST_CASE("cron: disabled, deleted and broken jobs are not enqueued", "[cron]") 
     store.save(conn, off, kTen - 600);
     store.save(conn, spec("gone", "* * * * * UTC"), kTen - 600);
     store.save(conn, spec("fine", "* * * * * UTC"), kTen - 600);
-    conn.command({"HSET", "cron_job:broken", "name", "broken", "klass", "X", "cron",
-                  "0 25 * * *", "status", "enabled"});
+    conn.command({"HSET", "cron_job:broken", "name", "broken", "klass", "X", "cron", "0 25 * * *",
+                  "status", "enabled"});
     conn.command({"SADD", "cron_jobs", "cron_job:broken"});
     store.destroy(conn, "gone");
     CHECK(poller.enqueue_due(conn, kTen + 5) == 1);  // only "fine"
@@ -114,7 +113,8 @@ TEST_CASE("cron: racing pollers enqueue each run exactly once", "[cron]") {
     Client client(t.keys, t.config.compat);
     CronStore store(t.keys);
     auto conn = server.connect();
-    for (int i = 0; i < 200; ++i) store.save(conn, spec("job" + std::to_string(i), "* * * * * UTC"), kTen - 600);
+    for (int i = 0; i < 200; ++i)
+        store.save(conn, spec("job" + std::to_string(i), "* * * * * UTC"), kTen - 600);
     CronPoller a(t.rt, client), b(t.rt, client), c(t.rt, client);
     size_t total = 0;
     std::mutex m;
@@ -123,7 +123,8 @@ TEST_CASE("cron: racing pollers enqueue each run exactly once", "[cron]") {
         threads.emplace_back([&, p] {
             auto own = server.connect();
             size_t n = 0;
-            for (double now : {kTen + 1, kTen + 2, kTen + 61, kTen + 62}) n += p->enqueue_due(own, now);
+            for (double now : {kTen + 1, kTen + 2, kTen + 61, kTen + 62})
+                n += p->enqueue_due(own, now);
             std::lock_guard lock(m);
             total += n;
         });
@@ -178,8 +179,8 @@ TEST_CASE("cron: two kiqd daemons share the YAML's schedule and enqueue each run
     CHECK(conn.command({"HGET", "cron_job:every_second", "status"}).str() == "enabled");
 
     // `kiqd cron --json` reports what the store holds.
-    auto [status, out] = kiqd::test::run_command(
-        {KIQD_BINARY, "cron", "--json", "-C", one.config_path()});
+    auto [status, out] =
+        kiqd::test::run_command({KIQD_BINARY, "cron", "--json", "-C", one.config_path()});
     REQUIRE(status == 0);
     auto list = nlohmann::json::parse(out);
     REQUIRE(list.size() == 1);

@@ -86,7 +86,8 @@ TEST_CASE("cron config: bad entries name the key and line", "[cron][config]") {
     CHECK(config_error_of("cron:\n  - {name: a, cron: \"* * * * *\", class: A}\n"
                           "  - {name: a, cron: \"0 * * * *\", class: B}\n") ==
           "cron[1] (line 3): the schedule name 'a' is used twice");
-    CHECK(config_error_of("cron: 5\n") == "cron (line 1): must be a list of {name, cron, class, ...}");
+    CHECK(config_error_of("cron: 5\n") ==
+          "cron (line 1): must be a list of {name, cron, class, ...}");
     CHECK(config_error_of("cron_poll_interval: -1\n").find("cron_poll_interval (line 1)") == 0);
     CHECK(config_error_of("cron:\n  - {name: a, cron: \"0 * * * * Mars/Olympus\", class: A}\n") ==
           "cron[0].cron (line 2): '0 * * * * Mars/Olympus': unknown time zone 'Mars/Olympus'");

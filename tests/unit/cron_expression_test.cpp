@@ -437,7 +437,7 @@ TEST_CASE("cron: fractions of a second are dropped as fugit drops them", "[cron]
 TEST_CASE("cron: DST in Europe/Berlin skips and repeats local times as fugit does", "[cron]") {
     const auto cron = kiqd::CronExpression::parse("30 2 * * * Europe/Berlin");
     // 2026-03-29: 02:00 CET jumps to 03:00 CEST, so 02:30 does not exist that day.
-    const double spring_after = 1774749600;  // 2026-03-29 02:00 UTC (04:00 CEST)
+    const double spring_after = 1774749600;                 // 2026-03-29 02:00 UTC (04:00 CEST)
     CHECK(cron.previous_time(spring_after) == 1774661400);  // 2026-03-28 02:30 CET (01:30 UTC)
     // 2026-10-25: 03:00 CEST goes back to 02:00 CET, so 02:30 happens twice; both fire.
     CHECK(cron.previous_time(1792891800 - 60) == 1792888200);  // 00:30 UTC, the first 02:30
@@ -456,16 +456,16 @@ TEST_CASE("cron: field forms", "[cron]") {
     // 2026-11-26 is a Thursday; 10:15:00 UTC.
     const long long thu_1015 = 1795688100;
     CHECK(fires("15 10 * * * UTC", thu_1015));
-    CHECK(fires("0 15 10 * * * UTC", thu_1015));         // six fields: seconds first
-    CHECK(fires("*/15 10 * * thu UTC", thu_1015));       // step and weekday name
-    CHECK(fires("15 10 * nov 4 UTC", thu_1015));         // month name
-    CHECK(fires("15 8-12/2 * * * UTC", thu_1015));       // range with a step
-    CHECK(fires("15 10 * * 4#4 UTC", thu_1015));         // the fourth Thursday
-    CHECK(fires("15 10 * * 4#-1 UTC", thu_1015));        // also the last one
+    CHECK(fires("0 15 10 * * * UTC", thu_1015));    // six fields: seconds first
+    CHECK(fires("*/15 10 * * thu UTC", thu_1015));  // step and weekday name
+    CHECK(fires("15 10 * nov 4 UTC", thu_1015));    // month name
+    CHECK(fires("15 8-12/2 * * * UTC", thu_1015));  // range with a step
+    CHECK(fires("15 10 * * 4#4 UTC", thu_1015));    // the fourth Thursday
+    CHECK(fires("15 10 * * 4#-1 UTC", thu_1015));   // also the last one
     CHECK_FALSE(fires("15 10 * * 4#3 UTC", thu_1015));
-    CHECK(fires("15 10 26 * 1 UTC", thu_1015));          // day of month OR weekday
-    CHECK_FALSE(fires("15 10 26 * 1& UTC", thu_1015));   // fugit's & : AND
-    CHECK(fires("15 11 * * * +01:00", thu_1015));        // a fixed offset
+    CHECK(fires("15 10 26 * 1 UTC", thu_1015));         // day of month OR weekday
+    CHECK_FALSE(fires("15 10 26 * 1& UTC", thu_1015));  // fugit's & : AND
+    CHECK(fires("15 11 * * * +01:00", thu_1015));       // a fixed offset
     CHECK(fires("15 11 * * * Europe/Berlin", thu_1015));
     CHECK(fires("@hourly UTC", thu_1015 - 15 * 60));
 }
@@ -474,8 +474,8 @@ TEST_CASE("cron: lines fugit refuses are refused, naming the field", "[cron]") {
     for (const char* bad :
          {"", "* * * *", "0 25 * * *", "60 * * * *", "0 0 0 * *", "0 0 * 13 *", "0 0 * * 8",
           "*/0 * * * *", "0 0 * * monday", "0 0 * * * Europe/Nowhere", "0 0 * * * utc",
-          "0 0 ,1 * *", "0 0 30 2 *", "@reboot", "0 0 * * * * * *", "~ * * * *",
-          "0 0 * * 1%2", "every day at noon"}) {
+          "0 0 ,1 * *", "0 0 30 2 *", "@reboot", "0 0 * * * * * *", "~ * * * *", "0 0 * * 1%2",
+          "every day at noon"}) {
         INFO(bad);
         CHECK_THROWS_AS(kiqd::CronExpression::parse(bad), kiqd::CronError);
     }
