@@ -38,9 +38,9 @@ if ARGV[3] == 'schedule' then dest = 'zset' elseif ARGV[3] == 'none' then dest =
 local refused = wrong_type({KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'list', KEYS[4], 'set',
                             KEYS[5], dest})
 if refused then return refused end
-if redis.call('exists', KEYS[2]) == 0 or redis.call('hget', KEYS[2], 'status') == 'disabled' then
-  return -1
-end
+if redis.call('exists', KEYS[2]) == 0 then return -1 end
+local status = redis.call('hget', KEYS[2], 'status')
+if status and status ~= 'enabled' then return -1 end
 if redis.call('zadd', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
 if ARGV[3] == 'queue' then
   redis.call('sadd', KEYS[4], ARGV[4])

@@ -40,10 +40,10 @@ struct CronJobRecord {
         auto k = field("klass");
         return k.empty() ? field("class") : k;
     }
-    // The gem treats a hash without a status as enabled.
+    // The gem treats a hash without a status as enabled, and any status but "enabled" as not.
     bool enabled() const {
-        auto s = field("status");
-        return s.empty() || s == "enabled";
+        auto it = fields.find("status");
+        return it == fields.end() || it->second == "enabled";
     }
     std::string source() const { return field("source") == "schedule" ? "schedule" : "dynamic"; }
     // The queue the job is pushed to: the message's, else "default" (as Job#initialize).
