@@ -38,16 +38,27 @@ CronScheduleSpec spec(const std::string& name, const std::string& cron,
 // 2026-11-26 10:00:00 UTC and the minutes after it.
 constexpr double kTen = 1795687200;
 
+// A flushed shared Redis, a runtime, the client and store a poller uses, and a connection.
+struct CronFixture {
+    RedisServer& server = flushed();
+    TestRuntime t{server};
+    Client client{t.keys, t.config.compat};
+    CronStore store{t.keys};
+    redis::Connection conn = server.connect();
+
+    static RedisServer& flushed() {
+        auto& s = RedisServer::shared();
+        s.flushall();
+        return s;
+    }
+};
+
 }  // namespace
 
 TEST_CASE("cron: a run is enqueued once, with the gem's bookkeeping", "[cron]") {
-    auto& server = RedisServer::shared();
-    server.flushall();
-    TestRuntime t(server);
-    Client client(t.keys, t.config.compat);
+    CronFixture f;
+    auto& [server, t, client, store, conn] = f;
     CronPoller poller(t.rt, client);
-    CronStore store(t.keys);
-    auto conn = server.connect();
     store.save(conn, spec("hourly", "0 * * * * UTC", R"([1,"two"])"), kTen - 1800);
     // Saved at 09:30: the 09:00 run is claimed already, so nothing fires for it.
     CHECK(zcard(conn, "cron_job:hourly:enqueued") == 1);
@@ -80,13 +91,9 @@ TEST_CASE("cron: a run is enqueued once, with the gem's bookkeeping", "[cron]") 
 }
 
 TEST_CASE("cron: disabled, deleted and broken jobs are not enqueued", "[cron]") {
-    auto& server = RedisServer::shared();
-    server.flushall();
-    TestRuntime t(server);
-    Client client(t.keys, t.config.compat);
+    CronFixture f;
+    auto& [server, t, client, store, conn] = f;
     CronPoller poller(t.rt, client);
-    CronStore store(t.keys);
-    auto conn = server.connect();
     auto off = spec("off", "* * * * * UTC");
     off.enabled = false;
     store.save(conn, off, kTen - 600);
@@ -107,12 +114,8 @@ TEST_CASE("cron: disabled, deleted and broken jobs are not enqueued", "[cron]") 
 }
 
 TEST_CASE("cron: racing pollers enqueue each run exactly once", "[cron]") {
-    auto& server = RedisServer::shared();
-    server.flushall();
-    TestRuntime t(server);
-    Client client(t.keys, t.config.compat);
-    CronStore store(t.keys);
-    auto conn = server.connect();
+    CronFixture f;
+    auto& [server, t, client, store, conn] = f;
     for (int i = 0; i < 200; ++i)
         store.save(conn, spec("job" + std::to_string(i), "* * * * * UTC"), kTen - 600);
     CronPoller a(t.rt, client), b(t.rt, client), c(t.rt, client);
