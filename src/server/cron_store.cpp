@@ -1,7 +1,6 @@
 // CronStore (see cron_store.hpp).
 #include "server/cron_store.hpp"
 
-#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -9,6 +8,7 @@
 #include <set>
 
 #include "common/cron_expression.hpp"
+#include "middleware/unique/ruby_json.hpp"
 
 namespace kiqd {
 namespace {
@@ -38,17 +38,6 @@ std::int64_t days_from_civil(std::int64_t y, unsigned m, unsigned d) {
 }
 
 }  // namespace
-
-std::string ruby_float_text(double v) {
-    if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 1e16) {
-        char buf[40];
-        std::snprintf(buf, sizeof buf, "%.1f", v);
-        return buf;
-    }
-    char buf[64];
-    auto r = std::to_chars(buf, buf + sizeof buf, v);  // shortest round-trip, as Ruby prints
-    return std::string(buf, r.ptr);
-}
 
 std::string iso8601_utc(std::int64_t t) {
     return strftime_utc(t, "%Y-%m-%dT%H:%M:%SZ");

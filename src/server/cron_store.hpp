@@ -25,6 +25,7 @@
 #include "kiqd/config.hpp"
 #include "kiqd/keys.hpp"
 #include "kiqd/redis/connection.hpp"
+#include "middleware/unique/ruby_json.hpp"  // ruby_float_text: the scores the gem writes
 
 namespace kiqd {
 
@@ -52,8 +53,6 @@ struct CronJobRecord {
     std::optional<std::int64_t> last_enqueue_time() const;
 };
 
-// Ruby's Float#to_s for the values the gem writes (epoch seconds): "1764151200.0".
-std::string ruby_float_text(double v);
 // Time#iso8601 of a UTC time: "2026-11-26T10:00:00Z".
 std::string iso8601_utc(std::int64_t t);
 // The gem's LAST_ENQUEUE_TIME_FORMAT of a UTC time: "2026-11-26 10:00:05 +0000".
