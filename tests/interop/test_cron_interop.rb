@@ -3,7 +3,7 @@
 # globalid) and kiqd share cron jobs. Jobs created and disabled through the gem's API are
 # enqueued (and stop being enqueued) by kiqd; the gem's Job.all lists kiqd's YAML schedules; the
 # gem's own poller and kiqd's racing over one job enqueue each run once; `kiqd cron --json` agrees
-# with Job.all on status and last enqueue time. The gem runs in child Ruby processes, so that its
+# with Job.all on status and last enqueue time; the gem's Web UI tab shows kiqd's schedules and jids. The gem runs in child Ruby processes, so that its
 # dependencies (ActiveSupport through globalid) stay out of this suite's process. Skipped, with
 # the reason, when the gems are not there.
 require "support"
@@ -99,6 +99,26 @@ class CronInteropTest < Minitest::Test
     end.to_h
     assert_equal api, listed
     assert_equal "disabled", listed["gem_tick"]["status"]
+
+    # The gem's Web UI tab renders kiqd's YAML schedule, and a job's page the jids kiqd enqueued.
+    jid = JSON.parse(redis.lindex("queue:ticks", 0))["jid"]
+    pages = gem_ruby(<<~RUBY)
+      require "securerandom"
+      require "rack"
+      require "rack/session/cookie"
+      require "sidekiq/web"
+      require "sidekiq/cron/web"
+      app = Rack::Builder.new do
+        use Rack::Session::Cookie, secret: SecureRandom.hex(64), same_site: true
+        run Sidekiq::Web
+      end
+      web = Rack::MockRequest.new(app)
+      index = web.get("/cron")
+      show = web.get("/cron/gem_tick")
+      puts({ index: index.status, yaml: index.body.include?("yaml_yearly"),
+             show: show.status, jid: show.body.include?(#{jid.inspect}) }.to_json)
+    RUBY
+    assert_equal({ "index" => 200, "yaml" => true, "show" => 200, "jid" => true }, pages)
   end
 
   def test_the_gems_poller_and_kiqd_enqueue_each_run_once
