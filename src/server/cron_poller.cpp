@@ -130,7 +130,13 @@ void CronPoller::save_schedules(redis::Connection& conn, double now) {
     for (const auto& spec : rt_.config.cron) names.push_back(spec.name);
     for (const auto& gone : store_.destroy_removed(conn, names))
         rt_.log.info("cron: removed schedule {} (no longer in the configuration)", gone);
-    for (const auto& spec : rt_.config.cron) store_.save(conn, spec, now);
+    for (const auto& spec : rt_.config.cron) {
+        try {
+            store_.save(conn, spec, now);
+        } catch (const CronError& e) {
+            report(spec.name, "not written: cron line '" + spec.cron + "': " + e.what());
+        }
+    }
     rt_.log.info("cron: {} schedule(s) from the configuration written to sidekiq-cron's keys",
                  rt_.config.cron.size());
 }
@@ -144,6 +150,9 @@ size_t CronPoller::enqueue_due(redis::Connection& conn, double now) {
         } catch (const redis::ReplyError& e) {
             // One job's keys of the wrong type: the others still run.
             report(job.name(), e.what());
+        } catch (const CronError& e) {
+            // A line that parses but never fires within fugit's search (Feb 29 on a Monday).
+            report(job.name(), "cron line '" + job.field("cron") + "': " + e.what());
         }
     }
     return enqueued;
