@@ -1,3 +1,4 @@
+// CronPoller (see cron_poller.hpp).
 #include "server/cron_poller.hpp"
 
 #include <algorithm>
