@@ -192,31 +192,40 @@ std::optional<std::vector<int>> range(Kind k, std::string_view token, int min, i
     return out;
 }
 
-// fugit's do_determine over a comma-separated list (seconds to months).
-std::optional<std::vector<int>> determine(Kind k, std::string_view token, int min, int max) {
-    std::set<int> values;
-    bool any = false;
+// Calls `each` for every item of a comma-separated field. fugit tolerates doubled and trailing
+// commas ("1,,2,"), not a leading one, nor a field without any item.
+template <class Each>
+void for_each_item(Kind k, std::string_view token, Each each) {
     size_t start = 0, count = 0;
     while (start <= token.size()) {
         size_t comma = token.find(',', start);
         if (comma == std::string_view::npos) comma = token.size();
         const std::string_view item = token.substr(start, comma - start);
-        // fugit tolerates doubled and trailing commas ("1,,2,"), not a leading one.
         if (item.empty() && start == 0) fail(k, token, "starts with a comma");
         start = comma + 1;
         if (item.empty()) continue;
         ++count;
+        each(item);
+    }
+    if (count == 0) fail(k, token, "empty");
+}
+
+// fugit's do_determine over a comma-separated list (seconds to months).
+std::optional<std::vector<int>> determine(Kind k, std::string_view token, int min, int max) {
+    std::set<int> values;
+    bool any = false;
+    for_each_item(k, token, [&](std::string_view item) {
         const Element e = parse_element(k, item);
         if (e.slash && *e.slash < 1) fail(k, item, "a step must be at least 1");
         std::optional<int> sta = e.a, edn = e.z;
         if (e.slash && !edn) edn = max;
         if (e.star && !e.slash) {
             any = true;
-            continue;
+            return;
         }
         if (sta && !e.z && !e.slash) {
             values.insert(k == Kind::hour && *sta == 24 ? 0 : *sta);
-            continue;
+            return;
         }
         const int sla = e.slash.value_or(1);
         const int s = sta.value_or(min);
@@ -225,11 +234,10 @@ std::optional<std::vector<int>> determine(Kind k, std::string_view token, int mi
         auto r = range(k, item, min, max, s, z, sla);
         if (!r) {
             any = true;
-            continue;
+            return;
         }
         for (int v : *r) values.insert(k == Kind::hour && v == 24 ? 0 : v);
-    }
-    if (count == 0) fail(k, token, "empty");
+    });
     if (any) return std::nullopt;
     return std::vector<int>(values.begin(), values.end());
 }
@@ -325,16 +333,7 @@ CronExpression CronExpression::parse(std::string_view text) {
             ++i;
             // fugit's determine_weekdays.
             std::vector<Weekday> wd;
-            size_t start = 0;
-            size_t count = 0;
-            while (start <= dow.size()) {
-                size_t comma = dow.find(',', start);
-                if (comma == std::string_view::npos) comma = dow.size();
-                const std::string_view item = dow.substr(start, comma - start);
-                if (item.empty() && start == 0) fail(Kind::dow, dow, "starts with a comma");
-                start = comma + 1;
-                if (item.empty()) continue;
-                ++count;
+            for_each_item(Kind::dow, dow, [&](std::string_view item) {
                 const Element e = parse_element(Kind::dow, item);
                 auto add = [&](int d, std::optional<int> nth = {}) {
                     wd.push_back({d > 6 ? d - 7 : d, nth});
@@ -353,8 +352,7 @@ CronExpression CronExpression::parse(std::string_view text) {
                 } else if (e.a) {
                     add(*e.a);
                 }
-            }
-            if (count == 0) fail(Kind::dow, dow, "empty");
+            });
             for (auto& w : wd)
                 if (w.day == 7) w.day = 0;
             std::vector<Weekday> unique;
