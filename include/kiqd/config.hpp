@@ -239,6 +239,23 @@ struct ReliableFetchConfig {
     static constexpr int kMaxBatchSize = 1000;
 };
 
+// One schedule declared in the YAML — `cron:`, sidekiq-scheduler's `:scheduler: :schedule:` or a
+// top-level `:schedule:` (cron_config.hpp) — which kiqd writes into sidekiq-cron's keys at start so
+// that its poller, the gem's Web UI tab and its API all see it (cron_poller.hpp).
+struct CronScheduleSpec {
+    std::string name;
+    std::string cron;  // 5 or 6 fields and an optional zone, as fugit reads it
+    std::string job_class;
+    std::string queue;             // "" = "default"
+    std::string args_json = "[]";  // a JSON array
+    std::string description;
+    std::optional<bool> enabled;    // unset: keep the status in Redis (a Web UI disable survives)
+    bool active_job = false;        // enqueue through ActiveJob's Sidekiq adapter wrapper
+    bool date_as_argument = false;  // append the enqueue time (epoch seconds) to args
+    std::string key;                // "cron[0]", "scheduler.schedule.hello": for messages
+    int line = -1;
+};
+
 struct Config {
     std::string source;  // the file it came from, for messages
     int concurrency = 10;
@@ -286,6 +303,12 @@ struct Config {
     // Keys of other tools' sidekiq.yml sections that load but do nothing in kiqd, one line
     // each ("key (line N): what kiqd does not do"), logged at start and shown by check-config.
     std::vector<std::string> load_warnings;
+    // Schedules from `cron:`, `:scheduler: :schedule:` and `:schedule:` (cron_config.hpp), and
+    // how often the cron poller looks at sidekiq-cron's jobs (`cron_poll_interval`, seconds,
+    // the gem's key and default; 0 = never, as in the gem).
+    std::vector<CronScheduleSpec> cron;
+    double cron_poll_interval = 30;
+    bool cron_poll_interval_set = false;
 };
 
 // Parses YAML text (after expanding the supported ERB forms). `environment` selects a

@@ -2,6 +2,7 @@
 #include "admin/admin.hpp"
 
 #include "admin/admin_connection.hpp"
+#include "admin/cron_commands.hpp"
 #include "admin/escaped_output.hpp"
 #include "admin/pause_commands.hpp"
 #include "admin/process_commands.hpp"
@@ -30,6 +31,7 @@ int run_admin(const Request& r, const Config& config, std::ostream& raw_out,
             return cmd_pause(conn, keys, config, r, out, err);
         if (r.command == "paused") return cmd_paused(conn, keys, r, out);
         if (r.command == "unique") return cmd_unique(conn, keys, r, out, err);
+        if (r.command == "cron") return cmd_cron(conn, keys, config, r, out);
         err << "kiqd: unknown admin command " << escape_control(r.command) << std::endl;
         return kExitNotFound;
     } catch (const NotFound& e) {

@@ -153,6 +153,7 @@ struct AdminCli {
             s->add_option("digest", request.targets, "unlock: the lock's digest")->expected(0, 1);
             s->add_flag("--stale", request.stale, "locks: only those whose holder is gone");
         }
+        sub("cron", "cron jobs (sidekiq-cron's and the YAML's): status, last and next run");
         for (const std::string sig : {"quiet", "stop"}) {
             auto* s = sub(sig, sig + " processes through their -signals list (as Sidekiq's API)");
             s->add_option("identity", request.targets, "process identities (see kiqd processes)");

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <thread>
 
+#include "config/cron_config.hpp"
 #include "config/features_config.hpp"
 #include "config/handlers_config.hpp"
 #include "config/redis_config.hpp"
@@ -225,14 +226,16 @@ void apply_map(const YAML::Node& root, Config& c, const std::string& environment
                    "runs no Ruby at startup or shutdown (use systemd's ExecStartPre/ExecStopPost)");
           }},
          {"capsules", [&](const auto& key, const auto& v) { warn(key, v, capsules_warning(v)); }},
-         {"scheduler",
+         {"cron", [&](const auto&, const auto& v) { parse_cron(v, c.cron); }},
+         {"scheduler", [&](const auto&, const auto& v) { parse_scheduler(v, c.cron); }},
+         {"schedule", [&](const auto& key, const auto& v) { parse_schedule_map(key, v, c.cron); }},
+         {"cron_poll_interval",
           [&](const auto& key, const auto& v) {
-              warn(key, v,
-                   "ignored: sidekiq-scheduler's settings; kiqd does not run its schedules");
-          }},
-         {"schedule",
-          [&](const auto& key, const auto& v) {
-              warn(key, v, "ignored: kiqd does not run sidekiq-scheduler/sidekiq-cron schedules");
+              c.cron_poll_interval = seconds_number(key, v);
+              c.cron_poll_interval_set = true;
+              if (c.cron_poll_interval < 0)
+                  throw ConfigError(key, "must not be negative (0 turns the poller off)",
+                                    line_of(v));
           }}},
         "unknown key",
         // Keys that are not strings, and the environment sub-hashes (production: {...}).
@@ -266,6 +269,7 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
     if (root.IsNull()) return c;  // an empty file is all defaults
     if (!root.IsMap()) throw ConfigError("(top level)", "must be a map of settings", line_of(root));
     apply_map(root, c, environment, true);
+    check_cron_names(c.cron);
     return c;
 }
 

@@ -37,6 +37,10 @@ ConnectionCount redis_connection_count(const Config& config) {
         c.total += 1;
         c.parts += ", slot keeper";
     }
+    if (config.cron_poll_interval > 0) {
+        c.total += 1;
+        c.parts += ", cron poller";
+    }
     if (!config.metrics.listen.empty()) {
         c.total += 1;
         c.parts += ", metrics";

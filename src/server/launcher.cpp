@@ -83,6 +83,7 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
                       chain_),
       manager_(rt_),
       scheduler_(rt_),
+      cron_poller_(rt_, client_),
       heartbeat_(rt_, me_, me_.info_json(config, order_)),
       pause_controller_(rt_, pause_state_, order_, parked_jobs_, pause_strategies_),
       signals_(io_, SIGINT, SIGTERM),
@@ -207,6 +208,7 @@ void Launcher::begin_stop() {
             [this] { return Clock::time_point(Clock::duration(deadline_ns_.load())); });
         all_threads_ended_ = ended;
         scheduler_.stop();
+        cron_poller_.stop();
         if (recovery_) recovery_->stop(ended);
         chain_assembly_.lock_keeper().stop();
         pause_controller_.stop();
@@ -277,6 +279,7 @@ int Launcher::run() {
     if (auto* slots = chain_assembly_.slot_keeper()) slots->start();
     manager_.start();
     scheduler_.start();
+    cron_poller_.start();
     schedule_beat(std::chrono::steady_clock::duration::zero());  // first beat at once
     schedule_watchdog();
     io_.run();

@@ -29,6 +29,7 @@
 #include "middleware/job_metrics.hpp"
 #include "middleware/pause/pause_controller.hpp"
 #include "server/chain_assembly.hpp"
+#include "server/cron_poller.hpp"
 #include "server/heartbeat.hpp"
 #include "server/manager.hpp"
 #include "server/metrics_server.hpp"
@@ -89,6 +90,7 @@ class Launcher {
     ChainAssembly chain_assembly_;
     Manager manager_;
     Scheduler scheduler_;
+    CronPoller cron_poller_;  // sidekiq-cron's jobs and the YAML's schedules
     Heartbeat heartbeat_;
     std::unique_ptr<OrphanRecovery> recovery_;  // with `fetch: reliable` only
     PauseController pause_controller_;

@@ -268,7 +268,7 @@ TEST_CASE("tls: the admin command line, kiqd enqueue and the metrics endpoint us
     auto [check, summary] = kiqd::test::run_command({KIQD_BINARY, "check-config", "-C", cfg});
     CHECK(check == 0);
     CHECK_THAT(summary, Catch::Contains("over TLS"));
-    CHECK_THAT(summary, Catch::Contains("kiqd: 15 Redis connections per process"));
+    CHECK_THAT(summary, Catch::Contains("kiqd: 16 Redis connections per process"));
 
     KiqdProcess kiqd(KIQD_BINARY, kiqd::test::read_file(cfg));
     REQUIRE(
@@ -289,9 +289,9 @@ TEST_CASE("connections: each is named kiqd:<identity>:<role>, and check-config c
         kiqd::test::default_queue_config(server, "concurrency: 3\nfetch: reliable\n");
     auto [code, out] = kiqd::test::check_config(KIQD_BINARY, yaml);
     CHECK(code == 0);
-    CHECK_THAT(out, Catch::Contains("kiqd: 9 Redis connections per process (3 processors + "
+    CHECK_THAT(out, Catch::Contains("kiqd: 10 Redis connections per process (3 processors + "
                                     "heartbeat, scheduler, pause control, lock keeper, orphan "
-                                    "recovery, liveness)"));
+                                    "recovery, liveness, cron poller)"));
     KiqdProcess kiqd(KIQD_BINARY, yaml);
     std::string identity;
     REQUIRE(wait_until([&] {
@@ -301,16 +301,17 @@ TEST_CASE("connections: each is named kiqd:<identity>:<role>, and check-config c
     }));
     const std::string prefix = "name=kiqd:" + identity + ":";
     std::string list;
-    // The scheduler connects at its first poll; the others at start.
+    // The scheduler and the cron poller connect at their first poll; the others at start.
     REQUIRE(wait_until(
         [&] {
             list = std::string(conn.command({"CLIENT", "LIST"}).str());
-            for (const char* role : {"processor-0", "processor-1", "processor-2", "heartbeat",
-                                     "scheduler", "pause-control", "orphan-recovery", "liveness"})
+            for (const char* role :
+                 {"processor-0", "processor-1", "processor-2", "heartbeat", "scheduler",
+                  "pause-control", "orphan-recovery", "liveness", "cron"})
                 if (list.find(prefix + role + " ") == std::string::npos) return false;
             return true;
         },
         std::chrono::seconds(30)));
-    CHECK(occurrences(list, prefix) <= 9);
+    CHECK(occurrences(list, prefix) <= 10);
     CHECK(kiqd.stop() == 0);
 }

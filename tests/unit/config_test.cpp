@@ -170,11 +170,10 @@ TEST_CASE("sidekiq.yml: other tools' sections load with one warning each", "[con
         "  :unsafe:\n    :concurrency: 1\n    :queues: [single, [other, 2]]\n",
         "sidekiq.yml", "production");
     CHECK(c.concurrency == 5);
-    REQUIRE(c.load_warnings.size() == 4);
+    CHECK(c.cron.size() == 1);  // :schedule: is honoured (cron.md), not warned about
+    REQUIRE(c.load_warnings.size() == 2);
     CHECK_THAT(c.load_warnings[0], Catch::StartsWith("lifecycle_events (line 4): ignored"));
-    CHECK_THAT(c.load_warnings[1], Catch::StartsWith("scheduler (line 6): "));
-    CHECK_THAT(c.load_warnings[2], Catch::StartsWith("schedule (line 8): "));
-    CHECK_THAT(c.load_warnings[3],
+    CHECK_THAT(c.load_warnings[1],
                Catch::StartsWith("capsules (line 12): not run") &&
                    Catch::Contains("unsafe (queues single,other, concurrency 1)") &&
                    Catch::Contains("one kiqd per capsule"));

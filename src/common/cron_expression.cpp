@@ -1,0 +1,615 @@
+// CronExpression (see cron_expression.hpp). The parser follows fugit's grammar (fugit/cron.rb,
+// its Parser module) and its expansion of ranges and steps; previous_time/next_time walk a
+// cursor over instants exactly as fugit's TimeCursor does (skipping by month, day, hour, minute
+// and second, in seconds computed from the local wall clock), because that walk is what decides
+// which runs a daylight-saving change skips or repeats — and kiqd must skip or repeat the same
+// ones as the Ruby processes sharing the schedule.
+#include "common/cron_expression.hpp"
+
+#include <date/date.h>
+#include <date/tz.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <set>
+
+namespace kiqd {
+namespace {
+
+enum class Kind { sec, min, hour, dom, mon, dow };
+
+const char* kind_name(Kind k) {
+    switch (k) {
+        case Kind::sec:
+            return "seconds";
+        case Kind::min:
+            return "minutes";
+        case Kind::hour:
+            return "hours";
+        case Kind::dom:
+            return "day of month";
+        case Kind::mon:
+            return "month";
+        case Kind::dow:
+            return "day of week";
+    }
+    return "?";
+}
+
+[[noreturn]] void fail(Kind k, std::string_view token, const std::string& why) {
+    throw CronError(std::string(kind_name(k)) + " field '" + std::string(token) + "': " + why);
+}
+
+std::string lower(std::string_view s) {
+    std::string out(s);
+    for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return out;
+}
+
+bool all_digits(std::string_view s) {
+    return !s.empty() &&
+           std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// One value of a field, as fugit's value regexes accept it (mos, hou, dom, mon, dow).
+std::optional<int> value_of(Kind k, std::string_view v) {
+    static const std::map<std::string, int> months{
+        {"jan", 1}, {"feb", 2}, {"mar", 3}, {"apr", 4},  {"may", 5},  {"jun", 6},
+        {"jul", 7}, {"aug", 8}, {"sep", 9}, {"oct", 10}, {"nov", 11}, {"dec", 12}};
+    static const std::map<std::string, int> days{{"sun", 0}, {"mon", 1}, {"tue", 2}, {"wed", 3},
+                                                 {"thu", 4}, {"fri", 5}, {"sat", 6}};
+    const std::string l = lower(v);
+    switch (k) {
+        case Kind::sec:
+        case Kind::min:  // [0-5]?\d
+            if (!all_digits(v) || v.size() > 2 || (v.size() == 2 && v[0] > '5')) return {};
+            return std::atoi(l.c_str());
+        case Kind::hour: {  // 2[0-4]|[01]?[0-9]
+            if (!all_digits(v) || v.size() > 2) return {};
+            const int h = std::atoi(l.c_str());
+            if (v.size() == 2 && v[0] == '2' && h > 24) return {};
+            if (v.size() == 2 && v[0] > '2') return {};
+            return h;
+        }
+        case Kind::dom: {  // -?(3[01]|[12][0-9]|0?[1-9])|last|l
+            if (l == "l" || l == "last") return -1;
+            std::string_view d = v;
+            const bool negative = !d.empty() && d[0] == '-';
+            if (negative) d.remove_prefix(1);
+            if (!all_digits(d) || d.size() > 2) return {};
+            const int n = std::atoi(std::string(d).c_str());
+            if (n < 1 || n > 31) return {};
+            return negative ? -n : n;
+        }
+        case Kind::mon: {  // 1[0-2]|0?[1-9]|jan..dec
+            if (auto it = months.find(l); it != months.end()) return it->second;
+            if (!all_digits(v) || v.size() > 2) return {};
+            const int n = std::atoi(l.c_str());
+            if (n < 1 || n > 12) return {};
+            return n;
+        }
+        case Kind::dow: {  // [0-7]|sun..sat
+            if (auto it = days.find(l); it != days.end()) return it->second;
+            if (v.size() != 1 || v[0] < '0' || v[0] > '7') return {};
+            return v[0] - '0';
+        }
+    }
+    return {};
+}
+
+// One element of a field, as fugit's rewrite_elt returns it: [a, z, slash, hash].
+struct Element {
+    std::optional<int> a, z, slash, hash;
+    bool star = false;
+};
+
+std::optional<int> slash_value(std::string_view s) {  // \d\d?
+    if (!all_digits(s) || s.size() > 2) return {};
+    return std::atoi(std::string(s).c_str());
+}
+
+Element parse_element(Kind k, std::string_view text) {
+    Element e;
+    if (text.find('~') != std::string_view::npos)
+        fail(k, text, "fugit's random '~' is not supported (each process would pick its own)");
+    if (text.find('%') != std::string_view::npos)
+        fail(k, text, "fugit's '%' weekday modulo is not supported");
+    std::string_view rest = text;
+    if (k == Kind::dow) {
+        if (auto h = rest.find('#'); h != std::string_view::npos) {
+            auto day = value_of(k, rest.substr(0, h));
+            const std::string nth = lower(rest.substr(h + 1));
+            int n = 0;
+            if (nth == "l" || nth == "last") {
+                n = -1;
+            } else {
+                std::string_view d = nth;
+                const bool negative = !d.empty() && d[0] == '-';
+                if (negative) d.remove_prefix(1);
+                if (d.size() != 1 || d[0] < '1' || d[0] > '5')
+                    fail(k, text, "'#' takes 1 to 5, -1 to -5 or L");
+                n = (d[0] - '0') * (negative ? -1 : 1);
+            }
+            if (!day) fail(k, text, "not a day of the week");
+            e.a = *day;
+            e.hash = n;
+            return e;
+        }
+    }
+    if (auto s = rest.find('/'); s != std::string_view::npos) {
+        e.slash = slash_value(rest.substr(s + 1));
+        if (!e.slash) fail(k, text, "a step is '/' and one or two digits");
+        rest = rest.substr(0, s);
+        if (rest.empty()) return e;  // "/15" alone: every 15th from the start
+    }
+    if (rest == "*") {
+        e.star = true;
+        return e;
+    }
+    // a or a-b; a day of month may itself be negative ("-5", "1--5" is not meant to be read).
+    size_t hyphen = rest.find('-', k == Kind::dom && !rest.empty() && rest[0] == '-' ? 1 : 0);
+    auto a = value_of(k, rest.substr(0, hyphen));
+    if (!a) fail(k, text, "not a valid value");
+    e.a = a;
+    if (hyphen != std::string_view::npos) {
+        auto z = value_of(k, rest.substr(hyphen + 1));
+        if (!z) fail(k, text, "not a valid range end");
+        e.z = z;
+    }
+    return e;
+}
+
+// fugit's Cron#range: from sta to edn (wrapping past max back to min), every sla-th value.
+// nullopt stands for fugit's [nil]: the whole range, i.e. any value.
+std::optional<std::vector<int>> range(Kind k, std::string_view token, int min, int max, int sta,
+                                      int edn, int sla) {
+    if (sta == min && edn == max && sla == 1) return std::nullopt;
+    if ((sta < 0 && edn > 0) || (edn < 0 && sta > 0))
+        fail(k, token, "both start and end must be negative");
+    const int omax = max;
+    if (sta < 0) {
+        min = -max;
+        max = -1;
+    }
+    std::vector<int> a;
+    int cur = sta;
+    for (;;) {
+        a.push_back(cur);
+        if (cur == edn) break;
+        cur += 1;
+        if (cur > max) {
+            cur = min;
+            if (edn > max) edn = edn - max - 1;
+        }
+        if (static_cast<int>(a.size()) > 2 * omax) fail(k, token, "this range never ends");
+    }
+    std::vector<int> out;
+    for (size_t i = 0; i < a.size(); i += static_cast<size_t>(sla))
+        if (std::find(out.begin(), out.end(), a[i]) == out.end()) out.push_back(a[i]);
+    return out;
+}
+
+// Calls `each` for every item of a comma-separated field. fugit tolerates doubled and trailing
+// commas ("1,,2,"), not a leading one, nor a field without any item.
+template <class Each>
+void for_each_item(Kind k, std::string_view token, Each each) {
+    size_t start = 0, count = 0;
+    while (start <= token.size()) {
+        size_t comma = token.find(',', start);
+        if (comma == std::string_view::npos) comma = token.size();
+        const std::string_view item = token.substr(start, comma - start);
+        if (item.empty() && start == 0) fail(k, token, "starts with a comma");
+        start = comma + 1;
+        if (item.empty()) continue;
+        ++count;
+        each(item);
+    }
+    if (count == 0) fail(k, token, "empty");
+}
+
+// fugit's do_determine over a comma-separated list (seconds to months).
+std::optional<std::vector<int>> determine(Kind k, std::string_view token, int min, int max) {
+    std::set<int> values;
+    bool any = false;
+    for_each_item(k, token, [&](std::string_view item) {
+        const Element e = parse_element(k, item);
+        if (e.slash && *e.slash < 1) fail(k, item, "a step must be at least 1");
+        std::optional<int> sta = e.a, edn = e.z;
+        if (e.slash && !edn) edn = max;
+        if (e.star && !e.slash) {
+            any = true;
+            return;
+        }
+        if (sta && !e.z && !e.slash) {
+            values.insert(k == Kind::hour && *sta == 24 ? 0 : *sta);
+            return;
+        }
+        const int sla = e.slash.value_or(1);
+        const int s = sta.value_or(min);
+        int z = edn.value_or(max);
+        if (z < 0 && s > 0) z = max;
+        auto r = range(k, item, min, max, s, z, sla);
+        if (!r) {
+            any = true;
+            return;
+        }
+        for (int v : *r) values.insert(k == Kind::hour && v == 24 ? 0 : v);
+    });
+    if (any) return std::nullopt;
+    return std::vector<int>(values.begin(), values.end());
+}
+
+bool is_zone_delta(std::string_view s) {  // [-+]([01][0-9]|2[0-4]):?(00|15|30|45)
+    if (s.size() != 5 && s.size() != 6) return false;
+    if (s[0] != '+' && s[0] != '-') return false;
+    std::string digits;
+    for (size_t i = 1; i < s.size(); ++i)
+        if (s[i] != ':')
+            digits += s[i];
+        else if (i != 3)
+            return false;
+    if (digits.size() != 4 || !all_digits(digits)) return false;
+    const int h = std::atoi(digits.substr(0, 2).c_str());
+    const int m = std::atoi(digits.substr(2).c_str());
+    return h <= 24 && (m == 0 || m == 15 || m == 30 || m == 45);
+}
+
+std::vector<std::string_view> split_ws(std::string_view s) {
+    std::vector<std::string_view> out;
+    size_t i = 0;
+    while (i < s.size()) {
+        while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
+        size_t j = i;
+        while (j < s.size() && s[j] != ' ' && s[j] != '\t') ++j;
+        if (j > i) out.push_back(s.substr(i, j - i));
+        i = j;
+    }
+    return out;
+}
+
+const date::time_zone* local_zone() {
+    // As Ruby (and so et-orbi) reads it: $TZ first, then the system's zone.
+    if (const char* tz = std::getenv("TZ"); tz && *tz) {
+        std::string name = tz[0] == ':' ? tz + 1 : tz;
+        try {
+            return date::locate_zone(name);
+        } catch (const std::exception&) {
+        }
+    }
+    try {
+        return date::current_zone();
+    } catch (const std::exception&) {
+        return date::locate_zone("Etc/UTC");
+    }
+}
+
+}  // namespace
+
+CronExpression CronExpression::parse(std::string_view text) {
+    CronExpression c;
+    c.original_ = std::string(text);
+    std::string line(text);
+    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
+    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.front())))
+        line.erase(0, 1);
+    if (line.empty()) throw CronError("empty cron line");
+    if (line[0] == '@') {
+        static const std::map<std::string, std::string> specials{
+            {"@yearly", "0 0 1 1 *"}, {"@annually", "0 0 1 1 *"}, {"@monthly", "0 0 1 * *"},
+            {"@weekly", "0 0 * * 0"}, {"@daily", "0 0 * * *"},    {"@midnight", "0 0 * * *"},
+            {"@noon", "0 12 * * *"},  {"@hourly", "0 * * * *"}};
+        const auto space = line.find_first_of(" \t");
+        const std::string word = line.substr(0, space);
+        auto it = specials.find(word);
+        if (it == specials.end()) throw CronError("unknown shortcut '" + word + "'");
+        line = it->second + (space == std::string::npos ? "" : line.substr(space));
+    }
+    auto tokens = split_ws(line);
+    // fugit tries six fields (seconds first) before five, each with an optional zone.
+    auto try_fields = [&](size_t n) -> bool {
+        if (tokens.size() != n && tokens.size() != n + 1) return false;
+        CronExpression t;
+        t.original_ = c.original_;
+        size_t i = 0;
+        std::string_view dom = tokens[n - 3], dow = tokens[n - 1];
+        if (!dom.empty() && dom.back() == '&') {
+            t.day_and_ = true;
+            dom.remove_suffix(1);
+        }
+        if (!dow.empty() && dow.back() == '&') {
+            t.day_and_ = true;
+            dow.remove_suffix(1);
+        }
+        try {
+            t.seconds_ = n == 6 ? determine(Kind::sec, tokens[i++], 0, 59) : std::vector<int>{0};
+            t.minutes_ = determine(Kind::min, tokens[i++], 0, 59);
+            t.hours_ = determine(Kind::hour, tokens[i++], 0, 23);
+            t.monthdays_ = determine(Kind::dom, dom, 1, 31);
+            ++i;
+            t.months_ = determine(Kind::mon, tokens[i++], 1, 12);
+            ++i;
+            // fugit's determine_weekdays.
+            std::vector<Weekday> wd;
+            for_each_item(Kind::dow, dow, [&](std::string_view item) {
+                const Element e = parse_element(Kind::dow, item);
+                auto add = [&](int d, std::optional<int> nth = {}) {
+                    wd.push_back({d > 6 ? d - 7 : d, nth});
+                };
+                if (e.hash) {
+                    add(*e.a, e.hash);
+                } else if (e.slash) {
+                    int z = e.z ? *e.z : (e.a ? *e.a : 6);
+                    int a = e.a.value_or(0);
+                    if (a > z) z += 7;
+                    for (int d = a; d <= z; d += std::max(1, *e.slash)) add(d);
+                } else if (e.z) {
+                    int z = *e.z;
+                    if (*e.a > z) z += 7;
+                    for (int d = *e.a; d <= z; ++d) add(d);
+                } else if (e.a) {
+                    add(*e.a);
+                }
+            });
+            for (auto& w : wd)
+                if (w.day == 7) w.day = 0;
+            std::vector<Weekday> unique;
+            for (const auto& w : wd)
+                if (std::none_of(unique.begin(), unique.end(), [&](const Weekday& u) {
+                        return u.day == w.day && u.nth == w.nth;
+                    }))
+                    unique.push_back(w);
+            if (!unique.empty()) t.weekdays_ = std::move(unique);
+        } catch (const CronError&) {
+            if (n == 6 && tokens.size() == 6) return false;  // may be 5 fields and a zone
+            throw;
+        }
+        if (tokens.size() == n + 1) {
+            const std::string_view z = tokens[n];
+            t.zone_text_ = std::string(z);
+            if (is_zone_delta(z)) {
+                std::string digits;
+                for (char ch : z.substr(1))
+                    if (ch != ':') digits += ch;
+                t.offset_ = (std::atoi(digits.substr(0, 2).c_str()) * 3600 +
+                             std::atoi(digits.substr(2).c_str()) * 60) *
+                            (z[0] == '-' ? -1 : 1);
+            } else {
+                // fugit's zone names start with a capital ("UTC", "Europe/Berlin"; not "utc").
+                if (!std::isupper(static_cast<unsigned char>(z[0])))
+                    throw CronError("unknown time zone '" + std::string(z) + "'");
+                try {
+                    t.zone_ = date::locate_zone(std::string(z));
+                } catch (const std::exception&) {
+                    throw CronError("unknown time zone '" + std::string(z) + "'");
+                }
+            }
+        } else {
+            t.zone_ = local_zone();
+        }
+        // fugit's compact_month_days: drop days no listed month has (Feb 30); none left is an
+        // expression that never fires.
+        if (t.months_ && t.monthdays_) {
+            static const int kMaxDays[] = {0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+            std::set<int> ms, ds;
+            for (int m : *t.months_)
+                for (int d : *t.monthdays_)
+                    if (d <= kMaxDays[m]) {
+                        ms.insert(m);
+                        ds.insert(d);
+                    }
+            if (ms.empty() || ds.empty()) throw CronError("no listed month has the listed days");
+            t.months_ = std::vector<int>(ms.begin(), ms.end());
+            t.monthdays_ = std::vector<int>(ds.begin(), ds.end());
+        }
+        c = std::move(t);
+        return true;
+    };
+    if (tokens.size() < 5 || tokens.size() > 7)
+        throw CronError("expected 5 or 6 fields and an optional time zone, got " +
+                        std::to_string(tokens.size()) + " words");
+    if (try_fields(6)) return c;
+    if (try_fields(5)) return c;
+    throw CronError("expected 5 or 6 fields and an optional time zone");
+}
+
+std::string CronExpression::zone_name() const {
+    if (!zone_text_.empty()) return zone_text_;
+    return zone_ ? std::string(zone_->name()) : "UTC";
+}
+
+CronExpression::Local CronExpression::local(std::int64_t t) const {
+    using namespace std::chrono;
+    int offset = offset_;
+    std::string abbrev;
+    if (zone_) {
+        const auto info = zone_->get_info(date::sys_seconds{seconds{t}});
+        offset = static_cast<int>(info.offset.count());
+        abbrev = info.abbrev;
+    }
+    const std::int64_t lt = t + offset;
+    const auto days = date::floor<date::days>(date::sys_seconds{seconds{lt}});
+    const date::year_month_day ymd{days};
+    const std::int64_t sod = lt - duration_cast<seconds>(days.time_since_epoch()).count();
+    Local l{};
+    l.year = static_cast<int>(ymd.year());
+    l.month = static_cast<int>(static_cast<unsigned>(ymd.month()));
+    l.day = static_cast<int>(static_cast<unsigned>(ymd.day()));
+    l.hour = static_cast<int>(sod / 3600);
+    l.min = static_cast<int>(sod % 3600 / 60);
+    l.sec = static_cast<int>(sod % 60);
+    l.wday = static_cast<int>(date::weekday{days}.c_encoding());
+    l.offset = offset;
+    l.abbrev = std::move(abbrev);
+    return l;
+}
+
+std::int64_t CronExpression::local_midnight(int y, int m, int d, bool* skipped) const {
+    using namespace std::chrono;
+    const date::local_seconds ls{date::local_days{
+        date::year{y} / date::month{static_cast<unsigned>(m)} / date::day{static_cast<unsigned>(d)}}
+                                     .time_since_epoch()};
+    if (skipped) *skipped = false;
+    if (!zone_) return ls.time_since_epoch().count() - offset_;
+    const auto li = zone_->get_info(ls);
+    if (li.result == date::local_info::nonexistent) {
+        if (skipped) *skipped = true;
+        return li.second.begin.time_since_epoch().count();  // the clock change itself
+    }
+    return ls.time_since_epoch().count() - li.first.offset.count();  // earliest when ambiguous
+}
+
+bool CronExpression::in(const Field& f, int v) {
+    return !f || std::binary_search(f->begin(), f->end(), v);
+}
+
+bool CronExpression::month_match(const Local& l) const {
+    return in(months_, l.month);
+}
+
+bool CronExpression::weekday_match(const Local& l) const {
+    if (!weekdays_) return true;
+    for (const auto& w : *weekdays_) {
+        if (w.day != l.wday) continue;
+        if (!w.nth) return true;
+        // et-orbi's wday_in_month: weeks counted from the month's start, and from its end.
+        const int last = static_cast<int>(static_cast<unsigned>(
+            (date::year{l.year} / date::month{static_cast<unsigned>(l.month)} / date::last).day()));
+        const int from_start = (l.day - 1) / 7 + 1;
+        const int from_end = -((last - l.day) / 7 + 1);
+        if (*w.nth == from_start || *w.nth == from_end) return true;
+    }
+    return false;
+}
+
+bool CronExpression::monthday_match(const Local& l) const {
+    if (!monthdays_) return true;
+    // fugit: the last day is the day of (the next month's first midnight - 24 h), plus one —
+    // on a clock change that falls on the month's last day this is off by one, as in fugit.
+    const int y = l.month == 12 ? l.year + 1 : l.year;
+    const int m = l.month == 12 ? 1 : l.month + 1;
+    const int last = local(local_midnight(y, m, 1) - 24 * 3600).day + 1;
+    for (int d : *monthdays_)
+        if ((d < 1 ? last + d : d) == l.day) return true;
+    return false;
+}
+
+bool CronExpression::day_match(const Local& l) const {
+    if (weekdays_ && monthdays_) {
+        if (day_and_) return weekday_match(l) && monthday_match(l);
+        return weekday_match(l) || monthday_match(l);  // man 5 crontab: either field
+    }
+    return weekday_match(l) && monthday_match(l);
+}
+
+namespace {
+constexpr int kMaxIterations = 2048;  // fugit's MAX_ITERATION_COUNT
+
+std::string wall(const CronExpression::Local& l) {
+    return std::to_string(l.year) + "-" + std::to_string(l.month) + "-" + std::to_string(l.day) +
+           " " + std::to_string(l.hour) + ":" + std::to_string(l.min) + ":" + std::to_string(l.sec);
+}
+}  // namespace
+
+std::int64_t CronExpression::previous_time(double from) const {
+    std::int64_t t = static_cast<std::int64_t>(std::floor(from - 1));
+    for (int i = 0;; ++i) {
+        if (i > kMaxIterations) throw CronError("too many loops looking for the previous time");
+        const Local l = local(t);
+        if (!month_match(l)) {
+            t -= (l.day - 1) * 86400LL + l.hour * 3600 + l.min * 60 + l.sec + 1;
+            continue;
+        }
+        if (!day_match(l)) {
+            t -= l.hour * 3600 + l.min * 60 + l.sec + 1;
+            continue;
+        }
+        if (!in(hours_, l.hour)) {
+            t -= l.min * 60 + l.sec + 1;
+            continue;
+        }
+        if (!in(minutes_, l.min)) {
+            t -= l.sec + 1;
+            continue;
+        }
+        if (!in(seconds_, l.sec)) {
+            int target = seconds_->back();
+            for (auto it = seconds_->rbegin(); it != seconds_->rend(); ++it)
+                if (*it < l.sec) {
+                    target = *it;
+                    break;
+                }
+            t += target - l.sec - (l.sec > target ? 0 : 60);
+            continue;
+        }
+        return t;
+    }
+}
+
+std::int64_t CronExpression::next_time(double from_seconds) const {
+    std::int64_t from = static_cast<std::int64_t>(std::floor(from_seconds));
+    // fugit compares the wall clock of a match with `from` written in from's own zone — UTC for
+    // every caller here — to avoid yielding the same literal time twice across a clock change.
+    auto utc_wall = [](std::int64_t t) {
+        CronExpression utc;
+        utc.offset_ = 0;
+        return wall(utc.local(t));
+    };
+    std::string sfrom = utc_wall(from);
+    std::int64_t t = from;
+    const Local start = local(t);
+    std::string zfrom = std::to_string(start.offset) + start.abbrev;
+    for (int i = 0;; ++i) {
+        if (i > kMaxIterations) throw CronError("too many loops looking for the next time");
+        if (t == from) {
+            t += 1;
+            continue;
+        }
+        const Local l = local(t);
+        if (!month_match(l)) {
+            const int y = l.month == 12 ? l.year + 1 : l.year;
+            const int m = l.month == 12 ? 1 : l.month + 1;
+            t = local_midnight(y, m, 1);
+            continue;
+        }
+        if (!day_match(l)) {
+            t += (24 - l.hour) * 3600 - l.min * 60 - l.sec;
+            const Local n = local(t);
+            if (n.hour == 0) continue;
+            if (n.hour < 12) {
+                bool skipped = false;
+                const std::int64_t midnight = local_midnight(n.year, n.month, n.day, &skipped);
+                t = skipped ? t + (24 - n.hour) * 3600 : midnight;
+            } else {
+                t += (24 - n.hour) * 3600;
+            }
+            continue;
+        }
+        if (!in(hours_, l.hour)) {
+            t += (60 - l.min) * 60 - l.sec;
+            continue;
+        }
+        if (!in(minutes_, l.min)) {
+            t += 60 - l.sec;
+            continue;
+        }
+        if (!in(seconds_, l.sec)) {
+            auto it = std::upper_bound(seconds_->begin(), seconds_->end(), l.sec);
+            t += it != seconds_->end() ? *it - l.sec : 60 - l.sec + seconds_->front();
+            continue;
+        }
+        const std::string st = wall(l);
+        const std::string zt = std::to_string(l.offset) + l.abbrev;
+        if (st == sfrom && zt != zfrom) {
+            from = t;
+            sfrom = st;
+            zfrom = zt;
+            continue;
+        }
+        return t;
+    }
+}
+
+}  // namespace kiqd

@@ -1,0 +1,70 @@
+#pragma once
+// CronPoller: sidekiq-cron's poller (lib/sidekiq/cron/poller.rb) inside kiqd, so that periodic
+// jobs keep firing when kiqd replaces the Ruby processes that used to run the gem's poller. It
+// owns its thread (a PeriodicWorker named "cron") and its Redis connection.
+//
+// At its first round it writes the schedules of kiqd's YAML (`cron:`, `:scheduler: :schedule:`,
+// `:schedule:`) into the gem's keys as the gem's schedule loader does (cron_store.hpp). Then each
+// round, like Poller#enqueue, it reads every job (Job.all) and, for each enabled one whose last
+// run by its cron line (fugit's previous_time) is at most 60 s old and later than the job's
+// last_enqueue_time, claims that run with ZADD on cron_job:<name>:enqueued — the claim the gem's
+// own poller makes, so one run is enqueued once across any number of kiqd and Sidekiq processes.
+// Unlike the gem, the claim, the push and the job's bookkeeping (last_enqueue_time, jid history,
+// the 24 h trim of the claims) are one Lua script: a crash between them cannot lose a run that
+// another process then believes done, and a job disabled or deleted between the read and the
+// claim is not enqueued.
+//
+// The payload is the gem's for a class it cannot load (kiqd has no Ruby classes): the job's
+// stored message with fresh args (plus the time with date_as_argument), or ActiveJob's wrapper
+// with active_job "1"; it goes through kiqd's client normalisation and client middleware.
+//
+// A run missed because no poller ran within 60 s after it (every process down, or a restart
+// longer than that) is skipped, as the gem skips it; one that a restart delays by less is
+// enqueued once when the next poll comes. Polls every `cron_poll_interval` (the gem's key and
+// default, 30 s) with Sidekiq's ±50 % randomisation. Stops on quiet, as the gem's does.
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+
+#include "common/cron_expression.hpp"
+#include "common/periodic_worker.hpp"
+#include "kiqd/redis/script.hpp"
+#include "server/cron_store.hpp"
+#include "server/runtime.hpp"
+
+namespace kiqd {
+
+class CronPoller {
+  public:
+    CronPoller(Runtime& rt, const Client& client);
+    ~CronPoller();
+    void start();          // no thread when cron_poll_interval is 0
+    void stop() noexcept;  // idempotent; joins the thread
+
+    // The first round's work: the YAML's schedules into the gem's keys (public for tests).
+    void save_schedules(redis::Connection& conn, double now);
+    // One pass over every job at `now` (epoch seconds); returns how many runs it enqueued.
+    size_t enqueue_due(redis::Connection& conn, double now);
+
+  private:
+    void poll();
+    // Claims and enqueues the run of `job` due at `now`, if any; true when this call did.
+    bool enqueue_job(redis::Connection& conn, const CronJobRecord& job, double now);
+    const CronExpression* expression(const CronJobRecord& job);
+    // Logs a job's problem once, until it changes or goes (then one info line).
+    void report(const std::string& name, const std::string& problem);
+
+    Runtime& rt_;
+    const Client& client_;
+    CronStore store_;
+    redis::Script enqueue_script_;
+    std::mt19937_64 rng_;
+    std::unique_ptr<redis::Connection> conn_;  // only the poller thread uses it
+    bool schedules_saved_ = false;
+    std::map<std::string, std::unique_ptr<CronExpression>> parsed_;  // by cron line
+    std::map<std::string, std::string> problems_;                    // job name → logged problem
+    PeriodicWorker worker_;  // last: its thread ends before the members it uses go
+};
+
+}  // namespace kiqd

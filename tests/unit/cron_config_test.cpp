@@ -1,0 +1,109 @@
+// The schedule sections of the config (cron_config.hpp) and sidekiq-cron's value formats
+// (cron_store.hpp): kiqd's `cron:` list and map, sidekiq-scheduler's `:scheduler: :schedule:`, a
+// top-level `:schedule:`, and exit 78 naming the key and line of a bad entry.
+#include <catch2/catch.hpp>
+
+#include "server/cron_store.hpp"
+#include "support/config_errors.hpp"
+
+using kiqd::test::config_error_of;
+
+TEST_CASE("cron config: kiqd's cron list", "[cron][config]") {
+    auto c = kiqd::parse_config(R"(
+cron:
+  - name: hourly_report
+    cron: "0 * * * * Europe/Berlin"
+    class: ReportJob
+    args: [1, "two", {three: 3}, ~, true, "4"]
+    queue: reports
+  - name: tick
+    cron: "*/10 * * * * *"
+    class: Tick
+    args: 7
+    enabled: false
+    date_as_argument: true
+)",
+                                "test.yml", "production");
+    REQUIRE(c.cron.size() == 2);
+    CHECK(c.cron[0].name == "hourly_report");
+    CHECK(c.cron[0].cron == "0 * * * * Europe/Berlin");
+    CHECK(c.cron[0].job_class == "ReportJob");
+    CHECK(c.cron[0].queue == "reports");
+    CHECK(c.cron[0].args_json == R"([1,"two",{"three":3},null,true,"4"])");
+    CHECK_FALSE(c.cron[0].enabled.has_value());
+    CHECK(c.cron[1].args_json == "[7]");  // a scalar is one argument, as the gem's parse_args
+    CHECK(c.cron[1].enabled == false);
+    CHECK(c.cron[1].date_as_argument);
+}
+
+TEST_CASE("cron config: sidekiq-scheduler's and sidekiq-cron's sections of a sidekiq.yml",
+          "[cron][config]") {
+    auto c = kiqd::parse_config(R"(
+:concurrency: 5
+:scheduler:
+  :enabled: true
+  :dynamic: true
+  :schedule:
+    hello_world:
+      cron: '0 * * * * *'
+      class: HelloWorld
+      queue: low
+      description: "says hello"
+:schedule:
+  nightly:
+    cron: "0 3 * * *"
+    class: Nightly
+)",
+                                "sidekiq.yml", "production");
+    REQUIRE(c.cron.size() == 2);
+    CHECK(c.cron[0].name == "hello_world");
+    CHECK(c.cron[0].queue == "low");
+    CHECK(c.cron[0].description == "says hello");
+    CHECK(c.cron[1].name == "nightly");
+    CHECK(c.cron[1].key == "schedule.nightly");
+    // `enabled: false` turns sidekiq-scheduler's section off (still checked).
+    auto off = kiqd::parse_config(
+        ":scheduler:\n  :enabled: false\n  :schedule:\n    a: {cron: '* * * * *', class: A}\n",
+        "sidekiq.yml", "production");
+    CHECK(off.cron.empty());
+}
+
+TEST_CASE("cron config: bad entries name the key and line", "[cron][config]") {
+    CHECK(config_error_of("cron:\n  - name: a\n    cron: \"0 25 * * *\"\n    class: A\n") ==
+          "cron[0].cron (line 3): '0 25 * * *': hours field '25': not a valid value");
+    CHECK(config_error_of("cron:\n  - cron: \"* * * * *\"\n    class: A\n") ==
+          "cron[0].name (line 2): is missing");
+    CHECK(config_error_of("cron:\n  - name: a\n    class: A\n") ==
+          "cron[0].cron (line 2): is missing");
+    CHECK(config_error_of("cron:\n  - name: a\n    cron: \"* * * * *\"\n") ==
+          "cron[0].class (line 2): is missing");
+    CHECK(config_error_of("cron:\n  - {name: a, cron: \"* * * * *\", class: A, queue: \"a b\"}\n")
+              .find("cron[0].queue (line 2): invalid queue name") == 0);
+    CHECK(config_error_of("cron:\n  - {name: a, cron: \"* * * * *\", class: A, colour: red}\n")
+              .find("cron[0].colour (line 2): unknown key") == 0);
+    CHECK(config_error_of(":scheduler:\n  :schedule:\n    a:\n      every: '1m'\n      class: A\n")
+              .find("scheduler.schedule.a.every (line 4): is not supported") == 0);
+    CHECK(config_error_of("cron:\n  - {name: a, cron: \"* * * * *\", class: A}\n"
+                          "  - {name: a, cron: \"0 * * * *\", class: B}\n") ==
+          "cron[1] (line 3): the schedule name 'a' is used twice");
+    CHECK(config_error_of("cron: 5\n") ==
+          "cron (line 1): must be a list of {name, cron, class, ...}");
+    CHECK(config_error_of("cron_poll_interval: -1\n").find("cron_poll_interval (line 1)") == 0);
+    CHECK(config_error_of("cron:\n  - {name: a, cron: \"0 * * * * Mars/Olympus\", class: A}\n") ==
+          "cron[0].cron (line 2): '0 * * * * Mars/Olympus': unknown time zone 'Mars/Olympus'");
+}
+
+TEST_CASE("cron store: the gem's time formats", "[cron]") {
+    CHECK(kiqd::ruby_float_text(1764151200.0) == "1764151200.0");
+    CHECK(kiqd::ruby_float_text(1764064805.25) == "1764064805.25");
+    CHECK(kiqd::iso8601_utc(1795687200) == "2026-11-26T10:00:00Z");
+    CHECK(kiqd::last_enqueue_time_text(1795687205.7) == "2026-11-26 10:00:05 +0000");
+    CHECK(kiqd::ruby_time_text(1795687205.7) == "2026-11-26 10:00:05 UTC");
+    CHECK(kiqd::parse_enqueue_time("2026-11-26 10:00:05 +0000") == 1795687205);
+    CHECK(kiqd::parse_enqueue_time("2026-11-26 11:00:05 +0100") == 1795687205);
+    CHECK(kiqd::parse_enqueue_time("2026-11-26 10:00:05 UTC") == 1795687205);
+    CHECK(kiqd::parse_enqueue_time("2026-11-26T10:00:05.123Z") == 1795687205);
+    CHECK(kiqd::parse_enqueue_time("2026-11-26T05:00:05-05:00") == 1795687205);
+    CHECK_FALSE(kiqd::parse_enqueue_time("yesterday").has_value());
+    CHECK_FALSE(kiqd::parse_enqueue_time("").has_value());
+}
