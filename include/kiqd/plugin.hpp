@@ -35,7 +35,7 @@
 // type makes the connection reconnect).
 // 4: Job keeps the places of the members kiqd reads (member_json), for reading them without
 // building the payload's tree.
-#define KIQD_PLUGIN_ABI_VERSION 4
+#define KIQD_PLUGIN_ABI_VERSION 5
 
 namespace kiqd {
 

@@ -6,6 +6,7 @@
 #include <boost/asio/post.hpp>
 #include <csignal>
 
+#include "handlers/runner_handler.hpp"
 #include "kiqd/deadline.hpp"
 #include "kiqd/kiqd.hpp"
 #include "server/connection_budget.hpp"
@@ -180,6 +181,12 @@ void Launcher::log_busy_jobs() {
         log_.warn("tid={} class={} jid={} queue={} running for {:.3f} s", *e.tid,
                   e.job.display_class, e.job.jid, e.job.queue,
                   std::chrono::duration<double>(now - e.job.started).count());
+    }
+    if (const RunnerPools* pools = active_runner_pools()) {
+        for (const auto& c : pools->snapshot())
+            log_.warn("runner={} pid={} state={} jobs={} rss={:.1f} MB{}", c.runner, c.pid, c.state,
+                      c.jobs, static_cast<double>(c.rss_bytes) / (1024 * 1024),
+                      c.jid.empty() ? "" : fmt::format(" class={} jid={}", c.job_class, c.jid));
     }
 }
 

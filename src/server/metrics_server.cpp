@@ -13,6 +13,7 @@
 #include <cstring>
 #include <optional>
 
+#include "handlers/runner_handler.hpp"
 #include "kiqd/clock.hpp"
 #include "kiqd/job.hpp"
 
@@ -286,6 +287,7 @@ MetricsServer::Response MetricsServer::handle(const std::string& target) {
 std::string MetricsServer::render_metrics() {
     std::string out;
     sources_.jobs.render(out);
+    render_runner_metrics(out);
     gauge(out, "kiqd_busy_threads", "Processor threads running a job now.",
           static_cast<double>(sources_.work.busy()));
     gauge(out, "kiqd_threads", "Processor threads of this process (concurrency).",
