@@ -270,8 +270,7 @@ bool parse_handler(const std::string& base, const YAML::Node& entry, ExecHandler
             if (k == "timeout" || k == "grace") exec_option_line = line_of(e.first);
         }
         if (exec_option_line > 0)
-            throw ConfigError(base + ".exec", "or runner: is required with timeout/grace",
-                              exec_option_line);
+            throw ConfigError(base + ".exec", "is required with timeout/grace", exec_option_line);
     }
     if (cls.lock.lock.empty() && (cls.lock.lock_args || cls.lock.lock_ttl ||
                                   cls.lock.lock_timeout || !cls.lock.on_conflict.empty()))

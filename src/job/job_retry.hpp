@@ -20,6 +20,11 @@
 namespace kiqd {
 
 struct Failure {
+    Failure() = default;
+    Failure(std::string error_class, std::string message, std::vector<std::string> backtrace = {})
+        : error_class(std::move(error_class)),
+          message(std::move(message)),
+          backtrace(std::move(backtrace)) {}
     std::string error_class;
     std::string message;
     std::vector<std::string> backtrace;

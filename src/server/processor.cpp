@@ -159,7 +159,10 @@ Failure Processor::failure_from_current_exception(const Job& job) const {
     try {
         throw;
     } catch (const RunnerFailure& e) {
-        return {e.error_class(), e.what(), e.backtrace(), e.retry_in, e.on_exhausted};
+        Failure f{e.error_class(), e.what(), e.backtrace()};
+        f.retry_in = e.retry_in;
+        f.on_exhausted = e.on_exhausted;
+        return f;
     } catch (const JobError& e) {
         auto bt = e.backtrace();
         if (bt.empty()) bt.push_back("kiqd:in `" + job.handler_name() + "'");

@@ -425,7 +425,7 @@ TEST_CASE("python runner: jobs, Python tracebacks, retry_in, retries_exhausted, 
     std::map<std::string, nlohmann::json> by_jid;
     for (const auto& s : zrange(conn, "retry")) {
         auto j = nlohmann::json::parse(s);
-        j["score"] = std::stod(conn.command({"ZSCORE", "retry", s}).str());
+        j["score"] = std::stod(std::string(conn.command({"ZSCORE", "retry", s}).str()));
         by_jid[j["jid"]] = j;
     }
     CHECK(by_jid[failing]["error_class"] == "ValueError");
