@@ -71,14 +71,19 @@ std::string one_at_a_time(std::string yaml) {
 }
 
 // Enqueues with the application's own client; returns the jids.
-std::vector<std::string> enqueue(const RedisServer& server, const nlohmann::json& jobs) {
+// (A vector of vectors: nlohmann would take {{"A", 1}, {"B", 2}} for an object.)
+using JobList = std::vector<std::vector<nlohmann::json>>;
+std::vector<std::string> enqueue(const RedisServer& server, const JobList& jobs) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& j : jobs) list.push_back(nlohmann::json(j));
     auto [status, out] =
-        run_command({"/usr/bin/ruby", kApp + "/enqueue.rb", jobs.dump()}, app_env(server));
+        run_command({"/usr/bin/ruby", kApp + "/enqueue.rb", list.dump()}, app_env(server));
     REQUIRE(status == 0);
     std::vector<std::string> jids;
     std::istringstream lines(out);
     for (std::string l; std::getline(lines, l);)
-        if (!l.empty()) jids.push_back(l);
+        if (l.rfind("jid: ", 0) == 0) jids.push_back(l.substr(5));
+    INFO(out);
     REQUIRE(jids.size() == jobs.size());
     return jids;
 }
@@ -261,10 +266,9 @@ TEST_CASE("runner: children are recycled after max_jobs and above max_rss_mb", "
     server.flushall();
     auto conn = server.connect();
     SECTION("max_jobs") {
-        KiqdProcess kiqd(KIQD_BINARY,
-                         one_at_a_time(runner_config(server, "    max_jobs: 2\n")), {},
+        KiqdProcess kiqd(KIQD_BINARY, one_at_a_time(runner_config(server, "    max_jobs: 2\n")), {},
                          app_env(server));
-        nlohmann::json jobs = nlohmann::json::array();
+        JobList jobs;
         for (int i = 0; i < 6; ++i) jobs.push_back({"PlainJob", i, "x"});
         enqueue(server, jobs);
         REQUIRE(wait_until([&] { return records(conn, "done").size() == 6; },
@@ -275,12 +279,15 @@ TEST_CASE("runner: children are recycled after max_jobs and above max_rss_mb", "
         CHECK(kiqd.stop() == 0);
     }
     SECTION("max_rss_mb") {
-        KiqdProcess kiqd(KIQD_BINARY,
-                         one_at_a_time(runner_config(server, "    max_rss_mb: 150\n")),
+        KiqdProcess kiqd(KIQD_BINARY, one_at_a_time(runner_config(server, "    max_rss_mb: 150\n")),
                          {}, app_env(server));
         enqueue(server, {{"GrowJob", 200}, {"GrowJob", 1}});
-        REQUIRE(wait_until([&] { return records(conn, "done").size() == 2; },
-                           std::chrono::seconds(90)));
+        if (!wait_until([&] { return records(conn, "done").size() == 2; },
+                        std::chrono::seconds(90)))
+            FAIL(kiqd.output() << "\nqueue: " << lrange(conn, "queue:default").size()
+                               << " retry: " << zrange(conn, "retry").size()
+                               << " dead: " << zrange(conn, "dead").size()
+                               << " done: " << records(conn, "done").size());
         CHECK(kiqd.wait_for_output("above max_rss_mb 150"));
         const auto done = records(conn, "done");
         CHECK(done[0][2] != done[1][2]);  // the second ran in a new child

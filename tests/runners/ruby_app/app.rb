@@ -10,6 +10,9 @@ require "active_job/queue_adapters/sidekiq_adapter"
 ActiveJob::Base.queue_adapter = :sidekiq
 ActiveJob::Base.logger = Logger.new($stdout)
 
+# redis-rb 4.8 warns on every SADD Sidekiq 6.4.1 sends.
+Redis.silence_deprecations = true if Redis.respond_to?(:silence_deprecations=)
+
 redis = {url: ENV.fetch("APP_REDIS_URL")}
 Sidekiq.configure_client { |c| c.redis = redis }
 

@@ -5,8 +5,8 @@ require_relative "app"
 JSON.parse(ARGV.fetch(0)).each do |klass, *args|
   k = Object.const_get(klass)
   if k < ActiveJob::Base
-    puts k.perform_later(*args).provider_job_id
+    puts "jid: #{k.perform_later(*args).provider_job_id}"
   else
-    puts k.perform_async(*args)
+    puts "jid: #{k.perform_async(*args)}"
   end
 end
