@@ -56,22 +56,7 @@ start_redis "$(free_port)" "$work"
 
 # push CLASS N: N payloads as Sidekiq 6.4.1 writes them.
 push() {
-    python3 - "$1" "$2" <<'PY' | rcli --pipe >/dev/null
-import json, os, sys, time
-cls, n = sys.argv[1], int(sys.argv[2])
-out = sys.stdout.buffer
-def cmd(*parts):
-    out.write(b"*%d\r\n" % len(parts))
-    for p in parts:
-        p = p.encode()
-        out.write(b"$%d\r\n%s\r\n" % (len(p), p))
-now = time.time()
-cmd("SADD", "queues", "default")
-for i in range(n):
-    cmd("LPUSH", "queue:default", json.dumps({"retry": True, "queue": "default", "class": cls,
-        "args": [i], "jid": os.urandom(12).hex(), "created_at": now, "enqueued_at": now},
-        separators=(",", ":")))
-PY
+    python3 "$here/lib/push_jobs.py" "$1" "$2" | rcli --pipe >/dev/null
 }
 
 # PSS in MB of the given pids and all their descendants.

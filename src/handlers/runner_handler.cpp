@@ -28,16 +28,6 @@ const milliseconds kExhaustedTimeout{30000};
 
 std::atomic<const RunnerPools*> g_active{nullptr};
 
-std::string describe_status(int status) {
-    if (WIFEXITED(status)) return fmt::format("exited with status {}", WEXITSTATUS(status));
-    if (WIFSIGNALED(status)) {
-        const char* abbrev = ::sigabbrev_np(WTERMSIG(status));
-        return fmt::format("was killed by signal {} ({})", WTERMSIG(status),
-                           abbrev ? std::string("SIG") + abbrev : "?");
-    }
-    return fmt::format("ended with wait status {}", status);
-}
-
 // How one request/answer on a leased child ended.
 struct Exchange {
     enum class End { reply, crashed, timed_out, stopped } end = End::crashed;
@@ -165,7 +155,7 @@ void RunnerJobHandler::operator()(const Job& job, JobContext& ctx) const {
             ex.end == Exchange::End::crashed && ex.problem.rfind("answered", 0) == 0;
         const auto status = kill_and_reap(*pool_, *lease, !garbled);
         if (ex.end == Exchange::End::crashed) {
-            const std::string how = status ? describe_status(*status) : "did not exit";
+            const std::string how = status ? describe_wait_status(*status) : "did not exit";
             const std::string tail = pool_->stderr_tail(*lease);
             pool_->release(*lease, RunnerRelease::broken);
             throw JobError(

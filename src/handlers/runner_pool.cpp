@@ -67,16 +67,6 @@ int open_pidfd(pid_t pid) {
 #endif
 }
 
-std::string describe_status(int status) {
-    if (WIFEXITED(status)) return fmt::format("exited with status {}", WEXITSTATUS(status));
-    if (WIFSIGNALED(status)) {
-        const char* abbrev = ::sigabbrev_np(WTERMSIG(status));
-        return fmt::format("was killed by signal {} ({})", WTERMSIG(status),
-                           abbrev ? std::string("SIG") + abbrev : "?");
-    }
-    return fmt::format("ended with wait status {}", status);
-}
-
 long long rss_bytes(pid_t pid) {
     std::ifstream statm("/proc/" + std::to_string(pid) + "/statm");
     long long size = 0, resident = 0;
@@ -180,6 +170,16 @@ void keep_tail(std::deque<std::string>& tail, const std::string& line) {
 }
 
 }  // namespace
+
+std::string describe_wait_status(int status) {
+    if (WIFEXITED(status)) return fmt::format("exited with status {}", WEXITSTATUS(status));
+    if (WIFSIGNALED(status)) {
+        const char* abbrev = ::sigabbrev_np(WTERMSIG(status));
+        return fmt::format("was killed by signal {} ({})", WTERMSIG(status),
+                           abbrev ? std::string("SIG") + abbrev : "?");
+    }
+    return fmt::format("ended with wait status {}", status);
+}
 
 RunnerPool::RunnerPool(RunnerSpec spec, std::vector<std::string> env)
     : spec_(std::move(spec)), env_(std::move(env)) {
@@ -302,12 +302,12 @@ bool RunnerPool::reap(Slot& slot) {
     if (c.state == ChildState::booting) {
         c.state = ChildState::stopping;
         boot_failed(slot, fmt::format("pid {} {} before it was ready{}", c.pid,
-                                      describe_status(status), tail_text(c.err_tail)));
+                                      describe_wait_status(status), tail_text(c.err_tail)));
     } else if (c.state == ChildState::idle) {
         ++slot.failures;
         slot.start_at = saturating_deadline(Clock::now(), backoff(slot.failures));
-        log_->warn("runner={} pid={} {} while idle{}", spec_.name, c.pid, describe_status(status),
-                   tail_text(c.err_tail));
+        log_->warn("runner={} pid={} {} while idle{}", spec_.name, c.pid,
+                   describe_wait_status(status), tail_text(c.err_tail));
         c.state = ChildState::stopping;
     }
     return true;
