@@ -118,17 +118,19 @@ drain() {
     python3 -c "print(round($n / ($end - $start)))"
 }
 
+# The config lines every kiqd row shares: this Redis, concurrency, quiet logging, /metrics.
+yaml_head() {
+    printf 'redis: {url: "%s"}\nconcurrency: %s\nqueues: [default]\nlogging: {level: warn}\n' \
+        "$redis_url" "$CONCURRENCY"
+    printf 'metrics: {listen: "127.0.0.1:%s"}\n' "$1"
+}
+
 results=()
 row() { results+=("$(printf '| %s | %s | %s | %s |' "$1" "$2" "$3" "$4")"); echo "$1: $2 jobs/s, PSS $3 MB ($4)" >&2; }
 
 run_kiqd_ruby() {  # run_kiqd_ruby CLASS N PROCESSES
     local mport; mport=$(free_port)
-    cat >"$work/kiqd.yml" <<YAML
-redis: {url: "$redis_url"}
-concurrency: $CONCURRENCY
-queues: [default]
-logging: {level: warn}
-metrics: {listen: "127.0.0.1:$mport"}
+    { yaml_head "$mport"; cat; } >"$work/kiqd.yml" <<YAML
 runners:
   ruby:
     command: ["/usr/bin/ruby", "$RUNNER", "--require", "$here/runner_app.rb"]
@@ -192,12 +194,7 @@ for mode in exec runner; do
     command: [\"/usr/bin/python3\", \"$PYRUNNER\", \"--path\", \"$work\", \"--import\", \"pyjobs\"]
     processes: $PROCESSES"
     fi
-    cat >"$work/kiqd.yml" <<YAML
-redis: {url: "$redis_url"}
-concurrency: $CONCURRENCY
-queues: [default]
-logging: {level: warn}
-metrics: {listen: "127.0.0.1:$mport"}
+    { yaml_head "$mport"; cat; } >"$work/kiqd.yml" <<YAML
 $runners
 handlers:
 $handler
