@@ -51,22 +51,7 @@ handlers:
     exec: ["$COMMAND"]
 YAML
 
-python3 - "$JOBS" >"$work/push.resp" <<'PY'
-import json, os, sys, time
-n = int(sys.argv[1])
-out = sys.stdout.buffer
-def cmd(*parts):
-    out.write(b"*%d\r\n" % len(parts))
-    for p in parts:
-        p = p.encode()
-        out.write(b"$%d\r\n%s\r\n" % (len(p), p))
-now = time.time()
-cmd("SADD", "queues", "default")
-for i in range(n):
-    job = {"retry": True, "queue": "default", "class": "Bench::True", "args": [i, "x"],
-           "jid": os.urandom(12).hex(), "created_at": now, "enqueued_at": now}
-    cmd("LPUSH", "queue:default", json.dumps(job, separators=(",", ":")))
-PY
+python3 "$repo/bench/lib/push_jobs.py" Bench::True "$JOBS" >"$work/push.resp"
 
 rates=()
 for run in $(seq "$RUNS"); do

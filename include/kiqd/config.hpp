@@ -93,6 +93,29 @@ struct ExecHandlerSpec {
     int line = -1;
 };
 
+// `runners: {name: {command: [argv...], processes: N, max_jobs: N, max_rss_mb: N,
+// boot_timeout: s}}`: a pool of long-lived worker processes speaking docs/runner-protocol.md
+// (see handlers/runner_pool.hpp).
+struct RunnerSpec {
+    std::string name;
+    std::vector<std::string> argv;
+    int processes = 0;         // 0 = the number of CPUs (resolved by validate_config)
+    long long max_jobs = 0;    // recycle a child after this many jobs; 0 = never
+    long long max_rss_mb = 0;  // recycle a child whose RSS grew past this; 0 = never
+    std::chrono::milliseconds boot_timeout{60000};
+    int line = -1;
+};
+
+// `handlers: {ClassName: {runner: name, timeout: s}}` and `"*": {runner: name}`: a job class
+// run by a runner pool (see handlers/runner_handler.hpp). "*" is every class without another
+// handler.
+struct RunnerHandlerSpec {
+    std::string job_class;
+    std::string runner;
+    std::optional<std::chrono::milliseconds> timeout;  // unset: none (shutdown still stops it)
+    int line = -1;
+};
+
 // Per-class uniqueness defaults, `handlers: {ClassName: {lock: ..., lock_args: [0, 2], ...}}`
 // (see unique_jobs.hpp). A job's own payload fields win over these.
 struct LockDefaults {
@@ -285,8 +308,10 @@ struct Config {
     std::optional<double> poll_interval_average;  // set = fixed average, no scaling by processes
     size_t max_payload_bytes = 16 * 1024 * 1024;
     std::vector<MiddlewareSpec> server_middleware;
-    std::vector<ExecHandlerSpec> exec_handlers;  // in file order
-    std::map<std::string, ClassSpec> classes;    // `handlers:` entries, by job class
+    std::vector<ExecHandlerSpec> exec_handlers;      // in file order
+    std::vector<RunnerSpec> runners;                 // `runners:`, in file order
+    std::vector<RunnerHandlerSpec> runner_handlers;  // `handlers: … runner:`, in file order
+    std::map<std::string, ClassSpec> classes;        // `handlers:` entries, by job class
     UniqueJobsConfig unique_jobs;
     PauseControlConfig pause_control;
     ConcurrencyLimitsConfig concurrency_limits;

@@ -33,7 +33,8 @@ class HandlerRegistry {
         WorkerMetadata metadata;
         std::string queue;  // "" = not declared
     };
-    const Handler* find(const std::string& job_class) const;             // nullptr when unknown
+    // The class's handler, else the one registered as "*" (every other class), else nullptr.
+    const Handler* find(const std::string& job_class) const;
     const Declaration* declaration(const std::string& job_class) const;  // nullptr: none
     const std::unordered_map<std::string, Declaration>& declarations() const {
         return declarations_;

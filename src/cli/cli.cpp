@@ -16,6 +16,7 @@
 #include "config/yaml_helpers.hpp"
 #include "handlers/exec_handler.hpp"
 #include "handlers/plugin_loader.hpp"
+#include "handlers/runner_handler.hpp"
 #include "kiqd/kiqd.hpp"
 #include "server/connection_budget.hpp"
 #include "server/launcher.hpp"
@@ -249,6 +250,7 @@ int run(int argc, char** argv, HandlerRegistry& handlers, MiddlewareRegistry& mi
     MiddlewareChain chain;
     std::vector<LoadedPlugin> plugins;
     PauseStrategies pause_strategies;
+    std::unique_ptr<RunnerPools> runner_pools;
     try {
         config = build_config(o);
         // Plugins first: they may add middleware that server_middleware: names. Exec handlers
@@ -257,6 +259,8 @@ int run(int argc, char** argv, HandlerRegistry& handlers, MiddlewareRegistry& mi
         chain = middleware.build(config.server_middleware);
         pause_strategies = PauseStrategies(config, middleware.pause_strategies);
         register_exec_handlers(config, handlers);
+        runner_pools = std::make_unique<RunnerPools>(config);
+        register_runner_handlers(config, handlers, *runner_pools);
         // C++ metadata declarations are checked here (exit 78); a selector picks the queues.
         const WorkerCatalog catalog(config, handlers);
         apply_selector(config, catalog, o.selector ? "--selector" : "selector");
@@ -274,13 +278,20 @@ int run(int argc, char** argv, HandlerRegistry& handlers, MiddlewareRegistry& mi
     if (check->parsed()) {
         for (const auto& w : warnings)
             std::cerr << "kiqd: warning: " << escape_control(w) << std::endl;
+        // A runner is booted once to prove its command works (docs/runner-protocol.md).
+        const auto runner_problems = runner_pools->boot_check();
+        for (const auto& p : runner_problems)
+            std::cerr << "kiqd: configuration error in "
+                      << escape_control(o.config_path.empty() ? "command line" : o.config_path)
+                      << ": " << escape_control(p) << std::endl;
+        if (!runner_problems.empty()) return kExitConfig;
         std::cout << "kiqd: "
                   << escape_control(o.config_path.empty() ? "command line" : o.config_path)
                   << " is valid: concurrency=" << config.concurrency << ", " << config.queues.size()
                   << " queue(s) ("
                   << escape_control(fmt::format("{}", fmt::join(queue_names(config), ","))) << "), "
-                  << config.exec_handlers.size() << " exec handler(s), " << config.plugins.size()
-                  << " plugin(s), redis "
+                  << config.exec_handlers.size() << " exec handler(s), " << config.runners.size()
+                  << " runner(s), " << config.plugins.size() << " plugin(s), redis "
                   << escape_control(redis::parse_redis_url(config.redis.url).describe())
                   << (config.redis.endpoint.tls ? " over TLS" : "") << std::endl;
         const auto connections = redis_connection_count(config);
@@ -298,11 +309,13 @@ int run(int argc, char** argv, HandlerRegistry& handlers, MiddlewareRegistry& mi
         logger->info("loaded plugin {} ({} new handler(s))", p.path, p.handlers_added);
     for (const auto& w : warnings) logger->warn("{}", w);
     int code = 0;
+    runner_pools->start(*logger);
     {
         Launcher launcher(config, handlers, chain, *logger, std::move(notifier),
                           std::move(pause_strategies));
         code = launcher.run();
     }
+    runner_pools->stop();
     logger->flush();
     spdlog::shutdown();
     return code;

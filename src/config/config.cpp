@@ -14,6 +14,7 @@
 #include "config/features_config.hpp"
 #include "config/handlers_config.hpp"
 #include "config/redis_config.hpp"
+#include "config/runners_config.hpp"
 #include "config/yaml_helpers.hpp"
 
 namespace kiqd {
@@ -189,7 +190,11 @@ void apply_map(const YAML::Node& root, Config& c, const std::string& environment
          {"server_middleware",
           [&](const auto&, const auto& v) { c.server_middleware = parse_middleware(v); }},
          {"handlers",
-          [&](const auto&, const auto& v) { c.exec_handlers = parse_handlers(v, c.classes); }},
+          [&](const auto&, const auto& v) {
+              c.runner_handlers.clear();
+              c.exec_handlers = parse_handlers(v, c.classes, c.runner_handlers);
+          }},
+         {"runners", [&](const auto&, const auto& v) { c.runners = parse_runners(v); }},
          {"unique_jobs", [&](const auto&, const auto& v) { parse_unique_jobs(v, c.unique_jobs); }},
          {"pause_control",
           [&](const auto&, const auto& v) { parse_pause_control_config(v, c.pause_control); }},
@@ -325,6 +330,7 @@ void validate_config(Config& c) {
     if (c.logging.format != "text" && c.logging.format != "json")
         throw ConfigError("logging.format", "must be text or json");
     resolve_redis_endpoint(c.redis);
+    config_detail::validate_runners(c);
     if (c.cpu_bound_concurrency == 0)
         c.cpu_bound_concurrency =
             static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

@@ -187,14 +187,19 @@ int parse_fair_tenant_source(const std::string& key, const YAML::Node& v) {
     return static_cast<int>(index);
 }
 
-// One `handlers:` entry: `spec` gets exec:, timeout:, grace:; `cls` everything else. True when
-// the entry has exec:.
+// One `handlers:` entry: `spec` gets exec:, timeout:, grace:; `runner` gets runner: (and the
+// timeout); `cls` everything else. True when the entry has exec:.
 bool parse_handler(const std::string& base, const YAML::Node& entry, ExecHandlerSpec& spec,
-                   ClassSpec& cls) {
+                   RunnerHandlerSpec& runner, ClassSpec& cls) {
     bool have_exec = false;
     read_map(
         entry, base,
-        {{"exec",
+        {{"runner",
+          [&](const auto& key, const auto& v) {
+              runner.runner = non_empty_string(key, v);
+              runner.line = line_of(v);
+          }},
+         {"exec",
           [&](const auto& key, const auto& v) {
               if (!v.IsSequence() || v.size() == 0)
                   type_error(key, v, "a non-empty list: [command, args...] (no shell)");
@@ -247,6 +252,16 @@ bool parse_handler(const std::string& base, const YAML::Node& entry, ExecHandler
         // urgency, resource_boundary, ... (worker_metadata.cpp)
         [&](const std::string& name, const std::string& key, const YAML::Node&,
             const YAML::Node& v) { return parse_metadata_option(name, key, v, cls.metadata); });
+    if (have_exec && !runner.runner.empty())
+        throw ConfigError(base + ".runner", "and exec: cannot both be given", runner.line);
+    if (!runner.runner.empty()) {
+        // A runner job's timeout kills its child (runner_handler.hpp); grace is exec's alone.
+        runner.timeout = spec.timeout;
+        for (const auto& e : entry)
+            if (normalize_key(e.first.Scalar()) == "grace")
+                throw ConfigError(base + ".grace", "applies to exec: only", line_of(e.first));
+        return false;
+    }
     // timeout/grace only mean something with exec: the error names the last one given.
     if (!have_exec) {
         int exec_option_line = -1;
@@ -269,7 +284,8 @@ bool parse_handler(const std::string& base, const YAML::Node& entry, ExecHandler
 }  // namespace
 
 std::vector<ExecHandlerSpec> parse_handlers(const YAML::Node& n,
-                                            std::map<std::string, ClassSpec>& classes) {
+                                            std::map<std::string, ClassSpec>& classes,
+                                            std::vector<RunnerHandlerSpec>& runner_handlers) {
     if (!n.IsMap()) type_error("handlers", n, "a map of job class → {exec: [...], lock: ...}");
     std::vector<ExecHandlerSpec> out;
     for (const auto& kv : n) {
@@ -284,9 +300,25 @@ std::vector<ExecHandlerSpec> parse_handlers(const YAML::Node& n,
         ClassSpec cls;  // members set one by one: every issue adds its own per-class keys
         cls.job_class = spec.job_class;
         cls.line = spec.line;
-        const bool has_exec = parse_handler(base, kv.second, spec, cls);
+        RunnerHandlerSpec runner;
+        runner.job_class = spec.job_class;
+        if (spec.job_class == "*") {
+            // "*" is a fallback handler, not a class: per-class options have no class to apply to.
+            for (const auto& e : kv.second) {
+                const std::string k = normalize_key(e.first.Scalar());
+                if (k != "runner" && k != "timeout")
+                    throw ConfigError(base + "." + k,
+                                      "\"*\" takes runner: and timeout: only (per-class options "
+                                      "belong under a class name)",
+                                      line_of(e.first));
+            }
+            if (!kv.second["runner"])
+                throw ConfigError(base + ".runner", "is required for \"*\"", spec.line);
+        }
+        const bool has_exec = parse_handler(base, kv.second, spec, runner, cls);
         if (has_exec) out.push_back(std::move(spec));
-        classes[cls.job_class] = std::move(cls);
+        if (!runner.runner.empty()) runner_handlers.push_back(std::move(runner));
+        if (cls.job_class != "*") classes[cls.job_class] = std::move(cls);
     }
     return out;
 }

@@ -11,8 +11,10 @@
 
 namespace kiqd::config_detail {
 
-// Fills `classes` with every entry; returns the exec handlers in file order. Throws ConfigError.
+// Fills `classes` with every entry but "*" and `runner_handlers` with the runner: entries;
+// returns the exec handlers in file order. Throws ConfigError.
 std::vector<ExecHandlerSpec> parse_handlers(const YAML::Node& n,
-                                            std::map<std::string, ClassSpec>& classes);
+                                            std::map<std::string, ClassSpec>& classes,
+                                            std::vector<RunnerHandlerSpec>& runner_handlers);
 
 }  // namespace kiqd::config_detail

@@ -13,15 +13,15 @@
 namespace kiqd {
 namespace {
 
-// Everything from 3 up. close_range (Linux 5.9) in one call; on older kernels, each number up
-// to the descriptor limit (no /proc walk: it would allocate, and this runs in a vfork child).
-void close_from_3() {
-    if (::syscall(SYS_close_range, 3U, ~0U, 0U) == 0) return;
+// Everything from `first` up. close_range (Linux 5.9) in one call; on older kernels, each number
+// up to the descriptor limit (no /proc walk: it would allocate, and this runs in a vfork child).
+void close_from(int first) {
+    if (::syscall(SYS_close_range, static_cast<unsigned>(first), ~0U, 0U) == 0) return;
     struct rlimit lim {};
     long top = 65536;
     if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY)
         top = static_cast<long>(lim.rlim_cur);
-    for (long fd = 3; fd < top; ++fd) ::close(static_cast<int>(fd));
+    for (long fd = first; fd < top; ++fd) ::close(static_cast<int>(fd));
 }
 
 // Moves `fd` to `target`. A source that is itself 0-2 is first copied above 2, so that one
@@ -37,13 +37,14 @@ int move_to(int fd, int target) {
 }  // namespace
 
 SpawnedChild spawn_child(char* const argv[], char* const envp[], int stdin_fd, int stdout_fd,
-                         int stderr_fd) {
+                         int stderr_fd, int fd3) {
     sigset_t all, old;
     sigfillset(&all);
     ::pthread_sigmask(SIG_SETMASK, &all, &old);
     const pid_t parent = ::getpid();
     volatile int child_error = 0;
-    int fds[3] = {stdin_fd, stdout_fd, stderr_fd};
+    int fds[4] = {stdin_fd, stdout_fd, stderr_fd, fd3};
+    const int count = fd3 >= 0 ? 4 : 3;
     const pid_t pid = ::vfork();
     if (pid == 0) {
         // The child: system calls only, until exec or _exit.
@@ -51,17 +52,17 @@ SpawnedChild spawn_child(char* const argv[], char* const envp[], int stdin_fd, i
         if (::setpgid(0, 0) != 0 || ::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) err = errno;
         // kiqd may have died between vfork and prctl; then nothing would ever kill this child.
         if (!err && ::getppid() != parent) ::_exit(127);
-        for (int i = 0; i < 3 && !err; ++i) {
-            if (fds[i] >= 0 && fds[i] < 3 && fds[i] != i) {
-                const int copy = ::fcntl(fds[i], F_DUPFD, 3);
+        for (int i = 0; i < count && !err; ++i) {
+            if (fds[i] >= 0 && fds[i] < count && fds[i] != i) {
+                const int copy = ::fcntl(fds[i], F_DUPFD, count);
                 if (copy < 0) err = errno;
                 fds[i] = copy;
             }
         }
-        for (int i = 0; i < 3 && !err; ++i)
+        for (int i = 0; i < count && !err; ++i)
             if (move_to(fds[i], i) != 0) err = errno;
         if (!err) {
-            close_from_3();
+            close_from(count);
             struct sigaction dfl {};
             dfl.sa_handler = SIG_DFL;
             for (int sig = 1; sig < NSIG; ++sig) ::sigaction(sig, &dfl, nullptr);

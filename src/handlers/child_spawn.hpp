@@ -1,7 +1,7 @@
 #pragma once
 // spawn_child: starts a job's command as kiqd's child. What the child gets, and why:
-//   * descriptors 0-2 from the caller's pipes, nothing else (everything above 2 is closed before
-//     exec, whether or not it was close-on-exec);
+//   * descriptors 0-2 from the caller's pipes (and 3, a runner's protocol socket, when given),
+//     nothing else (everything above is closed before exec, whether or not it was close-on-exec);
 //   * its own process group (a timeout or shutdown signals the command's children too);
 //   * every signal at its default disposition and none blocked (kiqd ignores SIGPIPE and its
 //     threads block signals; the command must not inherit either);
@@ -24,8 +24,8 @@ struct SpawnedChild {
 };
 
 // argv[0] is looked up in PATH when it has no '/', as execvp does. argv and envp are
-// null-terminated.
+// null-terminated. `fd3` >= 0 becomes the child's descriptor 3.
 SpawnedChild spawn_child(char* const argv[], char* const envp[], int stdin_fd, int stdout_fd,
-                         int stderr_fd);
+                         int stderr_fd, int fd3 = -1);
 
 }  // namespace kiqd

@@ -24,6 +24,7 @@
 #include "common/outcome_counters.hpp"
 #include "handlers/child_environment.hpp"
 #include "handlers/child_spawn.hpp"
+#include "handlers/unique_fd.hpp"
 #include "kiqd/deadline.hpp"
 
 extern char** environ;
@@ -33,31 +34,6 @@ namespace {
 
 using Steady = std::chrono::steady_clock;
 using std::chrono::milliseconds;
-
-// An owned file descriptor.
-class Fd {
-  public:
-    Fd() = default;
-    explicit Fd(int fd) : fd_(fd) {}
-    Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-    Fd& operator=(Fd&& o) noexcept {
-        if (this != &o) {
-            reset();
-            fd_ = std::exchange(o.fd_, -1);
-        }
-        return *this;
-    }
-    ~Fd() { reset(); }
-    int get() const { return fd_; }
-    bool open() const { return fd_ >= 0; }
-    void reset() {
-        if (fd_ >= 0) ::close(fd_);
-        fd_ = -1;
-    }
-
-  private:
-    int fd_ = -1;
-};
 
 struct Pipe {
     Fd read, write;

@@ -21,6 +21,7 @@ const HandlerRegistry::Declaration* HandlerRegistry::declaration(
 
 const Handler* HandlerRegistry::find(const std::string& job_class) const {
     auto it = handlers_.find(job_class);
+    if (it == handlers_.end()) it = handlers_.find("*");  // the fallback (a runner: "*" entry)
     return it == handlers_.end() ? nullptr : &it->second;
 }
 

@@ -136,9 +136,17 @@ RetryPlan JobRetry::plan(const Job& job, const Failure& failure, double now,
         plan.outcome = dead != p.end() && dead->is_boolean() && !*dead ? FailureOutcome::Discarded
                                                                        : FailureOutcome::Dead;
         plan.score = now;
+        plan.exhausted = true;
     } else {
         plan.outcome = FailureOutcome::Retried;
-        plan.score = now + static_cast<double>(delay_seconds(count, compat_, rng));
+        long long delay = delay_seconds(count, compat_, rng);
+        if (failure.retry_in && *failure.retry_in > 0) {
+            // Sidekiq 6.4.1's delay_for: the job's own delay plus rand(10) * (count + 1).
+            std::uniform_int_distribution<long long> r(0, 9);
+            delay = std::min(*failure.retry_in, 366LL * 24 * 3600) +
+                    r(rng) * (std::min(count, 50000LL) + 1);
+        }
+        plan.score = now + static_cast<double>(delay);
     }
     return plan;
 }

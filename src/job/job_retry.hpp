@@ -7,6 +7,8 @@
 // or nowhere for "retry": false. A payload it cannot edit (not a Job parse_job made) goes to
 // "dead" whole, with the reason. plan() is pure (unit-tested); record() writes the plan.
 // Stateless; shared by all threads.
+#include <functional>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -18,17 +20,29 @@
 namespace kiqd {
 
 struct Failure {
+    Failure() = default;
+    Failure(std::string error_class, std::string message, std::vector<std::string> backtrace = {})
+        : error_class(std::move(error_class)),
+          message(std::move(message)),
+          backtrace(std::move(backtrace)) {}
     std::string error_class;
     std::string message;
     std::vector<std::string> backtrace;
+    // The job's own delay before the retry (a runner's sidekiq_retry_in), in seconds; Sidekiq's
+    // jitter is added. Unset or not positive: count⁴ + 15 + jitter.
+    std::optional<long long> retry_in;
+    // Called with the dead-set member once the job's retries are exhausted (dead, or discarded
+    // with "dead": false): a runner's sidekiq_retries_exhausted and death handlers.
+    std::function<void(const std::string& payload)> on_exhausted;
 };
 
 enum class FailureOutcome { Retried, Dead, Discarded };
 
 struct RetryPlan {
     FailureOutcome outcome = FailureOutcome::Discarded;
-    std::string payload;  // the retry/dead member
-    double score = 0;     // retry-at (Retried) or time of death (Dead)
+    std::string payload;     // the retry/dead member
+    double score = 0;        // retry-at (Retried) or time of death (Dead)
+    bool exhausted = false;  // retries used up (Dead, or Discarded by "dead": false)
 };
 
 class JobRetry {

@@ -7,6 +7,7 @@
 #include <csignal>
 
 #include "common/log_fields.hpp"
+#include "handlers/runner_handler.hpp"
 #include "kiqd/deadline.hpp"
 #include "kiqd/kiqd.hpp"
 #include "server/connection_budget.hpp"
@@ -189,6 +190,12 @@ void Launcher::log_busy_jobs() {
                       .field("queue", e.job.queue)
                       .json_number("running_s", seconds)
                       .message("running", fmt::format("running for {:.3f} s", seconds)));
+    }
+    if (const RunnerPools* pools = active_runner_pools()) {
+        for (const auto& c : pools->snapshot())
+            log_.warn("runner={} pid={} state={} jobs={} rss={:.1f} MB{}", c.runner, c.pid, c.state,
+                      c.jobs, static_cast<double>(c.rss_bytes) / (1024 * 1024),
+                      c.jid.empty() ? "" : fmt::format(" class={} jid={}", c.job_class, c.jid));
     }
 }
 

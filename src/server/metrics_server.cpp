@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "common/outcome_counters.hpp"
+#include "handlers/runner_handler.hpp"
 #include "kiqd/clock.hpp"
 #include "kiqd/job.hpp"
 #include "server/process_metrics.hpp"
@@ -331,6 +332,7 @@ MetricsServer::Response MetricsServer::handle(const std::string& target) {
 std::string MetricsServer::render_metrics() {
     std::string out;
     sources_.jobs.render(out);
+    render_runner_metrics(out);
     gauge(out, "kiqd_busy_threads", "Processor threads running a job now.",
           static_cast<double>(sources_.work.busy()));
     gauge(out, "kiqd_threads", "Processor threads of this process (concurrency).",

@@ -9,6 +9,7 @@
 #include "common/outcome_counters.hpp"
 #include "fetch/cpu_gate.hpp"
 #include "handlers/exec_handler.hpp"
+#include "handlers/runner_handler.hpp"
 #include "redis/transaction.hpp"
 #include "server/connection_budget.hpp"
 #include "server/execution_metrics.hpp"
@@ -169,6 +170,11 @@ void Processor::record_outcome(redis::Connection& conn, const UnitOfWork& unit, 
 Failure Processor::failure_from_current_exception(const Job& job) const {
     try {
         throw;
+    } catch (const RunnerFailure& e) {
+        Failure f{e.error_class(), e.what(), e.backtrace()};
+        f.retry_in = e.retry_in;
+        f.on_exhausted = e.on_exhausted;
+        return f;
     } catch (const JobError& e) {
         auto bt = e.backtrace();
         if (bt.empty()) bt.push_back("kiqd:in `" + job.handler_name() + "'");
@@ -250,14 +256,14 @@ void Processor::run_unit(redis::Connection& conn, UnitOfWork unit, const Admissi
     ctx.working_list = rt_.fetcher.working_list(unit.queue);
     std::optional<Failure> failure;
     bool interrupted = false;
-    bool exec = false;  // an exec handler: its normal return means the command exited 0
+    bool exec = false;  // an exec or runner handler: its normal return means the job is done
     try {
         rt_.chain.invoke(ctx, [&] {
             const Handler* handler = rt_.handlers.find(job.handler_name());
             if (!handler)
                 throw JobError("NameError", "uninitialized constant " + job.handler_name() +
                                                 " (no kiqd handler is registered for it)");
-            exec = is_exec_handler(*handler);
+            exec = is_exec_handler(*handler) || is_runner_handler(*handler);
             (*handler)(job, ctx);
         });
     } catch (const Interrupted&) {
@@ -329,6 +335,8 @@ void Processor::run_unit(redis::Connection& conn, UnitOfWork unit, const Admissi
                                          failure->error_class, failure->message, outcome)));
     record_outcome(conn, unit, Outcome::failed, rt_.retry.commands(plan),
                    plan.payload.empty() ? job.raw : plan.payload, acknowledge);
+    // A runner's sidekiq_retries_exhausted and death handlers, once the entry is written.
+    if (plan.exhausted && failure->on_exhausted) failure->on_exhausted(plan.payload);
 }
 
 void Processor::push_back_interrupted(redis::Connection& conn, const UnitOfWork& unit,

@@ -1,0 +1,88 @@
+#pragma once
+// Runner handlers: job classes run by a pool of long-lived worker processes
+// (docs/runner-protocol.md), configured as
+//
+//   runners:
+//     rails: {command: ["kiqd-ruby-runner", "--require", "./config/environment.rb"]}
+//   handlers:
+//     "*": {runner: rails}                    # every class without another handler
+//     ResizeImage: {runner: rails, timeout: 30}
+//
+// The handler runs on the processor thread: it leases an idle child from the pool (waiting while
+// all are busy), sends the payload exactly as it was in Redis, and waits for the answer.
+//   done                        → success
+//   fail                        → RunnerFailure: the runner's error class, message, backtrace and
+//                                 retry_in; once retries are exhausted the runner is told
+//                                 (`exhausted`) to call sidekiq_retries_exhausted/death handlers
+//   death, EOF, malformed reply → "Kiqd::RunnerCrashed"; the child is killed and replaced
+//   runs past `timeout`         → SIGTERM to the child's group, SIGKILL after 5 s; "Kiqd::Timeout"
+//   kiqd's hard shutdown        → SIGTERM (SIGKILL after 2 s); a `done` within that grace counts
+//                                 as done, otherwise kiqd::Interrupted once the child is gone,
+//                                 and the processor requeues the job
+// RunnerPools is built on the main thread, started before the processors and stopped after
+// them; the pools are thread-safe (runner_pool.hpp).
+#include <spdlog/logger.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "handlers/runner_pool.hpp"
+#include "kiqd/config.hpp"
+#include "kiqd/handler_registry.hpp"
+
+namespace kiqd {
+
+// A runner's `fail`: a JobError with the job's own retry delay and what to call when the
+// retries are exhausted (the processor hands both to JobRetry through Failure).
+class RunnerFailure : public JobError {
+  public:
+    RunnerFailure(std::string error_class, const std::string& message,
+                  std::vector<std::string> backtrace, std::optional<long long> retry_in,
+                  std::function<void(const std::string&)> on_exhausted)
+        : JobError(std::move(error_class), message, std::move(backtrace)),
+          retry_in(retry_in),
+          on_exhausted(std::move(on_exhausted)) {}
+    std::optional<long long> retry_in;
+    std::function<void(const std::string& payload)> on_exhausted;
+};
+
+// Every `runners:` pool of a config, by name.
+class RunnerPools {
+  public:
+    RunnerPools() = default;
+    explicit RunnerPools(const Config& config);
+    ~RunnerPools();
+    bool empty() const { return pools_.empty(); }
+    std::shared_ptr<RunnerPool> find(const std::string& name) const;
+    void start(spdlog::logger& log);  // boots every pool's children (main thread)
+    void stop();                      // after the processors have stopped
+    std::vector<RunnerChildInfo> snapshot() const;
+    // check-config: boots one child of each pool once. Problems as "runners.NAME (line N): …".
+    std::vector<std::string> boot_check() const;
+
+  private:
+    std::vector<std::string> env_;
+    std::map<std::string, std::shared_ptr<RunnerPool>> pools_;
+};
+
+// Registers every `handlers: … runner:` entry ("*" as the registry's fallback).
+void register_runner_handlers(const Config& config, HandlerRegistry& registry,
+                              const RunnerPools& pools);
+
+// Whether `handler` was made for a runner: like an exec handler, its normal return means the
+// job is done, even after the hard-shutdown stop signal.
+bool is_runner_handler(const Handler& handler);
+
+// The pools of the running daemon, for TTIN and /metrics; null when none. Set by
+// RunnerPools::start, cleared by stop.
+const RunnerPools* active_runner_pools();
+
+// Prometheus gauges of every runner child of the running daemon (kiqd_runner_process_*), appended
+// to `out`; nothing without runners. The metrics thread.
+void render_runner_metrics(std::string& out);
+
+}  // namespace kiqd

@@ -1,0 +1,127 @@
+#pragma once
+// RunnerPool: the long-lived worker processes of one `runners:` entry (docs/runner-protocol.md).
+//
+// Ownership and threads:
+//   * the pool's supervisor thread (named "runner-<name>") starts, reaps, recycles and restarts
+//     the children, reads their `ready` greeting, and logs their stdout/stderr lines. It spawns
+//     every child, so PR_SET_PDEATHSIG ties the children to it: it lives until stop().
+//   * processor threads lease an idle child (acquire), own its protocol socket while they run a
+//     job on it (runner_handler.cpp), and give it back (release). A leased child's socket is
+//     touched by its leaseholder only.
+//   * everything else about a child (state, pid, counters, the job it runs) is guarded by the
+//     pool's mutex. A child is signalled only under that mutex and only before it is reaped, so
+//     a signal can never reach a reused pid.
+// One slot per `processes`: a slot holds at most one child, so the pool never has more processes
+// than configured, even while an old child is being recycled.
+#include <spdlog/logger.h>
+#include <sys/types.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kiqd/config.hpp"
+#include "kiqd/job_context.hpp"
+
+namespace kiqd {
+
+struct RunnerChild;  // runner_pool.cpp
+
+// What a leaseholder needs of its child. Valid until release().
+struct RunnerLease {
+    std::shared_ptr<RunnerChild> child;
+    int socket = -1;  // non-blocking; the leaseholder's alone until release()
+    pid_t pid = -1;
+};
+
+// How a lease ended.
+enum class RunnerRelease {
+    ok,      // the child answered; it may take the next job (or is recycled by its limits)
+    broken,  // it died, misbehaved, timed out or was stopped: kill it and start another
+};
+
+// One child as `kiqd processes`, TTIN and /metrics show it.
+struct RunnerChildInfo {
+    std::string runner;
+    pid_t pid = -1;
+    std::string state;  // booting, idle, busy, stopping
+    long long jobs = 0;
+    long long rss_bytes = 0;
+    std::string job_class, jid;  // while busy
+};
+
+// "exited with status 3", "was killed by signal 9 (SIGKILL)": a wait status for messages.
+std::string describe_wait_status(int status);
+
+class RunnerPool {
+  public:
+    using Clock = std::chrono::steady_clock;
+    // `env`: the children's environment (child_environment.hpp), KIQD_RUNNER_* added here.
+    RunnerPool(RunnerSpec spec, std::vector<std::string> env);
+    ~RunnerPool();
+    RunnerPool(const RunnerPool&) = delete;
+    RunnerPool& operator=(const RunnerPool&) = delete;
+
+    const RunnerSpec& spec() const { return spec_; }
+
+    // Starts the supervisor, which boots `processes` children. Main thread, once.
+    void start(spdlog::logger& log);
+    // Closes every child's socket, SIGTERM, SIGKILL after `grace`, reaps all, joins the
+    // supervisor. Idempotent; any thread but a leaseholder's.
+    void stop(std::chrono::milliseconds grace = std::chrono::milliseconds(5000));
+
+    // An idle, booted child, waiting for one while all are busy or booting. nullopt when `stop`
+    // fires first or the pool is stopped.
+    std::optional<RunnerLease> acquire(const StopSignal& stop);
+    // Records the job the lease runs, for the child's log lines and `kiqd processes`.
+    void set_job(const RunnerLease& lease, std::string job_class, std::string jid);
+    void release(RunnerLease& lease, RunnerRelease how);
+
+    // SIGTERM (or SIGKILL) to the child's process group unless it is already reaped.
+    void signal(const RunnerLease& lease, int sig);
+    // Waits until the supervisor has reaped the child or `until` passes; its wait status then.
+    std::optional<int> wait_reaped(const RunnerLease& lease, Clock::time_point until);
+    // The last lines of the child's stderr, for error messages.
+    std::string stderr_tail(const RunnerLease& lease);
+
+    std::vector<RunnerChildInfo> snapshot() const;
+
+    // For check-config: starts the command once and waits for `ready` (at most boot_timeout).
+    // nullopt on success, else why it did not boot (with its stderr tail). Any thread.
+    static std::optional<std::string> boot_once(const RunnerSpec& spec,
+                                                const std::vector<std::string>& env);
+
+  private:
+    struct Slot {
+        std::shared_ptr<RunnerChild> child;  // null: none running
+        Clock::time_point start_at{};        // when to start the next one
+        int failures = 0;                    // consecutive boot failures and crashes
+    };
+    void supervise() noexcept;
+    void start_child(Slot& slot);                      // mutex held
+    bool reap(Slot& slot);                             // mutex held; true once the child is reaped
+    void log_output(RunnerChild& child, bool is_err);  // mutex held
+    void retire(RunnerChild& child, const char* why);  // mutex held
+    void boot_failed(Slot& slot, const std::string& why);  // mutex held
+    void wake();
+
+    RunnerSpec spec_;
+    std::vector<std::string> env_;
+    spdlog::logger* log_ = nullptr;
+    mutable std::mutex mutex_;
+    std::condition_variable idle_cv_;    // a child became idle, or the pool stopped
+    std::condition_variable reaped_cv_;  // a child was reaped
+    std::vector<Slot> slots_;
+    bool stopping_ = false;
+    bool boot_reported_ = false;  // a boot failure was logged; the next ones are not
+    int wake_fd_ = -1;            // eventfd: wakes the supervisor's poll
+    std::thread thread_;
+};
+
+}  // namespace kiqd

@@ -1,0 +1,105 @@
+#include "handlers/runner_protocol.hpp"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+namespace kiqd::runner {
+
+std::string encode_frame(std::string_view type, std::string_view data) {
+    const size_t body = type.size() + 1 + data.size();
+    std::string out;
+    out.reserve(4 + body);
+    for (int shift = 24; shift >= 0; shift -= 8)
+        out.push_back(static_cast<char>((body >> shift) & 0xFF));
+    out.append(type);
+    out.push_back('\n');
+    out.append(data);
+    return out;
+}
+
+std::optional<Frame> FrameReader::next() {
+    if (!error_.empty() || buf_.size() - pos_ < 4) return std::nullopt;
+    const auto* p = reinterpret_cast<const unsigned char*>(buf_.data() + pos_);
+    const size_t len = (size_t{p[0]} << 24) | (size_t{p[1]} << 16) | (size_t{p[2]} << 8) | p[3];
+    if (len > kMaxFrameBytes) {
+        error_ = fmt::format("a frame of {} bytes (the limit is {})", len, kMaxFrameBytes);
+        return std::nullopt;
+    }
+    if (buf_.size() - pos_ - 4 < len) return std::nullopt;
+    std::string_view body(buf_.data() + pos_ + 4, len);
+    const auto nl = body.find('\n');
+    if (nl == std::string_view::npos || nl == 0 || nl > 32) {
+        error_ = "a frame without a type line";
+        return std::nullopt;
+    }
+    Frame f{std::string(body.substr(0, nl)), std::string(body.substr(nl + 1))};
+    pos_ += 4 + len;
+    // Compact once the consumed prefix dominates, so a long-lived reader does not grow.
+    if (pos_ > 65536 && pos_ * 2 > buf_.size()) {
+        buf_.erase(0, pos_);
+        pos_ = 0;
+    }
+    return f;
+}
+
+namespace {
+
+std::optional<nlohmann::json> object_of(const Frame& frame, std::string& error) {
+    auto j = nlohmann::json::parse(frame.data, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) {
+        error = "the " + frame.type + " frame's data is not a JSON object";
+        return std::nullopt;
+    }
+    return j;
+}
+
+}  // namespace
+
+std::optional<Reply> parse_reply(const Frame& frame, std::string& error) {
+    if (frame.type != "done" && frame.type != "fail") {
+        error = "an unexpected '" + frame.type.substr(0, 32) + "' frame instead of done or fail";
+        return std::nullopt;
+    }
+    Reply r;
+    if (frame.type == "done") {
+        r.ok = true;
+        return r;
+    }
+    auto j = object_of(frame, error);
+    if (!j) return std::nullopt;
+    auto cls = j->find("class");
+    auto msg = j->find("message");
+    if (cls == j->end() || !cls->is_string() || cls->get<std::string>().empty()) {
+        error = "a fail frame without a string \"class\"";
+        return std::nullopt;
+    }
+    r.error_class = cls->get<std::string>();
+    if (msg != j->end() && msg->is_string()) r.message = msg->get<std::string>();
+    if (auto bt = j->find("backtrace"); bt != j->end() && bt->is_array()) {
+        for (const auto& line : *bt)
+            r.backtrace.push_back(line.is_string() ? line.get<std::string>() : line.dump());
+    }
+    if (auto ri = j->find("retry_in"); ri != j->end() && ri->is_number()) {
+        const double s = ri->get<double>();
+        if (s >= 1 && s < 366.0 * 24 * 3600) r.retry_in = static_cast<long long>(s);
+    }
+    return r;
+}
+
+std::optional<Ready> parse_ready(const Frame& frame, std::string& error) {
+    if (frame.type != "ready") {
+        error = "an unexpected '" + frame.type.substr(0, 32) + "' frame instead of ready";
+        return std::nullopt;
+    }
+    auto j = object_of(frame, error);
+    if (!j) return std::nullopt;
+    Ready r;
+    if (auto pid = j->find("pid"); pid != j->end() && pid->is_number_integer())
+        r.pid = pid->get<long long>();
+    if (auto name = j->find("runner"); name != j->end() && name->is_string())
+        r.runner = name->get<std::string>().substr(0, 200);
+    return r;
+}
+
+}  // namespace kiqd::runner

@@ -1,0 +1,62 @@
+#pragma once
+// The runner protocol's wire format (docs/runner-protocol.md): frames of a 4-byte big-endian
+// length and a body "TYPE\nDATA", and the meaning of the runner's replies. Pure functions and a
+// per-connection decoder; whichever thread owns a runner's socket at the moment uses them.
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kiqd::runner {
+
+// A body longer than this is a malformed frame (both ways).
+constexpr size_t kMaxFrameBytes = 64u * 1024 * 1024;
+
+struct Frame {
+    std::string type;
+    std::string data;
+};
+
+// The bytes of one frame: length, type, '\n', data (any bytes, unchanged).
+std::string encode_frame(std::string_view type, std::string_view data);
+
+// Splits a byte stream into frames. feed() what was read, then take frames with next() until it
+// returns nothing. Once malformed, it stays so (the stream cannot be resynchronised).
+class FrameReader {
+  public:
+    void feed(const char* data, size_t n) { buf_.append(data, n); }
+    // The next complete frame; nullopt when more bytes are needed or the stream is malformed.
+    std::optional<Frame> next();
+    bool malformed() const { return !error_.empty(); }
+    const std::string& error() const { return error_; }
+    // Bytes received but not yet a complete frame.
+    size_t pending() const { return buf_.size() - pos_; }
+
+  private:
+    std::string buf_;
+    size_t pos_ = 0;
+    std::string error_;
+};
+
+// A `done` or `fail` answer to a job.
+struct Reply {
+    bool ok = false;
+    std::string error_class;  // fail only
+    std::string message;
+    std::vector<std::string> backtrace;
+    std::optional<long long> retry_in;  // seconds, > 0
+};
+
+// The reply a frame carries, or nullopt with `error` saying why it is not one.
+std::optional<Reply> parse_reply(const Frame& frame, std::string& error);
+
+// The `ready` greeting: the runner's pid and description, or nullopt with `error`.
+struct Ready {
+    long long pid = 0;
+    std::string runner;
+};
+std::optional<Ready> parse_ready(const Frame& frame, std::string& error);
+
+}  // namespace kiqd::runner

@@ -1,0 +1,470 @@
+// Persistent runners (`runners:` and `handlers: … runner:`) in the real kiqd binary with the real
+// kiqd-ruby-runner and Debian's Sidekiq 6.4.1: a small application (tests/runners/ruby_app)
+// enqueues with perform_async/perform_later; kiqd runs its jobs through the runner with the
+// application's server middleware; failures carry the Ruby backtrace Sidekiq's API shows,
+// sidekiq_retry_in's delay, and sidekiq_retries_exhausted/death handlers; crashes, hangs,
+// garbage replies, boot failures, recycling, quiet and SIGTERM lose no job and run none twice.
+#include <fmt/format.h>
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "support/kiqd_process.hpp"
+#include "support/redis_reads.hpp"
+#include "support/redis_server.hpp"
+#include "support/temp_dir.hpp"
+#include "support/wait_until.hpp"
+
+using namespace kiqd;
+using kiqd::test::KiqdProcess;
+using kiqd::test::lrange;
+using kiqd::test::RedisServer;
+using kiqd::test::run_command;
+using kiqd::test::TempDir;
+using kiqd::test::wait_until;
+using kiqd::test::zrange;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kSource = KIQD_SOURCE_DIR;
+const std::string kRunner = kSource + "/runners/ruby/kiqd-ruby-runner";
+const std::string kApp = kSource + "/tests/runners/ruby_app";
+
+bool have_ruby_stack() {
+    static const bool ok = [] {
+        auto [status, out] =
+            run_command({"/usr/bin/ruby", "-e", "require 'sidekiq'; require 'active_job'; exit 0"});
+        return status == 0;
+    }();
+    return ok;
+}
+
+#define REQUIRE_RUBY_STACK()                                                                  \
+    if (!have_ruby_stack()) {                                                                 \
+        WARN("skipped: /usr/bin/ruby with ruby-sidekiq and ruby-activejob is not installed"); \
+        return;                                                                               \
+    }
+
+std::map<std::string, std::string> app_env(const RedisServer& server) {
+    return {{"APP_REDIS_URL", server.url()}};
+}
+
+// kiqd's config with a runner `ruby` for every class ("*"), plus `runner_extra` under it.
+std::string runner_config(const RedisServer& server, const std::string& runner_extra = "",
+                          const std::string& extra = "") {
+    return kiqd::test::default_queue_config(
+        server,
+        "concurrency: 2\ntimeout: 10\nrunners:\n  ruby:\n    command: [\"/usr/bin/ruby\", \"" +
+            kRunner + "\", \"--require\", \"" + kApp + "/app.rb\"]\n    processes: 2\n" +
+            runner_extra + "handlers:\n  \"*\": {runner: ruby}\n" + extra);
+}
+
+std::string one_at_a_time(std::string yaml) {
+    yaml.replace(yaml.find("concurrency: 2"), 14, "concurrency: 1");
+    return yaml;
+}
+
+// Enqueues with the application's own client; returns the jids.
+// (A vector of vectors: nlohmann would take {{"A", 1}, {"B", 2}} for an object.)
+using JobList = std::vector<std::vector<nlohmann::json>>;
+std::vector<std::string> enqueue(const RedisServer& server, const JobList& jobs) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& j : jobs) list.push_back(nlohmann::json(j));
+    auto [status, out] =
+        run_command({"/usr/bin/ruby", kApp + "/enqueue.rb", list.dump()}, app_env(server));
+    REQUIRE(status == 0);
+    std::vector<std::string> jids;
+    std::istringstream lines(out);
+    for (std::string l; std::getline(lines, l);)
+        if (l.rfind("jid: ", 0) == 0) jids.push_back(l.substr(5));
+    INFO(out);
+    REQUIRE(jids.size() == jobs.size());
+    return jids;
+}
+
+nlohmann::json sidekiq_api(const RedisServer& server) {
+    auto [status, out] = run_command({"/usr/bin/ruby", kApp + "/inspect.rb"}, app_env(server));
+    REQUIRE(status == 0);
+    return nlohmann::json::parse(out.substr(out.find('{')));
+}
+
+std::vector<nlohmann::json> records(redis::Connection& conn, const std::string& list) {
+    std::vector<nlohmann::json> out;
+    for (const auto& s : lrange(conn, "app:" + list)) out.push_back(nlohmann::json::parse(s));
+    return out;
+}
+
+std::set<long long> pids_of(const std::vector<nlohmann::json>& rows, size_t index) {
+    std::set<long long> pids;
+    for (const auto& r : rows) pids.insert(r[index].get<long long>());
+    return pids;
+}
+
+}  // namespace
+
+TEST_CASE("runner: the app's Sidekiq and ActiveJob jobs run with its server middleware",
+          "[runner]") {
+    REQUIRE_RUBY_STACK();
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    KiqdProcess kiqd(KIQD_BINARY, runner_config(server), {}, app_env(server));
+    const auto jids = enqueue(server, {{"PlainJob", 1, "two"}, {"GreetJob", "Ada"}});
+    REQUIRE(
+        wait_until([&] { return records(conn, "done").size() == 2; }, std::chrono::seconds(60)));
+    auto done = records(conn, "done");
+    std::sort(done.begin(), done.end(), [](auto& a, auto& b) { return a[0] < b[0]; });
+    CHECK(done[0][0] == "GreetJob");
+    CHECK(done[0][2] == "Ada");
+    CHECK(done[0][3] == jids[1]);  // provider_job_id: the Sidekiq jid, set by the adapter
+    CHECK(done[1][0] == "PlainJob");
+    CHECK(done[1][1] == jids[0]);  // jid set on the worker
+    CHECK(done[1][2] == 1);
+    CHECK(done[1][3] == "two");
+    CHECK(done[1][4] == "tagged");  // the app's server middleware wrapped perform
+    const auto mw = records(conn, "middleware");
+    REQUIRE(mw.size() == 2);
+    std::set<std::string> classes{mw[0][0], mw[1][0]};
+    CHECK(classes == std::set<std::string>{"PlainJob",
+                                           "ActiveJob::QueueAdapters::SidekiqAdapter::JobWrapper"});
+    // The job's stdout is in kiqd's log with its class and jid.
+    CHECK(kiqd.wait_for_output("class=PlainJob jid=" + jids[0]));
+    CHECK(kiqd.wait_for_output("stdout: plain job 1 two"));
+    CHECK(kiqd.stop() == 0);
+}
+
+TEST_CASE(
+    "runner: a failure has its Ruby backtrace, sidekiq_retry_in's delay, and "
+    "retries_exhausted with death handlers",
+    "[runner]") {
+    REQUIRE_RUBY_STACK();
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    KiqdProcess kiqd(KIQD_BINARY, runner_config(server), {}, app_env(server));
+    const double before = static_cast<double>(std::time(nullptr));
+    const auto jids = enqueue(server, {{"FailingJob", 7}, {"ExhaustedJob"}});
+    REQUIRE(
+        wait_until([&] { return zrange(conn, "retry").size() == 1; }, std::chrono::seconds(60)));
+    REQUIRE(wait_until([&] { return records(conn, "deaths").size() == 1; }));
+    const auto api = sidekiq_api(server);
+    REQUIRE(api["retry"].size() == 1);
+    const auto& r = api["retry"][0];
+    CHECK(r["jid"] == jids[0]);
+    CHECK(r["error_class"] == "ArgumentError");
+    CHECK(r["error_message"] == "bad input 7");
+    // The real Ruby backtrace, as Sidekiq's API (and so the Web UI) decodes it.
+    const std::string top = r["error_backtrace"][0];
+    CHECK(top.find("app.rb") != std::string::npos);
+    CHECK(top.find("check_input") != std::string::npos);
+    // sidekiq_retry_in { |count| 1000 * (count + 1) } with count 0: 1000 s plus at most 9 s.
+    CHECK(r["at"].get<double>() >= before + 1000);
+    CHECK(r["at"].get<double>() <= static_cast<double>(std::time(nullptr)) + 1010);
+    // ExhaustedJob (retry: 0): dead set, its sidekiq_retries_exhausted, the death handler.
+    REQUIRE(api["dead"].size() == 1);
+    CHECK(api["dead"][0]["jid"] == jids[1]);
+    REQUIRE(wait_until([&] { return records(conn, "exhausted").size() == 1; }));
+    const auto ex = records(conn, "exhausted")[0];
+    CHECK(ex[0] == jids[1]);
+    CHECK(ex[1] == "IOError");
+    CHECK(ex[2] == "IOError");
+    CHECK(ex[3] == "disk gone");
+    const auto death = records(conn, "deaths")[0];
+    CHECK(death[0] == "ExhaustedJob");
+    CHECK(death[2] == "IOError");
+    CHECK(kiqd.stop() == 0);
+}
+
+TEST_CASE("runner: a child that dies, writes garbage or hangs fails only its job", "[runner]") {
+    REQUIRE_RUBY_STACK();
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    KiqdProcess kiqd(KIQD_BINARY,
+                     runner_config(server, "", "  TroubleJob: {runner: ruby, timeout: 2}\n"), {},
+                     app_env(server));
+    const auto jids = enqueue(server, {{"TroubleJob", "exit"},
+                                       {"TroubleJob", "kill"},
+                                       {"TroubleJob", "garbage"},
+                                       {"TroubleJob", "hang"},
+                                       {"PlainJob", 1, 2}});
+    REQUIRE(
+        wait_until([&] { return zrange(conn, "retry").size() == 4; }, std::chrono::seconds(90)));
+    REQUIRE(wait_until([&] { return records(conn, "done").size() == 1; }));
+    std::map<std::string, nlohmann::json> by_jid;
+    for (const auto& s : zrange(conn, "retry")) {
+        auto j = nlohmann::json::parse(s);
+        by_jid[j["jid"]] = j;
+    }
+    CHECK(by_jid[jids[0]]["error_class"] == "Kiqd::RunnerCrashed");
+    CHECK(by_jid[jids[0]]["error_message"].get<std::string>().find("exited with status 3") !=
+          std::string::npos);
+    CHECK(by_jid[jids[1]]["error_class"] == "Kiqd::RunnerCrashed");
+    CHECK(by_jid[jids[1]]["error_message"].get<std::string>().find("SIGKILL") != std::string::npos);
+    CHECK(by_jid[jids[2]]["error_class"] == "Kiqd::RunnerCrashed");
+    CHECK(by_jid[jids[2]]["error_message"].get<std::string>().find("without a type line") !=
+          std::string::npos);
+    CHECK(by_jid[jids[3]]["error_class"] == "Kiqd::Timeout");
+    // Each misbehaving child was replaced: later jobs still run.
+    enqueue(server, {{"PlainJob", 3, 4}});
+    REQUIRE(
+        wait_until([&] { return records(conn, "done").size() == 2; }, std::chrono::seconds(60)));
+    CHECK(records(conn, "started").size() == 4);  // each ran exactly once
+    CHECK(kiqd.stop() == 0);
+}
+
+TEST_CASE(
+    "runner: a command that cannot boot is reported once, retried, and check-config says "
+    "so",
+    "[runner]") {
+    REQUIRE_RUBY_STACK();
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    TempDir dir;
+    const std::string broken = dir.file("broken.rb");
+    {
+        std::ofstream f(broken);
+        f << "File.open(ENV.fetch('BOOT_LOG'), 'a') { |l| l.puts Process.pid }\n"
+             "warn 'cannot find config/database.yml'\nraise LoadError, 'boom at boot'\n";
+    }
+    const std::string yaml = kiqd::test::default_queue_config(
+        server, "timeout: 1\nrunners:\n  bad:\n    command: [\"/usr/bin/ruby\", \"" + kRunner +
+                    "\", \"--require\", \"" + broken +
+                    "\"]\n    processes: 1\nhandlers:\n  \"*\": {runner: bad}\n");
+    const std::string boot_log = dir.file("boots.log");
+    ::setenv("BOOT_LOG", boot_log.c_str(), 1);  // check-config's runner reads it too
+    auto [status, out] = kiqd::test::check_config(KIQD_BINARY, yaml);
+    CHECK(status == 78);
+    CHECK(out.find("runners.bad (line") != std::string::npos);
+    CHECK(out.find("cannot find config/database.yml") != std::string::npos);
+
+    fs::remove(boot_log);
+    KiqdProcess kiqd(KIQD_BINARY, yaml, {}, app_env(server));
+    enqueue(server, {{"PlainJob", 1, 2}});
+    REQUIRE(kiqd.wait_for_output("runner=bad did not boot", std::chrono::seconds(30)));
+    CHECK(kiqd.wait_for_output("boom at boot"));
+    // Retried with backoff (1 s, then 2 s): after the third start, still one report.
+    auto boots = [&] { return kiqd::test::occurrences(kiqd::test::read_file(boot_log), "\n"); };
+    REQUIRE(wait_until([&] { return boots() >= 3; }, std::chrono::seconds(30)));
+    CHECK(kiqd.stop() == 0);
+    ::unsetenv("BOOT_LOG");
+    CHECK(kiqd::test::occurrences(kiqd.output(), "did not boot") == 1);
+    // The job never ran and was not lost: it is back in its queue.
+    CHECK(lrange(conn, "queue:default").size() == 1);
+}
+
+TEST_CASE("runner: children are recycled after max_jobs and above max_rss_mb", "[runner]") {
+    REQUIRE_RUBY_STACK();
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    SECTION("max_jobs") {
+        KiqdProcess kiqd(KIQD_BINARY, one_at_a_time(runner_config(server, "    max_jobs: 2\n")), {},
+                         app_env(server));
+        JobList jobs;
+        for (int i = 0; i < 6; ++i) jobs.push_back({"PlainJob", i, "x"});
+        enqueue(server, jobs);
+        REQUIRE(wait_until([&] { return records(conn, "done").size() == 6; },
+                           std::chrono::seconds(90)));
+        // One job at a time, two per child: at least three children ran them.
+        CHECK(pids_of(records(conn, "done"), 5).size() >= 3);
+        CHECK(kiqd.wait_for_output("recycled after 2 job(s): max_jobs 2"));
+        CHECK(kiqd.stop() == 0);
+    }
+    SECTION("max_rss_mb") {
+        KiqdProcess kiqd(KIQD_BINARY, one_at_a_time(runner_config(server, "    max_rss_mb: 150\n")),
+                         {}, app_env(server));
+        enqueue(server, {{"GrowJob", 200}, {"GrowJob", 1}});
+        if (!wait_until([&] { return records(conn, "done").size() == 2; },
+                        std::chrono::seconds(90)))
+            FAIL(kiqd.output() << "\nqueue: " << lrange(conn, "queue:default").size()
+                               << " retry: " << zrange(conn, "retry").size()
+                               << " dead: " << zrange(conn, "dead").size()
+                               << " done: " << records(conn, "done").size());
+        CHECK(kiqd.wait_for_output("above max_rss_mb 150"));
+        const auto done = records(conn, "done");
+        CHECK(done[0][2] != done[1][2]);  // the second ran in a new child
+        CHECK(kiqd.stop() == 0);
+    }
+}
+
+TEST_CASE("runner: SIGTERM with jobs mid-run requeues them once their children are gone",
+          "[runner]") {
+    REQUIRE_RUBY_STACK();
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    // timeout 1: the shutdown deadline passes while both 3 s jobs run.
+    auto yaml = runner_config(server);
+    yaml.replace(yaml.find("timeout: 10"), 11, "timeout: 1");
+    std::vector<std::string> jids;
+    {
+        KiqdProcess kiqd(KIQD_BINARY, yaml, {}, app_env(server));
+        jids = enqueue(server, {{"TroubleJob", "slow", "a"}, {"TroubleJob", "slow", "b"}});
+        REQUIRE(wait_until([&] { return records(conn, "started").size() == 2; },
+                           std::chrono::seconds(60)));
+        CHECK(kiqd.stop() == 0);
+        CHECK(kiqd.output().find("stopped by shutdown") != std::string::npos);
+        // Every child is gone with kiqd.
+        for (auto pid : pids_of(records(conn, "started"), 2))
+            CHECK(::kill(static_cast<pid_t>(pid), 0) != 0);
+    }
+    CHECK(records(conn, "finished").empty());
+    const auto queued = lrange(conn, "queue:default");
+    CHECK(queued.size() == 2);
+    CHECK(zrange(conn, "retry").empty());
+    // A new kiqd runs them to the end, each once.
+    KiqdProcess again(KIQD_BINARY, runner_config(server), {}, app_env(server));
+    REQUIRE(wait_until([&] { return records(conn, "finished").size() == 2; },
+                       std::chrono::seconds(60)));
+    CHECK(again.stop() == 0);
+    CHECK(records(conn, "started").size() == 4);
+    CHECK(lrange(conn, "queue:default").empty());
+}
+
+TEST_CASE("runner: quiet sends no new job; running jobs finish", "[runner]") {
+    REQUIRE_RUBY_STACK();
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    KiqdProcess kiqd(KIQD_BINARY, runner_config(server), {}, app_env(server));
+    enqueue(server, {{"TroubleJob", "slow", "a"}});
+    REQUIRE(
+        wait_until([&] { return records(conn, "started").size() == 1; }, std::chrono::seconds(60)));
+    kiqd.signal(SIGTSTP);
+    REQUIRE(kiqd.wait_for_output("quiet", std::chrono::seconds(10)));
+    enqueue(server, {{"PlainJob", 1, 2}});
+    REQUIRE(wait_until([&] { return records(conn, "finished").size() == 1; },
+                       std::chrono::seconds(30)));
+    CHECK(records(conn, "done").empty());
+    CHECK(lrange(conn, "queue:default").size() == 1);
+    CHECK(kiqd.stop() == 0);
+}
+
+TEST_CASE("runner: config errors name the key", "[runner][config]") {
+    auto& server = RedisServer::shared();
+    auto check = [&](const std::string& extra, const std::string& expected) {
+        auto [status, out] =
+            kiqd::test::check_config(KIQD_BINARY, kiqd::test::default_queue_config(server, extra));
+        INFO(out);
+        CHECK(status == 78);
+        CHECK(out.find(expected) != std::string::npos);
+    };
+    check("handlers:\n  Foo: {runner: nope}\n", "handlers.Foo.runner");
+    check("runners:\n  r: {command: [x], processes: 0}\n", "runners.r.processes");
+    check("runners:\n  r: {command: [x], max_jobs: -1}\n", "runners.r.max_jobs");
+    check("runners:\n  r: {processes: 2}\n", "runners.r.command");
+    check("runners:\n  r: {command: [x], bogus: 1}\n", "runners.r.bogus");
+    check("runners:\n  r: {command: [x]}\nhandlers:\n  \"*\": {runner: r, lock: until_executed}\n",
+          "handlers.*.lock");
+    check("runners:\n  r: {command: [x]}\nhandlers:\n  A: {runner: r, exec: [y]}\n",
+          "handlers.A.runner");
+}
+
+// The same jobs through the Python runner (runners/python/kiqd_runner.py): the protocol is not
+// Ruby's.
+namespace {
+
+const std::string kPyRunner = kSource + "/runners/python/kiqd_runner.py";
+const std::string kPyApp = kSource + "/tests/runners/python_app";
+
+std::string python_config(const RedisServer& server, const std::string& extra = "") {
+    return kiqd::test::default_queue_config(
+        server,
+        "concurrency: 2\ntimeout: 1\nrunners:\n  py:\n    command: [\"/usr/bin/python3\", \"" +
+            kPyRunner + "\", \"--path\", \"" + kPyApp +
+            "\", \"--import\", \"jobs\"]\n    processes: 2\nhandlers:\n  \"*\": {runner: py}\n" +
+            extra);
+}
+
+std::string push(redis::Connection& conn, const std::string& cls, const nlohmann::json& args,
+                 int retry = 3) {
+    static int n = 0;
+    const std::string jid = fmt::format("{:024x}", 0xabc000 + ++n);
+    const nlohmann::json payload{{"class", cls},        {"args", args},   {"jid", jid},
+                                 {"queue", "default"},  {"retry", retry}, {"created_at", 1.7e9},
+                                 {"enqueued_at", 1.7e9}};
+    conn.command({"LPUSH", "queue:default", payload.dump()});
+    return jid;
+}
+
+std::vector<nlohmann::json> file_records(const TempDir& dir, const std::string& kind) {
+    std::vector<nlohmann::json> out;
+    if (!fs::exists(dir.file(kind))) return out;
+    std::istringstream lines(kiqd::test::read_file(dir.file(kind)));
+    for (std::string l; std::getline(lines, l);)
+        if (!l.empty()) out.push_back(nlohmann::json::parse(l));
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("python runner: jobs, Python tracebacks, retry_in, retries_exhausted, crashes",
+          "[runner][python]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    TempDir out;
+    KiqdProcess kiqd(KIQD_BINARY, python_config(server, "  TroubleJob: {runner: py, timeout: 2}\n"),
+                     {}, {{"APP_OUT", out.path()}});
+    const double before = static_cast<double>(std::time(nullptr));
+    const auto plain = push(conn, "PlainJob", {1, "two"});
+    const auto failing = push(conn, "Py::FailingJob", {7});
+    const auto exhausted = push(conn, "ExhaustedJob", nlohmann::json::array(), 0);
+    const auto crash = push(conn, "TroubleJob", {"exit"});
+    const auto hang = push(conn, "TroubleJob", {"hang"});
+    const auto unknown = push(conn, "NoSuchJob", nlohmann::json::array());
+    REQUIRE(
+        wait_until([&] { return zrange(conn, "retry").size() == 4; }, std::chrono::seconds(60)));
+    REQUIRE(wait_until([&] { return file_records(out, "exhausted").size() == 1; }));
+    const auto done = file_records(out, "done");
+    REQUIRE(done.size() == 1);
+    CHECK(done[0][1] == plain);
+    CHECK(done[0][3] == "two");
+    CHECK(kiqd.wait_for_output("class=PlainJob jid=" + plain));
+    std::map<std::string, nlohmann::json> by_jid;
+    for (const auto& s : zrange(conn, "retry")) {
+        auto j = nlohmann::json::parse(s);
+        j["score"] = std::stod(std::string(conn.command({"ZSCORE", "retry", s}).str()));
+        by_jid[j["jid"]] = j;
+    }
+    CHECK(by_jid[failing]["error_class"] == "ValueError");
+    CHECK(by_jid[failing]["error_message"] == "bad input 7");
+    CHECK(by_jid[failing]["score"].get<double>() >= before + 1000);
+    CHECK(by_jid[crash]["error_class"] == "Kiqd::RunnerCrashed");
+    CHECK(by_jid[hang]["error_class"] == "Kiqd::Timeout");
+    CHECK(by_jid[unknown]["error_class"] == "NameError");
+    const auto dead = zrange(conn, "dead");
+    REQUIRE(dead.size() == 1);
+    CHECK(nlohmann::json::parse(dead[0])["jid"] == exhausted);
+    CHECK(file_records(out, "exhausted")[0][1] == "OSError");
+    CHECK(kiqd.stop() == 0);
+}
+
+TEST_CASE("python runner: SIGTERM mid-job requeues, nothing runs twice", "[runner][python]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    TempDir out;
+    {
+        KiqdProcess kiqd(KIQD_BINARY, python_config(server), {}, {{"APP_OUT", out.path()}});
+        push(conn, "TroubleJob", {"slow", "a"});
+        REQUIRE(wait_until([&] { return file_records(out, "started").size() == 1; },
+                           std::chrono::seconds(30)));
+        CHECK(kiqd.stop() == 0);
+    }
+    CHECK(file_records(out, "finished").empty());
+    CHECK(lrange(conn, "queue:default").size() == 1);
+    KiqdProcess again(KIQD_BINARY, python_config(server), {}, {{"APP_OUT", out.path()}});
+    REQUIRE(wait_until([&] { return file_records(out, "finished").size() == 1; },
+                       std::chrono::seconds(30)));
+    CHECK(again.stop() == 0);
+    CHECK(file_records(out, "started").size() == 2);
+}

@@ -1,0 +1,84 @@
+// The runner protocol's frames (handlers/runner_protocol.hpp): any bytes survive, split reads
+// reassemble, and malformed frames and replies are named.
+#include "handlers/runner_protocol.hpp"
+
+#include <catch2/catch.hpp>
+
+using namespace kiqd::runner;
+
+TEST_CASE("runner frames carry any bytes and reassemble from pieces", "[runner_protocol]") {
+    std::string payload;
+    for (int i = 0; i < 256; ++i) payload.push_back(static_cast<char>(i));
+    payload += "\n\n{\"class\":\"X\"}\0tail";
+    const std::string wire = encode_frame("job", payload) + encode_frame("done", "{}");
+    FrameReader reader;
+    std::vector<Frame> frames;
+    for (char c : wire) {  // one byte at a time: the worst split
+        reader.feed(&c, 1);
+        while (auto f = reader.next()) frames.push_back(*f);
+    }
+    REQUIRE(frames.size() == 2);
+    CHECK(frames[0].type == "job");
+    CHECK(frames[0].data == payload);
+    CHECK(frames[1].type == "done");
+    CHECK_FALSE(reader.malformed());
+    CHECK(reader.pending() == 0);
+    // Big-endian length of "job\n" + payload.
+    const size_t len = payload.size() + 4;
+    CHECK(wire.substr(0, 4) ==
+          std::string{0, 0, static_cast<char>(len >> 8), static_cast<char>(len & 0xFF)});
+}
+
+TEST_CASE("malformed runner frames", "[runner_protocol]") {
+    SECTION("no type line") {
+        FrameReader r;
+        r.feed("\0\0\0\3abc", 7);
+        CHECK_FALSE(r.next());
+        CHECK(r.malformed());
+        CHECK(r.error() == "a frame without a type line");
+    }
+    SECTION("too long") {
+        FrameReader r;
+        r.feed("\x7f\0\0\0", 4);
+        CHECK_FALSE(r.next());
+        CHECK(r.malformed());
+    }
+    SECTION("incomplete is not malformed") {
+        FrameReader r;
+        r.feed(
+            "\0\0\0\x09"
+            "done\n",
+            9);
+        CHECK_FALSE(r.next());
+        CHECK_FALSE(r.malformed());
+    }
+}
+
+TEST_CASE("runner replies", "[runner_protocol]") {
+    std::string error;
+    auto ok = parse_reply({"done", "{}"}, error);
+    REQUIRE(ok);
+    CHECK(ok->ok);
+    auto fail = parse_reply(
+        {"fail",
+         R"({"class":"ArgumentError","message":"bad","backtrace":["a.rb:1:in `x'",2],"retry_in":30.5})"},
+        error);
+    REQUIRE(fail);
+    CHECK_FALSE(fail->ok);
+    CHECK(fail->error_class == "ArgumentError");
+    CHECK(fail->message == "bad");
+    CHECK(fail->backtrace == std::vector<std::string>{"a.rb:1:in `x'", "2"});
+    CHECK(fail->retry_in == 30);
+    auto no_delay = parse_reply({"fail", R"({"class":"E","retry_in":0})"}, error);
+    REQUIRE(no_delay);
+    CHECK_FALSE(no_delay->retry_in);
+    CHECK_FALSE(parse_reply({"fail", R"({"message":"no class"})"}, error));
+    CHECK(error == "a fail frame without a string \"class\"");
+    CHECK_FALSE(parse_reply({"fail", "not json"}, error));
+    CHECK_FALSE(parse_reply({"ready", "{}"}, error));
+    CHECK(error == "an unexpected 'ready' frame instead of done or fail");
+    auto ready = parse_ready({"ready", R"({"pid":42,"runner":"r 1"})"}, error);
+    REQUIRE(ready);
+    CHECK(ready->pid == 42);
+    CHECK(ready->runner == "r 1");
+}
