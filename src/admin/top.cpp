@@ -109,8 +109,9 @@ class TerminalMode {
 };
 
 void draw(std::ostream& out, const std::vector<std::string>& lines) {
+    // No line break after the last line: on the bottom row it would scroll the frame up.
     std::string frame = "\x1b[H";
-    for (const auto& l : lines) frame += l + "\x1b[K\r\n";
+    for (size_t i = 0; i < lines.size(); ++i) frame += (i ? "\r\n" : "") + lines[i] + "\x1b[K";
     frame += "\x1b[J";
     out << frame << std::flush;
 }
