@@ -3,6 +3,7 @@
 #include "admin/sidekiq_api.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -403,18 +404,17 @@ return n
 
 namespace {
 
-// The jid as a ZSCAN MATCH glob: its own * ? [ ] \ taken literally.
-std::string glob_literal(const std::string& s) {
-    std::string out;
-    for (char c : s) {
-        if (c == '*' || c == '?' || c == '[' || c == ']' || c == '\\') out += '\\';
-        out += c;
-    }
-    return out;
+// A jid that any JSON encoder writes as itself (Sidekiq's are hex): the raw payload can be
+// searched for it. Any other may be stored escaped ("\u001b"), so every payload is parsed.
+bool plain_jid(const std::string& jid) {
+    return std::all_of(jid.begin(), jid.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
+    });
 }
 
 bool has_jid(std::string_view payload, const std::string& jid) {
-    if (payload.find(jid) == std::string_view::npos) return false;  // cheap test first
+    if (plain_jid(jid) && payload.find(jid) == std::string_view::npos)
+        return false;  // cheap test first
     auto job = json::parse(payload, nullptr, false);
     return job.is_object() && string_field(job, "jid") == jid;
 }
@@ -439,8 +439,9 @@ std::vector<FoundJob> find_job(redis::Connection& conn, const Keys& keys, const 
     for (const auto& [where, key] : sets) {
         std::string cursor = "0";
         do {  // as SortedSet#find_job: ZSCAN MATCH *jid*, then the jid field compared
-            auto page = conn.command({"ZSCAN", key, cursor, "MATCH", "*" + glob_literal(jid) + "*",
-                                      "COUNT", std::to_string(kPage)});
+            auto page =
+                conn.command({"ZSCAN", key, cursor, "MATCH", plain_jid(jid) ? "*" + jid + "*" : "*",
+                              "COUNT", std::to_string(kPage)});
             cursor = std::string(page[0].str());
             for (size_t i = 0; i + 1 < page[1].size(); i += 2)
                 if (has_jid(page[1][i].str(), jid))
