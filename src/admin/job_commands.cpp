@@ -43,53 +43,49 @@ std::optional<std::vector<std::string>> backtrace_of(const nlohmann::json& job) 
 }  // namespace
 
 int cmd_busy(redis::Connection& conn, const Keys& keys, const Request& r, std::ostream& out) {
-    const auto busy = fetch_busy(conn, keys);
-    if (r.json) {
-        ojson a = ojson::array();
-        for (const auto& b : busy) {
+    const double now = epoch_seconds();
+    print_listing(
+        out, r.json, !r.no_headers, fetch_busy(conn, keys),
+        [](const BusyJob& b) {
             ojson o{{"identity", b.identity}, {"thread", b.thread}};
             const ojson job = summary_json(b.job);
             for (auto it = job.begin(); it != job.end(); ++it) o[it.key()] = it.value();
             if (!b.queue.empty()) o["queue"] = b.queue;
             put_time(o, "run_at", b.run_at);
-            a.push_back(std::move(o));
-        }
-        out << json_text(a) << "\n";
-        return 0;
-    }
-    const double now = epoch_seconds();
-    std::vector<std::vector<std::string>> rows;
-    for (const auto& b : busy)
-        rows.push_back({b.identity, b.thread, b.job.jid, b.job.job_class,
-                        b.queue.empty() ? b.job.queue : b.queue, shorten(b.job.args, 40),
-                        time_cell(b.run_at, now)});
-    print_table(out, {"PROCESS", "THREAD", "JID", "CLASS", "QUEUE", "ARGS", "STARTED"}, rows,
-                !r.no_headers);
+            return o;
+        },
+        {"PROCESS", "THREAD", "JID", "CLASS", "QUEUE", "ARGS", "STARTED"},
+        [&](const BusyJob& b) -> std::vector<std::string> {
+            return {b.identity,
+                    b.thread,
+                    b.job.jid,
+                    b.job.job_class,
+                    b.queue.empty() ? b.job.queue : b.queue,
+                    shorten(b.job.args, 40),
+                    time_cell(b.run_at, now)};
+        });
     return 0;
 }
 
 int cmd_scheduled(redis::Connection& conn, const Keys& keys, const Request& r, std::ostream& out) {
     auto entries = list_entries(conn, keys.schedule(), {});
     if (r.limit && entries.size() > *r.limit) entries.resize(*r.limit);
-    if (r.json) {
-        ojson a = ojson::array();
-        for (const auto& e : entries) {
+    const double now = epoch_seconds();
+    print_listing(
+        out, r.json, !r.no_headers, entries,
+        [](const SetEntry& e) {
             ojson o{{"jid", e.jid},
                     {"class", e.job_class},
                     {"queue", e.queue},
                     {"args", args_json(e.args)}};
             put_time(o, "at", e.score);
-            a.push_back(std::move(o));
-        }
-        out << json_text(a) << "\n";
-        return 0;
-    }
-    const double now = epoch_seconds();
-    std::vector<std::vector<std::string>> rows;
-    for (const auto& e : entries)
-        rows.push_back(
-            {e.jid, e.job_class, e.queue, time_cell(e.score, now, true), shorten(e.args, 40)});
-    print_table(out, {"JID", "CLASS", "QUEUE", "RUNS AT", "ARGS"}, rows, !r.no_headers);
+            return o;
+        },
+        {"JID", "CLASS", "QUEUE", "RUNS AT", "ARGS"},
+        [&](const SetEntry& e) -> std::vector<std::string> {
+            return {e.jid, e.job_class, e.queue, time_cell(e.score, now, true),
+                    shorten(e.args, 40)};
+        });
     return 0;
 }
 
@@ -99,18 +95,14 @@ int cmd_queue(redis::Connection& conn, const Keys& keys, const Request& r, std::
     if (r.action == "ls") {
         const size_t limit = r.limit.value_or(kDefaultQueueListing);
         const auto jobs = list_queue(conn, keys, name, limit);
-        if (r.json) {
-            ojson a = ojson::array();
-            for (const auto& j : jobs) a.push_back(summary_json(j));
-            out << json_text(a) << "\n";
-            return 0;
-        }
         const double now = epoch_seconds();
-        std::vector<std::vector<std::string>> rows;
-        for (const auto& j : jobs)
-            rows.push_back({j.jid, j.job_class, shorten(j.args, 50),
-                            j.enqueued_at ? time_cell(*j.enqueued_at, now) : "-"});
-        print_table(out, {"JID", "CLASS", "ARGS", "ENQUEUED"}, rows, !r.no_headers);
+        print_listing(out, r.json, !r.no_headers, jobs, summary_json,
+                      {"JID", "CLASS", "ARGS", "ENQUEUED"},
+                      [&](const JobSummary& j) -> std::vector<std::string> {
+                          return {j.jid, j.job_class, shorten(j.args, 50),
+                                  j.enqueued_at ? time_cell(*j.enqueued_at, now) : "-"};
+                      });
+        if (r.json) return 0;
         const long long size = conn.command({"LLEN", keys.queue(name)}).integer();
         if (!r.no_headers && limit != 0 && size > static_cast<long long>(jobs.size()))
             out << "(the next " << jobs.size() << " of " << size

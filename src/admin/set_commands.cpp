@@ -31,20 +31,17 @@ int list(redis::Connection& conn, const std::string& set_key, bool dead, const E
     auto entries = list_entries(conn, set_key, filter);
     if (dead) std::reverse(entries.begin(), entries.end());  // the newest death first
     if (r.limit && entries.size() > *r.limit) entries.resize(*r.limit);
-    if (r.json) {
-        ojson a = ojson::array();
-        for (const auto& e : entries) a.push_back(entry_json(e));
-        out << json_text(a) << "\n";
-        return 0;
-    }
     const double now = epoch_seconds();
-    std::vector<std::vector<std::string>> rows;
-    for (const auto& e : entries)
-        rows.push_back(
-            {e.jid, e.job_class, e.queue, e.retry_count ? std::to_string(*e.retry_count) : "-",
-             time_cell(e.score, now, !dead), shorten(e.error_class + ": " + e.error_message, 60)});
-    print_table(out, {"JID", "CLASS", "QUEUE", "RETRIES", dead ? "DIED" : "NEXT RETRY", "ERROR"},
-                rows, !r.no_headers);
+    print_listing(out, r.json, !r.no_headers, entries, entry_json,
+                  {"JID", "CLASS", "QUEUE", "RETRIES", dead ? "DIED" : "NEXT RETRY", "ERROR"},
+                  [&](const SetEntry& e) -> std::vector<std::string> {
+                      return {e.jid,
+                              e.job_class,
+                              e.queue,
+                              e.retry_count ? std::to_string(*e.retry_count) : "-",
+                              time_cell(e.score, now, !dead),
+                              shorten(e.error_class + ": " + e.error_message, 60)};
+                  });
     return 0;
 }
 

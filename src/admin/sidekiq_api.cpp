@@ -65,23 +65,32 @@ std::vector<std::string> string_list(const json& j, const char* key) {
     return out;
 }
 
+// The fields a listing shows, as Sidekiq's display_class: the ActiveJob wrapper's `wrapped`
+// when present. Into a SetEntry or a JobSummary; false (and "(not JSON)") when `payload` is not
+// a JSON object, `job` holding the parsed payload otherwise.
+template <class Listed>
+bool read_listed(std::string_view payload, Listed& out, json& job) {
+    job = json::parse(payload, nullptr, false);
+    if (!job.is_object()) {
+        out.job_class = "(not JSON)";
+        return false;
+    }
+    out.jid = string_field(job, "jid");
+    out.job_class = string_field(job, "wrapped");
+    if (out.job_class.empty()) out.job_class = string_field(job, "class");
+    out.queue = string_field(job, "queue");
+    if (auto it = job.find("args"); it != job.end()) out.args = it->dump();
+    return true;
+}
+
 SetEntry to_entry(std::string member, double score) {
     SetEntry e;
     e.score = score;
     e.member = std::move(member);
-    auto job = json::parse(e.member, nullptr, false);
-    if (!job.is_object()) {
-        e.job_class = "(not JSON)";
-        return e;
-    }
-    e.jid = string_field(job, "jid");
-    // Display class as Sidekiq's: the ActiveJob wrapper's `wrapped` when present.
-    e.job_class = string_field(job, "wrapped");
-    if (e.job_class.empty()) e.job_class = string_field(job, "class");
-    e.queue = string_field(job, "queue");
+    json job;
+    if (!read_listed(e.member, e, job)) return e;
     e.error_class = string_field(job, "error_class");
     e.error_message = string_field(job, "error_message");
-    if (auto it = job.find("args"); it != job.end()) e.args = it->dump();
     if (auto it = job.find("retry_count"); it != job.end() && it->is_number_integer())
         e.retry_count = it->get<long long>();
     return e;
@@ -323,16 +332,8 @@ BulkResult act_on_matching(redis::Connection& conn, const SetActionContext& ctx,
 JobSummary summarize_job(std::string payload) {
     JobSummary j;
     j.payload = std::move(payload);
-    auto job = json::parse(j.payload, nullptr, false);
-    if (!job.is_object()) {
-        j.job_class = "(not JSON)";
-        return j;
-    }
-    j.jid = string_field(job, "jid");
-    j.job_class = string_field(job, "wrapped");  // ActiveJob's, as Sidekiq's display_class
-    if (j.job_class.empty()) j.job_class = string_field(job, "class");
-    j.queue = string_field(job, "queue");
-    if (auto it = job.find("args"); it != job.end()) j.args = it->dump();
+    json job;
+    if (!read_listed(j.payload, j, job)) return j;
     if (auto it = job.find("enqueued_at"); it != job.end() && it->is_number())
         j.enqueued_at = timestamp_seconds(it->get<double>(), it->is_number_integer());
     return j;

@@ -24,6 +24,22 @@ std::string json_text(const ojson& j);
 void print_table(std::ostream& out, const std::vector<std::string>& header,
                  const std::vector<std::vector<std::string>>& rows, bool headers = true);
 
+// A listing: with `json`, one JSON array of to_json(item); else a table of to_row(item) under
+// `header` (without it when `headers` is false).
+template <class Item, class ToJson, class ToRow>
+void print_listing(std::ostream& out, bool json, bool headers, const std::vector<Item>& items,
+                   ToJson to_json, const std::vector<std::string>& header, ToRow to_row) {
+    if (json) {
+        ojson a = ojson::array();
+        for (const auto& item : items) a.push_back(to_json(item));
+        out << json_text(a) << "\n";
+        return;
+    }
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& item : items) rows.push_back(to_row(item));
+    print_table(out, header, rows, headers);
+}
+
 // `v` with exactly `decimals` digits after the point ("0.25").
 std::string fixed(double v, int decimals);
 
