@@ -329,24 +329,23 @@ TEST_CASE("admin: queue clear asks on a terminal and needs --yes elsewhere", "[a
     }
     fill();
     const auto env = clean_env({{"REDIS_URL", redis.url()}});
-    {
+    // Answers the question with `key`; returns the exit status and what the terminal shows.
+    auto answer = [&](const std::string& key) {
         Tmux tmux({kiqd_binary(), "queue", "clear", "mail"}, env, 120, 20);
-        REQUIRE(tmux.shows("Delete all 5 jobs of queue mail on Redis 127.0.0.1:"));
-        tmux.keys({"n", "Enter"});
+        REQUIRE(tmux.shows("Delete all 5 jobs of queue mail on Redis 127.0.0.1:" +
+                           std::to_string(redis.port()) + "/0? [y/N]"));
+        tmux.keys({key, "Enter"});
         REQUIRE(wait_until([&] { return tmux.exit_status() != -1; }));
-        CHECK(tmux.exit_status() == 1);
-        CHECK(tmux.screen().find("not cleared") != std::string::npos);
-        CHECK(c.command({"LLEN", "queue:mail"}).integer() == 5);
-    }
-    {
-        Tmux tmux({kiqd_binary(), "queue", "clear", "mail"}, env, 120, 20);
-        REQUIRE(tmux.shows("[y/N]"));
-        tmux.keys({"y", "Enter"});
-        REQUIRE(wait_until([&] { return tmux.exit_status() != -1; }));
-        CHECK(tmux.exit_status() == 0);
-        CHECK(tmux.screen().find("cleared queue mail: 5 jobs deleted") != std::string::npos);
-        CHECK(c.command({"EXISTS", "queue:mail"}).integer() == 0);
-    }
+        return std::make_pair(tmux.exit_status(), tmux.screen());
+    };
+    auto [no, no_screen] = answer("n");
+    CHECK(no == 1);
+    CHECK(no_screen.find("not cleared") != std::string::npos);
+    CHECK(c.command({"LLEN", "queue:mail"}).integer() == 5);
+    auto [yes, yes_screen] = answer("y");
+    CHECK(yes == 0);
+    CHECK(yes_screen.find("cleared queue mail: 5 jobs deleted") != std::string::npos);
+    CHECK(c.command({"EXISTS", "queue:mail"}).integer() == 0);
 }
 
 // Another client moving entries out of the set while a bulk action walks it: each entry ends up
