@@ -1,6 +1,7 @@
 // The kiqd command line: the daemon (default), `check-config`, the admin commands
-// (`stats`, `queues`, `processes`, `retries`, `dead`, `quiet`, `stop`; see admin.hpp) and
-// `enqueue` (push one job through the process client). Parses flags
+// (`stats`, `queues`, `processes`, `retries`, `dead`, `busy`, `scheduled`, `queue`, `job`, `top`,
+// `quiet`, `stop`, ...; see admin.hpp), `enqueue` (push one job through the process client) and
+// `help [COMMAND]`. The operator commands find their config as config_source.hpp says. Parses flags
 // with CLI11, loads and validates the configuration (exit 78 naming the key on any problem, before
 // Redis is touched), builds the logger, registry and middleware chain, and hands over to the
 // Launcher.
