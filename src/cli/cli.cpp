@@ -151,7 +151,7 @@ struct AdminCli {
                               (set == "retries" ? " (kill: to the dead set)" : ""));
             s->add_option("jid", request.targets, "JIDs to act on");
             s->add_option("--class", request.job_class, "only entries of this job class");
-            s->add_flag("--all", request.all, "retry/delete every entry");
+            s->add_flag("--all", request.all, "act on every entry");
             s->add_option("--limit", request.limit, "list at most this many entries");
         }
         for (const std::string verb : {"pause", "resume"}) {
