@@ -252,7 +252,11 @@ struct Config {
     std::vector<std::string> labels;
     std::string environment;
     bool verbose = false;
-    Compat compat = Compat::v6;  // the Sidekiq major kiqd presents itself as (Debian: 6.4.1)
+    // The Sidekiq major kiqd presents itself as (`compat: 6|7|8`). With `compat: auto` (the
+    // default, compat_auto) it follows the cluster at run time (server/cluster_compat.hpp) and
+    // `compat` stays 6: the payload format every major reads.
+    Compat compat = Compat::v6;
+    bool compat_auto = true;
     RedisConfig redis;
     LoggingConfig logging;
     int max_retries = 25;
@@ -277,6 +281,9 @@ struct Config {
     // number of cores, resolved by validate_config.
     int cpu_bound_concurrency = 0;
     bool job_metadata = true;  // `job_metadata:` the metadata middleware (timings, SLOs, labels)
+    // Keys of other tools' sidekiq.yml sections that load but do nothing in kiqd, one line
+    // each ("key (line N): what kiqd does not do"), logged at start and shown by check-config.
+    std::vector<std::string> load_warnings;
 };
 
 // Parses YAML text (after expanding the supported ERB forms). `environment` selects a

@@ -31,6 +31,15 @@ class Keys {
     std::string stat_daily(std::string_view name, std::string_view utc_date) const {
         return stat(name) + ":" + std::string(utc_date);
     }
+    // Sidekiq 7/8's execution metrics (execution_metrics.hpp): the per-minute (and, in 8,
+    // ten-minute) hash "j|<bucket>" and a class's histogram, named "<Class>-<window>" in 7 and
+    // "h|<Class>-<window>" in 8 (`name` is that whole name).
+    std::string metrics_hash(std::string_view bucket) const {
+        return prefix_ + "j|" + std::string(bucket);
+    }
+    std::string metrics_histogram(std::string_view name) const {
+        return prefix_ + std::string(name);
+    }
     // Reliable fetch (docs/data-model.md#reliable-fetch-working-lists): a working list per process
     // and queue, named as Sidekiq Pro's super_fetch names its private queues, so tools that look
     // for in-flight jobs in "queue:*" lists (the sidekiq-unique-jobs reaper) see them.

@@ -35,7 +35,9 @@
 // type makes the connection reconnect).
 // 4: Job keeps the places of the members kiqd reads (member_json), for reading them without
 // building the payload's tree.
-#define KIQD_PLUGIN_ABI_VERSION 4
+// 5: Config gains load_warnings (and this release's new sections); Connection remembers whether
+// it was ever open (reconnects are counted).
+#define KIQD_PLUGIN_ABI_VERSION 5
 
 namespace kiqd {
 

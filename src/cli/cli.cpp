@@ -324,7 +324,7 @@ int run(int argc, char** argv, HandlerRegistry& handlers, MiddlewareRegistry& mi
     }
     // An exec command that cannot be started is not fatal (it may be installed later, and the
     // job is retried), but it is worth a warning.
-    std::vector<std::string> warnings;
+    std::vector<std::string> warnings = config.load_warnings;
     for (const auto& spec : config.exec_handlers) {
         if (auto problem = exec_command_problem(spec))
             warnings.push_back("handlers." + spec.job_class + " (line " +

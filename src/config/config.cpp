@@ -60,6 +60,39 @@ std::string config_directory(const Config& c) {
     return text;
 }
 
+// What kiqd does with Sidekiq 7's `capsules:` (nothing), naming each capsule's queues and
+// concurrency so that the operator can run one kiqd per capsule instead.
+std::string capsules_warning(const YAML::Node& v) {
+    std::string names;
+    if (v.IsMap()) {
+        for (const auto& kv : v) {
+            if (!kv.first.IsScalar()) continue;
+            std::string queues;
+            std::string concurrency = "?";
+            if (kv.second.IsMap()) {
+                for (const auto& setting : kv.second) {
+                    if (!setting.first.IsScalar()) continue;
+                    const std::string k = strip_symbol(setting.first.Scalar());
+                    if (k == "concurrency" && setting.second.IsScalar())
+                        concurrency = setting.second.Scalar();
+                    if (k == "queues" && setting.second.IsSequence())
+                        for (const auto& q : setting.second)
+                            if (q.IsScalar() || (q.IsSequence() && q.size() > 0 && q[0].IsScalar()))
+                                queues += (queues.empty() ? "" : ",") +
+                                          strip_symbol(q.IsScalar() ? q.Scalar() : q[0].Scalar());
+                }
+            }
+            names += (names.empty() ? "" : "; ") + strip_symbol(kv.first.Scalar()) + " (queues " +
+                     (queues.empty() ? "?" : queues) + ", concurrency " + concurrency + ")";
+        }
+    }
+    return "not run: kiqd serves the top-level queues with the top-level concurrency and ignores "
+           "Sidekiq 7 capsules" +
+           (names.empty() ? std::string() : " [" + names + "]") +
+           "; run one kiqd per capsule (kiqd@NAME.service with that capsule's queues and "
+           "concurrency) to keep them apart";
+}
+
 const std::set<std::string>& environment_names() {
     static const std::set<std::string> k{"development", "test", "staging", "production"};
     return k;
@@ -69,6 +102,9 @@ void apply_map(const YAML::Node& root, Config& c, const std::string& environment
     // Ruby-only or legacy Sidekiq keys: accepted so an existing sidekiq.yml loads unchanged;
     // kiqd has nothing to do with them (strict/weighted follows the weights, as in Sidekiq 6.4.1).
     auto ignored = [](const std::string&, const YAML::Node&) {};
+    auto warn = [&](const std::string& key, const YAML::Node& v, const std::string& what) {
+        c.load_warnings.push_back(key + " (line " + std::to_string(line_of(v)) + "): " + what);
+    };
     read_map(
         root, "",
         {{"concurrency",
@@ -106,10 +142,12 @@ void apply_map(const YAML::Node& root, Config& c, const std::string& environment
          {"environment", ignored},
          {"compat",
           [&](const auto& key, const auto& v) {
-              long long v6 = as_int(key, v);
-              if (v6 != 6 && v6 != 7 && v6 != 8)
-                  throw ConfigError(key, "must be 6, 7 or 8", line_of(v));
-              c.compat = static_cast<Compat>(v6);
+              const std::string s = v.IsScalar() ? v.Scalar() : "";
+              if (s != "auto" && s != "6" && s != "7" && s != "8")
+                  throw ConfigError(key, "must be auto, 6, 7 or 8", line_of(v));
+              c.compat_auto = s == "auto";
+              // auto keeps the payload format of 6, which 6, 7 and 8 all read.
+              c.compat = c.compat_auto ? Compat::v6 : static_cast<Compat>(s[0] - '0');
           }},
          {"redis", [&](const auto&, const auto& v) { parse_redis(v, c.redis); }},
          {"logging", [&](const auto&, const auto& v) { parse_logging(v, c.logging); }},
@@ -179,7 +217,23 @@ void apply_map(const YAML::Node& root, Config& c, const std::string& environment
                   throw ConfigError(key, "must be between 1 and 1000", line_of(v));
           }},
          {"job_metadata",
-          [&](const auto& key, const auto& v) { c.job_metadata = as_bool(key, v); }}},
+          [&](const auto& key, const auto& v) { c.job_metadata = as_bool(key, v); }},
+         {"lifecycle_events",
+          [&](const auto& key, const auto& v) {
+              warn(key, v,
+                   "ignored: Sidekiq's lifecycle events are Ruby blocks of an initializer; kiqd "
+                   "runs no Ruby at startup or shutdown (use systemd's ExecStartPre/ExecStopPost)");
+          }},
+         {"capsules", [&](const auto& key, const auto& v) { warn(key, v, capsules_warning(v)); }},
+         {"scheduler",
+          [&](const auto& key, const auto& v) {
+              warn(key, v,
+                   "ignored: sidekiq-scheduler's settings; kiqd does not run its schedules");
+          }},
+         {"schedule",
+          [&](const auto& key, const auto& v) {
+              warn(key, v, "ignored: kiqd does not run sidekiq-scheduler/sidekiq-cron schedules");
+          }}},
         "unknown key",
         // Keys that are not strings, and the environment sub-hashes (production: {...}).
         [&](const std::string& name, const std::string&, const YAML::Node& key_node,

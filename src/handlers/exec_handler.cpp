@@ -20,6 +20,8 @@
 #include <system_error>
 #include <thread>
 
+#include "common/log_fields.hpp"
+#include "common/outcome_counters.hpp"
 #include "handlers/child_environment.hpp"
 #include "handlers/child_spawn.hpp"
 #include "kiqd/deadline.hpp"
@@ -146,7 +148,11 @@ class LineSink {
   private:
     void emit(std::string line) {
         if (!line.empty() && line.back() == '\r') line.pop_back();
-        log_.info("class={} jid={} {}: {}", job_.display_class(), job_.jid, stream_, line);
+        log_.info(LogLine()
+                      .field("class", job_.display_class())
+                      .field("jid", job_.jid)
+                      .json_field("stream", stream_)
+                      .message(line, fmt::format("{}: {}", stream_, line)));
         if (!tail_) return;
         tail_->push_back(std::move(line));
         size_t bytes = 0;
@@ -438,6 +444,7 @@ void ExecRunner::operator()(const Job& job, JobContext& ctx) const {
         throw Interrupted();
     }
     if (phase == Phase::timed_out) {
+        increment(outcome_counters().exec_timeouts);
         throw JobError(
             "Kiqd::Timeout",
             fmt::format("{} did not finish within {} (pid {}; sent SIGTERM{})", spec_.argv[0],

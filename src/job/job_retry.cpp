@@ -94,11 +94,13 @@ RetryPlan JobRetry::plan(const Job& job, const Failure& failure, double now,
 
     bool exhausted = count >= max;
     if (auto rf = p.find("retry_for"); rf != p.end() && rf->is_number()) {
-        // 7.1+: retry until failed_at + retry_for, whatever the count.
+        // retry_for: retried until failed_at + retry_for. Sidekiq 7 also stops at the retry
+        // count; 8 checks the duration alone, whatever the count (job_retry.rb).
         double first = now;
         if (auto fa = p.find("failed_at"); fa != p.end() && fa->is_number())
             first = timestamp_seconds(fa->get<double>(), fa->is_number_integer());
-        exhausted = first + rf->get<double>() < now;
+        const bool expired = first + rf->get<double>() < now;
+        exhausted = compat_ == Compat::v8 ? expired : exhausted || expired;
     }
     plan.payload = obj->dump();
     if (exhausted) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "common/outcome_counters.hpp"
 #include "config/enqueues_key.hpp"
 #include "job/raw_json_object.hpp"
 #include "kiqd/clock.hpp"
@@ -358,6 +359,7 @@ void FairTenantServerMiddleware::call(JobContext& ctx, const Next& next) const {
                                                      moved, ctx.working_list, job.raw);
     if (chosen > 0 && !moved[static_cast<size_t>(chosen - 1)].empty()) {
         ctx.working_list = nullptr;  // the script took it out (JobContext::working_list)
+        increment(outcome_counters().rerouted);
         ctx.log.info(
             "class={} jid={} tenant={} over its fair share: moved from queue:{} to queue:{}",
             job.display_class(), job.jid, plan->tenant, job.queue,

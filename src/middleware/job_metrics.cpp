@@ -144,10 +144,13 @@ void JobMetrics::render(std::string& out) const {
                     for (size_t r = 0; r < 2; ++r) slo[u][t][r] += shard->slo[u][t][r];
         }
     }
+    // `worker` repeats `class`: the label name yabeda-sidekiq's dashboards use for the job class,
+    // so their queries work unchanged; `class` stays for kiqd's own. Same values, so no extra
+    // series.
     auto labels = [](const Series& s) {
-        return fmt::format("class=\"{}\",queue=\"{}\",urgency=\"{}\"",
-                           prometheus_escape(s.job_class), prometheus_escape(s.queue),
-                           to_string(s.urgency));
+        const std::string cls = prometheus_escape(s.job_class);
+        return fmt::format("class=\"{}\",worker=\"{}\",queue=\"{}\",urgency=\"{}\"", cls, cls,
+                           prometheus_escape(s.queue), to_string(s.urgency));
     };
     auto counter = [&](const char* name, const char* help, auto value) {
         out += fmt::format("# HELP {} {}\n# TYPE {} counter\n", name, help, name);

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/outcome_counters.hpp"
 #include "redis/tls_stream.hpp"
 
 namespace kiqd::redis {
@@ -106,7 +107,11 @@ void Connection::disconnect() noexcept {
 
 void Connection::connect_if_needed() {
     if (connected() && (!stream_ || stream_->out_of_step)) disconnect();
-    if (!connected()) connect();
+    if (connected()) return;
+    connect();
+    // A connection that had been open before is a reconnect (after an error or an outage).
+    if (ever_connected_) increment(outcome_counters().redis_reconnects);
+    ever_connected_ = true;
 }
 
 void Connection::fail_context(const char* what) {

@@ -10,6 +10,7 @@
 
 #include "job/raw_json_object.hpp"
 #include "server/connection_budget.hpp"
+#include "server/execution_metrics.hpp"
 
 namespace kiqd {
 namespace {
@@ -88,10 +89,13 @@ Heartbeat::Heartbeat(Runtime& rt, const ProcessIdentity& me, std::string info_js
     : rt_(rt),
       me_(me),
       info_json_(std::move(info_json)),
-      conn_(named_connection(rt.connection_options, rt.identity, "heartbeat")) {}
+      conn_(named_connection(rt.connection_options, rt.identity, "heartbeat")),
+      compat_(rt.config) {
+    if (rt_.execution_metrics) rt_.execution_metrics->enable(compat_.decision().metrics);
+}
 
 std::chrono::seconds Heartbeat::period() const {
-    return std::chrono::seconds(rt_.config.compat == Compat::v6 ? 5 : 10);
+    return std::chrono::seconds(compat_.decision().major == 6 ? 5 : 10);
 }
 
 void Heartbeat::flush_and_publish_work() {
@@ -106,6 +110,15 @@ void Heartbeat::flush_and_publish_work() {
         {"MULTI"},
         stats_flush_command(k, me_.identity, pending_->seq, pending_->processed, pending_->failed,
                             utc_date())};
+    // The execution metrics since the last beat, in this round trip. Inside the MULTI an error
+    // (a key of another type) stays in EXEC's reply and costs the stats nothing. A failed write
+    // drops the batch, as Sidekiq does: HINCRBY is not idempotent (execution_metrics.hpp).
+    if (rt_.execution_metrics) {
+        const auto layouts = compat_.decision().metrics;
+        for (auto& c : ExecutionMetrics::flush_commands(rt_.execution_metrics->take(), k,
+                                                        std::time(nullptr), layouts))
+            cmds.push_back(std::move(c));
+    }
     // The busy hash: one field per running job, {"queue","payload" (a JSON *string*),"run_at"}.
     // 6.4 readers use :workers, 6.5+ and the unique-jobs reaper use :work; in 6 mode write both.
     std::vector<std::string> work_keys{k.work(me_.identity, rt_.config.compat)};
@@ -129,7 +142,19 @@ void Heartbeat::flush_and_publish_work() {
     pending_.reset();
 }
 
+void Heartbeat::detect_cluster() {
+    if (!compat_.automatic()) return;
+    try {
+        if (auto change = compat_.refresh(conn_, rt_.keys, me_.identity))
+            rt_.log.info("{}", *change);
+    } catch (const redis::Error& e) {
+        rt_.health.failed(e);  // the previous decision stands
+    }
+    if (rt_.execution_metrics) rt_.execution_metrics->enable(compat_.decision().metrics);
+}
+
 std::optional<std::string> Heartbeat::beat() {
+    detect_cluster();
     try {
         flush_and_publish_work();
     } catch (const redis::Error& e) {
@@ -151,7 +176,9 @@ std::optional<std::string> Heartbeat::beat() {
                             "quiet",  rt_.lifecycle.is_quiet() ? "true" : "false",
                             "rss",    std::to_string(current_rss_kb()),
                             "rtt_us", std::to_string(rtt_us)};
-        if (rt_.config.compat == Compat::v8) {
+        // Sidekiq 8.1 reads the process's concurrency from this field (0 when absent); 6 and 7
+        // read only the fields they name, so auto writes it too.
+        if (rt_.config.compat == Compat::v8 || rt_.config.compat_auto) {
             hset.push_back("concurrency");
             hset.push_back(std::to_string(rt_.config.concurrency));
         }

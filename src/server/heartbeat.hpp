@@ -4,12 +4,17 @@
 // MULTIs on its own connection:
 //   stat:processed/failed (+ daily keys, 5-year TTL) += counts since the last beat;
 //   <identity>:workers (6.x; 7+: :work, and 6 mode writes both) = running jobs, TTL 60 s;
-//   SADD processes; HSET <identity> info/busy/beat/quiet/rss/rtt_us (8: concurrency), TTL 60 s;
-//   RPOP <identity>-signals (remote TSTP/TERM/TTIN).
+//   SADD processes; HSET <identity> info/busy/beat/quiet/rss/rtt_us (8, auto: concurrency), TTL 60
+//   s; RPOP <identity>-signals (remote TSTP/TERM/TTIN).
 // The stats flush is idempotent: each batch of counts carries a per-process sequence number and
 // one Lua script applies it only if <identity>:flushed (the last applied number) is lower. When a
 // flush reaches Redis but its reply is lost (connection dropped, timeout), the batch is retried
 // with the same number and is not counted twice; new counts wait for the next batch.
+// With Sidekiq 7/8's execution metrics on (execution_metrics.hpp), the first MULTI also writes
+// the per-class counts since the last beat. Under `compat: auto` each beat first reads which
+// Sidekiq majors the other processes run (cluster_compat.hpp), which sets the period and the
+// metrics layouts; auto writes the union of the fields 6, 7 and 8 read (both busy-hash keys, the
+// `concurrency` field, the info JSON's extra fields).
 // clear() leaves "processes" and deletes the busy hash at shutdown. Runs on the launcher's io
 // thread only.
 #include <optional>
@@ -17,6 +22,7 @@
 #include <vector>
 
 #include "kiqd/keys.hpp"
+#include "server/cluster_compat.hpp"
 #include "server/process_identity.hpp"
 #include "server/runtime.hpp"
 
@@ -31,6 +37,7 @@ class Heartbeat {
     // Flushes the counters (retrying a few times) and removes this process from "processes".
     void clear();
     std::chrono::seconds period() const;
+    const ClusterCompat& compat() const { return compat_; }
     // Writes quiet=true at once, so the Web UI shows a quieted process without waiting a beat.
     void publish_quiet();
 
@@ -41,11 +48,15 @@ class Heartbeat {
     // Flushes the pending batch (or a new one from the counters) and the busy hash. Throws
     // redis::Error; the batch then stays pending and is retried with its sequence number.
     void flush_and_publish_work();
+    // compat: auto: reads the cluster's Sidekiq majors, logs a changed decision, and sets the
+    // metrics layouts. Errors leave the previous decision.
+    void detect_cluster();
 
     Runtime& rt_;
     const ProcessIdentity& me_;
     std::string info_json_;
     redis::Connection conn_;
+    ClusterCompat compat_;
     long long flush_seq_ = 0;
     std::optional<StatsBatch> pending_;
 };

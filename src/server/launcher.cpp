@@ -6,6 +6,7 @@
 #include <boost/asio/post.hpp>
 #include <csignal>
 
+#include "common/log_fields.hpp"
 #include "kiqd/deadline.hpp"
 #include "kiqd/kiqd.hpp"
 #include "server/connection_budget.hpp"
@@ -73,7 +74,8 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
           health_,
           JobLimits{config.max_payload_bytes, 256},
           &client_,
-          cpu_gate_.get()},
+          cpu_gate_.get(),
+          &execution_metrics_},
       // Processors start in run(), so the chain can still gain kiqd's own middlewares here.
       chain_assembly_(rt_,
                       ChainAssembly::SharedState{pause_state_, parked_jobs_, pause_strategies_,
@@ -177,9 +179,14 @@ void Launcher::log_busy_jobs() {
     log_.warn("TTIN: {} of {} threads busy", running.size(), work_.slots());
     const auto now = std::chrono::steady_clock::now();
     for (const auto& e : running) {
-        log_.warn("tid={} class={} jid={} queue={} running for {:.3f} s", *e.tid,
-                  e.job.display_class, e.job.jid, e.job.queue,
-                  std::chrono::duration<double>(now - e.job.started).count());
+        const double seconds = std::chrono::duration<double>(now - e.job.started).count();
+        log_.warn(LogLine()
+                      .field("tid", *e.tid)
+                      .field("class", e.job.display_class)
+                      .field("jid", e.job.jid)
+                      .field("queue", e.job.queue)
+                      .json_number("running_s", seconds)
+                      .message("running", fmt::format("running for {:.3f} s", seconds)));
     }
 }
 

@@ -82,7 +82,8 @@ class Launcher {
     Client client_;          // handlers' follow-up jobs (JobContext::enqueue)
     WorkerCatalog catalog_;  // worker metadata and routed queues
     JobMetrics job_metrics_;
-    std::unique_ptr<CpuGate> cpu_gate_;  // when some declared class is cpu-bound
+    ExecutionMetrics execution_metrics_;  // Sidekiq 7/8's Metrics page
+    std::unique_ptr<CpuGate> cpu_gate_;   // when some declared class is cpu-bound
     Runtime rt_;
     // Puts kiqd's own middlewares into chain_; owns the LockKeeper and SlotKeeper.
     ChainAssembly chain_assembly_;

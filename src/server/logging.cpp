@@ -6,14 +6,17 @@
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <string_view>
 #include <thread>
 #include <vector>
 
 #include "common/control_escape.hpp"
+#include "common/log_fields.hpp"
 
 namespace kiqd {
 namespace {
@@ -41,6 +44,69 @@ class EscapedMessage final : public spdlog::custom_flag_formatter {
   private:
     EscapeStyle style_;
 };
+
+// %* of a JSON line: `"msg":"…"` and, for a LogLine (common/log_fields.hpp), its fields as
+// further keys — `"class":"…","jid":"…","elapsed_ms":1.5` — so that the job's fields are keys of
+// the line, not words inside msg. Every value goes through the JSON escaper.
+class JsonMessage final : public spdlog::custom_flag_formatter {
+  public:
+    void format(const spdlog::details::log_msg& msg, const std::tm&,
+                spdlog::memory_buf_t& dest) override {
+        thread_local std::string out;
+        out.assign("\"msg\":\"");
+        const std::string_view payload(msg.payload.data(), msg.payload.size());
+        if (auto line = decode_log_line(payload)) {
+            append_escaped(out, line->event, EscapeStyle::json);
+            out.push_back('"');
+            for (const auto& f : line->fields) {
+                out.append(",\"").append(f.key).append("\":");
+                if (f.number) {
+                    out.append(f.value);
+                } else {
+                    out.push_back('"');
+                    append_escaped(out, f.value, EscapeStyle::json);
+                    out.push_back('"');
+                }
+            }
+        } else {
+            append_escaped(out, payload, EscapeStyle::json);
+            out.push_back('"');
+        }
+        dest.append(out.data(), out.data() + out.size());
+    }
+    std::unique_ptr<custom_flag_formatter> clone() const override {
+        return std::make_unique<JsonMessage>();
+    }
+};
+
+// %Q under journald: the syslog priority prefix (<3> error, <4> warning, <6> info, <7> debug)
+// that journald strips and stores as the line's PRIORITY, so `journalctl -p warning` works.
+class SyslogPriority final : public spdlog::custom_flag_formatter {
+  public:
+    void format(const spdlog::details::log_msg& msg, const std::tm&,
+                spdlog::memory_buf_t& dest) override {
+        static constexpr const char* kPrefix[] = {"<7>", "<7>", "<6>", "<4>", "<3>", "<2>", "<6>"};
+        const auto level = static_cast<size_t>(msg.level);
+        const char* prefix = kPrefix[level < std::size(kPrefix) ? level : 2];
+        dest.append(prefix, prefix + 3);
+    }
+    std::unique_ptr<custom_flag_formatter> clone() const override {
+        return std::make_unique<SyslogPriority>();
+    }
+};
+
+// True when stdout is the stream systemd connected to the journal: $JOURNAL_STREAM names its
+// device and inode ("dev:ino"), and they match stdout's (a redirected stdout does not match).
+bool stdout_is_journal() {
+    const char* stream = std::getenv("JOURNAL_STREAM");
+    if (!stream) return false;
+    unsigned long long dev = 0, ino = 0;
+    if (std::sscanf(stream, "%llu:%llu", &dev, &ino) != 2) return false;
+    struct stat st {};
+    if (::fstat(STDOUT_FILENO, &st) != 0) return false;
+    return static_cast<unsigned long long>(st.st_dev) == dev &&
+           static_cast<unsigned long long>(st.st_ino) == ino;
+}
 
 // Writes to stdout through stdio's buffer and flushes only when asked (every second, on warn and
 // above, at exit). spdlog's stdout sink flushes after every line, which cost a write(2) per log
@@ -125,13 +191,20 @@ std::shared_ptr<spdlog::logger> make_logger(const LoggingConfig& config, bool ve
     auto logger = std::make_shared<spdlog::async_logger>("kiqd", sink, spdlog::thread_pool(),
                                                          spdlog::async_overflow_policy::block);
     auto formatter = std::make_unique<spdlog::pattern_formatter>(spdlog::pattern_time_type::utc);
-    if (config.format == "json") {
-        formatter->add_flag<EscapedMessage>('*', EscapeStyle::json)
-            .set_pattern(
-                R"({"ts":"%Y-%m-%dT%H:%M:%S.%eZ","level":"%l","pid":%P,"tid":%t,"msg":"%*"})");
+    // Under systemd with stdout on the journal: a priority prefix on every line, and no
+    // timestamp or pid in front of the text (the journal records both).
+    const bool journal = config.file.empty() && stdout_is_journal();
+    formatter->add_flag<SyslogPriority>('Q');
+    const bool json = config.format == "json";
+    set_structured_log_lines(json);
+    if (json) {
+        formatter->add_flag<JsonMessage>('*').set_pattern(
+            std::string(journal ? "%Q" : "") +
+            R"({"ts":"%Y-%m-%dT%H:%M:%S.%eZ","level":"%l","pid":%P,"tid":%t,%*})");
     } else {
         formatter->add_flag<EscapedMessage>('*', EscapeStyle::text)
-            .set_pattern("%Y-%m-%dT%H:%M:%S.%eZ pid=%P tid=%t %l: %*");
+            .set_pattern(journal ? "%Qtid=%t %l: %*"
+                                 : "%Y-%m-%dT%H:%M:%S.%eZ pid=%P tid=%t %l: %*");
     }
     logger->set_formatter(std::move(formatter));
     logger->set_level(verbose ? spdlog::level::debug : spdlog::level::from_str(config.level));

@@ -13,8 +13,10 @@
 #include <cstring>
 #include <optional>
 
+#include "common/outcome_counters.hpp"
 #include "kiqd/clock.hpp"
 #include "kiqd/job.hpp"
+#include "server/process_metrics.hpp"
 
 namespace kiqd {
 
@@ -196,6 +198,49 @@ void gauge(std::string& out, const char* name, const char* help, double value) {
     out += fmt::format("# HELP {} {}\n# TYPE {} gauge\n{} {}\n", name, help, name, name, value);
 }
 
+void counter(std::string& out, const char* name, const char* help, double value) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} counter\n{} {}\n", name, help, name, name, value);
+}
+
+// What happened to jobs besides running, since this process started (always present, 0 until
+// the first event, so that rate() and alerts work from the first scrape).
+void render_outcomes(std::string& out, const WorkState& work) {
+    const auto& c = outcome_counters();
+    auto n = [](const OutcomeCounters::Counter& v) {
+        return static_cast<double>(v.load(std::memory_order_relaxed));
+    };
+    counter(out, "kiqd_jobs_retried_total", "Failed jobs with a retry scheduled.", n(c.retried));
+    counter(out, "kiqd_jobs_dead_total",
+            "Jobs sent to the dead set (retries exhausted, unrunnable, poison pills).", n(c.dead));
+    counter(out, "kiqd_jobs_discarded_total", "Failed jobs with retry: false, dropped.",
+            n(c.discarded));
+    counter(out, "kiqd_jobs_unrunnable_total",
+            "Payloads that could not be run (not JSON, too large, no class); in the dead set.",
+            n(c.unrunnable));
+    counter(out, "kiqd_jobs_requeued_total",
+            "Running jobs pushed back to their queue by a shutdown.",
+            static_cast<double>(work.requeued.load(std::memory_order_relaxed)));
+    counter(out, "kiqd_orphans_recovered_total",
+            "Jobs of dead processes put back in their queues (reliable fetch).",
+            n(c.orphans_recovered));
+    counter(out, "kiqd_poison_pills_total",
+            "Jobs whose process died under them max_interruptions times; in the dead set.",
+            n(c.poison_pills));
+    counter(out, "kiqd_jobs_throttled_total", "Jobs put back in the schedule by a throttle.",
+            n(c.throttled));
+    counter(out, "kiqd_jobs_parked_total", "Jobs parked because their class or queue is paused.",
+            n(c.parked));
+    counter(out, "kiqd_jobs_rerouted_total", "Jobs moved to a fair-tenant queue.", n(c.rerouted));
+    counter(out, "kiqd_unique_conflicts_total", "Duplicates refused by a unique lock.",
+            n(c.unique_conflicts));
+    counter(out, "kiqd_exec_timeouts_total", "exec commands stopped at their timeout.",
+            n(c.exec_timeouts));
+    counter(out, "kiqd_runner_timeouts_total", "Runner jobs stopped at their timeout.",
+            n(c.runner_timeouts));
+    counter(out, "kiqd_redis_reconnects_total",
+            "Redis connections opened again after one was lost.", n(c.redis_reconnects));
+}
+
 }  // namespace
 
 MetricsServer::MetricsServer(const MetricsConfig& config, Sources sources, spdlog::logger& log)
@@ -299,16 +344,27 @@ std::string MetricsServer::render_metrics() {
     gauge(out, "kiqd_cpu_bound_held",
           "cpu-bound jobs fetched and waiting in this process for a cpu slot.",
           static_cast<double>(cpu_held));
-    // Queue sizes and latencies, one pipeline per scrape.
+    render_outcomes(out, sources_.work);
+    render_process_metrics(out);
+    // Queue sizes and latencies and the cluster's sets and processes: one pipeline per scrape,
+    // and one more for the processes' busy counts.
     bool redis_up = true;
-    std::string sizes, latencies;
+    std::string sizes, latencies, cluster;
     try {
         std::vector<redis::Command> cmds;
         for (const auto& q : sources_.queues) {
             cmds.push_back({"LLEN", sources_.keys.queue(q)});
             cmds.push_back({"LRANGE", sources_.keys.queue(q), "-1", "-1"});
         }
+        const size_t first_cluster = cmds.size();
+        cmds.push_back({"ZCARD", sources_.keys.retry()});
+        cmds.push_back({"ZCARD", sources_.keys.schedule()});
+        cmds.push_back({"ZCARD", sources_.keys.dead()});
+        cmds.push_back({"SMEMBERS", sources_.keys.processes()});
         auto replies = conn_.pipeline(cmds);
+        cluster =
+            render_cluster(replies[first_cluster].integer(), replies[first_cluster + 1].integer(),
+                           replies[first_cluster + 2].integer(), replies[first_cluster + 3]);
         const double now = epoch_seconds();
         for (size_t i = 0; i < sources_.queues.size(); ++i) {
             const std::string label = prometheus_escape(sources_.queues[i]);
@@ -328,6 +384,7 @@ std::string MetricsServer::render_metrics() {
         redis_up = false;
         sizes.clear();
         latencies.clear();
+        cluster.clear();
         log_.debug("metrics: cannot read queue sizes: {}", e.what());
     }
     out +=
@@ -338,7 +395,46 @@ std::string MetricsServer::render_metrics() {
         "# HELP kiqd_queue_latency_seconds Age of the oldest job in each queue this process "
         "serves.\n# TYPE kiqd_queue_latency_seconds gauge\n" +
         latencies;
+    out += cluster;
     gauge(out, "kiqd_redis_up", "1 when the last scrape could read Redis.", redis_up ? 1 : 0);
+    return out;
+}
+
+std::string MetricsServer::render_cluster(long long retry, long long scheduled, long long dead,
+                                          const redis::Reply& members) {
+    // Each process's busy count and whether its record is still there (a process that died
+    // without cleaning up stays in the set until a Sidekiq or kiqd process prunes it).
+    std::vector<redis::Command> cmds;
+    for (size_t i = 0; i < members.size(); ++i) {
+        const std::string key = sources_.keys.process(members[i].str());
+        cmds.push_back({"HGET", key, "busy"});
+        cmds.push_back({"EXISTS", key});
+    }
+    long long alive = 0, busy = 0;
+    if (!cmds.empty()) {
+        auto replies = conn_.pipeline(cmds);
+        for (size_t i = 0; i < members.size(); ++i) {
+            if (replies[2 * i + 1].integer() != 1) continue;
+            ++alive;
+            if (replies[2 * i].is_string())
+                busy += std::atoll(std::string(replies[2 * i].str()).c_str());
+        }
+    }
+    std::string out;
+    // The same values from every process of a cluster: aggregate with max, not sum
+    // (docs/operations.md#metrics-and-health).
+    gauge(out, "kiqd_cluster_retry_jobs", "Jobs in the retry set (cluster-wide).",
+          static_cast<double>(retry));
+    gauge(out, "kiqd_cluster_scheduled_jobs", "Jobs in the schedule set (cluster-wide).",
+          static_cast<double>(scheduled));
+    gauge(out, "kiqd_cluster_dead_jobs", "Jobs in the dead set (cluster-wide).",
+          static_cast<double>(dead));
+    gauge(out, "kiqd_cluster_processes",
+          "Sidekiq and kiqd processes with a live heartbeat record (cluster-wide).",
+          static_cast<double>(alive));
+    gauge(out, "kiqd_cluster_busy_jobs",
+          "Jobs running now in all processes, as their heartbeats report (cluster-wide).",
+          static_cast<double>(busy));
     return out;
 }
 

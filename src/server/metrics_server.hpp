@@ -63,6 +63,9 @@ class MetricsServer {
 
   private:
     std::string render_metrics();
+    // The cluster-wide gauges: set sizes, live processes and their busy jobs.
+    std::string render_cluster(long long retry, long long scheduled, long long dead,
+                               const redis::Reply& members);
     MetricsConfig config_;
     Sources sources_;
     spdlog::logger& log_;

@@ -6,6 +6,7 @@
 #include <set>
 #include <thread>
 
+#include "common/outcome_counters.hpp"
 #include "fetch/cpu_gate.hpp"
 #include "kiqd/clock.hpp"
 #include "redis/lua_type_guard.hpp"
@@ -302,9 +303,12 @@ void OrphanRecovery::requeue_one(redis::Connection& conn, const std::string& lis
             [[fallthrough]];
         case 1:
             ++result.requeued;
+            increment(outcome_counters().orphans_recovered);
             break;
         case 2:
             ++result.dead;
+            increment(outcome_counters().poison_pills);
+            increment(outcome_counters().dead);
             rt_.log.error("queue={} job sent to the dead set: {}: {}", queue, message, payload);
             break;
         default:

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -64,20 +65,27 @@ std::string ProcessIdentity::info_json(const Config& config, const QueueOrder& q
     info["queues"] = queues.names();
     info["labels"] = config.labels;
     info["identity"] = identity;
-    if (config.compat != Compat::v6) {
-        nlohmann::ordered_json weights = nlohmann::ordered_json::object();
-        for (const auto& q : config.queues) weights[q.name] = q.weight;
+    // Compat 7 and 8 add weights, version and embedded; 8 adds capsules. compat: auto writes
+    // them all: 6.4's readers pick the fields they know by name, so the extra ones are harmless
+    // to a mixed cluster's tools (docs/sidekiq-compatibility.md#compat-auto).
+    const bool all = config.compat_auto;
+    nlohmann::ordered_json weights = nlohmann::ordered_json::object();
+    for (const auto& q : config.queues) weights[q.name] = q.weight;
+    if (all || config.compat != Compat::v6) {
         info["weights"] = nlohmann::ordered_json::array({weights});
         info["version"] = std::string("kiqd-") + KIQD_VERSION;
         info["embedded"] = false;
     }
-    if (config.compat == Compat::v8) {
-        nlohmann::ordered_json weights = nlohmann::ordered_json::object();
-        for (const auto& q : config.queues) weights[q.name] = q.weight;
-        info["capsules"] = {{"default",
-                             {{"concurrency", config.concurrency},
-                              {"mode", queues.strict() ? "strict" : "weighted"},
-                              {"weights", weights}}}};
+    if (all || config.compat == Compat::v8) {
+        // Sidekiq's Capsule#to_h: the mode is strict when no queue has a weight, random when
+        // every weight is 1, weighted otherwise (lib/sidekiq/capsule.rb).
+        const bool all_ones = std::all_of(config.queues.begin(), config.queues.end(),
+                                          [](const QueueWeight& q) { return q.weight == 1; });
+        info["capsules"] = {
+            {"default",
+             {{"concurrency", config.concurrency},
+              {"mode", queues.strict() ? "strict" : (all_ones ? "random" : "weighted")},
+              {"weights", weights}}}};
     }
     return info.dump();
 }

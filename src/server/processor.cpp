@@ -2,15 +2,27 @@
 
 #include <cxxabi.h>
 
+#include <cmath>
 #include <typeinfo>
 
+#include "common/log_fields.hpp"
+#include "common/outcome_counters.hpp"
 #include "fetch/cpu_gate.hpp"
 #include "handlers/exec_handler.hpp"
 #include "redis/transaction.hpp"
 #include "server/connection_budget.hpp"
+#include "server/execution_metrics.hpp"
 
 namespace kiqd {
 namespace {
+
+// The fields every log line about a job starts with (class, jid, and queue unless left out).
+LogLine job_line(const Job& job, bool with_queue = true) {
+    LogLine line;
+    line.field("class", job.display_class()).field("jid", job.jid);
+    if (with_queue) line.field("queue", job.queue);
+    return line;
+}
 
 std::string demangle(const char* name) {
     int status = 0;
@@ -205,6 +217,8 @@ void Processor::process(redis::Connection& conn, UnitOfWork unit) {
 void Processor::run_unit(redis::Connection& conn, UnitOfWork unit, const Admission& admit) {
     auto parsed = parse_job(unit.payload, unit.queue, rt_.limits);
     if (auto* invalid = std::get_if<InvalidJob>(&parsed)) {
+        increment(outcome_counters().unrunnable);
+        increment(outcome_counters().dead);
         rt_.log.error("queue={} unrunnable payload sent to the dead set: {}: {}", unit.queue,
                       invalid->error_class, invalid->error_message);
         record_outcome(
@@ -228,7 +242,7 @@ void Processor::run_unit(redis::Connection& conn, UnitOfWork unit, const Admissi
     const auto started = std::chrono::steady_clock::now();
     rt_.work.begin(slot_, RunningJob{job.queue, job.raw, job.display_class(), job.jid,
                                      static_cast<long long>(epoch_seconds()), started});
-    rt_.log.info("class={} jid={} queue={} start", job.display_class(), job.jid, job.queue);
+    rt_.log.info(job_line(job).message("start", "start"));
 
     JobContext ctx{job, rt_.log, rt_.lifecycle.hard_stop, conn, rt_.keys, rt_.config, rt_.identity};
     ctx.after_job = &pending_;
@@ -255,8 +269,8 @@ void Processor::run_unit(redis::Connection& conn, UnitOfWork unit, const Admissi
     if (!rt_.work.finish(slot_)) {
         // It ran on past the hard-shutdown grace: the manager took the job (manager.hpp), so
         // nothing more is recorded here.
-        rt_.log.info("class={} jid={} returned after the shutdown gave it up", job.display_class(),
-                     job.jid);
+        rt_.log.info(job_line(job, false)
+                         .message("returned late", "returned after the shutdown gave it up"));
         write_with_pending(conn, {}, "lock release", job.raw);
         return;
     }
@@ -278,10 +292,19 @@ void Processor::run_unit(redis::Connection& conn, UnitOfWork unit, const Admissi
                           "handler raised Interrupted without a shutdown",
                           {"kiqd:in `" + job.handler_name() + "'"}};
     const double elapsed = ms_since(started);
+    // Sidekiq's execution metrics count what the stats count: runs of the handler, failures
+    // included, timed in whole ms (execution_metrics.hpp): the logged time (3 decimals) cut to
+    // its whole part, so the metrics can be checked against the log exactly.
+    if (rt_.execution_metrics && (failure || ctx.handler_ran))
+        rt_.execution_metrics->record(
+            job.handler_name(), failure.has_value(),
+            static_cast<long long>(std::floor(std::round(elapsed * 1000.0) / 1000.0)));
     if (!failure) {
         if (ctx.handler_ran) rt_.work.processed.fetch_add(1, std::memory_order_relaxed);
-        rt_.log.info("class={} jid={} queue={} done: {:.3f} ms{}", job.display_class(), job.jid,
-                     job.queue, elapsed, ctx.log_tags);
+        rt_.log.info(job_line(job)
+                         .json_number("elapsed_ms", elapsed)
+                         .tags(ctx.log_tags)
+                         .message("done", fmt::format("done: {:.3f} ms", elapsed)));
         record_outcome(conn, unit, Outcome::done, {}, job.raw, acknowledge);
         return;
     }
@@ -290,9 +313,20 @@ void Processor::run_unit(redis::Connection& conn, UnitOfWork unit, const Admissi
     const RetryPlan plan = rt_.retry.plan(job, *failure, epoch_seconds(), rng_);
     static constexpr const char* kOutcome[] = {"retry scheduled", "sent to the dead set",
                                                "discarded (retry: false)"};
-    rt_.log.warn("class={} jid={} queue={} fail: {:.3f} ms: {}: {} ({}){}", job.display_class(),
-                 job.jid, job.queue, elapsed, failure->error_class, failure->message,
-                 kOutcome[static_cast<int>(plan.outcome)], ctx.log_tags);
+    const char* outcome = kOutcome[static_cast<int>(plan.outcome)];
+    auto& counters = outcome_counters();
+    increment(plan.outcome == FailureOutcome::Retried ? counters.retried
+              : plan.outcome == FailureOutcome::Dead  ? counters.dead
+                                                      : counters.discarded);
+    rt_.log.warn(
+        job_line(job)
+            .json_number("elapsed_ms", elapsed)
+            .json_field("error_class", failure->error_class)
+            .json_field("error_message", failure->message)
+            .json_field("outcome", outcome)
+            .tags(ctx.log_tags)
+            .message("fail", fmt::format("fail: {:.3f} ms: {}: {} ({})", elapsed,
+                                         failure->error_class, failure->message, outcome)));
     record_outcome(conn, unit, Outcome::failed, rt_.retry.commands(plan),
                    plan.payload.empty() ? job.raw : plan.payload, acknowledge);
 }
@@ -303,11 +337,13 @@ void Processor::push_back_interrupted(redis::Connection& conn, const UnitOfWork&
     // (docs/data-model.md#interrupted-jobs).
     rt_.work.processed.fetch_add(1, std::memory_order_relaxed);
     rt_.work.failed.fetch_add(1, std::memory_order_relaxed);
+    if (rt_.execution_metrics) rt_.execution_metrics->record(job.handler_name(), true, 0);
     if (!write_with_pending(conn, rt_.fetcher.requeue_commands({unit}), "requeue", unit.payload))
         return;
     rt_.work.requeued.fetch_add(1, std::memory_order_relaxed);
-    rt_.log.info("class={} jid={} interrupted by shutdown: back in queue:{}", job.display_class(),
-                 job.jid, job.queue);
+    rt_.log.info(job_line(job, false)
+                     .json_field("queue", job.queue)
+                     .message("requeued", "interrupted by shutdown: back in queue:" + job.queue));
 }
 
 }  // namespace kiqd

@@ -24,6 +24,7 @@
 namespace kiqd {
 
 class CpuGate;
+class ExecutionMetrics;
 
 // Quiet (stop fetching) and hard stop (the deadline passed), observable and awaitable.
 class Lifecycle {
@@ -56,6 +57,9 @@ struct Runtime {
     const Client* client = nullptr;  // for JobContext::enqueue; null in tests that need none
     // The cpu-bound cap (cpu_gate.hpp); null when no declared class is cpu-bound.
     CpuGate* cpu_gate = nullptr;
+    // Sidekiq 7/8's execution metrics (execution_metrics.hpp), counted by the processors and
+    // written by the heartbeat; null in tests that need none.
+    ExecutionMetrics* execution_metrics = nullptr;
 };
 
 }  // namespace kiqd

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/outcome_counters.hpp"
 #include "job/raw_json_object.hpp"
 #include "kiqd/deadline.hpp"
 #include "redis/lua_type_guard.hpp"
@@ -92,6 +93,8 @@ size_t Scheduler::enqueue_due(redis::Connection& conn, double now) {
                 std::string error;
                 auto obj = RawJsonObject::parse(member, &error);
                 if (!obj) {
+                    increment(outcome_counters().unrunnable);
+                    increment(outcome_counters().dead);
                     rt_.log.error("{}: member is not a JSON object ({}); moved to the dead set",
                                   set, error);
                     moves.push_back(kill_script_.evalsha_command(

@@ -15,6 +15,8 @@ require "json"
 require "yaml"
 require "securerandom"
 require "rbconfig"
+require "net/http"
+require "uri"
 
 require_relative "quiet_redis"
 
@@ -316,6 +318,65 @@ module KiqdInterop
         end
         seen >= count
       end
+    end
+
+    # Serves Sidekiq::Web (Rack + WEBrick on 127.0.0.1) from a child Ruby pointed at this test's
+    # Redis; `ruby_flags` (-I paths) choose which Sidekiq it loads (Debian's by default). Returns
+    # the base URL once "/" answers 200.
+    def start_web_ui(ruby_flags = [], name: "web-ui")
+      port = KiqdInterop.free_port
+      script = File.join(tmpdir, "#{name}.rb")
+      quiet = ruby_flags.empty? ? "require #{File.join(__dir__, "quiet_redis.rb").inspect}\n" : ""
+      File.write(script, quiet + <<~RUBY)
+        require "securerandom"
+        require "rack"
+        require "rack/session/cookie"
+        require "webrick"
+        require "rack/handler/webrick"
+        require "sidekiq/web"
+        Sidekiq.configure_client { |c| c.redis = { url: ENV.fetch("REDIS_URL") } }
+        app = Rack::Builder.new do
+          use Rack::Session::Cookie, secret: SecureRandom.hex(64), same_site: true, max_age: 86400
+          run Sidekiq::Web
+        end
+        Rack::Handler::WEBrick.run(app, Host: "127.0.0.1", Port: #{port}, AccessLog: [],
+                                   Logger: WEBrick::Log.new($stderr, WEBrick::Log::WARN))
+      RUBY
+      web = spawn_child(name, [KiqdInterop::RUBY, *ruby_flags, script])
+      base = "http://127.0.0.1:#{port}"
+      wait_until(30, "the Web UI to answer on #{base}") do
+        assert_alive(web)
+        http_get(base + "/").code == "200"
+      rescue SystemCallError, Net::OpenTimeout, Net::ReadTimeout, EOFError
+        false
+      end
+      base
+    end
+
+    def http_get(url, headers = {})
+      uri = URI(url)
+      Net::HTTP.start(uri.host, uri.port, open_timeout: 5, read_timeout: 20) do |http|
+        http.get(uri.request_uri, headers)
+      end
+    end
+
+    # $CHROMIUM if set (CHROMIUM=none simulates a machine without a browser), else Debian's path.
+    def chromium_path
+      candidates = ENV["CHROMIUM"] ? [ENV["CHROMIUM"]] : %w[/usr/bin/chromium /usr/bin/chromium-browser]
+      candidates.find { |p| File.file?(p) && File.executable?(p) }
+    end
+
+    def chromium(url, *mode)
+      profile = Dir.mktmpdir("chromium-profile-", tmpdir)
+      cmd = [chromium_path, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+             "--no-first-run", "--disable-background-networking", "--disable-component-update",
+             "--disable-sync", "--disable-dev-shm-usage", "--user-data-dir=#{profile}",
+             "--window-size=1400,900", *mode, url]
+      child = spawn_child("chromium", cmd)
+      status = child.wait(90)
+      assert status, "chromium did not finish within 90 s"
+      assert status.success?, "chromium failed: #{child.log[-2000..] || child.log}"
+      child.log
     end
 
     def diagnostics

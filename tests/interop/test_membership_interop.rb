@@ -221,41 +221,6 @@ class MembershipInteropTest < Minitest::Test
     assert(bodies.any? { |b| b.include?("JSON::ParserError") && b.include?("not json") })
   end
 
-  def start_web_ui
-    port = KiqdInterop.free_port
-    script = write_ruby_script("web.rb", <<~RUBY)
-      require "securerandom"
-      require "rack"
-      require "rack/session/cookie"
-      require "webrick"
-      require "rack/handler/webrick"
-      require "sidekiq/web"
-      Sidekiq.configure_client { |c| c.redis = { url: ENV.fetch("REDIS_URL") } }
-      app = Rack::Builder.new do
-        use Rack::Session::Cookie, secret: SecureRandom.hex(64), same_site: true, max_age: 86400
-        run Sidekiq::Web
-      end
-      Rack::Handler::WEBrick.run(app, Host: "127.0.0.1", Port: #{port}, AccessLog: [],
-                                 Logger: WEBrick::Log.new($stderr, WEBrick::Log::WARN))
-    RUBY
-    web = spawn_child("web-ui", [KiqdInterop::RUBY, script])
-    base = "http://127.0.0.1:#{port}"
-    wait_until(30, "the Web UI to answer on #{base}") do
-      assert_alive(web)
-      http_get(base + "/").code == "200"
-    rescue SystemCallError, Net::OpenTimeout, Net::ReadTimeout, EOFError
-      false
-    end
-    base
-  end
-
-  def http_get(url, headers = {})
-    uri = URI(url)
-    Net::HTTP.start(uri.host, uri.port, open_timeout: 5, read_timeout: 20) do |http|
-      http.get(uri.request_uri, headers)
-    end
-  end
-
   def post_quiet_via_ui(base, identity)
     page = http_get(base + "/busy")
     cookie = page.get_fields("set-cookie").map { |c| c.split(";").first }.join("; ")
@@ -268,25 +233,6 @@ class MembershipInteropTest < Minitest::Test
       http.request(req)
     end
     assert_equal "302", res.code, "POST /busy (quiet) was refused: #{res.code} #{res.body[0, 300]}"
-  end
-
-  # $CHROMIUM if set (CHROMIUM=none simulates a machine without a browser), else Debian's path.
-  def chromium_path
-    candidates = ENV["CHROMIUM"] ? [ENV["CHROMIUM"]] : %w[/usr/bin/chromium /usr/bin/chromium-browser]
-    candidates.find { |p| File.file?(p) && File.executable?(p) }
-  end
-
-  def chromium(url, *mode)
-    profile = Dir.mktmpdir("chromium-profile-", tmpdir)
-    cmd = [chromium_path, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-           "--no-first-run", "--disable-background-networking", "--disable-component-update",
-           "--disable-sync", "--disable-dev-shm-usage", "--user-data-dir=#{profile}",
-           "--window-size=1400,900", *mode, url]
-    child = spawn_child("chromium", cmd)
-    status = child.wait(90)
-    assert status, "chromium did not finish within 90 s"
-    assert status.success?, "chromium failed: #{child.log[-2000..] || child.log}"
-    child.log
   end
 
   def browser_checks(base, kiqd, jid)

@@ -73,6 +73,7 @@ server_middleware: [timing, {throttle: {limit: 3}}]
     CHECK(c.redis.key_prefix == "myapp");
     CHECK(c.logging.format == "json");
     CHECK(c.compat == kiqd::Compat::v7);
+    CHECK_FALSE(c.compat_auto);  // an explicit compat wins over the cluster
     CHECK(c.max_payload_bytes == 4096);
     REQUIRE(c.server_middleware.size() == 2);
     CHECK(c.server_middleware[1].name == "throttle");
@@ -98,6 +99,9 @@ TEST_CASE("bad configs name the key and the line", "[config]") {
     CHECK_THAT(error_of("queues: [a\n"), Catch::Contains("(yaml)"));
     CHECK_THAT(error_of("- just\n- a list\n"), Catch::Contains("must be a map"));
     CHECK_THAT(error_of("queues: [a]\ncompat: 5\n"), Catch::Contains("compat (line 2)"));
+    CHECK_THAT(error_of("queues: [a]\ncompat: automatic\n"),
+               Catch::Contains("compat (line 2): must be auto, 6, 7 or 8"));
+    CHECK_THAT(error_of("queues: [a]\ncompat: [7]\n"), Catch::Contains("compat (line 2)"));
     CHECK(error_of("queues: [a]\n") == "");
 }
 
@@ -116,6 +120,65 @@ TEST_CASE("ERB: the ENV forms sidekiq.yml files use", "[config]") {
     CHECK_THAT(error_of("queues: [a]\ntag: <%= `rm -rf /` %>\n"),
                Catch::Contains("unsupported ERB expression"));
     CHECK_THAT(error_of("queues: [a]\n<% require 'x' %>\n"), Catch::Contains("line 2"));
+}
+
+TEST_CASE("ERB: the conversions and defaults real sidekiq.yml files use", "[config]") {
+    setenv("KIQD_TEST_CONC", "7", 1);
+    setenv("KIQD_TEST_WORDS", "12 threads", 1);
+    setenv("KIQD_TEST_SECRET", "hunter2", 1);
+    unsetenv("KIQD_TEST_MISSING");
+    auto c = parse_config(
+        "concurrency: <%= ENV.fetch(\"KIQD_TEST_MISSING\") { 5 } %>\n"
+        "max_retries: <%= ENV.fetch(\"KIQD_TEST_MISSING\", 4).to_i %>\n"
+        "dead_max_jobs: <%= Integer(ENV[\"KIQD_TEST_MISSING\"] || 300) %>\n"
+        "timeout: <%= ENV[\"KIQD_TEST_CONC\"].to_i %>\n"
+        "tag: \"<%= ENV['KIQD_TEST_WORDS'].to_i %>-<%= ENV['KIQD_TEST_MISSING'].to_i %>\"\n"
+        "queues: [a]\n",
+        "x", "development");
+    CHECK(c.concurrency == 5);
+    CHECK(c.max_retries == 4);
+    CHECK(c.dead_max_jobs == 300);
+    CHECK(c.timeout == std::chrono::seconds(7));
+    CHECK(c.tag == "12-0");  // Ruby's to_i: the leading integer, and nil.to_i is 0
+    CHECK(parse_config("concurrency: <%= Integer(ENV.fetch('KIQD_TEST_CONC', 1)) %>\nqueues: [a]\n",
+                       "x", "development")
+              .concurrency == 7);
+    CHECK(parse_config("concurrency: <%= (ENV['KIQD_TEST_MISSING'] || 3).to_i %>\nqueues: [a]\n",
+                       "x", "development")
+              .concurrency == 3);
+    // Integer() refuses what is not an integer, without showing the value (it may be a secret).
+    const std::string bad =
+        error_of("queues: [a]\nconcurrency: <%= Integer(ENV['KIQD_TEST_SECRET']) %>\n");
+    CHECK_THAT(bad, Catch::Contains("line 2") && Catch::Contains("not an integer"));
+    CHECK_THAT(bad, !Catch::Contains("hunter2"));
+    CHECK_THAT(error_of("queues: [a]\nconcurrency: <%= Integer(ENV['KIQD_TEST_MISSING']) %>\n"),
+               Catch::Contains("nil"));
+    CHECK_THAT(error_of("queues: [a]\nconcurrency: <%= ENV.fetch('KIQD_TEST_MISSING') %>\n"),
+               Catch::Contains("KIQD_TEST_MISSING") && Catch::Contains("not set"));
+    CHECK_THAT(error_of("queues: [a]\nconcurrency: <%= ENV['X'].to_sym %>\n"),
+               Catch::Contains("unsupported ERB expression"));
+}
+
+TEST_CASE("sidekiq.yml: other tools' sections load with one warning each", "[config]") {
+    auto c = parse_config(
+        ":concurrency: 5\n"
+        ":queues: [default]\n"
+        ":lifecycle_events:\n  :startup: []\n"
+        ":scheduler:\n  :enabled: true\n"
+        ":schedule:\n  hourly:\n    cron: '0 * * * *'\n    class: HourlyJob\n"
+        ":capsules:\n"
+        "  :unsafe:\n    :concurrency: 1\n    :queues: [single, [other, 2]]\n",
+        "sidekiq.yml", "production");
+    CHECK(c.concurrency == 5);
+    REQUIRE(c.load_warnings.size() == 4);
+    CHECK_THAT(c.load_warnings[0], Catch::StartsWith("lifecycle_events (line 4): ignored"));
+    CHECK_THAT(c.load_warnings[1], Catch::StartsWith("scheduler (line 6): "));
+    CHECK_THAT(c.load_warnings[2], Catch::StartsWith("schedule (line 8): "));
+    CHECK_THAT(c.load_warnings[3],
+               Catch::StartsWith("capsules (line 12): not run") &&
+                   Catch::Contains("unsafe (queues single,other, concurrency 1)") &&
+                   Catch::Contains("one kiqd per capsule"));
+    CHECK(parse_config("queues: [a]\n", "x", "production").load_warnings.empty());
 }
 
 TEST_CASE("-q NAME,WEIGHT", "[config]") {
@@ -173,4 +236,18 @@ TEST_CASE("batched fetch: reliable_fetch.batch_size and prefetch", "[config][bat
     CHECK(error_of("queues: [a]\nfetch: reliable\nprefetch: 10\n") ==
           "prefetch: applies to fetch: basic only; reliable fetch batches with "
           "reliable_fetch.batch_size");
+}
+
+TEST_CASE("compat: auto is the default and may be written out", "[config][compat]") {
+    auto dflt = parse_config("queues: [a]\n", "x", "development");
+    CHECK(dflt.compat_auto);
+    CHECK(dflt.compat == kiqd::Compat::v6);  // auto's payload format: float seconds
+    auto written = parse_config("queues: [a]\ncompat: auto\n", "x", "development");
+    CHECK(written.compat_auto);
+    auto six = parse_config("queues: [a]\ncompat: 6\n", "x", "development");
+    CHECK_FALSE(six.compat_auto);
+    CHECK(six.compat == kiqd::Compat::v6);
+    auto eight = parse_config("queues: [a]\ncompat: 8\n", "x", "development");
+    CHECK_FALSE(eight.compat_auto);
+    CHECK(eight.compat == kiqd::Compat::v8);
 }

@@ -341,7 +341,8 @@ TEST_CASE(
     metrics.render(text);
     auto cpu_of = [&](const std::string& cls) {
         const std::string prefix =
-            "kiqd_job_cpu_seconds_total{class=\"" + cls + "\",queue=\"default\",urgency=\"low\"} ";
+            "kiqd_job_cpu_seconds_total{class=\"" + cls + "\",worker=\"" + cls +
+            "\",queue=\"default\",urgency=\"low\"} ";
         const auto at = text.find(prefix);
         REQUIRE(at != std::string::npos);
         return std::stod(text.substr(at + prefix.size()));

@@ -149,6 +149,7 @@ class Connection {
     redisContext* ctx_ = nullptr;     // plain TCP or Unix socket (hiredis does the I/O)
     std::unique_ptr<TlsStream> tls_;  // rediss:// (never both set)
     std::shared_ptr<ReplyStreamState> stream_;  // one per socket: a new socket starts in step
+    bool ever_connected_ = false;  // a later connect() is a reconnect (outcome_counters)
 };
 
 // True for the reply errors after which Sidekiq reconnects and retries (fail-over in progress).

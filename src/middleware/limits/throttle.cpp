@@ -4,6 +4,7 @@
 #include <cmath>
 #include <random>
 
+#include "common/outcome_counters.hpp"
 #include "kiqd/clock.hpp"
 #include "middleware/limits/limit_scope.hpp"
 #include "redis/transaction.hpp"
@@ -59,6 +60,7 @@ void ThrottleMiddleware::call(JobContext& ctx, const Next& next) const {
     else
         ctx.redis.command(zadd);
     ctx.working_list = nullptr;  // it left the working list (JobContext::working_list)
+    increment(outcome_counters().throttled);
     ctx.log.debug("class={} jid={} throttled ({} > {} in {} s window {}): rescheduled at {:.3f}",
                   ctx.job.display_class(), ctx.job.jid, count, spec.limit, spec.period, w.number,
                   at);

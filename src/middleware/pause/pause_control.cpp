@@ -3,6 +3,7 @@
 #include <cctype>
 #include <nlohmann/json.hpp>
 
+#include "common/outcome_counters.hpp"
 #include "job/raw_json_object.hpp"
 #include "redis/lua_type_guard.hpp"
 #include "redis/transaction.hpp"
@@ -200,6 +201,7 @@ void PauseControlMiddleware::call(JobContext& ctx, const Next& next) const {
     parked_.park(ctx.redis, job_class, job.raw, strategy ? strategy->descriptor() : "manual",
                  ctx.working_list);
     ctx.working_list = nullptr;  // it left the working list (JobContext::working_list)
+    increment(outcome_counters().parked);
     ctx.log.debug("class={} jid={} parked: the worker is paused", job.display_class(), job.jid);
 }
 

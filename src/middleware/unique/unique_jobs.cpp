@@ -5,6 +5,7 @@
 #include <cmath>
 #include <random>
 
+#include "common/outcome_counters.hpp"
 #include "job/raw_json_object.hpp"
 #include "kiqd/clock.hpp"
 #include "middleware/unique/ruby_json.hpp"
@@ -407,6 +408,7 @@ void UniqueJobsMiddleware::park(JobContext& ctx, const LockSpec& lock,
 void UniqueJobsMiddleware::conflict(JobContext& ctx, const LockSpec& lock,
                                     const std::string& why) const {
     const auto& job = ctx.job;
+    increment(outcome_counters().unique_conflicts);
     if (lock.on_conflict == "reject") {
         const std::string entry =
             dead_.invalid_entry(job.raw, job.queue, InvalidJob{"Kiqd::UniqueConflict", why});
