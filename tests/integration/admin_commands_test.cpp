@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 
 #include <catch2/catch.hpp>
+#include <functional>
 #include <future>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -392,14 +393,23 @@ TEST_CASE("admin: bulk actions over 20,000 entries while another client moves th
         return jids;
     };
 
+    // Runs `action` (a kiqd run) once the mover has started on `set`; returns its JSON result
+    // and how many entries the mover moved.
+    auto while_moving = [&](const std::string& set, const std::function<json()>& action) {
+        const long long before = c.command({"ZCARD", set}).integer();
+        std::atomic<bool> stop{false};
+        auto other = std::async(std::launch::async, [&] { return mover(set, stop); });
+        REQUIRE(wait_until([&] { return c.command({"ZCARD", set}).integer() < before; }));
+        json result = action();
+        stop = true;
+        return std::make_pair(result, other.get());
+    };
+
     SECTION("retries retry --all") {
         fill("retry");
-        std::atomic<bool> stop{false};
-        auto other = std::async(std::launch::async, [&] { return mover("retry", stop); });
-        REQUIRE(wait_until([&] { return c.command({"ZCARD", "retry"}).integer() < kEntries; }));
-        auto result = admin_json(redis, {"retries", "retry", "--all"});
-        stop = true;
-        const long long moved_by_other = other.get();
+        auto [result, moved_by_other] = while_moving("retry", [&] {
+            return admin_json(redis, {"retries", "retry", "--all"});
+        });
         CHECK(c.command({"ZCARD", "retry"}).integer() == 0);
         const auto ours = jids_in("queue:default");
         const auto theirs = jids_in("queue:other");
@@ -419,16 +429,13 @@ TEST_CASE("admin: bulk actions over 20,000 entries while another client moves th
         fill("retry");
         TempDir dir;
         const auto cfg = dir.write("k.yml", "dead_max_jobs: 100000\n");
-        std::atomic<bool> stop{false};
-        auto other = std::async(std::launch::async, [&] { return mover("retry", stop); });
-        REQUIRE(wait_until([&] { return c.command({"ZCARD", "retry"}).integer() < kEntries; }));
-        auto [status, out] = run_kiqd({"retries", "kill", "--all", "--json", "-C", cfg},
-                                      clean_env({{"REDIS_URL", redis.url()}}));
-        INFO(out);
-        REQUIRE(status == 0);
-        auto result = json::parse(out);
-        stop = true;
-        const long long moved_by_other = other.get();
+        auto [result, moved_by_other] = while_moving("retry", [&] {
+            auto [status, out] = run_kiqd({"retries", "kill", "--all", "--json", "-C", cfg},
+                                          clean_env({{"REDIS_URL", redis.url()}}));
+            INFO(out);
+            REQUIRE(status == 0);
+            return json::parse(out);
+        });
         CHECK(c.command({"ZCARD", "retry"}).integer() == 0);
         const long long dead = c.command({"ZCARD", "dead"}).integer();
         CHECK(result["killed"].get<long long>() == dead);
@@ -436,12 +443,9 @@ TEST_CASE("admin: bulk actions over 20,000 entries while another client moves th
         CHECK(dead + moved_by_other == kEntries);
         CHECK(c.command({"LLEN", "queue:other"}).integer() == moved_by_other);
 
-        std::atomic<bool> stop2{false};
-        auto other2 = std::async(std::launch::async, [&] { return mover("dead", stop2); });
-        REQUIRE(wait_until([&] { return c.command({"ZCARD", "dead"}).integer() < dead; }));
-        auto deleted = admin_json(redis, {"dead", "delete", "--all"});
-        stop2 = true;
-        const long long moved2 = other2.get();
+        auto [deleted, moved2] = while_moving("dead", [&] {
+            return admin_json(redis, {"dead", "delete", "--all"});
+        });
         CHECK(c.command({"ZCARD", "dead"}).integer() == 0);
         CHECK(deleted["deleted"].get<long long>() + moved2 == dead);
         CHECK(deleted["matched"].get<long long>() ==
