@@ -1,7 +1,8 @@
 #pragma once
 // The admin command line (`kiqd stats|queues|processes|retries|dead|quiet|stop|pause|resume|
-// paused`): run_admin opens one Redis connection, runs the command (the *_commands files) and
-// maps failures to exit codes. enqueue.hpp is included so the CLI gets both of its entry points
+// paused|busy|scheduled|queue|job|top`): run_admin opens one Redis connection, runs the command
+// (the *_commands files, top.hpp), starts text output with the Redis it read, and maps failures
+// to exit codes. enqueue.hpp is included so the CLI gets both of its entry points
 // (run_admin, run_enqueue) from this header. Single-threaded, on the caller's thread.
 #include <ostream>
 

@@ -66,7 +66,7 @@ int cmd_paused(redis::Connection& conn, const Keys& keys, const Request& r, std:
         out << "nothing is paused\n";
         return 0;
     }
-    print_table(out, {"KIND", "NAME", "STATE", "JOBS"}, rows);
+    print_table(out, {"KIND", "NAME", "STATE", "JOBS"}, rows, !r.no_headers);
     return 0;
 }
 

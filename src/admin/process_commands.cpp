@@ -26,7 +26,9 @@ int cmd_processes(redis::Connection& conn, const Keys& keys, const Request& r, s
                          {"busy", p.busy},
                          {"rss_kb", p.rss_kb},
                          {"beat", p.beat},
+                         {"beat_iso", utc_time(p.beat)},
                          {"started_at", p.started_at},
+                         {"started_at_iso", utc_time(p.started_at)},
                          {"quiet", p.quiet}});
         out << json_text(a) << "\n";
         return 0;
@@ -36,8 +38,9 @@ int cmd_processes(redis::Connection& conn, const Keys& keys, const Request& r, s
         rows.push_back({p.identity, p.tag,
                         std::to_string(p.busy) + "/" + std::to_string(p.concurrency),
                         fixed(p.rss_kb / 1024.0, 1) + " MB", human_duration(now - p.beat) + " ago",
-                        p.quiet ? "yes" : "no", join(p.queues, ",")});
-    print_table(out, {"IDENTITY", "TAG", "BUSY", "RSS", "LAST BEAT", "QUIET", "QUEUES"}, rows);
+                        p.quiet ? "yes" : "no", join(p.queues, ","), utc_time(p.started_at)});
+    print_table(out, {"IDENTITY", "TAG", "BUSY", "RSS", "LAST BEAT", "QUIET", "QUEUES", "STARTED"},
+                rows, !r.no_headers);
     return 0;
 }
 

@@ -1,7 +1,10 @@
 // `kiqd retries` and `kiqd dead` (see set_commands.hpp).
 #include "admin/set_commands.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <iostream>
 
 #include "admin/exit_codes.hpp"
 #include "admin/sidekiq_api.hpp"
@@ -23,6 +26,36 @@ ojson entry_json(const SetEntry& e) {
     return j;
 }
 
+int list(redis::Connection& conn, const std::string& set_key, bool dead, const EntryFilter& filter,
+         const Request& r, std::ostream& out) {
+    auto entries = list_entries(conn, set_key, filter);
+    if (dead) std::reverse(entries.begin(), entries.end());  // the newest death first
+    if (r.limit && entries.size() > *r.limit) entries.resize(*r.limit);
+    const double now = epoch_seconds();
+    print_listing(out, r.json, !r.no_headers, entries, entry_json,
+                  {"JID", "CLASS", "QUEUE", "RETRIES", dead ? "DIED" : "NEXT RETRY", "ERROR"},
+                  [&](const SetEntry& e) -> std::vector<std::string> {
+                      return {e.jid,
+                              e.job_class,
+                              e.queue,
+                              e.retry_count ? std::to_string(*e.retry_count) : "-",
+                              time_cell(e.score, now, !dead),
+                              shorten(e.error_class + ": " + e.error_message, 60)};
+                  });
+    return 0;
+}
+
+// Progress of a bulk action on stderr, only when it is a terminal: one line redrawn in place
+// ("\r" and erase-to-end-of-line), holding numbers and the command's own words only.
+std::function<void(const BulkResult&)> progress_line(const std::string& what, long long total) {
+    if (!::isatty(STDERR_FILENO)) return {};
+    return [what, total](const BulkResult& b) {
+        std::cerr << "\r\x1b[K" << what << ": " << b.done << " done, " << b.skipped << " skipped, "
+                  << b.refused << " refused; " << b.matched << " matched of ~" << total
+                  << " entries" << std::flush;
+    };
+}
+
 }  // namespace
 
 int cmd_set(redis::Connection& conn, const Keys& keys, const Config& config, const Request& r,
@@ -31,32 +64,11 @@ int cmd_set(redis::Connection& conn, const Keys& keys, const Config& config, con
     const std::string set_key = dead ? keys.dead() : keys.retry();
     EntryFilter filter{r.targets, r.job_class};
     const std::string action = r.action.empty() ? "list" : r.action;
-    if (action == "list") {
-        auto entries = list_entries(conn, set_key, filter);
-        if (dead) std::reverse(entries.begin(), entries.end());  // the newest death first
-        if (r.limit && entries.size() > *r.limit) entries.resize(*r.limit);
-        if (r.json) {
-            ojson a = ojson::array();
-            for (const auto& e : entries) a.push_back(entry_json(e));
-            out << json_text(a) << "\n";
-            return 0;
-        }
-        const double now = epoch_seconds();
-        std::vector<std::vector<std::string>> rows;
-        for (const auto& e : entries) {
-            const std::string when = dead ? human_duration(now - e.score) + " ago"
-                                          : "in " + human_duration(e.score - now);
-            rows.push_back({e.jid, e.job_class, e.queue,
-                            e.retry_count ? std::to_string(*e.retry_count) : "-", when,
-                            shorten(e.error_class + ": " + e.error_message, 60)});
-        }
-        print_table(
-            out, {"JID", "CLASS", "QUEUE", "RETRIES", dead ? "DIED" : "NEXT RETRY", "ERROR"}, rows);
-        return 0;
-    }
-    if (action != "retry" && action != "delete") {
+    if (action == "list") return list(conn, set_key, dead, filter, r, out);
+    if (action != "retry" && action != "delete" && (dead || action != "kill")) {
         err << "kiqd: " << r.command << ": unknown action '" << escape_control(action)
-            << "' (expected list, retry or delete)" << std::endl;
+            << "' (expected list, retry" << (dead ? " or delete)" : ", delete or kill)")
+            << std::endl;
         return kExitNotFound;
     }
     if (filter.jids.empty() && filter.job_class.empty() && !r.all) {
@@ -64,38 +76,60 @@ int cmd_set(redis::Connection& conn, const Keys& keys, const Config& config, con
             << ": name the entries: JID..., --class CLASS, or --all" << std::endl;
         return kExitNotFound;
     }
-    const auto entries = list_entries(conn, set_key, filter);
-    for (const auto& jid : filter.jids) {
-        const bool found = std::any_of(entries.begin(), entries.end(),
-                                       [&](const SetEntry& e) { return e.jid == jid; });
-        if (!found) throw NotFound("no entry with jid " + jid + " in the " + set_key + " set");
-    }
-    RetryResult retried;
-    if (action == "retry") retried = retry_entries(conn, keys, set_key, entries, config.compat);
-    const size_t done = action == "retry" ? retried.moved : delete_entries(conn, set_key, entries);
-    if (r.json) {
-        ojson result{{"action", action},
-                     {"set", set_key},
-                     {"matched", entries.size()},
-                     {action == "retry" ? "retried" : "deleted", done}};
-        if (retried.refused) {
-            result["refused"] = retried.refused;
-            result["error"] = retried.refusal;
+    const SetActionContext ctx{keys,
+                               set_key,
+                               action == "retry"    ? SetAction::retry
+                               : action == "delete" ? SetAction::remove
+                                                    : SetAction::kill,
+                               config.compat,
+                               config.dead_max_jobs,
+                               config.dead_timeout_seconds};
+    BulkResult result;
+    if (!filter.jids.empty()) {
+        // Named entries: all must exist before any is touched.
+        const auto entries = list_entries(conn, set_key, filter);
+        for (const auto& jid : filter.jids) {
+            const bool found = std::any_of(entries.begin(), entries.end(),
+                                           [&](const SetEntry& e) { return e.jid == jid; });
+            if (!found) throw NotFound("no entry with jid " + jid + " in the " + set_key + " set");
         }
-        out << json_text(result) << "\n";
+        act_on_entries(conn, ctx, entries, result);
     } else {
-        out << (action == "retry" ? "retried " : "deleted ") << done << " of " << entries.size()
-            << " matching " << (dead ? "dead" : "retry") << " entr"
-            << (entries.size() == 1 ? "y" : "ies");
-        if (retried.refused)
-            out << "; " << retried.refused << " left in the set, Redis refused to move "
-                << (retried.refused == 1 ? "it" : "them") << ": "
-                << escape_control(retried.refusal);
-        else if (done < entries.size())
-            out << " (the others were moved or removed meanwhile)";
+        const long long total = conn.command({"ZCARD", set_key}).integer();
+        auto progress = progress_line(r.command + " " + action, total);
+        result = act_on_matching(conn, ctx, filter, progress);
+        if (progress) std::cerr << "\r\x1b[K" << std::flush;
+    }
+    const std::string done_word = action == "retry"    ? "retried"
+                                  : action == "delete" ? "deleted"
+                                                       : "killed";
+    if (r.json) {
+        ojson j{{"action", action},
+                {"set", set_key},
+                {"matched", result.matched},
+                {done_word, result.done},
+                {"skipped", result.skipped}};
+        if (action == "kill") j["trimmed"] = result.trimmed;
+        if (result.refused) {
+            j["refused"] = result.refused;
+            j["error"] = result.refusal;
+        }
+        out << json_text(j) << "\n";
+    } else {
+        out << done_word << " " << result.done << " of " << result.matched << " matching "
+            << (dead ? "dead" : "retry") << " entr" << (result.matched == 1 ? "y" : "ies");
+        if (result.skipped)
+            out << "; " << result.skipped
+                << " skipped (moved or deleted meanwhile by another client)";
+        if (result.refused)
+            out << "; " << result.refused
+                << " left in the set, refused: " << escape_control(result.refusal);
+        if (result.trimmed)
+            out << "; the dead set was trimmed by " << result.trimmed
+                << " (dead_max_jobs, dead_timeout_in_seconds)";
         out << "\n";
     }
-    return retried.refused ? kExitUnavailable : 0;
+    return result.redis_refused ? kExitUnavailable : result.refused ? kExitNotFound : 0;
 }
 
 }  // namespace kiqd::admin

@@ -3,10 +3,14 @@
 #include "admin/sidekiq_api.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <unordered_set>
 
+#include "admin/table.hpp"
+#include "job/dead_set.hpp"
 #include "job/raw_json_object.hpp"
 #include "kiqd/redis/script.hpp"
 #include "middleware/pause/pause_control.hpp"
@@ -61,20 +65,30 @@ std::vector<std::string> string_list(const json& j, const char* key) {
     return out;
 }
 
+// The fields a listing shows, as Sidekiq's display_class: the ActiveJob wrapper's `wrapped`
+// when present. Into a SetEntry or a JobSummary; false (and "(not JSON)") when `payload` is not
+// a JSON object, `job` holding the parsed payload otherwise.
+template <class Listed>
+bool read_listed(std::string_view payload, Listed& out, json& job) {
+    job = json::parse(payload, nullptr, false);
+    if (!job.is_object()) {
+        out.job_class = "(not JSON)";
+        return false;
+    }
+    out.jid = string_field(job, "jid");
+    out.job_class = string_field(job, "wrapped");
+    if (out.job_class.empty()) out.job_class = string_field(job, "class");
+    out.queue = string_field(job, "queue");
+    if (auto it = job.find("args"); it != job.end()) out.args = it->dump();
+    return true;
+}
+
 SetEntry to_entry(std::string member, double score) {
     SetEntry e;
     e.score = score;
     e.member = std::move(member);
-    auto job = json::parse(e.member, nullptr, false);
-    if (!job.is_object()) {
-        e.job_class = "(not JSON)";
-        return e;
-    }
-    e.jid = string_field(job, "jid");
-    // Display class as Sidekiq's: the ActiveJob wrapper's `wrapped` when present.
-    e.job_class = string_field(job, "wrapped");
-    if (e.job_class.empty()) e.job_class = string_field(job, "class");
-    e.queue = string_field(job, "queue");
+    json job;
+    if (!read_listed(e.member, e, job)) return e;
     e.error_class = string_field(job, "error_class");
     e.error_message = string_field(job, "error_message");
     if (auto it = job.find("retry_count"); it != job.end() && it->is_number_integer())
@@ -202,56 +216,243 @@ std::vector<SetEntry> list_entries(redis::Connection& conn, const std::string& s
     return out;
 }
 
-RetryResult retry_entries(redis::Connection& conn, const Keys& keys, const std::string& set_key,
-                          const std::vector<SetEntry>& entries, Compat compat) {
-    // The scheduler's move: the push happens only if this call removed the member.
-    //
-    // KEYS[1] -> set_key: the retry or dead ZSET the entry is in
-    // KEYS[2] -> the `queues` set (so the queue shows up in Sidekiq's Web UI and `kiqd queues`)
-    // KEYS[3] -> the destination list, queue:<queue>
-    // ARGV[1] -> the entry's exact member string, to ZREM
-    // ARGV[2] -> the queue name, to SADD
-    // ARGV[3] -> the payload to LPUSH: the member with retry_count − 1 and a fresh enqueued_at
-    //
-    // Returns 1 when this call removed the member and pushed the payload, 0 when the member was
-    // already gone (the scheduler or another admin moved it first; nothing is pushed), and a
-    // WRONGTYPE error with nothing written when KEYS[2] or KEYS[3] holds another type.
-    static const redis::Script script(kMoveToQueueScript);
-    RetryResult result;
-    for (const auto& e : entries) {
-        auto obj = RawJsonObject::parse(e.member);
-        if (!obj) continue;  // not JSON: Sidekiq's retry would raise too; leave it in the set
-        // Sidekiq::Client.push of the parsed job: retry_count − 1 (so the next failure counts
-        // it again), queue defaulting to "default", a fresh enqueued_at; every other member is
-        // copied byte for byte.
-        if (auto* rc = obj->find("retry_count")) {
-            auto v = json::parse(*rc, nullptr, false);
-            if (v.is_number_integer())
-                obj->set("retry_count", std::to_string(v.get<long long>() - 1));
+namespace {
+
+// Sidekiq::Client.push of the parsed job, as SortedEntry#retry: retry_count − 1 (so the next
+// failure counts it again), queue defaulting to "default", a fresh enqueued_at; every other
+// member is copied byte for byte. nullopt for a member that is not a JSON object.
+std::optional<std::pair<std::string, std::string>> retry_payload(const std::string& member,
+                                                                 Compat compat) {
+    auto obj = RawJsonObject::parse(member);
+    if (!obj) return std::nullopt;
+    if (auto* rc = obj->find("retry_count")) {
+        auto v = json::parse(*rc, nullptr, false);
+        if (v.is_number_integer()) obj->set("retry_count", std::to_string(v.get<long long>() - 1));
+    }
+    std::string queue = "default";
+    if (auto* q = obj->find("queue")) {
+        auto v = json::parse(*q, nullptr, false);
+        if (v.is_string()) queue = v.get<std::string>();
+    }
+    obj->set("enqueued_at", payload_timestamp(compat, epoch_seconds()));
+    return std::make_pair(queue, obj->dump());
+}
+
+void refuse(BulkResult& result, std::string why) {
+    if (result.refused++ == 0) result.refusal = std::move(why);
+}
+
+}  // namespace
+
+void act_on_entries(redis::Connection& conn, const SetActionContext& ctx,
+                    const std::vector<SetEntry>& entries, BulkResult& result) {
+    // KEYS/ARGV of both scripts: scheduler.cpp.
+    static const redis::Script move(kMoveToQueueScript), kill(kMoveToDeadScript);
+    const redis::Script& script = ctx.action == SetAction::kill ? kill : move;
+    if (ctx.action != SetAction::remove) script.load(conn);
+    const double now = epoch_seconds();
+    constexpr size_t kBatch = 1000;
+    for (size_t start = 0; start < entries.size(); start += kBatch) {
+        const size_t end = std::min(entries.size(), start + kBatch);
+        std::vector<redis::Command> commands;
+        std::vector<const SetEntry*> sent;
+        for (size_t i = start; i < end; ++i) {
+            const SetEntry& e = entries[i];
+            ++result.matched;
+            if (ctx.action == SetAction::remove) {
+                commands.push_back({"ZREM", ctx.set_key, e.member});
+            } else if (ctx.action == SetAction::kill) {
+                commands.push_back(script.evalsha_command({ctx.set_key, ctx.keys.dead()},
+                                                          {e.member, score_text(now), e.member}));
+            } else if (auto p = retry_payload(e.member, ctx.compat)) {
+                commands.push_back(script.evalsha_command(
+                    {ctx.set_key, ctx.keys.queues(), ctx.keys.queue(p->first)},
+                    {e.member, p->first, p->second}));
+            } else {
+                refuse(result, "entry " + shorten(e.member, 40) + " is not a JSON object");
+                continue;
+            }
+            sent.push_back(&e);
         }
-        std::string queue = "default";
-        if (auto* q = obj->find("queue")) {
-            auto v = json::parse(*q, nullptr, false);
-            if (v.is_string()) queue = v.get<std::string>();
+        if (commands.empty()) continue;
+        auto replies = conn.pipeline_unchecked(commands);
+        for (size_t i = 0; i < replies.size(); ++i) {
+            const auto& reply = replies[i];
+            if (reply.is_error() && reply.error_text().rfind("NOSCRIPT", 0) == 0) {
+                // The script cache was flushed meanwhile (a restart, SCRIPT FLUSH): nothing ran
+                // for this command, so sending it again cannot move the entry twice.
+                script.load(conn);
+                std::vector<redis::Command> again{commands[i]};
+                auto retried = conn.pipeline_unchecked(again);
+                if (retried[0].is_error()) {
+                    result.redis_refused = true;
+                    refuse(result, std::string(retried[0].error_text()));
+                } else {
+                    (retried[0].integer() == 1 ? result.done : result.skipped)++;
+                }
+            } else if (reply.is_error()) {
+                if (reply.error_text().rfind("WRONGTYPE", 0) != 0)
+                    throw redis::ReplyError(std::string(reply.error_text()));
+                result.redis_refused = true;
+                refuse(result, std::string(reply.error_text()));
+            } else {
+                (reply.integer() == 1 ? result.done : result.skipped)++;
+            }
         }
-        obj->set("enqueued_at", payload_timestamp(compat, epoch_seconds()));
-        try {
-            auto reply = script.run(conn, {set_key, keys.queues(), keys.queue(queue)},
-                                    {e.member, queue, obj->dump()});
-            if (reply.is_integer() && reply.integer() == 1) ++result.moved;
-        } catch (const redis::ReplyError& refusal) {
-            if (!refusal.starts_with("WRONGTYPE")) throw;
-            if (result.refused++ == 0) result.refusal = refusal.what();
+        if (ctx.action == SetAction::kill) {
+            const DeadSet dead(ctx.keys, ctx.dead_max_jobs, ctx.dead_timeout_seconds, ctx.compat);
+            for (const auto& r : conn.pipeline(dead.trim_commands(now)))
+                result.trimmed += r.integer();
         }
     }
+}
+
+BulkResult act_on_matching(redis::Connection& conn, const SetActionContext& ctx,
+                           const EntryFilter& filter,
+                           const std::function<void(const BulkResult&)>& progress) {
+    BulkResult result;
+    std::unordered_set<std::string> seen;  // ZSCAN may return a member twice
+    std::string cursor = "0";
+    do {
+        auto page = conn.command({"ZSCAN", ctx.set_key, cursor, "COUNT", std::to_string(kPage)});
+        cursor = std::string(page[0].str());
+        std::vector<SetEntry> batch;
+        for (size_t i = 0; i + 1 < page[1].size(); i += 2) {
+            std::string member(page[1][i].str());
+            if (!seen.insert(member).second) continue;
+            SetEntry e = to_entry(std::move(member), std::stod(std::string(page[1][i + 1].str())));
+            if (matches(e, filter)) batch.push_back(std::move(e));
+        }
+        act_on_entries(conn, ctx, batch, result);
+        if (progress) progress(result);
+    } while (cursor != "0");
     return result;
 }
 
-size_t delete_entries(redis::Connection& conn, const std::string& set_key,
-                      const std::vector<SetEntry>& entries) {
-    size_t removed = 0;
-    for (const auto& e : entries) removed += conn.command({"ZREM", set_key, e.member}).integer();
-    return removed;
+JobSummary summarize_job(std::string payload) {
+    JobSummary j;
+    j.payload = std::move(payload);
+    json job;
+    if (!read_listed(j.payload, j, job)) return j;
+    if (auto it = job.find("enqueued_at"); it != job.end() && it->is_number())
+        j.enqueued_at = timestamp_seconds(it->get<double>(), it->is_number_integer());
+    return j;
+}
+
+std::vector<BusyJob> fetch_busy(redis::Connection& conn, const Keys& keys) {
+    const auto procs = fetch_processes(conn, keys);
+    std::vector<BusyJob> out;
+    if (procs.empty()) return out;
+    std::vector<redis::Command> cmds;
+    for (const auto& p : procs) {
+        cmds.push_back({"HGETALL", keys.work(p.identity, Compat::v7)});
+        cmds.push_back({"HGETALL", keys.work(p.identity, Compat::v6)});
+    }
+    auto replies = conn.pipeline(cmds);
+    for (size_t i = 0; i < procs.size(); ++i) {
+        std::set<std::string> threads;
+        for (const auto& h : {std::cref(replies[2 * i]), std::cref(replies[2 * i + 1])}) {
+            for (size_t k = 0; k + 1 < h.get().size(); k += 2) {
+                std::string thread(h.get()[k].str());
+                if (!threads.insert(thread).second) continue;
+                BusyJob b;
+                b.identity = procs[i].identity;
+                b.thread = std::move(thread);
+                auto value = json::parse(h.get()[k + 1].str(), nullptr, false);
+                if (value.is_object()) {
+                    b.queue = string_field(value, "queue");
+                    if (auto it = value.find("run_at"); it != value.end() && it->is_number())
+                        b.run_at = timestamp_seconds(it->get<double>(), false);
+                    // `payload` is a JSON string holding the job (readers accept an object).
+                    if (auto it = value.find("payload"); it != value.end())
+                        b.job =
+                            summarize_job(it->is_string() ? it->get<std::string>() : it->dump());
+                } else {
+                    b.job = summarize_job(std::string(h.get()[k + 1].str()));
+                }
+                out.push_back(std::move(b));
+            }
+        }
+    }
+    std::stable_sort(out.begin(), out.end(),
+                     [](const BusyJob& a, const BusyJob& b) { return a.run_at < b.run_at; });
+    return out;
+}
+
+std::vector<JobSummary> list_queue(redis::Connection& conn, const Keys& keys,
+                                   const std::string& name, size_t limit) {
+    // The next job is the rightmost (BRPOP): read from the right end, and reverse.
+    const std::string start = limit == 0 ? "0" : std::to_string(-static_cast<long long>(limit));
+    auto items = conn.command({"LRANGE", keys.queue(name), start, "-1"});
+    std::vector<JobSummary> out;
+    for (size_t i = items.size(); i-- > 0;)
+        out.push_back(summarize_job(std::string(items[i].str())));
+    return out;
+}
+
+long long clear_queue(redis::Connection& conn, const Keys& keys, const std::string& name) {
+    // KEYS[1] -> queue:<name>; KEYS[2] -> `queues`; ARGV[1] -> the queue name.
+    // Returns the length the list had when it was deleted: the number of jobs this call removed,
+    // even while clients push to it.
+    static const redis::Script script(R"lua(
+local n = redis.call('llen', KEYS[1])
+redis.call('del', KEYS[1])
+redis.call('srem', KEYS[2], ARGV[1])
+return n
+)lua");
+    return script.run(conn, {keys.queue(name), keys.queues()}, {name}).integer();
+}
+
+namespace {
+
+// A jid that any JSON encoder writes as itself (Sidekiq's are hex): the raw payload can be
+// searched for it. Any other may be stored escaped ("\u001b"), so every payload is parsed.
+bool plain_jid(const std::string& jid) {
+    return std::all_of(jid.begin(), jid.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
+    });
+}
+
+bool has_jid(std::string_view payload, const std::string& jid) {
+    if (plain_jid(jid) && payload.find(jid) == std::string_view::npos)
+        return false;  // cheap test first
+    auto job = json::parse(payload, nullptr, false);
+    return job.is_object() && string_field(job, "jid") == jid;
+}
+
+}  // namespace
+
+std::vector<FoundJob> find_job(redis::Connection& conn, const Keys& keys, const std::string& jid) {
+    std::vector<FoundJob> found;
+    if (jid.empty()) return found;
+    for (const auto& q : fetch_queues(conn, keys)) {
+        for (long long start = 0; start < q.size; start += kPage) {
+            auto page = conn.command({"LRANGE", keys.queue(q.name), std::to_string(start),
+                                      std::to_string(start + kPage - 1)});
+            for (size_t i = 0; i < page.size(); ++i)
+                if (has_jid(page[i].str(), jid))
+                    found.push_back({"queue", q.name, std::nullopt, std::string(page[i].str())});
+            if (page.size() < static_cast<size_t>(kPage)) break;
+        }
+    }
+    const std::pair<const char*, std::string> sets[] = {
+        {"scheduled", keys.schedule()}, {"retry", keys.retry()}, {"dead", keys.dead()}};
+    for (const auto& [where, key] : sets) {
+        std::string cursor = "0";
+        do {  // as SortedSet#find_job: ZSCAN MATCH *jid*, then the jid field compared
+            auto page =
+                conn.command({"ZSCAN", key, cursor, "MATCH", plain_jid(jid) ? "*" + jid + "*" : "*",
+                              "COUNT", std::to_string(kPage)});
+            cursor = std::string(page[0].str());
+            for (size_t i = 0; i + 1 < page[1].size(); i += 2)
+                if (has_jid(page[1][i].str(), jid))
+                    found.push_back({where, key, to_double(std::string(page[1][i + 1].str())),
+                                     std::string(page[1][i].str())});
+        } while (cursor != "0");
+    }
+    for (const auto& b : fetch_busy(conn, keys))
+        if (b.job.jid == jid) found.push_back({"busy", b.identity, b.run_at, b.job.payload});
+    return found;
 }
 
 void send_signal(redis::Connection& conn, const Keys& keys, const std::string& identity,

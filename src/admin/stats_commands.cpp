@@ -31,7 +31,8 @@ int cmd_stats(redis::Connection& conn, const Keys& keys, const Request& r, std::
                  {"retries", std::to_string(s.retries)},
                  {"dead", std::to_string(s.dead)},
                  {"processes", std::to_string(s.processes)},
-                 {"default queue latency", fixed(s.default_queue_latency, 2) + " s"}});
+                 {"default queue latency", fixed(s.default_queue_latency, 2) + " s"}},
+                !r.no_headers);
     return 0;
 }
 
@@ -47,7 +48,7 @@ int cmd_queues(redis::Connection& conn, const Keys& keys, const Request& r, std:
     std::vector<std::vector<std::string>> rows;
     for (const auto& q : queues)
         rows.push_back({q.name, std::to_string(q.size), fixed(q.latency, 2) + " s"});
-    print_table(out, {"QUEUE", "SIZE", "LATENCY"}, rows);
+    print_table(out, {"QUEUE", "SIZE", "LATENCY"}, rows, !r.no_headers);
     return 0;
 }
 

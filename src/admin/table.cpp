@@ -16,7 +16,7 @@ std::string json_text(const ojson& j) {
 }
 
 void print_table(std::ostream& out, const std::vector<std::string>& header,
-                 const std::vector<std::vector<std::string>>& rows) {
+                 const std::vector<std::vector<std::string>>& rows, bool headers) {
     struct Cell {
         std::string text;  // escaped
         size_t width;      // in terminal columns
@@ -36,7 +36,8 @@ void print_table(std::ostream& out, const std::vector<std::string>& header,
     for (const auto& l : lines)
         for (size_t i = 0; i < l.size() && i < width.size(); ++i)
             width[i] = std::max(width[i], l[i].width);
-    for (const auto& l : lines) {
+    for (size_t n = headers ? 0 : 1; n < lines.size(); ++n) {
+        const auto& l = lines[n];
         std::string s;
         for (size_t i = 0; i < l.size(); ++i) {
             s += l[i].text;
@@ -74,6 +75,21 @@ std::string utc_time(double epoch) {
     char buf[32];
     std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
     return buf;
+}
+
+std::string time_cell(double epoch, double now, bool due) {
+    const double ahead = epoch - now;
+    std::string when;
+    if (ahead >= 0)
+        when = "in " + human_duration(ahead);
+    else
+        when = (due ? "overdue " : "") + human_duration(-ahead) + (due ? "" : " ago");
+    return utc_time(epoch) + " (" + when + ")";
+}
+
+void put_time(ojson& j, const std::string& name, double epoch) {
+    j[name] = epoch;
+    j[name + "_iso"] = utc_time(epoch);
 }
 
 std::string join(const std::vector<std::string>& v, const char* sep) {

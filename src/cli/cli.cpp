@@ -1,6 +1,7 @@
 // The kiqd command line: the daemon (default), `check-config`, the admin commands
-// (`stats`, `queues`, `processes`, `retries`, `dead`, `quiet`, `stop`; see admin.hpp) and
-// `enqueue` (push one job through the process client). Parses flags
+// (`stats`, `queues`, `processes`, `retries`, `dead`, `busy`, `scheduled`, `queue`, `job`, `top`,
+// `quiet`, `stop`, ...; see admin.hpp), `enqueue` (push one job through the process client) and
+// `help [COMMAND]`. The operator commands find their config as config_source.hpp says. Parses flags
 // with CLI11, loads and validates the configuration (exit 78 naming the key on any problem, before
 // Redis is touched), builds the logger, registry and middleware chain, and hands over to the
 // Launcher.
@@ -11,6 +12,7 @@
 #include <iostream>
 
 #include "admin/admin.hpp"
+#include "admin/config_source.hpp"
 #include "common/control_escape.hpp"
 #include "config/worker_catalog.hpp"
 #include "config/yaml_helpers.hpp"
@@ -35,6 +37,8 @@ struct CliOptions {
     std::optional<std::string> fetch;
     std::optional<std::string> selector;
     bool verbose = false;
+    std::optional<std::string> redis_url;  // --redis-url (operator commands)
+    admin::ConfigChoice config_choice;     // operator commands: how config_path was chosen
 };
 
 void add_common(CLI::App& app, CliOptions& o) {
@@ -53,8 +57,10 @@ void add_common(CLI::App& app, CliOptions& o) {
 }
 
 // need_queues = false for the admin commands: they read the same file and REDIS_URL as the
-// daemon but process no queue, so a config without `queues` is fine for them.
-Config build_config(const CliOptions& o, bool need_queues = true) {
+// daemon but process no queue, so a config without `queues` is fine for them. `redis_source`
+// (operator commands): set to where the Redis URL came from (admin/config_source.hpp).
+Config build_config(const CliOptions& o, bool need_queues = true,
+                    std::string* redis_source = nullptr) {
     std::string env = o.environment;
     for (const char* var : {"RAILS_ENV", "APP_ENV", "RACK_ENV"}) {
         if (!env.empty()) break;
@@ -88,6 +94,11 @@ Config build_config(const CliOptions& o, bool need_queues = true) {
     if (o.tag) c.tag = *o.tag;
     if (o.fetch) c.fetch = parse_fetch_mode("--fetch", *o.fetch);
     if (o.verbose) c.verbose = true;
+    if (redis_source)
+        *redis_source = admin::redis_source(o.redis_url, o.config_choice,
+                                            !c.redis.url.empty() || c.redis.sentinel.enabled(),
+                                            std::getenv("REDIS_URL"));
+    if (o.redis_url) c.redis.url = *o.redis_url;
     validate_config(c);
     return c;
 }
@@ -120,7 +131,12 @@ struct AdminCli {
                           "YAML config file (the daemon's; only redis: is used)");
             s->add_option("-e,--environment", opts.environment,
                           "environment sub-hash (default: $RAILS_ENV, $APP_ENV, $RACK_ENV)");
+            s->add_option(
+                "--redis-url", opts.redis_url,
+                "Redis URL; wins over -C, $KIQD_CONFIG, /etc/kiqd/kiqd.yml and REDIS_URL");
             s->add_flag("--json", request.json, "JSON output for scripts");
+            s->add_flag("--no-headers", request.no_headers,
+                        "text without the header row and the \"Redis ...\" line");
             subs.emplace_back(s, name);
             return s;
         };
@@ -128,11 +144,15 @@ struct AdminCli {
         sub("queues", "size and latency of each queue");
         sub("processes", "live processes: identity, busy/concurrency, RSS, last beat, quiet");
         for (const std::string set : {"retries", "dead"}) {
-            auto* s = sub(set, "list, retry or delete " + set + " entries");
-            s->add_option("action", request.action, "list (default), retry or delete");
+            const std::string actions =
+                set == "retries" ? "retry, delete or kill" : "retry or delete";
+            auto* s = sub(set, "list, " + actions + " " + set + " entries");
+            s->add_option("action", request.action,
+                          "list (default), " + actions +
+                              (set == "retries" ? " (kill: to the dead set)" : ""));
             s->add_option("jid", request.targets, "JIDs to act on");
             s->add_option("--class", request.job_class, "only entries of this job class");
-            s->add_flag("--all", request.all, "retry/delete every entry");
+            s->add_flag("--all", request.all, "act on every entry");
             s->add_option("--limit", request.limit, "list at most this many entries");
         }
         for (const std::string verb : {"pause", "resume"}) {
@@ -155,6 +175,23 @@ struct AdminCli {
             s->add_flag("--stale", request.stale, "locks: only those whose holder is gone");
         }
         sub("cron", "cron jobs (sidekiq-cron's and the YAML's): status, last and next run");
+        sub("busy", "the jobs running now, across every process of the cluster");
+        sub("scheduled", "jobs scheduled for later (perform_in/perform_at)")
+            ->add_option("--limit", request.limit, "list at most this many entries");
+        auto* queue = sub("queue", "list the jobs in a queue, or clear it");
+        queue->add_option("action", request.action, "ls or clear")
+            ->required()
+            ->check(CLI::IsMember({"ls", "clear"}));
+        queue->add_option("name", request.targets, "the queue name")->required()->expected(1);
+        queue->add_option("--limit", request.limit, "ls: at most this many jobs (default 100)");
+        queue->add_flag("--yes", request.yes, "clear without asking (needed when not on a TTY)");
+        sub("job", "find a job by JID in the queues, scheduled, retries, dead and busy jobs")
+            ->add_option("jid", request.targets, "the job's jid")
+            ->required()
+            ->expected(1);
+        sub("top", "live dashboard: processes, busy jobs, queues, rates, retries, dead (q quits)")
+            ->add_option("--interval", request.interval, "seconds between refreshes (default 2)")
+            ->check(CLI::Range(0.1, 3600.0));
         for (const std::string sig : {"quiet", "stop"}) {
             auto* s = sub(sig, sig + " processes through their -signals list (as Sidekiq's API)");
             s->add_option("identity", request.targets, "process identities (see kiqd processes)");
@@ -191,6 +228,8 @@ struct EnqueueCli {
         sub->add_option("--queue", request.queue, "queue (default: the class's, else default)");
         sub->add_option("--at", request.at, "run at TIME: epoch seconds, +N[s|m|h|d], or ISO 8601");
         sub->add_option("--tenant", request.tenant, "the job's fair_tenant");
+        sub->add_option("--redis-url", opts.redis_url,
+                        "Redis URL; wins over -C, $KIQD_CONFIG, /etc/kiqd/kiqd.yml and REDIS_URL");
     }
 };
 
@@ -200,7 +239,8 @@ int run(int argc, char** argv, HandlerRegistry& handlers, MiddlewareRegistry& mi
     // First of all: systemd's notify variables leave the environment before exec handlers (or
     // anything else) copy it, so that no child can talk to systemd in kiqd's name.
     SystemdNotifier notifier = SystemdNotifier::from_environment();
-    CLI::App app{"kiqd: a Sidekiq-compatible job processor"};
+    // Named "kiqd" so that usage lines do not show the path the binary was started from.
+    CLI::App app{"kiqd: a Sidekiq-compatible job processor", "kiqd"};
     app.set_version_flag("--version", std::string("kiqd ") + KIQD_VERSION);
     CliOptions opts;
     add_common(app, opts);
@@ -211,6 +251,27 @@ int run(int argc, char** argv, HandlerRegistry& handlers, MiddlewareRegistry& mi
     admin_cli.add(app);
     EnqueueCli enqueue_cli;
     enqueue_cli.add(app);
+    std::string help_topic;
+    auto* help = app.add_subcommand("help", "this help, or one command's: kiqd help COMMAND");
+    help->add_option("command", help_topic, "the command to explain");
+    // `kiqd help [COMMAND]` is answered before parsing: parsing `help job` would take `job` as
+    // that subcommand and fail on its missing JID.
+    if (argc >= 2 && std::string_view(argv[1]) == "help") {
+        if (argc > 3) {
+            std::cerr << "kiqd: help: one command at most" << std::endl;
+            return kExitUsage;
+        }
+        CLI::App* topic = argc == 2 ? &app : nullptr;
+        for (auto* s : app.get_subcommands([](const CLI::App*) { return true; }))
+            if (argc == 3 && s->get_name() == argv[2]) topic = s;
+        if (!topic) {
+            std::cerr << "kiqd: help: no command " << escape_control(argv[2])
+                      << " (kiqd help lists them)" << std::endl;
+            return kExitUsage;
+        }
+        std::cout << (topic == &app ? app.help() : topic->help(app.get_name()));
+        return 0;
+    }
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
@@ -228,8 +289,11 @@ int run(int argc, char** argv, HandlerRegistry& handlers, MiddlewareRegistry& mi
     if (const std::string* command = admin_cli.parsed()) {
         admin_cli.request.command = *command;
         Config admin_config;
+        auto& ao = admin_cli.opts;
+        ao.config_choice = admin::choose_admin_config(ao.config_path, std::getenv("KIQD_CONFIG"));
+        ao.config_path = ao.config_choice.path;
         try {
-            admin_config = build_config(admin_cli.opts, false);
+            admin_config = build_config(ao, false, &admin_cli.request.redis_source);
         } catch (const ConfigError& e) {
             return config_error(e, admin_cli.opts.config_path);
         }
@@ -237,6 +301,9 @@ int run(int argc, char** argv, HandlerRegistry& handlers, MiddlewareRegistry& mi
     }
     if (enqueue_cli.sub->parsed()) {
         Config enqueue_config;
+        auto& eo = enqueue_cli.opts;
+        eo.config_choice = admin::choose_admin_config(eo.config_path, std::getenv("KIQD_CONFIG"));
+        eo.config_path = eo.config_choice.path;
         try {
             enqueue_config = build_config(enqueue_cli.opts, false);
         } catch (const ConfigError& e) {

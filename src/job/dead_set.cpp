@@ -17,8 +17,13 @@ std::string new_jid() {
 }
 
 std::vector<redis::Command> DeadSet::entry_commands(const std::string& payload, double now) const {
+    std::vector<redis::Command> commands{{"ZADD", keys_.dead(), score_text(now), payload}};
+    for (auto& trim : trim_commands(now)) commands.push_back(std::move(trim));
+    return commands;
+}
+
+std::vector<redis::Command> DeadSet::trim_commands(double now) const {
     return {
-        {"ZADD", keys_.dead(), score_text(now), payload},
         {"ZREMRANGEBYSCORE", keys_.dead(), "-inf", score_text(now - timeout_seconds_)},
         // Sidekiq trims with rank -max_jobs, which keeps max_jobs - 1 entries; kept as is.
         {"ZREMRANGEBYRANK", keys_.dead(), "0", std::to_string(-max_jobs_)},

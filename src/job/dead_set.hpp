@@ -21,6 +21,9 @@ class DeadSet {
     // The entry and Sidekiq's two trims, bare: for a caller that sends them inside its own
     // transaction (a job's outcome with its acknowledgement, redis/transaction.hpp).
     std::vector<redis::Command> entry_commands(const std::string& payload, double now) const;
+    // Sidekiq's two trims alone (by age, then by size), for entries added by a script (`kiqd
+    // retries kill`).
+    std::vector<redis::Command> trim_commands(double now) const;
     // The same as one MULTI ... EXEC, to send on their own.
     std::vector<redis::Command> kill_commands(const std::string& payload, double now) const;
     void kill(redis::Connection& conn, const std::string& payload) const;

@@ -11,18 +11,23 @@
 namespace kiqd {
 namespace {
 
-// Moves a member that cannot be enqueued (not a JSON object) from its sorted set to the dead set,
-// only if this call removed it, so two schedulers never add it twice. When the dead set's key
-// holds another type, nothing is written (the member stays) and the reply is a WRONGTYPE error
+constexpr size_t kBatch = 100;
+
+}  // namespace
+
+// Moves a member from its sorted set to the dead set, only if this call removed it, so two
+// schedulers (or an admin and a scheduler) never add it twice. The scheduler sends members that
+// cannot be enqueued (not a JSON object); `kiqd retries kill` sends retries. When the dead set's
+// key holds another type, nothing is written (the member stays) and the reply is a WRONGTYPE error
 // (lua_type_guard.hpp).
 // KEYS[1] -> the source sorted set ("retry" or "schedule")
 // KEYS[2] -> the dead set ("dead")
 // --
 // ARGV[1] -> the member, as read from KEYS[1]
 // ARGV[2] -> its score in the dead set (now, epoch seconds)
-// ARGV[3] -> the dead-set entry (the member wrapped with the error that sent it there)
+// ARGV[3] -> the dead-set entry (the member, or it wrapped with the error that sent it there)
 // Returns 1 when this call moved it, 0 when it was no longer in KEYS[1].
-constexpr const char* kKillScript = KIQD_LUA_TYPE_GUARD R"lua(
+const char* const kMoveToDeadScript = KIQD_LUA_TYPE_GUARD R"lua(
 local refused = wrong_type({KEYS[2], 'zset'})
 if refused then return refused end
 if redis.call('zrem', KEYS[1], ARGV[1]) == 1 then
@@ -31,10 +36,6 @@ if redis.call('zrem', KEYS[1], ARGV[1]) == 1 then
 end
 return 0
 )lua";
-
-constexpr size_t kBatch = 100;
-
-}  // namespace
 
 // Moves a due member from its sorted set onto its queue, only if this call removed it.
 // KEYS[1] -> the source sorted set ("retry" or "schedule")
@@ -62,7 +63,7 @@ return 0
 Scheduler::Scheduler(Runtime& rt)
     : rt_(rt),
       move_script_(kMoveToQueueScript),
-      kill_script_(kKillScript),
+      kill_script_(kMoveToDeadScript),
       rng_(std::random_device{}()),
       worker_("scheduler", rt.log) {}
 

@@ -24,6 +24,10 @@ namespace kiqd {
 // removed the member, SADD queues + LPUSH; a WRONGTYPE error and nothing written when `queues`
 // or the queue's key holds another type. Shared with the admin command's `retry`.
 extern const char* const kMoveToQueueScript;
+// The atomic move from a sorted set to the dead set: ZREM, and only if that removed the member,
+// ZADD dead (trims are the caller's); WRONGTYPE and nothing written when `dead` is no ZSET.
+// Shared with the admin command's `kill`.
+extern const char* const kMoveToDeadScript;
 
 class Scheduler {
   public:

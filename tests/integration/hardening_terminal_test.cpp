@@ -3,8 +3,9 @@
 // whatever any client wrote. A real Redis is filled with entries whose strings carry line
 // breaks, ESC sequences (clear screen, set the window title), C1 controls, a bidi override and
 // bytes that are not UTF-8; every admin command runs as the real kiqd binary, in text and in
-// JSON. Its output must hold no raw control byte (only the line breaks between lines), no C1
-// control, no bidi override, must be valid UTF-8, and must show the escapes instead.
+// JSON (and `kiqd top`'s one-shot frame). Its output must hold no raw control byte (only the line
+// breaks between lines), no C1 control, no bidi override, must be valid UTF-8, and must show the
+// escapes instead.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -94,6 +95,12 @@ void fill(kiqd::redis::Connection& c) {
                               {"started_at", now}}
                    .dump(),
                "busy", "0", "beat", std::to_string(now), "quiet", "false", "rss", "1024"});
+    c.command({"ZADD", keys.schedule(), std::to_string(now + 60), entry("jid" + kEsc + "3")});
+    c.command({"HSET", keys.work(identity, kiqd::Compat::v7), "tid" + kEsc,
+               nlohmann::json{{"queue", "q" + kTitle},
+                              {"payload", entry("jid" + kEsc + "4")},
+                              {"run_at", static_cast<long long>(now)}}
+                   .dump()});
     c.command({"SADD", keys.paused_queues(), "paused" + kEsc + "\n"});
     c.command({"SADD", keys.paused_workers(), "Paused" + kTitle});
     c.command({"HSET", keys.parked_classes(), "Parked\r" + kEsc + "\xff", "manual"});
@@ -120,6 +127,14 @@ TEST_CASE("hardening: admin commands print stored strings escaped, never raw con
         {{"dead", "--json"}, "boom\\r\\nFAKE LINE\\u001b[2J\\u202etxet"},
         {{"paused"}, "paused\\x1b[2J\\n"},
         {{"paused", "--json"}, "Paused\\u001b]0;pwned\\u0007"},
+        {{"busy"}, "tid\\x1b[2J"},
+        {{"busy", "--json"}, "jid\\u001b[2J4"},
+        {{"scheduled"}, "jid\\x1b[2J3"},
+        {{"queue", "ls", "queue" + kEsc}, "Redis 127.0.0.1:"},
+        {{"job", "jid" + kEsc + "1"}, "class        Evil\\nClass\\r\\x1b[2J"},
+        {{"job", "jid" + kEsc + "4", "--json"}, "Evil\\nClass\\r\\u001b[2J"},
+        {{"top"}, "host\\x1b[2J:1:\\xffabc"},
+        {{"queue", "clear", "q" + kEsc + "x", "--yes"}, "cleared queue q\\x1b[2Jx"},
         // Strings the command echoes back: arguments, and what it found in Redis.
         {{"retries", "retry", "nope" + kEsc}, "nope\\x1b[2J"},
         {{"dead", "act" + kEsc}, "act\\x1b[2J"},

@@ -127,7 +127,9 @@ TEST_CASE("a paused worker's jobs are parked across two processes, then each run
     CHECK(conn.command({"EXISTS", kScore}).integer() == 0);
     CHECK(conn.command({"HLEN", "kiqd:pause:parked"}).integer() == 0);
     auto [ecode, empty] = kiqd_cli(server, {"paused"});
-    CHECK(empty == "nothing is paused\n");
+    // After the line naming the Redis read.
+    CHECK(empty == "Redis 127.0.0.1:" + std::to_string(server.port()) +
+                       "/0 (REDIS_URL)\nnothing is paused\n");
     for (int status : fleet.stop()) CHECK(status == 0);
 }
 

@@ -3,6 +3,7 @@
 # retry/dead sets, its processes — and compared with what Sidekiq's own API reports.
 require "support"
 require "open3"
+require "uri"
 require "minitest/mock"
 
 class AdminInteropTest < Minitest::Test
@@ -85,7 +86,9 @@ class AdminInteropTest < Minitest::Test
 
     out, err, st = admin("queues")
     assert st.success?, err
-    assert_match(/^QUEUE\s+SIZE\s+LATENCY$/, out.lines.first)
+    # Text output starts with the Redis it read (here: REDIS_URL), then the table.
+    assert_equal "Redis 127.0.0.1:#{URI(redis_url).port}/0 (REDIS_URL)\n", out.lines[0]
+    assert_match(/^QUEUE\s+SIZE\s+LATENCY$/, out.lines[1])
     assert_match(/^default\s+3\s+36\d\d\.\d\d s$/, out)
     out, _, st = admin("stats")
     assert st.success?
@@ -131,7 +134,7 @@ class AdminInteropTest < Minitest::Test
     assert_equal [other_jid], admin_json("retries", "--class", "OtherFail").map { |e| e["jid"] }
     out, _, st = admin("retries")
     assert st.success?
-    assert_match(/^JID\s+CLASS\s+QUEUE\s+RETRIES\s+NEXT RETRY\s+ERROR$/, out.lines.first)
+    assert_match(/^JID\s+CLASS\s+QUEUE\s+RETRIES\s+NEXT RETRY\s+ERROR$/, out.lines[1])
     assert_includes out, "RuntimeError: ruby failure [0]"
 
     # `retry` is SortedEntry#retry: the same payload as Ruby's (retry_count − 1, fresh
@@ -165,10 +168,10 @@ class AdminInteropTest < Minitest::Test
     assert_equal 1, st.exitstatus
     assert_match(/--all/, err)
 
-    assert_equal({ "action" => "retry", "set" => "retry", "matched" => 1, "retried" => 1 },
+    assert_equal({ "action" => "retry", "set" => "retry", "matched" => 1, "retried" => 1, "skipped" => 0 },
                  admin_json("retries", "retry", "--class", "OtherFail"))
     assert_equal [other_jid], Sidekiq::Queue.new("default").map(&:jid).first(1)
-    assert_equal({ "action" => "delete", "set" => "retry", "matched" => 1, "deleted" => 1 },
+    assert_equal({ "action" => "delete", "set" => "retry", "matched" => 1, "deleted" => 1, "skipped" => 0 },
                  admin_json("retries", "delete", retry_jids[2]))
     assert_equal 0, Sidekiq::RetrySet.new.size
 
@@ -206,7 +209,7 @@ class AdminInteropTest < Minitest::Test
     end
     out, _, st = admin("processes")
     assert st.success?
-    assert_match(/^IDENTITY\s+TAG\s+BUSY\s+RSS\s+LAST BEAT\s+QUIET\s+QUEUES$/, out.lines.first)
+    assert_match(/^IDENTITY\s+TAG\s+BUSY\s+RSS\s+LAST BEAT\s+QUIET\s+QUEUES\s+STARTED$/, out.lines[1])
     assert_match(/^#{Regexp.escape(ruby_id)}\s+ruby-tag\s+0\/3\s/, out)
     assert_match(/^#{Regexp.escape(kiqd.identity)}\s+kiqd-tag\s+0\/4\s/, out)
 
@@ -220,7 +223,7 @@ class AdminInteropTest < Minitest::Test
     # quiet on the Ruby process: the TSTP it pops at its next heartbeat, as Process#quiet!.
     out, err, st = admin("quiet", ruby_id)
     assert st.success?, err
-    assert_equal "quiet: sent TSTP to #{ruby_id}\n", out
+    assert_equal "quiet: sent TSTP to #{ruby_id}\n", out.lines.last
     wait_until(15, "the Ruby process to be quiet") do
       Sidekiq::ProcessSet.new.find { |p| p.identity == ruby_id }&.stopping?
     end
