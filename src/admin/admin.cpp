@@ -14,8 +14,8 @@
 #include "admin/process_commands.hpp"
 #include "admin/set_commands.hpp"
 #include "admin/stats_commands.hpp"
-#include "admin/unique_commands.hpp"
 #include "admin/top.hpp"
+#include "admin/unique_commands.hpp"
 #include "common/control_escape.hpp"
 
 namespace kiqd::admin {
