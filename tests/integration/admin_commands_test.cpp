@@ -533,3 +533,39 @@ TEST_CASE("admin: help names kiqd, and each command's help is its own", "[admin]
     std::tie(status, out) = run_kiqd({"help", "nosuch"}, clean_env());
     CHECK(status == 64);
 }
+
+TEST_CASE("admin: bulk progress is drawn on a terminal and erased, and absent elsewhere",
+          "[admin][bulk][tty]") {
+    RedisServer redis;
+    auto c = redis.connect();
+    constexpr int kEntries = 2500;  // three batches of 1,000
+    const double now = static_cast<double>(std::time(nullptr));
+    auto fill = [&] {
+        std::vector<kiqd::redis::Command> adds;
+        for (int i = 0; i < kEntries; ++i)
+            adds.push_back({"ZADD", "dead", std::to_string(now + i),
+                            job("p" + std::to_string(i), "Bulk", {i}, now)});
+        c.pipeline(adds);
+    };
+    // On a terminal: script(1) gives the command a pseudo-terminal and records every byte it
+    // writes, so the progress lines, later erased on the screen, are all in the transcript.
+    fill();
+    const std::string command =
+        "'" + kiqd_binary() + "' dead delete --all --redis-url '" + redis.url() + "' </dev/null";
+    auto [status, transcript] =
+        run_command({"/usr/bin/script", "-q", "-e", "-c", command, "/dev/null"}, clean_env());
+    INFO(transcript);
+    CHECK(status == 0);
+    CHECK_THAT(transcript, Catch::Contains("dead delete: 1000 done, 0 skipped, 0 refused; 1000 "
+                                           "matched of ~2500 entries"));
+    CHECK_THAT(transcript, Catch::Contains("\r\x1b[K"));  // redrawn in place, erased at the end
+    CHECK(c.command({"ZCARD", "dead"}).integer() == 0);
+    // Not on a terminal: the same action prints its result only.
+    fill();
+    auto [plain_status, plain] = admin(redis, {"dead", "delete", "--all"});
+    INFO(plain);
+    CHECK(plain_status == 0);
+    CHECK(plain.find("matched of ~") == std::string::npos);
+    CHECK(plain.find('\x1b') == std::string::npos);
+    CHECK(c.command({"ZCARD", "dead"}).integer() == 0);
+}
