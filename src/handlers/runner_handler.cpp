@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <nlohmann/json.hpp>
 
+#include "common/outcome_counters.hpp"
 #include "handlers/child_environment.hpp"
 #include "handlers/runner_protocol.hpp"
 #include "kiqd/deadline.hpp"
@@ -165,13 +166,15 @@ void RunnerJobHandler::operator()(const Job& job, JobContext& ctx) const {
                 {fmt::format("runner {}: {}", name, fmt::join(pool_->spec().argv, " "))});
         }
         pool_->release(*lease, RunnerRelease::broken);
-        if (ex.end == Exchange::End::timed_out)
+        if (ex.end == Exchange::End::timed_out) {
+            increment(outcome_counters().runner_timeouts);
             throw JobError(
                 "Kiqd::Timeout",
                 fmt::format("runner {} pid {} did not finish the job within {:g} s "
                             "(sent SIGTERM)",
                             name, pid, timeout_->count() / 1000.0),
                 {fmt::format("runner {}: {}", name, fmt::join(pool_->spec().argv, " "))});
+        }
         if (ex.end == Exchange::End::stopped) {
             ctx.log.info("class={} jid={} runner={} pid {} stopped by shutdown",
                          job.display_class(), job.jid, name, pid);
