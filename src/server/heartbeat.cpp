@@ -154,13 +154,17 @@ void Heartbeat::detect_cluster() {
 }
 
 std::optional<std::string> Heartbeat::beat() {
-    detect_cluster();
+    // The stats batch is the beat's first command: when Redis stalls, it is the batch that
+    // times out (applied later or not, the seq makes its retry idempotent), not a read before
+    // it that would leave the batch unsent. The cluster is read after it, so a new decision
+    // takes effect from the next beat's flush.
     try {
         flush_and_publish_work();
     } catch (const redis::Error& e) {
         rt_.health.failed(e);  // the batch stays pending for the next beat
         return std::nullopt;
     }
+    detect_cluster();
     try {
         const auto t0 = std::chrono::steady_clock::now();
         conn_.command({"PING"});

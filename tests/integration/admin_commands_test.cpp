@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <functional>
 #include <future>
 #include <map>
@@ -124,12 +125,18 @@ class Tmux {
         run({tmux_, "-S", socket_, "resize-window", "-x", std::to_string(width), "-y",
              std::to_string(height)});
     }
-    // The pane's command's exit status once it has exited, else -1.
+    // The pane's command's exit status once it has exited (128 + the signal when a signal
+    // ended it), else -1. tmux may show the pane dead a moment before it has the status: that
+    // counts as not yet known.
     int exit_status() {
-        auto out = run(
-            {tmux_, "-S", socket_, "display-message", "-p", "#{pane_dead} #{pane_dead_status}"});
-        if (out.rfind("1 ", 0) != 0) return -1;
-        return std::stoi(out.substr(2));
+        auto out = run({tmux_, "-S", socket_, "display-message", "-p",
+                        "#{pane_dead}:#{pane_dead_status}:#{pane_dead_signal}"});
+        int dead = 0, status = -1, signo = -1;
+        if (std::sscanf(out.c_str(), "%d:%d:%d", &dead, &status, &signo) < 1 || dead != 1)
+            return -1;
+        if (status >= 0) return status;
+        std::sscanf(out.c_str(), "%d::%d", &dead, &signo);
+        return signo > 0 ? 128 + signo : -1;
     }
     bool shows(const std::string& text) {
         return wait_until([&] { return screen().find(text) != std::string::npos; });
