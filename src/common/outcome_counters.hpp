@@ -11,19 +11,20 @@ namespace kiqd {
 
 struct OutcomeCounters {
     using Counter = std::atomic<std::uint64_t>;
-    Counter retried{0};            // failures with a retry scheduled
-    Counter dead{0};               // jobs sent to the dead set (failures, bad payloads, poison)
-    Counter discarded{0};          // failures of `retry: false` jobs, dropped as Sidekiq does
-    Counter unrunnable{0};         // payloads that could not be run (bad JSON, too large, …)
-    Counter orphans_recovered{0};  // jobs of dead processes put back in their queues
-    Counter poison_pills{0};       // jobs whose process died under them too often: dead set
-    Counter throttled{0};          // jobs put back in the schedule by a throttle
-    Counter parked{0};             // jobs parked because their class or queue is paused
-    Counter rerouted{0};           // jobs moved to a fair-tenant queue by the server side
-    Counter unique_conflicts{0};   // duplicates refused by a unique lock (any on_conflict)
-    Counter exec_timeouts{0};      // exec commands stopped at their timeout
-    Counter runner_timeouts{0};    // runner jobs stopped at their timeout
-    Counter redis_reconnects{0};   // Redis connections opened again after one was lost
+    Counter retried{0};              // failures with a retry scheduled
+    Counter dead{0};                 // jobs sent to the dead set (failures, bad payloads, poison)
+    Counter discarded{0};            // failures of `retry: false` jobs, dropped as Sidekiq does
+    Counter unrunnable{0};           // payloads that could not be run (bad JSON, too large, …)
+    Counter orphans_recovered{0};    // jobs of dead processes put back in their queues
+    Counter poison_pills{0};         // jobs whose process died under them too often: dead set
+    Counter throttled{0};            // jobs put back in the schedule by a throttle
+    Counter parked{0};               // jobs parked because their class or queue is paused
+    Counter rerouted{0};             // jobs moved to a fair-tenant queue by the server side
+    Counter unique_conflicts{0};     // duplicates refused by a unique lock (any on_conflict)
+    Counter unique_locks_reaped{0};  // unique locks whose holder was gone, freed by the reaper
+    Counter exec_timeouts{0};        // exec commands stopped at their timeout
+    Counter runner_timeouts{0};      // runner jobs stopped at their timeout
+    Counter redis_reconnects{0};     // Redis connections opened again after one was lost
 };
 
 OutcomeCounters& outcome_counters() noexcept;

@@ -108,8 +108,7 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
                 [this] { return lifecycle_.is_quiet() || stopping_.load(); },
                 [this] {
                     return cpu_gate_ ? cpu_gate_->counts() : std::pair<size_t, size_t>{0, 0};
-                },
-                [this] { return chain_assembly_.lock_keeper().reaped_total(); }},
+                }},
             log);
     }
 }

@@ -18,6 +18,7 @@
 #include "kiqd/clock.hpp"
 #include "kiqd/job.hpp"
 #include "server/process_metrics.hpp"
+#include "server/prometheus_text.hpp"
 
 namespace kiqd {
 
@@ -196,11 +197,11 @@ void MetricsServer::Impl::session_ended() {
 namespace {
 
 void gauge(std::string& out, const char* name, const char* help, double value) {
-    out += fmt::format("# HELP {} {}\n# TYPE {} gauge\n{} {}\n", name, help, name, name, value);
+    append_metric(out, name, "gauge", help, value);
 }
 
 void counter(std::string& out, const char* name, const char* help, double value) {
-    out += fmt::format("# HELP {} {}\n# TYPE {} counter\n{} {}\n", name, help, name, name, value);
+    append_metric(out, name, "counter", help, value);
 }
 
 // What happened to jobs besides running, since this process started (always present, 0 until
@@ -234,6 +235,9 @@ void render_outcomes(std::string& out, const WorkState& work) {
     counter(out, "kiqd_jobs_rerouted_total", "Jobs moved to a fair-tenant queue.", n(c.rerouted));
     counter(out, "kiqd_unique_conflicts_total", "Duplicates refused by a unique lock.",
             n(c.unique_conflicts));
+    counter(out, "kiqd_unique_locks_reaped_total",
+            "Unique locks whose holder was gone, freed by this process's reaper.",
+            n(c.unique_locks_reaped));
     counter(out, "kiqd_exec_timeouts_total", "exec commands stopped at their timeout.",
             n(c.exec_timeouts));
     counter(out, "kiqd_runner_timeouts_total", "Runner jobs stopped at their timeout.",
@@ -399,12 +403,6 @@ std::string MetricsServer::render_metrics() {
         latencies;
     out += cluster;
     gauge(out, "kiqd_redis_up", "1 when the last scrape could read Redis.", redis_up ? 1 : 0);
-    if (sources_.unique_reaped)
-        out += fmt::format(
-            "# HELP kiqd_unique_locks_reaped_total Unique locks whose holder was gone, freed by "
-            "this process's reaper.\n# TYPE kiqd_unique_locks_reaped_total counter\n"
-            "kiqd_unique_locks_reaped_total {}\n",
-            sources_.unique_reaped());
     return out;
 }
 

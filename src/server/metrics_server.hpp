@@ -40,12 +40,11 @@ class MetricsServer {
         const JobMetrics& jobs;
         const WorkState& work;
         const Keys& keys;
-        std::vector<std::string> queues;                    // this process's queues
-        redis::ConnectionOptions redis;                     // for queue sizes and /healthz
-        std::function<size_t()> threads_alive;              // processor threads running now
-        std::function<bool()> quiet;                        // the process is quiet or stopping
-        std::function<std::pair<size_t, size_t>()> cpu;     // cpu-bound (running, held)
-        std::function<unsigned long long()> unique_reaped;  // unique locks this process reaped
+        std::vector<std::string> queues;                 // this process's queues
+        redis::ConnectionOptions redis;                  // for queue sizes and /healthz
+        std::function<size_t()> threads_alive;           // processor threads running now
+        std::function<bool()> quiet;                     // the process is quiet or stopping
+        std::function<std::pair<size_t, size_t>()> cpu;  // cpu-bound (running, held)
     };
     MetricsServer(const MetricsConfig& config, Sources sources, spdlog::logger& log);
     ~MetricsServer();

@@ -8,12 +8,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "server/prometheus_text.hpp"
+
 namespace kiqd {
 namespace {
-
-void metric(std::string& out, const char* name, const char* type, const char* help, double value) {
-    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, value);
-}
 
 // Seconds since the epoch at which this process started: its start in clock ticks after boot
 // (/proc/self/stat field 22) plus the boot time (/proc/stat btime).
@@ -54,28 +52,29 @@ size_t open_fds() {
 }  // namespace
 
 void render_process_metrics(std::string& out) {
+    static const double started = start_time_seconds();  // it never changes: read /proc once
     rusage usage{};
     ::getrusage(RUSAGE_SELF, &usage);
     const double cpu = static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
                        static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
-    metric(out, "process_cpu_seconds_total", "counter",
-           "Total user and system CPU time spent in seconds.", cpu);
+    append_metric(out, "process_cpu_seconds_total", "counter",
+                  "Total user and system CPU time spent in seconds.", cpu);
     unsigned long long pages_virtual = 0, pages_resident = 0;
     std::ifstream statm("/proc/self/statm");
     statm >> pages_virtual >> pages_resident;
     const double page = static_cast<double>(::sysconf(_SC_PAGESIZE));
-    metric(out, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.",
-           static_cast<double>(pages_resident) * page);
-    metric(out, "process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.",
-           static_cast<double>(pages_virtual) * page);
-    metric(out, "process_start_time_seconds", "gauge",
-           "Start time of the process since unix epoch in seconds.", start_time_seconds());
-    metric(out, "process_open_fds", "gauge", "Number of open file descriptors.",
-           static_cast<double>(open_fds()));
+    append_metric(out, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.",
+                  static_cast<double>(pages_resident) * page);
+    append_metric(out, "process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.",
+                  static_cast<double>(pages_virtual) * page);
+    append_metric(out, "process_start_time_seconds", "gauge",
+                  "Start time of the process since unix epoch in seconds.", started);
+    append_metric(out, "process_open_fds", "gauge", "Number of open file descriptors.",
+                  static_cast<double>(open_fds()));
     rlimit files{};
     ::getrlimit(RLIMIT_NOFILE, &files);
-    metric(out, "process_max_fds", "gauge", "Maximum number of open file descriptors.",
-           files.rlim_cur == RLIM_INFINITY ? -1.0 : static_cast<double>(files.rlim_cur));
+    append_metric(out, "process_max_fds", "gauge", "Maximum number of open file descriptors.",
+                  files.rlim_cur == RLIM_INFINITY ? -1.0 : static_cast<double>(files.rlim_cur));
     out += fmt::format(
         "# HELP kiqd_build_info The kiqd version of this process (value 1).\n"
         "# TYPE kiqd_build_info gauge\nkiqd_build_info{{version=\"{}\"}} 1\n",

@@ -19,6 +19,7 @@
 #include "kiqd/redis/connection.hpp"
 #include "server/logging.hpp"
 #include "server/metrics_server.hpp"
+#include "support/http_get.hpp"
 #include "support/kiqd_process.hpp"
 #include "support/metrics_server_fixture.hpp"
 #include "support/redis_server.hpp"
@@ -330,10 +331,9 @@ TEST_CASE("metrics hardening: accept() out of descriptors backs off, logs once, 
     auto& server = RedisServer::shared();
     server.flushall();
     const int port = kiqd::test::free_port();
-    KiqdProcess kiqd(KIQD_BINARY, kiqd::test::kiqd_config(server,
-                                                          "queues: [default]\nconcurrency: 1\n"
-                                                          "metrics: {listen: \"127.0.0.1:" +
-                                                              std::to_string(port) + "\"}\n"));
+    KiqdProcess kiqd(KIQD_BINARY,
+                     kiqd::test::kiqd_config(server, "queues: [default]\nconcurrency: 1\n" +
+                                                         kiqd::test::metrics_listen(port)));
     REQUIRE(wait_until([&] { return healthz_status(port) == 200; }));
     // Fewer descriptors than the session cap: accept() itself runs out (EMFILE).
     const size_t baseline = open_fds(kiqd.pid()).size();

@@ -72,10 +72,9 @@ TEST_CASE("monitoring: every metric the rules and the dashboard use is in a live
     auto& server = RedisServer::shared();
     server.flushall();
     const int port = kiqd::test::free_port();
-    KiqdProcess kiqd(KIQD_BINARY, kiqd::test::kiqd_config(server,
-                                                          "queues: [default]\nconcurrency: 2\n"
-                                                          "metrics: {listen: \"127.0.0.1:" +
-                                                              std::to_string(port) + "\"}\n"));
+    KiqdProcess kiqd(KIQD_BINARY,
+                     kiqd::test::kiqd_config(server, "queues: [default]\nconcurrency: 2\n" +
+                                                         kiqd::test::metrics_listen(port)));
     auto conn = server.connect();
     for (const char* cls : {"Kiqd::Noop", "Kiqd::Fail"}) {
         const nlohmann::json job{{"class", cls},
@@ -132,10 +131,9 @@ TEST_CASE("docker: the health check asks this process's /healthz", "[docker][mon
     CHECK(kiqd::test::run_command({"/bin/bash", check}, env).first != 0);
     auto& server = RedisServer::shared();
     server.flushall();
-    KiqdProcess kiqd(KIQD_BINARY, kiqd::test::kiqd_config(server,
-                                                          "queues: [default]\nconcurrency: 1\n"
-                                                          "metrics: {listen: \"127.0.0.1:" +
-                                                              std::to_string(port) + "\"}\n"));
+    KiqdProcess kiqd(KIQD_BINARY,
+                     kiqd::test::kiqd_config(server, "queues: [default]\nconcurrency: 1\n" +
+                                                         kiqd::test::metrics_listen(port)));
     REQUIRE(wait_until([&] { return kiqd::test::http_get(port, "/healthz").first == 200; }));
     const auto [status, out] = kiqd::test::run_command({"/bin/bash", check}, env);
     INFO(out);
@@ -147,10 +145,9 @@ TEST_CASE("metrics: Redis reconnects are counted", "[monitoring]") {
     auto& server = RedisServer::shared();
     server.flushall();
     const int port = kiqd::test::free_port();
-    KiqdProcess kiqd(KIQD_BINARY, kiqd::test::kiqd_config(server,
-                                                          "queues: [default]\nconcurrency: 1\n"
-                                                          "metrics: {listen: \"127.0.0.1:" +
-                                                              std::to_string(port) + "\"}\n"));
+    KiqdProcess kiqd(KIQD_BINARY,
+                     kiqd::test::kiqd_config(server, "queues: [default]\nconcurrency: 1\n" +
+                                                         kiqd::test::metrics_listen(port)));
     auto scrape = [&] { return kiqd::test::http_get(port, "/metrics"); };
     REQUIRE(wait_until([&] {
         return scrape().second.find("\nkiqd_redis_reconnects_total 0\n") != std::string::npos;

@@ -6,6 +6,7 @@
 #include <set>
 #include <vector>
 
+#include "common/outcome_counters.hpp"
 #include "kiqd/clock.hpp"
 #include "middleware/unique/lock_survey.hpp"
 
@@ -186,7 +187,10 @@ size_t LockKeeper::reap(redis::Connection& conn, bool take_lock) {
                                  std::to_string(reaper_interval_.count())});
         if (won.is_nil()) return 0;
     }
-    return reap_run_locks(conn) + reap_client_locks(conn);
+    const size_t reaped = reap_run_locks(conn) + reap_client_locks(conn);
+    reaped_total_.fetch_add(reaped);
+    outcome_counters().unique_locks_reaped.fetch_add(reaped, std::memory_order_relaxed);
+    return reaped;
 }
 
 size_t LockKeeper::reap_client_locks(redis::Connection& conn) {
@@ -202,7 +206,6 @@ size_t LockKeeper::reap_client_locks(redis::Connection& conn) {
         if (!client_suspects_.count(entry)) continue;
         const std::string jid = entry.substr(digest.size() + 1);
         if (free_client_holder(conn, keys_, digest, jid) == 1) {
-            reaped_total_.fetch_add(1);
             ++reaped;
             log_.warn(
                 "unique client lock {} released: its holder jid {} is in no queue, set or "
@@ -235,7 +238,6 @@ size_t LockKeeper::reap_run_locks(redis::Connection& conn) {
         const auto id = owner_identity(owner);
         if (!gone.count(id)) continue;
         if (release_script_.run(conn, {key, held_hash_}, {owner}).integer() == 1) {
-            reaped_total_.fetch_add(1);
             ++reaped;
         }
         log_.warn("unique lock {} released: its owner {} is gone", key, id);
