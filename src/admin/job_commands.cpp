@@ -68,8 +68,8 @@ int cmd_busy(redis::Connection& conn, const Keys& keys, const Request& r, std::o
 }
 
 int cmd_scheduled(redis::Connection& conn, const Keys& keys, const Request& r, std::ostream& out) {
-    auto entries = list_entries(conn, keys.schedule(), {});
-    if (r.limit && entries.size() > *r.limit) entries.resize(*r.limit);
+    // --limit 0 lists them all, as for `queue ls`.
+    const auto entries = list_entries(conn, keys.schedule(), {}, r.limit.value_or(0));
     const double now = epoch_seconds();
     print_listing(
         out, r.json, !r.no_headers, entries,

@@ -46,9 +46,13 @@ int list(redis::Connection& conn, const std::string& set_key, bool dead, const E
 }
 
 // Progress of a bulk action on stderr, only when it is a terminal: one line redrawn in place
-// ("\r" and erase-to-end-of-line), holding numbers and the command's own words only.
-std::function<void(const BulkResult&)> progress_line(const std::string& what, long long total) {
+// ("\r" and erase-to-end-of-line), holding numbers and the command's own words only. The set's
+// size is read only then.
+std::function<void(const BulkResult&)> progress_line(redis::Connection& conn,
+                                                     const std::string& set_key,
+                                                     const std::string& what) {
     if (!::isatty(STDERR_FILENO)) return {};
+    const long long total = conn.command({"ZCARD", set_key}).integer();
     return [what, total](const BulkResult& b) {
         std::cerr << "\r\x1b[K" << what << ": " << b.done << " done, " << b.skipped << " skipped, "
                   << b.refused << " refused; " << b.matched << " matched of ~" << total
@@ -95,8 +99,7 @@ int cmd_set(redis::Connection& conn, const Keys& keys, const Config& config, con
         }
         act_on_entries(conn, ctx, entries, result);
     } else {
-        const long long total = conn.command({"ZCARD", set_key}).integer();
-        auto progress = progress_line(r.command + " " + action, total);
+        auto progress = progress_line(conn, set_key, r.command + " " + action);
         result = act_on_matching(conn, ctx, filter, progress);
         if (progress) std::cerr << "\r\x1b[K" << std::flush;
     }

@@ -112,6 +112,11 @@ bool matches(const SetEntry& e, const EntryFilter& f) {
 }  // namespace
 
 Stats fetch_stats(redis::Connection& conn, const Keys& keys) {
+    return fetch_stats(conn, keys, fetch_queues(conn, keys), fetch_processes(conn, keys));
+}
+
+Stats fetch_stats(redis::Connection& conn, const Keys& keys, const std::vector<QueueInfo>& queues,
+                  const std::vector<ProcessInfo>& processes) {
     auto r = conn.pipeline({{"GET", keys.stat("processed")},
                             {"GET", keys.stat("failed")},
                             {"ZCARD", keys.schedule()},
@@ -127,8 +132,8 @@ Stats fetch_stats(redis::Connection& conn, const Keys& keys) {
     s.dead = r[4].integer();
     s.processes = r[5].integer();
     if (r[6].size() == 1) s.default_queue_latency = latency_of(r[6][0].str(), epoch_seconds());
-    for (const auto& q : fetch_queues(conn, keys)) s.enqueued += q.size;
-    for (const auto& p : fetch_processes(conn, keys)) s.busy += p.busy;
+    for (const auto& q : queues) s.enqueued += q.size;
+    for (const auto& p : processes) s.busy += p.busy;
     return s;
 }
 
@@ -200,9 +205,9 @@ std::vector<ProcessInfo> fetch_processes(redis::Connection& conn, const Keys& ke
 }
 
 std::vector<SetEntry> list_entries(redis::Connection& conn, const std::string& set_key,
-                                   const EntryFilter& filter) {
+                                   const EntryFilter& filter, size_t limit) {
     std::vector<SetEntry> out;
-    for (long long start = 0;; start += kPage) {
+    for (long long start = 0; limit == 0 || out.size() < limit; start += kPage) {
         auto page = conn.command({"ZRANGE", set_key, std::to_string(start),
                                   std::to_string(start + kPage - 1), "WITHSCORES"});
         const size_t n = page.size() / 2;
@@ -213,6 +218,7 @@ std::vector<SetEntry> list_entries(redis::Connection& conn, const std::string& s
         }
         if (n < static_cast<size_t>(kPage)) break;
     }
+    if (limit != 0 && out.size() > limit) out.resize(limit);
     return out;
 }
 
@@ -249,7 +255,6 @@ void act_on_entries(redis::Connection& conn, const SetActionContext& ctx,
     // KEYS/ARGV of both scripts: scheduler.cpp.
     static const redis::Script move(kMoveToQueueScript), kill(kMoveToDeadScript);
     const redis::Script& script = ctx.action == SetAction::kill ? kill : move;
-    if (ctx.action != SetAction::remove) script.load(conn);
     const double now = epoch_seconds();
     constexpr size_t kBatch = 1000;
     for (size_t start = 0; start < entries.size(); start += kBatch) {
@@ -275,22 +280,13 @@ void act_on_entries(redis::Connection& conn, const SetActionContext& ctx,
             sent.push_back(&e);
         }
         if (commands.empty()) continue;
-        auto replies = conn.pipeline_unchecked(commands);
+        // The script's NOSCRIPT replies (a flushed cache) are resent by the script itself.
+        auto replies = ctx.action == SetAction::remove
+                           ? conn.pipeline_unchecked(commands)
+                           : script.pipeline_unchecked(conn, std::move(commands));
         for (size_t i = 0; i < replies.size(); ++i) {
             const auto& reply = replies[i];
-            if (reply.is_error() && reply.error_text().rfind("NOSCRIPT", 0) == 0) {
-                // The script cache was flushed meanwhile (a restart, SCRIPT FLUSH): nothing ran
-                // for this command, so sending it again cannot move the entry twice.
-                script.load(conn);
-                std::vector<redis::Command> again{commands[i]};
-                auto retried = conn.pipeline_unchecked(again);
-                if (retried[0].is_error()) {
-                    result.redis_refused = true;
-                    refuse(result, std::string(retried[0].error_text()));
-                } else {
-                    (retried[0].integer() == 1 ? result.done : result.skipped)++;
-                }
-            } else if (reply.is_error()) {
+            if (reply.is_error()) {
                 if (reply.error_text().rfind("WRONGTYPE", 0) != 0)
                     throw redis::ReplyError(std::string(reply.error_text()));
                 result.redis_refused = true;
@@ -340,7 +336,11 @@ JobSummary summarize_job(std::string payload) {
 }
 
 std::vector<BusyJob> fetch_busy(redis::Connection& conn, const Keys& keys) {
-    const auto procs = fetch_processes(conn, keys);
+    return fetch_busy(conn, keys, fetch_processes(conn, keys));
+}
+
+std::vector<BusyJob> fetch_busy(redis::Connection& conn, const Keys& keys,
+                                const std::vector<ProcessInfo>& procs) {
     std::vector<BusyJob> out;
     if (procs.empty()) return out;
     std::vector<redis::Command> cmds;

@@ -73,14 +73,18 @@ struct EntryFilter {
 };
 
 Stats fetch_stats(redis::Connection& conn, const Keys& keys);
+// The same, with the queues and processes already read (kiqd top reads them anyway).
+Stats fetch_stats(redis::Connection& conn, const Keys& keys, const std::vector<QueueInfo>& queues,
+                  const std::vector<ProcessInfo>& processes);
 // Every queue in the `queues` set, sorted by name. Latency as Sidekiq's Queue#latency computes
 // it: now − enqueued_at of the rightmost (oldest) element.
 std::vector<QueueInfo> fetch_queues(redis::Connection& conn, const Keys& keys);
 // Live processes (members of `processes` whose hash still has `info`), sorted by identity.
 std::vector<ProcessInfo> fetch_processes(redis::Connection& conn, const Keys& keys);
-// Entries of `set_key` (keys.retry() or keys.dead()) that match, in score order.
+// Entries of `set_key` (retry, dead or schedule) that match, in score order; the first `limit`
+// of them (0 = all), read page by page only as far as needed.
 std::vector<SetEntry> list_entries(redis::Connection& conn, const std::string& set_key,
-                                   const EntryFilter& filter);
+                                   const EntryFilter& filter, size_t limit = 0);
 // What retry/delete/kill do with an entry of the retry or dead set.
 //  retry:  SortedEntry#retry: retry_count − 1 (when present), a fresh enqueued_at, then ZREM
 //          from the set and, only if that removed it, SADD queues + LPUSH to its queue.
@@ -130,6 +134,8 @@ void send_signal(redis::Connection& conn, const Keys& keys, const std::string& i
 // The busy jobs of every live process, as Sidekiq's WorkSet: both hash names are read (a
 // thread listed in both counts once), sorted by run_at.
 std::vector<BusyJob> fetch_busy(redis::Connection& conn, const Keys& keys);
+std::vector<BusyJob> fetch_busy(redis::Connection& conn, const Keys& keys,
+                                const std::vector<ProcessInfo>& processes);
 
 // The `limit` jobs of queue `name` that run next, next first (0 = all).
 std::vector<JobSummary> list_queue(redis::Connection& conn, const Keys& keys,

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <optional>
 #include <sstream>
 
 #include "admin/table.hpp"
@@ -121,10 +122,11 @@ void draw(std::ostream& out, const std::vector<std::string>& lines) {
 TopSample take_top_sample(redis::Connection& conn, const Keys& keys) {
     TopSample s;
     s.time = epoch_seconds();
-    s.stats = fetch_stats(conn, keys);
+    // Queues and processes once: the totals and the busy jobs are derived from them.
     s.queues = fetch_queues(conn, keys);
     s.processes = fetch_processes(conn, keys);
-    s.busy = fetch_busy(conn, keys);
+    s.stats = fetch_stats(conn, keys, s.queues, s.processes);
+    s.busy = fetch_busy(conn, keys, s.processes);
     return s;
 }
 
@@ -167,7 +169,7 @@ std::vector<std::string> top_frame(const TopSample& now, const TopSample* previo
     if (!status.empty()) lines.push_back(escape_control(status));
     if (height > 0 && lines.size() > height) {
         lines.resize(height);
-        lines.back() = "... (" + std::string("a taller terminal shows more)");
+        lines.back() = "... (a taller terminal shows more)";
     }
     for (auto& l : lines) l = fit(l, width);
     return lines;
@@ -184,19 +186,14 @@ int run_top(redis::Connection& conn, const Keys& keys, const Request& r, std::os
     g_quit = 0;
     g_resized = 0;
     TerminalMode mode(out);
-    TopSample previous, current;
-    bool have_previous = false, have_current = false;
+    std::optional<TopSample> previous, current;
     std::string status;
     const int interval_ms = static_cast<int>(r.interval * 1000);
     for (;;) {
         try {
             TopSample next = take_top_sample(conn, keys);
-            if (have_current) {
-                previous = std::move(current);
-                have_previous = true;
-            }
+            if (current) previous = std::move(current);
             current = std::move(next);
-            have_current = true;
             status.clear();
         } catch (const redis::Error& e) {
             status = std::string("Redis: ") + e.what() + " (retrying)";
@@ -206,8 +203,8 @@ int run_top(redis::Connection& conn, const Keys& keys, const Request& r, std::os
         for (;;) {
             size_t width = 0, height = 0;
             terminal_size(width, height);
-            if (have_current)
-                draw(out, top_frame(current, have_previous ? &previous : nullptr, r, width, height,
+            if (current)
+                draw(out, top_frame(*current, previous ? &*previous : nullptr, r, width, height,
                                     status + (status.empty() ? "" : "  ") + "q quits"));
             else
                 draw(out, {fit(escape_control(status), width)});

@@ -103,6 +103,14 @@ Config build_config(const CliOptions& o, bool need_queues = true,
     return c;
 }
 
+// The operator commands' config (admin and enqueue): -C, else $KIQD_CONFIG, else
+// /etc/kiqd/kiqd.yml when readable (admin/config_source.hpp); no queues needed.
+Config build_operator_config(CliOptions& o, std::string* redis_source = nullptr) {
+    o.config_choice = admin::choose_admin_config(o.config_path, std::getenv("KIQD_CONFIG"));
+    o.config_path = o.config_choice.path;
+    return build_config(o, false, redis_source);
+}
+
 std::vector<std::string> queue_names(const Config& c) {
     std::vector<std::string> out;
     for (const auto& q : c.queues) out.push_back(q.name);
@@ -289,11 +297,8 @@ int run(int argc, char** argv, HandlerRegistry& handlers, MiddlewareRegistry& mi
     if (const std::string* command = admin_cli.parsed()) {
         admin_cli.request.command = *command;
         Config admin_config;
-        auto& ao = admin_cli.opts;
-        ao.config_choice = admin::choose_admin_config(ao.config_path, std::getenv("KIQD_CONFIG"));
-        ao.config_path = ao.config_choice.path;
         try {
-            admin_config = build_config(ao, false, &admin_cli.request.redis_source);
+            admin_config = build_operator_config(admin_cli.opts, &admin_cli.request.redis_source);
         } catch (const ConfigError& e) {
             return config_error(e, admin_cli.opts.config_path);
         }
@@ -301,11 +306,8 @@ int run(int argc, char** argv, HandlerRegistry& handlers, MiddlewareRegistry& mi
     }
     if (enqueue_cli.sub->parsed()) {
         Config enqueue_config;
-        auto& eo = enqueue_cli.opts;
-        eo.config_choice = admin::choose_admin_config(eo.config_path, std::getenv("KIQD_CONFIG"));
-        eo.config_path = eo.config_choice.path;
         try {
-            enqueue_config = build_config(enqueue_cli.opts, false);
+            enqueue_config = build_operator_config(enqueue_cli.opts);
         } catch (const ConfigError& e) {
             return config_error(e, enqueue_cli.opts.config_path);
         }

@@ -9,6 +9,27 @@ std::string Script::load(Connection& conn) const {
     return sha_;
 }
 
+std::vector<Reply> Script::pipeline_unchecked(Connection& conn, std::vector<Command> calls) const {
+    std::string current = sha();
+    if (current.empty()) current = load(conn);
+    for (auto& c : calls) c[1] = current;  // built before the first load, or before a reload
+    auto replies = conn.pipeline_unchecked(calls);
+    std::vector<size_t> missing;
+    for (size_t i = 0; i < replies.size(); ++i)
+        if (replies[i].is_error() && replies[i].error_text().rfind("NOSCRIPT", 0) == 0)
+            missing.push_back(i);
+    if (missing.empty()) return replies;
+    current = load(conn);
+    std::vector<Command> again;
+    for (size_t i : missing) {
+        again.push_back(std::move(calls[i]));
+        again.back()[1] = current;
+    }
+    auto retried = conn.pipeline_unchecked(again);
+    for (size_t k = 0; k < missing.size(); ++k) replies[missing[k]] = std::move(retried[k]);
+    return replies;
+}
+
 std::string Script::sha() const {
     std::lock_guard lock(mutex_);
     return sha_;

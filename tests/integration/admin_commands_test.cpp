@@ -499,7 +499,7 @@ TEST_CASE("admin: kiqd top in a terminal: draws, follows resizes, quits on q and
             return s.rfind("kiqd top  Redis", 0) == 0 &&
                    s.find("a taller terminal") != std::string::npos;
         }));
-        for (const auto& l : {tmux.screen()}) CHECK(l.find("QUEUE") == std::string::npos);
+        CHECK(tmux.screen().find("QUEUE") == std::string::npos);
         tmux.keys({"q"});
         REQUIRE(wait_until([&] { return tmux.exit_status() != -1; }));
         CHECK(tmux.exit_status() == 0);
@@ -565,7 +565,6 @@ TEST_CASE("admin: bulk progress is drawn on a terminal and erased, and absent el
                                Catch::Contains(" matched of ~2500 entries\r\x1b[K") &&
                                Catch::Contains("dead delete: 2500 done, 0 skipped, 0 refused; "
                                                "2500 matched of ~2500 entries"));
-    CHECK_THAT(transcript, Catch::Contains("\r\x1b[K"));  // redrawn in place, erased at the end
     CHECK(c.command({"ZCARD", "dead"}).integer() == 0);
     // Not on a terminal: the same action prints its result only.
     fill();

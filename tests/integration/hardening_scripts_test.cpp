@@ -9,6 +9,7 @@
 #include <random>
 
 #include "kiqd/keys.hpp"
+#include "kiqd/redis/script.hpp"
 #include "middleware/limits/concurrency_scripts.hpp"
 #include "middleware/pause/pause_control.hpp"
 #include "redis/transaction.hpp"
@@ -217,4 +218,30 @@ TEST_CASE("scripts: a failed job whose retry write Redis refuses is not acknowle
     auto lists = c.command({"KEYS", "queue:sq|*"});
     for (size_t i = 0; i < lists.size(); ++i) held += llen(c, std::string(lists[i].str()));
     CHECK(held == 1);
+}
+
+TEST_CASE(
+    "script pipeline: calls Redis answers NOSCRIPT (a flushed cache) run once after one "
+    "reload",
+    "[scripts]") {
+    RedisServer server;
+    auto conn = server.connect();
+    // KEYS[1] a counter; no ARGV. INCRs it; returns its new value.
+    const kiqd::redis::Script incr("return redis.call('incr', KEYS[1])");
+    // Not loaded yet in this process: the pipeline loads it first.
+    auto first = incr.pipeline_unchecked(conn, {incr.evalsha_command({"c"}, {})});
+    REQUIRE(first.size() == 1);
+    CHECK(first[0].integer() == 1);
+    // Redis forgets it (a restart, SCRIPT FLUSH): each call answers NOSCRIPT and is sent again,
+    // so every call runs exactly once.
+    conn.command({"SCRIPT", "FLUSH"});
+    auto replies = incr.pipeline_unchecked(
+        conn, {incr.evalsha_command({"c"}, {}), incr.evalsha_command({"c"}, {}),
+               incr.evalsha_command({"c"}, {})});
+    REQUIRE(replies.size() == 3);
+    for (size_t i = 0; i < replies.size(); ++i) {
+        REQUIRE_FALSE(replies[i].is_error());
+        CHECK(replies[i].integer() == static_cast<long long>(i) + 2);
+    }
+    CHECK(conn.command({"GET", "c"}).str() == "4");
 }

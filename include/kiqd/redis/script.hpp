@@ -19,6 +19,11 @@ class Script {
     Command evalsha_command(const std::vector<std::string>& keys,
                             const std::vector<std::string>& args) const;
     std::string load(Connection& conn) const;  // SCRIPT LOAD; returns the SHA1
+    // Sends `calls` (this script's evalsha_command()s) in one pipeline, replies unchecked (an
+    // error stays in its reply). Loads the script first if this process never has; the calls
+    // Redis answers NOSCRIPT (its cache was flushed: they did not run) are sent again, once,
+    // in one more pipeline after one SCRIPT LOAD.
+    std::vector<Reply> pipeline_unchecked(Connection& conn, std::vector<Command> calls) const;
 
   private:
     std::string sha() const;
