@@ -20,6 +20,24 @@ std::string truncate_utf8(const std::string& text, size_t max_chars) {
     return text;
 }
 
+namespace {
+
+// Sidekiq 6/7's jitter, rand(10) * (count + 1), with count clamped as delay_seconds clamps it.
+long long count_jitter(long long count, std::mt19937_64& rng) {
+    std::uniform_int_distribution<long long> r(0, 9);
+    return r(rng) * (std::clamp(count, 0LL, 50000LL) + 1);
+}
+
+// The retry_count this failure gets: the payload's plus one, saturating (a payload may carry
+// any retry_count, even the largest long long); 0 for a first failure.
+long long next_retry_count(const Job& job) {
+    const auto previous = job.retry_count();
+    if (!previous) return 0;
+    return *previous < std::numeric_limits<long long>::max() ? *previous + 1 : *previous;
+}
+
+}  // namespace
+
 long long JobRetry::delay_seconds(long long count, Compat compat, std::mt19937_64& rng) {
     // retry_count comes from the payload: clamp it so that count⁴ cannot overflow (50,000⁴ s is
     // 2·10¹¹ years, "never" either way) and a negative count cannot invert the jitter range.
@@ -29,8 +47,7 @@ long long JobRetry::delay_seconds(long long count, Compat compat, std::mt19937_6
         std::uniform_int_distribution<long long> jitter(0, 10 * (count + 1) - 1);
         return base + jitter(rng);
     }
-    std::uniform_int_distribution<long long> r(0, 9);
-    return base + r(rng) * (count + 1);
+    return base + count_jitter(count, rng);
 }
 
 namespace {
@@ -68,10 +85,8 @@ long long max_retries_of(const nlohmann::json& p, long long fallback) {
 FailureOutcome JobRetry::fate(const Job& job, double now) const {
     const nlohmann::json p = job.members({"retry", "retry_for", "failed_at"});
     if (!retry_enabled(p)) return FailureOutcome::Discarded;
-    long long count = 0;
-    if (auto previous = job.retry_count())
-        count = *previous < std::numeric_limits<long long>::max() ? *previous + 1 : *previous;
-    return retries_exhausted(p, count, max_retries_of(p, max_retries_), now, compat_)
+    return retries_exhausted(p, next_retry_count(job), max_retries_of(p, max_retries_), now,
+                             compat_)
                ? FailureOutcome::Dead
                : FailureOutcome::Retried;
 }
@@ -110,15 +125,8 @@ RetryPlan JobRetry::plan(const Job& job, const Failure& failure, double now,
                                  : job.queue);
     obj->set_string("error_message", truncate_utf8(failure.message, 10000));
     obj->set_string("error_class", failure.error_class);
-    long long count = 0;
-    const std::string now_ts = payload_timestamp(compat_, now);
-    if (auto previous = job.retry_count()) {
-        // Saturating: a payload may carry any retry_count, even the largest long long.
-        count = *previous < std::numeric_limits<long long>::max() ? *previous + 1 : *previous;
-        obj->set("retried_at", now_ts);
-    } else {
-        obj->set("failed_at", now_ts);
-    }
+    const long long count = next_retry_count(job);
+    obj->set(job.retry_count() ? "retried_at" : "failed_at", payload_timestamp(compat_, now));
     obj->set("retry_count", std::to_string(count));
     if (auto bt = p.find("backtrace");
         bt != p.end() && !bt->is_null() && !(bt->is_boolean() && !*bt)) {
@@ -139,13 +147,12 @@ RetryPlan JobRetry::plan(const Job& job, const Failure& failure, double now,
         plan.exhausted = true;
     } else {
         plan.outcome = FailureOutcome::Retried;
-        long long delay = delay_seconds(count, compat_, rng);
-        if (failure.retry_in && *failure.retry_in > 0) {
-            // Sidekiq 6.4.1's delay_for: the job's own delay plus rand(10) * (count + 1).
-            std::uniform_int_distribution<long long> r(0, 9);
-            delay = std::min(*failure.retry_in, 366LL * 24 * 3600) +
-                    r(rng) * (std::min(count, 50000LL) + 1);
-        }
+        // With the job's own delay (sidekiq_retry_in), Sidekiq 6.4.1's delay_for: that delay
+        // plus rand(10) * (count + 1); otherwise the version's own formula.
+        const long long delay =
+            failure.retry_in && *failure.retry_in > 0
+                ? std::min(*failure.retry_in, 366LL * 24 * 3600) + count_jitter(count, rng)
+                : delay_seconds(count, compat_, rng);
         plan.score = now + static_cast<double>(delay);
     }
     return plan;

@@ -83,24 +83,29 @@ std::optional<std::string> ClusterCompat::refresh(redis::Connection& conn, const
         }
     }
     members_ = std::move(live);
-    majors_.clear();
-    for (const auto& [id, major] : members_)
-        if (major) majors_.insert(*major);
-    const Decision next = from_majors(majors_);
+    const Decision next = from_majors(majors());
     if (decided_once_ && next == decision_) return std::nullopt;
     decided_once_ = true;
     decision_ = next;
     return describe();
 }
 
+std::multiset<int> ClusterCompat::majors() const {
+    std::multiset<int> out;
+    for (const auto& [id, major] : members_)
+        if (major) out.insert(*major);
+    return out;
+}
+
 std::string ClusterCompat::describe() const {
     if (!automatic_)
         return fmt::format("compat {}: presenting as Sidekiq {}", decision_.major, decision_.major);
+    std::map<int, size_t> processes_by_major;
+    for (const int m : majors()) ++processes_by_major[m];
     std::string seen;
-    for (int m = 0; m <= 99; ++m)
-        if (const auto n = majors_.count(m))
-            seen += fmt::format("{}{} Sidekiq {} process{}", seen.empty() ? "" : ", ", n, m,
-                                n == 1 ? "" : "es");
+    for (const auto& [m, n] : processes_by_major)
+        seen += fmt::format("{}{} Sidekiq {} process{}", seen.empty() ? "" : ", ", n, m,
+                            n == 1 ? "" : "es");
     std::string metrics;
     if (decision_.metrics.v7 && decision_.metrics.v8)
         metrics = "execution metrics in the layouts of 7 and 8";

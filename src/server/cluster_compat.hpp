@@ -59,7 +59,7 @@ class ClusterCompat {
     bool decided_once_ = false;
     // Live members read so far → their major (nullopt: not a Sidekiq process, such as kiqd).
     std::map<std::string, std::optional<int>> members_;
-    std::multiset<int> majors_;
+    std::multiset<int> majors() const;  // the majors of members_ that have one
 };
 
 }  // namespace kiqd

@@ -248,7 +248,10 @@ void Processor::run_unit(redis::Connection& conn, UnitOfWork unit, const Admissi
     const auto started = std::chrono::steady_clock::now();
     rt_.work.begin(slot_, RunningJob{job.queue, job.raw, job.display_class(), job.jid,
                                      static_cast<long long>(epoch_seconds()), started});
-    rt_.log.info(job_line(job).message("start", "start"));
+    // The two per-job lines are built only when they are written: at `level: warn` a job costs
+    // no LogLine and no formatting (spdlog checks the level only after its arguments exist).
+    const bool log_info = rt_.log.should_log(spdlog::level::info);
+    if (log_info) rt_.log.info(job_line(job).message("start", "start"));
 
     JobContext ctx{job, rt_.log, rt_.lifecycle.hard_stop, conn, rt_.keys, rt_.config, rt_.identity};
     ctx.after_job = &pending_;
@@ -307,10 +310,11 @@ void Processor::run_unit(redis::Connection& conn, UnitOfWork unit, const Admissi
             static_cast<long long>(std::floor(std::round(elapsed * 1000.0) / 1000.0)));
     if (!failure) {
         if (ctx.handler_ran) rt_.work.processed.fetch_add(1, std::memory_order_relaxed);
-        rt_.log.info(job_line(job)
-                         .json_number("elapsed_ms", elapsed)
-                         .tags(ctx.log_tags)
-                         .message("done", fmt::format("done: {:.3f} ms", elapsed)));
+        if (log_info)
+            rt_.log.info(job_line(job)
+                             .json_number("elapsed_ms", elapsed)
+                             .tags(ctx.log_tags)
+                             .message("done", fmt::format("done: {:.3f} ms", elapsed)));
         record_outcome(conn, unit, Outcome::done, {}, job.raw, acknowledge);
         return;
     }

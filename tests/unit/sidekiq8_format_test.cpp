@@ -109,14 +109,17 @@ TEST_CASE("sidekiq 8: the info JSON has Launcher#to_data's fields and capsule mo
         std::vector<QueueWeight> queues;
         std::string mode;
     };
+    auto names_of = [](const nlohmann::json& object) {
+        std::set<std::string> names;
+        for (const auto& [k, v] : object.items()) names.insert(k);
+        return names;
+    };
     for (const auto& c : std::vector<Case>{{{{"critical", 0}, {"default", 0}}, "strict"},
                                            {{{"critical", 1}, {"default", 1}}, "random"},
                                            {{{"critical", 3}, {"default", 1}}, "weighted"}}) {
         config.queues = c.queues;
         const auto info = nlohmann::json::parse(me.info_json(config, QueueOrder(config.queues)));
-        std::set<std::string> got;
-        for (const auto& [k, v] : info.items()) got.insert(k);
-        CHECK(got == keys8);
+        CHECK(names_of(info) == keys8);
         CHECK(info["started_at"].is_number_float());
         CHECK(info["concurrency"] == 5);
         CHECK(info["queues"] == nlohmann::json::array({"critical", "default"}));
@@ -133,10 +136,7 @@ TEST_CASE("sidekiq 8: the info JSON has Launcher#to_data's fields and capsule mo
     config.compat = Compat::v6;
     config.compat_auto = true;
     auto field_names = [&] {
-        const auto info = nlohmann::json::parse(me.info_json(config, QueueOrder(config.queues)));
-        std::set<std::string> names;
-        for (const auto& [k, v] : info.items()) names.insert(k);
-        return names;
+        return names_of(nlohmann::json::parse(me.info_json(config, QueueOrder(config.queues))));
     };
     CHECK(field_names() == keys8);
     config.compat_auto = false;
