@@ -1,8 +1,13 @@
 // Durations: every duration key of the config is bounded at 366 days (a ConfigError naming the
 // key and its line, which `kiqd` turns into exit 78), and the deadline arithmetic saturates
 // instead of wrapping into the past (kiqd/deadline.hpp).
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <fstream>
 #include <limits>
 #include <thread>
 
@@ -10,6 +15,7 @@
 #include "kiqd/deadline.hpp"
 #include "kiqd/job_context.hpp"
 #include "support/config_errors.hpp"
+#include "support/wait_until.hpp"
 
 using kiqd::test::config_error_of;
 
@@ -123,12 +129,24 @@ TEST_CASE("a stop signal's wait of a huge duration still waits", "[durations]") 
     // Before, wait_for(1e12 s) added the duration to now unchecked and returned at once
     // (false: not stopped) instead of waiting; now it waits until the stop is requested.
     kiqd::StopSignal stop;
-    // The stop comes a little later; nothing observable says the wait has begun, hence the
-    // pause (the test asserts no duration).
-    std::thread stopper([&] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        stop.request_stop();
+    std::atomic<pid_t> tid{0};
+    std::atomic<bool> stopped{false};
+    std::thread waiter([&] {
+        tid = static_cast<pid_t>(::syscall(SYS_gettid));
+        stopped = stop.wait_for(std::chrono::duration<double>(1e12));
     });
-    CHECK(stop.wait_for(std::chrono::duration<double>(1e12)));
-    stopper.join();
+    // The stop is requested once the waiter sleeps in the kernel (state S in
+    // /proc/self/task/<tid>/stat), i.e. inside the wait. A wait that returned at once never
+    // gets there: its thread is gone, and this times out.
+    REQUIRE(kiqd::test::wait_until([&] {
+        const pid_t t = tid;
+        if (t == 0) return false;
+        std::ifstream stat("/proc/self/task/" + std::to_string(t) + "/stat");
+        std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+        const size_t paren = text.rfind(')');
+        return paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'S';
+    }));
+    stop.request_stop();
+    waiter.join();
+    CHECK(stopped);
 }
