@@ -4,6 +4,7 @@
 #include <set>
 
 #include "kiqd/redis/script.hpp"
+#include "middleware/pause/pause_control.hpp"
 #include "middleware/unique/lock_keeper.hpp"
 
 namespace kiqd {
@@ -66,7 +67,9 @@ std::vector<std::string> containers(redis::Connection& conn, const Keys& keys) {
         out.push_back(keys.work(p, Compat::v7));
     }
     for (const auto& w : strings_of(r[2])) out.push_back(w);
-    for (const auto& c : strings_of(r[3])) out.push_back(keys.parked_jobs(c));
+    // The parked-classes hash holds class names; each parked set is keyed by the worker name.
+    for (const auto& c : strings_of(r[3]))
+        out.push_back(keys.parked_jobs(pause_control_worker_name(c)));
     return out;
 }
 
