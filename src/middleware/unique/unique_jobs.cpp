@@ -8,6 +8,7 @@
 #include "common/outcome_counters.hpp"
 #include "job/raw_json_object.hpp"
 #include "kiqd/clock.hpp"
+#include "middleware/unique/lock_survey.hpp"
 #include "middleware/unique/ruby_json.hpp"
 #include "redis/lua_type_guard.hpp"
 
@@ -425,15 +426,7 @@ void UniqueJobsMiddleware::after_failure(JobContext& ctx, const LockSpec& lock, 
             interrupted ? FailureOutcome::Retried : retry_.fate(ctx.job, epoch_seconds());
         if (fate == FailureOutcome::Dead) {
             // The gem's death handler: the identity is free again once its job is dead.
-            ctx.redis.pipeline(
-                {{"DEL", keys_.digest_key(lock.digest), keys_.digest_key(lock.digest, ":QUEUED"),
-                  keys_.digest_key(lock.digest, ":PRIMED"),
-                  keys_.digest_key(lock.digest, ":LOCKED"), keys_.digest_key(lock.digest, ":INFO"),
-                  keys_.digest_key(lock.digest, ":RUN"),
-                  keys_.digest_key(lock.digest, ":RUN:QUEUED"),
-                  keys_.digest_key(lock.digest, ":RUN:PRIMED"),
-                  keys_.digest_key(lock.digest, ":RUN:LOCKED")},
-                 {"ZREM", keys_.digest_key("uniquejobs:digests"), lock.digest}});
+            ctx.redis.pipeline(client_lock_delete_commands(keys_, lock.digest));
         } else if (fate == FailureOutcome::Retried && relock) {
             // Duplicates pushed while it waits for its retry are rejected by the gem's client.
             // When another copy took the lock meanwhile, that copy runs later.
