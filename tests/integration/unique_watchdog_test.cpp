@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "middleware/pause/pause_control.hpp"
 #include "middleware/unique/lock_keeper.hpp"
 #include "middleware/unique/lock_survey.hpp"
 #include "support/http_get.hpp"
@@ -126,6 +127,29 @@ TEST_CASE("unique watchdog: the reaper frees a client lock whose holder is missi
     CHECK(c.command({"EXISTS", "uniquejobs:queued:LOCKED"}).integer() == 1);
     CHECK(c.command({"EXISTS", "uniquejobs:late:LOCKED"}).integer() == 1);
     CHECK(keeper.reaped_total() == 1);
+}
+
+TEST_CASE("unique watchdog: a paused worker's parked job keeps its client lock",
+          "[unique][watchdog][pause]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto c = server.connect();
+    TestRuntime t(server);
+    LockKeeper keeper(t.keys, server.options(), std::chrono::seconds(60), TestRuntime::kIdentity,
+                      *t.log);
+    // The parked set is keyed by the worker name ("kiqd/parked_worker"), not the class name.
+    gem_client_lock(c, "uniquejobs:parked", "J5");
+    const ParkedJobs parked(t.keys, Compat::v7);
+    parked.park(c, "Kiqd::ParkedWorker",
+                R"({"class":"Kiqd::ParkedWorker","queue":"default","jid":"J5","args":[]})",
+                "manual");
+    const auto locks = survey_unique_locks(c, t.keys);
+    REQUIRE(locks.size() == 1);
+    CHECK(locks[0].holder == "J5");
+    CHECK(locks[0].alive);
+    CHECK(keeper.reap(c, false) == 0);
+    CHECK(keeper.reap(c, false) == 0);
+    CHECK(c.command({"HEXISTS", "uniquejobs:parked:LOCKED", "J5"}).integer() == 1);
 }
 
 TEST_CASE("unique watchdog: a daemon's reaper frees stale locks and /metrics counts them",

@@ -239,8 +239,8 @@ size_t LockKeeper::reap_run_locks(redis::Connection& conn) {
         if (!gone.count(id)) continue;
         if (release_script_.run(conn, {key, held_hash_}, {owner}).integer() == 1) {
             ++reaped;
+            log_.warn("unique lock {} released: its owner {} is gone", key, id);
         }
-        log_.warn("unique lock {} released: its owner {} is gone", key, id);
     }
     return reaped;
 }

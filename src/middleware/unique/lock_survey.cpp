@@ -4,6 +4,7 @@
 #include <set>
 
 #include "kiqd/redis/script.hpp"
+#include "middleware/pause/pause_control.hpp"
 #include "middleware/unique/lock_keeper.hpp"
 
 namespace kiqd {
@@ -66,7 +67,9 @@ std::vector<std::string> containers(redis::Connection& conn, const Keys& keys) {
         out.push_back(keys.work(p, Compat::v7));
     }
     for (const auto& w : strings_of(r[2])) out.push_back(w);
-    for (const auto& c : strings_of(r[3])) out.push_back(keys.parked_jobs(c));
+    // The parked-classes hash holds class names; each parked set is keyed by the worker name.
+    for (const auto& c : strings_of(r[3]))
+        out.push_back(keys.parked_jobs(pause_control_worker_name(c)));
     return out;
 }
 
@@ -167,17 +170,24 @@ long long free_client_holder(redis::Connection& conn, const Keys& keys, const st
         .integer();
 }
 
-long long free_unique_digest(redis::Connection& conn, const Keys& keys, const std::string& digest) {
-    std::vector<std::string> del{"DEL"};
+std::vector<redis::Command> client_lock_delete_commands(const Keys& keys,
+                                                        const std::string& digest) {
+    redis::Command del{"DEL"};
     for (const char* suffix : {"", ":QUEUED", ":PRIMED", ":LOCKED", ":INFO", ":RUN", ":RUN:QUEUED",
-                               ":RUN:PRIMED", ":RUN:LOCKED", ":EXEC", ":WAIT"})
+                               ":RUN:PRIMED", ":RUN:LOCKED"})
         del.push_back(keys.digest_key(digest, suffix));
-    auto r = conn.pipeline({del,
-                            {"ZREM", keys.digest_key("uniquejobs:digests"), digest},
-                            {"ZREM", keys.digest_key("uniquejobs:expiring_digests"), digest},
-                            {"HDEL", keys.unique_held(), keys.digest_key(digest, ":EXEC")}});
+    return {del,
+            {"ZREM", keys.digest_key("uniquejobs:digests"), digest},
+            {"ZREM", keys.digest_key("uniquejobs:expiring_digests"), digest}};
+}
+
+long long free_unique_digest(redis::Connection& conn, const Keys& keys, const std::string& digest) {
+    auto commands = client_lock_delete_commands(keys, digest);
+    // kiqd's run locks of the digest as well.
+    commands.push_back({"DEL", keys.digest_key(digest, ":EXEC"), keys.digest_key(digest, ":WAIT")});
+    commands.push_back({"HDEL", keys.unique_held(), keys.digest_key(digest, ":EXEC")});
     long long removed = 0;
-    for (const auto& x : r) removed += x.integer();
+    for (const auto& x : conn.pipeline(commands)) removed += x.integer();
     return removed;
 }
 

@@ -38,6 +38,12 @@ std::vector<SurveyedLock> survey_unique_locks(redis::Connection& conn, const Key
 long long free_client_holder(redis::Connection& conn, const Keys& keys, const std::string& digest,
                              const std::string& jid);
 
+// The commands that delete the gem's client lock of `digest` (its keys, the :RUN lock's keys and
+// its entries in both digest ZSETs), as the gem's delete_by_digest does. One list for both who
+// free a client lock whole: `kiqd unique unlock` (free_unique_digest) and the death handler.
+std::vector<redis::Command> client_lock_delete_commands(const Keys& keys,
+                                                        const std::string& digest);
+
 // Frees every lock of `digest`: the gem's client lock (as its delete_by_digest does, with
 // <digest>:INFO and the expiring-digests entry) and kiqd's run locks (EXEC, WAIT, the held-hash
 // entry). Returns how many keys and entries it removed (0: there was no lock).

@@ -8,6 +8,7 @@
 #include "common/outcome_counters.hpp"
 #include "job/raw_json_object.hpp"
 #include "kiqd/clock.hpp"
+#include "middleware/unique/lock_survey.hpp"
 #include "middleware/unique/ruby_json.hpp"
 #include "redis/lua_type_guard.hpp"
 
@@ -264,9 +265,12 @@ std::optional<LockSpec> resolve_lock(const Job& job, const ClassSpec* defaults,
     }
     const LockDefaults* d = defaults ? &defaults->lock : nullptr;
     // The lock's options, each parsed on its own; the identity arguments are read last.
-    const nlohmann::json p = job.members(
-        {"lock_ttl", "lock_expiration", "lock_timeout", "on_conflict", "lock_digest", "lock_prefix",
-         "unique_across_queues", "unique_across_workers", "lock_limit", "at"});
+    const nlohmann::json p =
+        job.members({"lock_ttl", "lock_expiration", "lock_timeout", "on_conflict", "lock_digest",
+                     "lock_prefix", "unique_across_queues", "unique_across_workers", "lock_limit",
+                     "at", "lock_wait_token", "lock_wait_since"});
+    if (auto it = p.find("lock_wait_token"); it != p.end()) s.wait_token = *it;
+    if (auto it = p.find("lock_wait_since"); it != p.end()) s.wait_since = *it;
 
     auto ttl = seconds_field(p, "lock_ttl");
     if (!ttl) ttl = seconds_field(p, "lock_expiration");  // the gem's legacy name
@@ -383,8 +387,7 @@ void UniqueJobsMiddleware::call(JobContext& ctx, const Next& next) const {
     if (lock->type == kUntilAndWhile) {
         // The gem's server releases the until-lock first, then tries for the run lock. A copy
         // that comes back from waiting released it on its first arrival.
-        if (ctx.job.members({"lock_wait_token"}).empty() && release_client_lock(ctx, *lock) < 0)
-            return duplicate(ctx, *lock);
+        if (!lock->wait_token && release_client_lock(ctx, *lock) < 0) return duplicate(ctx, *lock);
         return run([&] { run_with_exec_lock(ctx, next, *lock); }, true);
     }
     if (lock->type == "until_executing") {
@@ -425,15 +428,7 @@ void UniqueJobsMiddleware::after_failure(JobContext& ctx, const LockSpec& lock, 
             interrupted ? FailureOutcome::Retried : retry_.fate(ctx.job, epoch_seconds());
         if (fate == FailureOutcome::Dead) {
             // The gem's death handler: the identity is free again once its job is dead.
-            ctx.redis.pipeline(
-                {{"DEL", keys_.digest_key(lock.digest), keys_.digest_key(lock.digest, ":QUEUED"),
-                  keys_.digest_key(lock.digest, ":PRIMED"),
-                  keys_.digest_key(lock.digest, ":LOCKED"), keys_.digest_key(lock.digest, ":INFO"),
-                  keys_.digest_key(lock.digest, ":RUN"),
-                  keys_.digest_key(lock.digest, ":RUN:QUEUED"),
-                  keys_.digest_key(lock.digest, ":RUN:PRIMED"),
-                  keys_.digest_key(lock.digest, ":RUN:LOCKED")},
-                 {"ZREM", keys_.digest_key("uniquejobs:digests"), lock.digest}});
+            ctx.redis.pipeline(client_lock_delete_commands(keys_, lock.digest));
         } else if (fate == FailureOutcome::Retried && relock) {
             // Duplicates pushed while it waits for its retry are rejected by the gem's client.
             // When another copy took the lock meanwhile, that copy runs later.
@@ -461,9 +456,8 @@ void UniqueJobsMiddleware::duplicate(JobContext& ctx, const LockSpec& lock) cons
 void UniqueJobsMiddleware::run_with_exec_lock(JobContext& ctx, const Next& next,
                                               const LockSpec& lock) const {
     const bool use_wait = lock.type == kUntilAndWhile;
-    const nlohmann::json p = ctx.job.members({"lock_wait_token", "lock_wait_since"});
-    const std::string carried = p.value("lock_wait_token", std::string());
-    const double since = p.value("lock_wait_since", 0.0);
+    const std::string carried = lock.wait_token ? lock.wait_token->get<std::string>() : "";
+    const double since = lock.wait_since ? lock.wait_since->get<double>() : 0.0;
     const std::string wait_key = keys_.digest_key(lock.digest, ":WAIT");
     const std::string exec_key = keys_.digest_key(lock.digest, ":EXEC");
     const std::string owner = LockKeeper::new_owner(identity_);

@@ -33,6 +33,7 @@
 //
 // One instance is shared by all processor threads; per-job state lives on the stack.
 #include <chrono>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
@@ -58,6 +59,10 @@ struct LockSpec {
                                 // in ms; 0: none, as the gem's default lock_ttl: null)
     long long limit = 1;        // lock_limit: holders a client lock may have
     std::string score;          // the digests ZSET score when re-taken: the payload's `at`
+    // A copy that waited for the run lock carries these members (see the top of this file); read
+    // with the other options, their types checked where they are used. nullopt: absent.
+    std::optional<nlohmann::json> wait_token;  // lock_wait_token
+    std::optional<nlohmann::json> wait_since;  // lock_wait_since
 };
 
 // nullopt when the job asks for no lock. Throws JobError ("Kiqd::InvalidLock") for lock
