@@ -12,6 +12,7 @@
 
 #include "common/outcome_counters.hpp"
 #include "handlers/child_environment.hpp"
+#include "handlers/child_spawn.hpp"
 #include "handlers/runner_protocol.hpp"
 #include "kiqd/deadline.hpp"
 

@@ -7,7 +7,6 @@
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -56,15 +55,6 @@ const milliseconds kRetireGrace{5000};  // end of file → SIGTERM, and SIGTERM 
 milliseconds backoff(int failures) {
     if (failures <= 0) return milliseconds(0);
     return std::min(milliseconds(60000), milliseconds(1000L << std::min(failures - 1, 6)));
-}
-
-int open_pidfd(pid_t pid) {
-#ifdef SYS_pidfd_open
-    return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-#else
-    (void)pid;
-    return -1;
-#endif
 }
 
 long long rss_bytes(pid_t pid) {
@@ -120,8 +110,7 @@ Started spawn_runner(const RunnerSpec& spec, const std::vector<std::string>& env
         s.error = child.error;
         return s;
     }
-    for (int fd : {mine.get(), out_r.get(), err_r.get()})
-        ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+    for (int fd : {mine.get(), out_r.get(), err_r.get()}) set_nonblocking(fd);
     s.pid = child.pid;
     s.sock = std::move(mine);
     s.out = std::move(out_r);
@@ -170,16 +159,6 @@ void keep_tail(std::deque<std::string>& tail, const std::string& line) {
 }
 
 }  // namespace
-
-std::string describe_wait_status(int status) {
-    if (WIFEXITED(status)) return fmt::format("exited with status {}", WEXITSTATUS(status));
-    if (WIFSIGNALED(status)) {
-        const char* abbrev = ::sigabbrev_np(WTERMSIG(status));
-        return fmt::format("was killed by signal {} ({})", WTERMSIG(status),
-                           abbrev ? std::string("SIG") + abbrev : "?");
-    }
-    return fmt::format("ended with wait status {}", status);
-}
 
 RunnerPool::RunnerPool(RunnerSpec spec, std::vector<std::string> env)
     : spec_(std::move(spec)), env_(std::move(env)) {

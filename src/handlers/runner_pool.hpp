@@ -56,9 +56,6 @@ struct RunnerChildInfo {
     std::string job_class, jid;  // while busy
 };
 
-// "exited with status 3", "was killed by signal 9 (SIGKILL)": a wait status for messages.
-std::string describe_wait_status(int status);
-
 class RunnerPool {
   public:
     using Clock = std::chrono::steady_clock;
