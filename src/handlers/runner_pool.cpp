@@ -69,6 +69,13 @@ void signal_group(RunnerChild& c, int sig) {
     if (::kill(-c.pid, sig) != 0) ::kill(c.pid, sig);
 }
 
+// Stops the child at once: SIGKILL now, and the supervisor's deadlines say so too.
+void kill_now(RunnerChild& c) {
+    c.state = ChildState::stopping;
+    c.term_at = c.kill_at = Clock::now();
+    signal_group(c, SIGKILL);
+}
+
 std::string tail_text(const std::deque<std::string>& tail) {
     if (tail.empty()) return "";
     return fmt::format("; stderr: {}", fmt::join(tail, "\n"));
@@ -225,9 +232,13 @@ void RunnerPool::start_child(Slot& slot) {
     log_->debug("runner={} started pid {}: {}", spec_.name, s.pid, fmt::join(spec_.argv, " "));
 }
 
-void RunnerPool::boot_failed(Slot& slot, const std::string& why) {
+void RunnerPool::note_failure(Slot& slot) {
     ++slot.failures;
     slot.start_at = saturating_deadline(Clock::now(), backoff(slot.failures));
+}
+
+void RunnerPool::boot_failed(Slot& slot, const std::string& why) {
+    note_failure(slot);
     const std::string text = fmt::format("runner={} did not boot: {} (retrying in {} s)",
                                          spec_.name, why, backoff(slot.failures).count() / 1000);
     // Once per streak: a command that cannot boot would otherwise log every few seconds.
@@ -283,8 +294,7 @@ bool RunnerPool::reap(Slot& slot) {
         boot_failed(slot, fmt::format("pid {} {} before it was ready{}", c.pid,
                                       describe_wait_status(status), tail_text(c.err_tail)));
     } else if (c.state == ChildState::idle) {
-        ++slot.failures;
-        slot.start_at = saturating_deadline(Clock::now(), backoff(slot.failures));
+        note_failure(slot);
         log_->warn("runner={} pid={} {} while idle{}", spec_.name, c.pid,
                    describe_wait_status(status), tail_text(c.err_tail));
         c.state = ChildState::stopping;
@@ -391,11 +401,8 @@ void RunnerPool::supervise() noexcept {
                             "runner={} pid={} wrote or closed its socket while idle: "
                             "replacing it",
                             spec_.name, c.pid);
-                        ++slot.failures;
-                        slot.start_at = saturating_deadline(Clock::now(), backoff(slot.failures));
-                        c.state = ChildState::stopping;
-                        c.term_at = c.kill_at = Clock::now();
-                        signal_group(c, SIGKILL);
+                        note_failure(slot);
+                        kill_now(c);
                         break;
                     }
                     if (c.state != ChildState::booting) break;
@@ -471,13 +478,8 @@ void RunnerPool::release(RunnerLease& lease, RunnerRelease how) {
         c.job_class.clear();
         c.jid.clear();
         if (how == RunnerRelease::broken || c.reaped) {
-            if (c.reaped || how == RunnerRelease::broken) {
-                ++slot.failures;
-                slot.start_at = saturating_deadline(Clock::now(), backoff(slot.failures));
-            }
-            c.state = ChildState::stopping;
-            c.term_at = c.kill_at = Clock::now();
-            signal_group(c, SIGKILL);
+            note_failure(slot);
+            kill_now(c);
         } else {
             ++c.jobs;
             slot.failures = 0;

@@ -106,6 +106,7 @@ class RunnerPool {
     void log_output(RunnerChild& child, bool is_err);  // mutex held
     void retire(RunnerChild& child, const char* why);  // mutex held
     void boot_failed(Slot& slot, const std::string& why);  // mutex held
+    static void note_failure(Slot& slot);  // mutex held; counts a failure, backs off the restart
     void wake();
 
     RunnerSpec spec_;
