@@ -470,6 +470,10 @@ void RunnerPool::set_job(const RunnerLease& lease, std::string job_class, std::s
 
 void RunnerPool::release(RunnerLease& lease, RunnerRelease how) {
     if (!lease.child) return;
+    // /proc is read before the lock: the supervisor and other leaseholders need not wait for it.
+    // Only the lease's child is measured, and only when it may go on (it is not broken).
+    const long long rss =
+        spec_.max_rss_mb > 0 && how != RunnerRelease::broken ? rss_bytes(lease.pid) : 0;
     {
         std::lock_guard lock(mutex_);
         auto& c = *lease.child;
@@ -488,12 +492,10 @@ void RunnerPool::release(RunnerLease& lease, RunnerRelease how) {
                 retire(c, "kiqd is stopping");
             } else if (spec_.max_jobs > 0 && c.jobs >= spec_.max_jobs) {
                 retire(c, fmt::format("max_jobs {}", spec_.max_jobs).c_str());
-            } else if (spec_.max_rss_mb > 0) {
-                const long long rss = rss_bytes(c.pid);
-                if (rss > spec_.max_rss_mb * 1024 * 1024)
-                    retire(c, fmt::format("RSS {} MB above max_rss_mb {}", rss / (1024 * 1024),
-                                          spec_.max_rss_mb)
-                                  .c_str());
+            } else if (spec_.max_rss_mb > 0 && rss > spec_.max_rss_mb * 1024 * 1024) {
+                retire(c, fmt::format("RSS {} MB above max_rss_mb {}", rss / (1024 * 1024),
+                                      spec_.max_rss_mb)
+                              .c_str());
             }
         }
     }
