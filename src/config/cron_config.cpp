@@ -135,10 +135,6 @@ CronScheduleSpec parse_entry(const std::string& key, const YAML::Node& n, std::s
 
 }  // namespace
 
-std::string yaml_to_json(const YAML::Node& n) {
-    return yaml_value(n).dump();
-}
-
 void parse_schedule_map(const std::string& key, const YAML::Node& n,
                         std::vector<CronScheduleSpec>& out) {
     if (n.IsNull()) return;
