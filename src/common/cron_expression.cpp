@@ -242,19 +242,22 @@ std::optional<std::vector<int>> determine(Kind k, std::string_view token, int mi
     return std::vector<int>(values.begin(), values.end());
 }
 
-bool is_zone_delta(std::string_view s) {  // [-+]([01][0-9]|2[0-4]):?(00|15|30|45)
-    if (s.size() != 5 && s.size() != 6) return false;
-    if (s[0] != '+' && s[0] != '-') return false;
+// A fixed zone offset, [-+]([01][0-9]|2[0-4]):?(00|15|30|45): its seconds east of UTC; nullopt
+// for anything else (a zone name).
+std::optional<int> zone_offset_seconds(std::string_view s) {
+    if (s.size() != 5 && s.size() != 6) return std::nullopt;
+    if (s[0] != '+' && s[0] != '-') return std::nullopt;
     std::string digits;
     for (size_t i = 1; i < s.size(); ++i)
         if (s[i] != ':')
             digits += s[i];
         else if (i != 3)
-            return false;
-    if (digits.size() != 4 || !all_digits(digits)) return false;
+            return std::nullopt;
+    if (digits.size() != 4 || !all_digits(digits)) return std::nullopt;
     const int h = std::atoi(digits.substr(0, 2).c_str());
     const int m = std::atoi(digits.substr(2).c_str());
-    return h <= 24 && (m == 0 || m == 15 || m == 30 || m == 45);
+    if (h > 24 || (m != 0 && m != 15 && m != 30 && m != 45)) return std::nullopt;
+    return (h * 3600 + m * 60) * (s[0] == '-' ? -1 : 1);
 }
 
 std::vector<std::string_view> split_ws(std::string_view s) {
@@ -369,13 +372,8 @@ CronExpression CronExpression::parse(std::string_view text) {
         if (tokens.size() == n + 1) {
             const std::string_view z = tokens[n];
             t.zone_text_ = std::string(z);
-            if (is_zone_delta(z)) {
-                std::string digits;
-                for (char ch : z.substr(1))
-                    if (ch != ':') digits += ch;
-                t.offset_ = (std::atoi(digits.substr(0, 2).c_str()) * 3600 +
-                             std::atoi(digits.substr(2).c_str()) * 60) *
-                            (z[0] == '-' ? -1 : 1);
+            if (const auto offset = zone_offset_seconds(z)) {
+                t.offset_ = *offset;
             } else {
                 // fugit's zone names start with a capital ("UTC", "Europe/Berlin"; not "utc").
                 if (!std::isupper(static_cast<unsigned char>(z[0])))

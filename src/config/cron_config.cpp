@@ -5,6 +5,7 @@
 #include <set>
 
 #include "common/cron_expression.hpp"
+#include "common/cron_flag.hpp"
 #include "config/yaml_helpers.hpp"
 
 namespace kiqd::config_detail {
@@ -39,11 +40,7 @@ nlohmann::json yaml_value(const YAML::Node& n) {
 }
 
 bool ruby_truthy(const YAML::Node& n) {
-    // sidekiq-cron's flags: true, or a string matching /^(true|t|yes|y|1)$/i.
-    if (!n.IsScalar()) return false;
-    std::string s = n.Scalar();
-    for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return s == "true" || s == "t" || s == "yes" || s == "y" || s == "1";
+    return n.IsScalar() && cron_flag_set(n.Scalar());
 }
 
 // One entry: `name` is given (map forms) or read from the entry (the list form).
@@ -134,10 +131,6 @@ CronScheduleSpec parse_entry(const std::string& key, const YAML::Node& n, std::s
 }
 
 }  // namespace
-
-std::string yaml_to_json(const YAML::Node& n) {
-    return yaml_value(n).dump();
-}
 
 void parse_schedule_map(const std::string& key, const YAML::Node& n,
                         std::vector<CronScheduleSpec>& out) {

@@ -25,8 +25,4 @@ void parse_schedule_map(const std::string& key, const YAML::Node& n,
 // After all sections are read: names are unique.
 void check_cron_names(const std::vector<CronScheduleSpec>& specs);
 
-// A YAML value as JSON text, as Ruby's YAML.load + JSON.generate turn it into a job argument
-// (plain scalars typed: null, booleans, integers, floats; quoted ones stay strings).
-std::string yaml_to_json(const YAML::Node& n);
-
 }  // namespace kiqd::config_detail

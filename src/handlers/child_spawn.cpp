@@ -1,6 +1,7 @@
 #include "handlers/child_spawn.hpp"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 
 namespace kiqd {
 namespace {
@@ -86,6 +88,33 @@ SpawnedChild spawn_child(char* const argv[], char* const envp[], int stdin_fd, i
         return {-1, child_error};
     }
     return {pid, 0};
+}
+
+int open_pidfd(pid_t pid) {
+#ifdef SYS_pidfd_open
+    return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+#else
+    (void)pid;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+void set_nonblocking(int fd) {
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+std::string signal_name(int sig) {
+    const char* abbrev = ::sigabbrev_np(sig);
+    return abbrev ? std::string("SIG") + abbrev : std::to_string(sig);
+}
+
+std::string describe_wait_status(int status) {
+    if (WIFEXITED(status)) return fmt::format("exited with status {}", WEXITSTATUS(status));
+    if (WIFSIGNALED(status))
+        return fmt::format("was killed by signal {} ({})", WTERMSIG(status),
+                           signal_name(WTERMSIG(status)));
+    return fmt::format("ended with wait status {}", status);
 }
 
 }  // namespace kiqd

@@ -13,8 +13,12 @@
 // posix_spawn does it: every signal blocked around vfork (no kiqd handler can run in the child,
 // which shares kiqd's memory until exec), only system calls in the child, errno reported
 // through memory the child shares with the parent.
+// Also the small helpers both spawners (exec_handler, runner_pool) use on a started child: a
+// pidfd to poll for its exit, non-blocking pipe ends, and the wait status in words.
 // The caller's thread; no state.
 #include <sys/types.h>
+
+#include <string>
 
 namespace kiqd {
 
@@ -27,5 +31,17 @@ struct SpawnedChild {
 // null-terminated. `fd3` >= 0 becomes the child's descriptor 3.
 SpawnedChild spawn_child(char* const argv[], char* const envp[], int stdin_fd, int stdout_fd,
                          int stderr_fd, int fd3 = -1);
+
+// A pidfd for `pid` (close-on-exec by definition), or -1 with errno set (ENOSYS where the
+// kernel headers lack pidfd_open): callers then reap on a timer.
+int open_pidfd(pid_t pid);
+
+void set_nonblocking(int fd);
+
+// "SIGKILL" for 9; the number itself for a signal glibc has no name for.
+std::string signal_name(int sig);
+
+// "exited with status 3", "was killed by signal 9 (SIGKILL)": a wait status for messages.
+std::string describe_wait_status(int status);
 
 }  // namespace kiqd

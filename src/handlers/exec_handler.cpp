@@ -5,7 +5,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -45,25 +44,6 @@ Pipe make_pipe() {
         throw JobError("Kiqd::ExecError",
                        std::string("cannot create a pipe: ") + std::strerror(errno));
     return {Fd(p[0]), Fd(p[1])};
-}
-
-void set_nonblocking(int fd) {
-    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
-}
-
-int open_pidfd(pid_t pid) {
-#ifdef SYS_pidfd_open
-    return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));  // close-on-exec by definition
-#else
-    (void)pid;
-    errno = ENOSYS;
-    return -1;
-#endif
-}
-
-std::string signal_name(int sig) {
-    const char* abbrev = ::sigabbrev_np(sig);
-    return abbrev ? std::string("SIG") + abbrev : std::to_string(sig);
 }
 
 std::string seconds_text(milliseconds d) {
@@ -430,12 +410,8 @@ void ExecRunner::operator()(const Job& job, JobContext& ctx) const {
             std::move(backtrace));
     }
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return;
-    const std::string how =
-        WIFEXITED(status)     ? fmt::format("exited with status {}", WEXITSTATUS(status))
-        : WIFSIGNALED(status) ? fmt::format("was killed by signal {} ({})", WTERMSIG(status),
-                                            signal_name(WTERMSIG(status)))
-                              : fmt::format("ended with wait status {}", status);
-    throw JobError("Kiqd::ExecError", fmt::format("{} {}", spec_.argv[0], how) + tail_text(),
+    throw JobError("Kiqd::ExecError",
+                   fmt::format("{} {}", spec_.argv[0], describe_wait_status(status)) + tail_text(),
                    std::move(backtrace));
 }
 

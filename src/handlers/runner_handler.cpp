@@ -12,6 +12,7 @@
 
 #include "common/outcome_counters.hpp"
 #include "handlers/child_environment.hpp"
+#include "handlers/child_spawn.hpp"
 #include "handlers/runner_protocol.hpp"
 #include "kiqd/deadline.hpp"
 
@@ -33,7 +34,8 @@ std::atomic<const RunnerPools*> g_active{nullptr};
 struct Exchange {
     enum class End { reply, crashed, timed_out, stopped } end = End::crashed;
     std::optional<runner::Reply> reply;
-    std::string problem;  // crashed: what went wrong on the socket
+    std::string problem;   // crashed: what went wrong on the socket
+    bool garbled = false;  // crashed: the child answered with a malformed frame or reply
     bool reply_after_stop = false;
 };
 
@@ -86,6 +88,7 @@ Exchange exchange(RunnerPool& pool, const RunnerLease& lease, const std::string&
                     if (!ex.reply) {
                         ex.problem = "answered with " + error;
                         ex.end = Exchange::End::crashed;
+                        ex.garbled = true;
                         return ex;
                     }
                     ex.end = Exchange::End::reply;
@@ -94,6 +97,7 @@ Exchange exchange(RunnerPool& pool, const RunnerLease& lease, const std::string&
                 } else if (reader.malformed()) {
                     ex.problem = "answered with " + reader.error();
                     ex.end = Exchange::End::crashed;
+                    ex.garbled = true;
                     return ex;
                 }
             } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
@@ -152,9 +156,7 @@ void RunnerJobHandler::operator()(const Job& job, JobContext& ctx) const {
         // Whatever else happened, this child is done: it goes before the job is requeued or
         // retried, so that no other process can run the job while it still does.
         // A garbled reply is killed at once; anything else may be exiting on its own.
-        const bool garbled =
-            ex.end == Exchange::End::crashed && ex.problem.rfind("answered", 0) == 0;
-        const auto status = kill_and_reap(*pool_, *lease, !garbled);
+        const auto status = kill_and_reap(*pool_, *lease, !ex.garbled);
         if (ex.end == Exchange::End::crashed) {
             const std::string how = status ? describe_wait_status(*status) : "did not exit";
             const std::string tail = pool_->stderr_tail(*lease);

@@ -7,7 +7,6 @@
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -58,15 +57,6 @@ milliseconds backoff(int failures) {
     return std::min(milliseconds(60000), milliseconds(1000L << std::min(failures - 1, 6)));
 }
 
-int open_pidfd(pid_t pid) {
-#ifdef SYS_pidfd_open
-    return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-#else
-    (void)pid;
-    return -1;
-#endif
-}
-
 long long rss_bytes(pid_t pid) {
     std::ifstream statm("/proc/" + std::to_string(pid) + "/statm");
     long long size = 0, resident = 0;
@@ -77,6 +67,13 @@ long long rss_bytes(pid_t pid) {
 void signal_group(RunnerChild& c, int sig) {
     if (c.reaped || c.pid <= 0) return;
     if (::kill(-c.pid, sig) != 0) ::kill(c.pid, sig);
+}
+
+// Stops the child at once: SIGKILL now, and the supervisor's deadlines say so too.
+void kill_now(RunnerChild& c) {
+    c.state = ChildState::stopping;
+    c.term_at = c.kill_at = Clock::now();
+    signal_group(c, SIGKILL);
 }
 
 std::string tail_text(const std::deque<std::string>& tail) {
@@ -120,8 +117,7 @@ Started spawn_runner(const RunnerSpec& spec, const std::vector<std::string>& env
         s.error = child.error;
         return s;
     }
-    for (int fd : {mine.get(), out_r.get(), err_r.get()})
-        ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+    for (int fd : {mine.get(), out_r.get(), err_r.get()}) set_nonblocking(fd);
     s.pid = child.pid;
     s.sock = std::move(mine);
     s.out = std::move(out_r);
@@ -170,16 +166,6 @@ void keep_tail(std::deque<std::string>& tail, const std::string& line) {
 }
 
 }  // namespace
-
-std::string describe_wait_status(int status) {
-    if (WIFEXITED(status)) return fmt::format("exited with status {}", WEXITSTATUS(status));
-    if (WIFSIGNALED(status)) {
-        const char* abbrev = ::sigabbrev_np(WTERMSIG(status));
-        return fmt::format("was killed by signal {} ({})", WTERMSIG(status),
-                           abbrev ? std::string("SIG") + abbrev : "?");
-    }
-    return fmt::format("ended with wait status {}", status);
-}
 
 RunnerPool::RunnerPool(RunnerSpec spec, std::vector<std::string> env)
     : spec_(std::move(spec)), env_(std::move(env)) {
@@ -246,9 +232,13 @@ void RunnerPool::start_child(Slot& slot) {
     log_->debug("runner={} started pid {}: {}", spec_.name, s.pid, fmt::join(spec_.argv, " "));
 }
 
-void RunnerPool::boot_failed(Slot& slot, const std::string& why) {
+void RunnerPool::note_failure(Slot& slot) {
     ++slot.failures;
     slot.start_at = saturating_deadline(Clock::now(), backoff(slot.failures));
+}
+
+void RunnerPool::boot_failed(Slot& slot, const std::string& why) {
+    note_failure(slot);
     const std::string text = fmt::format("runner={} did not boot: {} (retrying in {} s)",
                                          spec_.name, why, backoff(slot.failures).count() / 1000);
     // Once per streak: a command that cannot boot would otherwise log every few seconds.
@@ -304,8 +294,7 @@ bool RunnerPool::reap(Slot& slot) {
         boot_failed(slot, fmt::format("pid {} {} before it was ready{}", c.pid,
                                       describe_wait_status(status), tail_text(c.err_tail)));
     } else if (c.state == ChildState::idle) {
-        ++slot.failures;
-        slot.start_at = saturating_deadline(Clock::now(), backoff(slot.failures));
+        note_failure(slot);
         log_->warn("runner={} pid={} {} while idle{}", spec_.name, c.pid,
                    describe_wait_status(status), tail_text(c.err_tail));
         c.state = ChildState::stopping;
@@ -412,11 +401,8 @@ void RunnerPool::supervise() noexcept {
                             "runner={} pid={} wrote or closed its socket while idle: "
                             "replacing it",
                             spec_.name, c.pid);
-                        ++slot.failures;
-                        slot.start_at = saturating_deadline(Clock::now(), backoff(slot.failures));
-                        c.state = ChildState::stopping;
-                        c.term_at = c.kill_at = Clock::now();
-                        signal_group(c, SIGKILL);
+                        note_failure(slot);
+                        kill_now(c);
                         break;
                     }
                     if (c.state != ChildState::booting) break;
@@ -484,6 +470,10 @@ void RunnerPool::set_job(const RunnerLease& lease, std::string job_class, std::s
 
 void RunnerPool::release(RunnerLease& lease, RunnerRelease how) {
     if (!lease.child) return;
+    // /proc is read before the lock: the supervisor and other leaseholders need not wait for it.
+    // Only the lease's child is measured, and only when it may go on (it is not broken).
+    const long long rss =
+        spec_.max_rss_mb > 0 && how != RunnerRelease::broken ? rss_bytes(lease.pid) : 0;
     {
         std::lock_guard lock(mutex_);
         auto& c = *lease.child;
@@ -492,13 +482,8 @@ void RunnerPool::release(RunnerLease& lease, RunnerRelease how) {
         c.job_class.clear();
         c.jid.clear();
         if (how == RunnerRelease::broken || c.reaped) {
-            if (c.reaped || how == RunnerRelease::broken) {
-                ++slot.failures;
-                slot.start_at = saturating_deadline(Clock::now(), backoff(slot.failures));
-            }
-            c.state = ChildState::stopping;
-            c.term_at = c.kill_at = Clock::now();
-            signal_group(c, SIGKILL);
+            note_failure(slot);
+            kill_now(c);
         } else {
             ++c.jobs;
             slot.failures = 0;
@@ -507,12 +492,10 @@ void RunnerPool::release(RunnerLease& lease, RunnerRelease how) {
                 retire(c, "kiqd is stopping");
             } else if (spec_.max_jobs > 0 && c.jobs >= spec_.max_jobs) {
                 retire(c, fmt::format("max_jobs {}", spec_.max_jobs).c_str());
-            } else if (spec_.max_rss_mb > 0) {
-                const long long rss = rss_bytes(c.pid);
-                if (rss > spec_.max_rss_mb * 1024 * 1024)
-                    retire(c, fmt::format("RSS {} MB above max_rss_mb {}", rss / (1024 * 1024),
-                                          spec_.max_rss_mb)
-                                  .c_str());
+            } else if (spec_.max_rss_mb > 0 && rss > spec_.max_rss_mb * 1024 * 1024) {
+                retire(c, fmt::format("RSS {} MB above max_rss_mb {}", rss / (1024 * 1024),
+                                      spec_.max_rss_mb)
+                              .c_str());
             }
         }
     }

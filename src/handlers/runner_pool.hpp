@@ -56,9 +56,6 @@ struct RunnerChildInfo {
     std::string job_class, jid;  // while busy
 };
 
-// "exited with status 3", "was killed by signal 9 (SIGKILL)": a wait status for messages.
-std::string describe_wait_status(int status);
-
 class RunnerPool {
   public:
     using Clock = std::chrono::steady_clock;
@@ -109,6 +106,7 @@ class RunnerPool {
     void log_output(RunnerChild& child, bool is_err);  // mutex held
     void retire(RunnerChild& child, const char* why);  // mutex held
     void boot_failed(Slot& slot, const std::string& why);  // mutex held
+    static void note_failure(Slot& slot);  // mutex held; counts a failure, backs off the restart
     void wake();
 
     RunnerSpec spec_;

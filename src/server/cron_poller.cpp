@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "common/cron_flag.hpp"
 #include "job/dead_set.hpp"
 #include "kiqd/deadline.hpp"
 #include "redis/lua_type_guard.hpp"
@@ -74,12 +75,6 @@ std::string uuid_v4(std::mt19937_64& rng) {
                   b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
                   b[14], b[15]);
     return out;
-}
-
-bool flag(const CronJobRecord& job, const char* name) {
-    std::string v = job.field(name);
-    for (auto& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return v == "true" || v == "t" || v == "yes" || v == "y" || v == "1";
 }
 
 }  // namespace
@@ -178,9 +173,9 @@ bool CronPoller::enqueue_job(redis::Connection& conn, const CronJobRecord& job, 
     if (args.is_discarded()) args = nlohmann::ordered_json::array({job.field("args")});
     if (args.is_null()) args = nlohmann::ordered_json::array();
     if (!args.is_array()) args = nlohmann::ordered_json::array({args});
-    if (flag(job, "date_as_argument")) args.push_back(epoch_seconds());
+    if (cron_flag_set(job.field("date_as_argument"))) args.push_back(epoch_seconds());
     nlohmann::ordered_json item;
-    if (flag(job, "active_job")) {
+    if (cron_flag_set(job.field("active_job"))) {
         std::string queue = job.queue();
         const std::string prefix = job.field("queue_name_prefix");
         if (!prefix.empty()) {

@@ -136,12 +136,17 @@ class CronInteropTest < Minitest::Test
     RUBY
     kiqd = start_kiqd(cron_config)
     wait_until(30, "ten runs of the shared job") { redis.llen("queue:shared") >= 10 }
-    kiqd.stop
+    # With the gem's poller gone, kiqd alone must go on enqueueing: the race above would pass
+    # just as well if kiqd never enqueued anything.
     poller.stop
+    after_race = redis.llen("queue:shared")
+    wait_until(30, "two more runs, kiqd's alone") { redis.llen("queue:shared") >= after_race + 2 }
+    kiqd.stop
     enqueued = redis.llen("queue:shared")
     by_kiqd = kiqd.log.scan("cron: enqueued shared").size
     # Every claim of a run in the gem's set made exactly one job, whoever claimed it.
     assert_equal redis.zcard("cron_job:shared:enqueued") - 1, enqueued,
                  "kiqd enqueued #{by_kiqd}, the gem's poller #{enqueued - by_kiqd}"
+    assert by_kiqd > 0, "kiqd enqueued none of the #{enqueued} runs"
   end
 end

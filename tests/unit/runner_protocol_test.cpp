@@ -9,7 +9,10 @@ using namespace kiqd::runner;
 TEST_CASE("runner frames carry any bytes and reassemble from pieces", "[runner_protocol]") {
     std::string payload;
     for (int i = 0; i < 256; ++i) payload.push_back(static_cast<char>(i));
-    payload += "\n\n{\"class\":\"X\"}\0tail";
+    // The literal's own length: a NUL ends a plain char* append, and the NUL and "tail" are
+    // what this checks.
+    static constexpr char kTail[] = "\n\n{\"class\":\"X\"}\0tail";
+    payload.append(kTail, sizeof kTail - 1);
     const std::string wire = encode_frame("job", payload) + encode_frame("done", "{}");
     FrameReader reader;
     std::vector<Frame> frames;
