@@ -293,10 +293,12 @@ class Sidekiq7SuiteInteropTest < Minitest::Test
       { "r1" => failing.("r1", retry: 5), "r2" => failing.("r2", retry: 5), "r3" => failing.("r3", retry: 5),
         "d1" => failing.("d1", retry: 0), "rf" => failing.("rf", retry: 5, retry_for: 1),
         "f1" => Sidekiq::Client.push("class" => "Test::FailOnce", "queue" => "kiqdonly", "args" => ["f1"],
+                                     "retry" => 2, "retry_queue" => "ruby"),
+        "f2" => Sidekiq::Client.push("class" => "Test::FailOnce", "queue" => "kiqdonly", "args" => ["f2"],
                                      "retry" => 2, "retry_queue" => "ruby") }
     RUBY
-    retry_jids = jids.values_at("r1", "r2", "r3", "rf", "f1")
-    wait_until(20, "5 retries and 1 dead entry") do
+    retry_jids = jids.values_at("r1", "r2", "r3", "rf", "f1", "f2")
+    wait_until(20, "6 retries and 1 dead entry") do
       api("[Sidekiq::RetrySet.new.map(&:jid).sort, Sidekiq::DeadSet.new.map(&:jid)]") ==
         [retry_jids.sort, [jids["d1"]]]
     end
@@ -331,10 +333,17 @@ class Sidekiq7SuiteInteropTest < Minitest::Test
     api("Sidekiq::DeadSet.new.find_job(args[0]).delete", jids["r3"])
     assert_nil api("entry_of(Sidekiq::DeadSet.new, args[0])", jids["r3"])
 
-    # The peer runs the retry kiqd wrote (queue `ruby`, which only the peer serves).
+    # The peer runs the retries kiqd wrote (queue `ruby`, which only the peer serves): one retried
+    # through the API (which pushes retry_count - 1) ...
     api("Sidekiq::RetrySet.new.find_job(args[0]).retry", jids["f1"])
     ran = wait_for_runs([jids["f1"]], 30)[jids["f1"]].first
     assert_equal [peer.pid, "ruby", -1, ["f1"]], ran.values_at("pid", "queue", "retry_count", "args")
+
+    # ... and one that comes due: rescheduled to now, a scheduler (kiqd's or the peer's) moves it
+    # to `ruby` with its retry_count as kiqd wrote it, and the peer runs it.
+    api("Sidekiq::RetrySet.new.find_job(args[0]).reschedule(Time.now.to_f)", jids["f2"])
+    ran = wait_for_runs([jids["f2"]], 30)[jids["f2"]].first
+    assert_equal [peer.pid, "ruby", 0, ["f2"]], ran.values_at("pid", "queue", "retry_count", "args")
 
     # retry_for: 1 — once a second has passed since the first failure, the next failure is final.
     rf = api("entry_of(Sidekiq::RetrySet.new, args[0])", jids["rf"])
