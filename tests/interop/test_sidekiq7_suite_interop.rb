@@ -55,10 +55,6 @@ class Sidekiq7SuiteInteropTest < Minitest::Test
   # what Ruby's JSON.generate writes for the same data. 100 retry entries kiqd wrote, each
   # rescheduled an hour ahead through 7.3's API, must stay 100 entries, all an hour ahead.
   def test_reschedule_of_retry_entries_kiqd_wrote
-    skip "kiqd bug: payload timestamps are written with 6 fixed decimals (src/job/clock.cpp " \
-         "score_text, \"{:.6f}\"), so about 1 in 10 ends in 0 (\"failed_at\":1795695077.695260) " \
-         "where Ruby writes 1795695077.69526; SortedEntry#reschedule then adds a second member " \
-         "with a 1970 score (run at once) and leaves the original (run again later)"
     @api = ApiChild.new(self, 7)
     start_kiqd({ "concurrency" => 5, "queues" => %w[kiqdonly] })
     api(<<~RUBY)
