@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Helpers for bench/core_throughput.sh (standard library only).
+"""Helpers for bench/run and the other bench scripts (standard library only).
 
 Subcommands:
   freeport                      print a free TCP port on 127.0.0.1
@@ -8,8 +8,12 @@ Subcommands:
                                 (pipe into `redis-cli --pipe`)
   drain --port P --jobs N ...   start a worker command, time how long it takes
         -- CMD ARGS...          to empty queue:<q>, sample its peak RSS/CPU,
-                                stop it by PID with SIGTERM, check the stats;
-                                print one JSON object
+                                its and redis-server's (--redis-pid) CPU per job
+                                over the drain, count the log lines it wrote
+                                (and those naming a jid), stop it by PID with
+                                SIGTERM, check the stats; print one JSON object
+  latency ...                   enqueue->start percentiles at a paced rate
+  report --results F ...        bench/run's markdown tables and gnuplot PNGs
   table --results F ...         render the JSON lines of F as a markdown table
 """
 
