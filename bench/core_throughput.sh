@@ -197,7 +197,7 @@ git_rev=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)
 if [[ $WORKER_LOG == file ]]; then log_note="a file in \$TMPDIR"; else log_note="/dev/null"; fi
 
 sidekiq_note="- Sidekiq: not installed or SIDEKIQ=none, not run"
-[[ -n $sidekiq_bin ]] && sidekiq_note="- Sidekiq runs \`bench/sidekiq_noop.rb\` via $sidekiq_bin: logger at warn, redis-rb deprecation warnings silenced (redis-rb 4.8 warns on every BRPOP that Sidekiq 6.4.1 issues)"
+[[ -n $sidekiq_bin ]] && sidekiq_note="- Sidekiq runs \`bench/sidekiq_noop.rb\` via $sidekiq_bin: logger at warn (set in configure_server; bench/run counts its log lines to show it), redis-rb deprecation warnings silenced (redis-rb 4.8 warns on every BRPOP that Sidekiq 6.4.1 issues)"
 table=$("${helper[@]}" table --results "$results_jsonl" --baseline "$sidekiq_label")
 report=$(
     cat <<EOF
