@@ -20,9 +20,10 @@ namespace {
 //               queue: its index, "arg" or "key", N or the key name, max_tenants, its name,
 //               the number of weights and that many tenant, weight pairs
 //
-// Returns what kBatchFetchScript returns. A WRONGTYPE error, and nothing taken, when a queue,
-// working list, ring or served hash holds another type. A tenant list of another type (someone
-// else's key) is skipped: its jobs go to the tenantless bucket, or stay in the plain queue.
+// Returns what kBatchFetchScript returns. A WRONGTYPE error, and nothing taken, when a queue or
+// working list holds another type. A tenant list, ring or `queues` of another type (someone
+// else's key) never loses a job: a split leaves the jobs in the plain queue (or sends a tenant's
+// to the tenantless bucket), and a fetch from a ring that is not a list fails before any pop.
 const char* const kFairFetchScript = KIQD_LUA_TYPE_GUARD R"lua(
 local n = tonumber(ARGV[2])
 local orders = tonumber(ARGV[3])
@@ -54,13 +55,9 @@ for _ = 1, nfair do
   f.list = KEYS[q] .. '@t:'
   f.queue = f.name .. '@t:'
   fair[q] = f
-  checks[#checks + 1] = f.ring
-  checks[#checks + 1] = 'list'
-  checks[#checks + 1] = f.served
-  checks[#checks + 1] = 'hash'
 end
-checks[#checks + 1] = prefix .. 'queues'
-checks[#checks + 1] = 'set'
+-- The ring, the served hash and the queues set are checked where they are first written
+-- (split, take), so that a fetch with nothing to split pays only for the KEYS.
 local refused = wrong_type(checks)
 if refused then return refused end
 local queues = prefix .. 'queues'
@@ -100,6 +97,10 @@ local function split(q, f)
   end
   if #popped == 0 then return end
   -- Where each tenant's jobs go, decided before the first write.
+  if wrong_type({f.ring, 'list', queues, 'set'}) then
+    for k = #popped, 1, -1 do redis.call('rpush', KEYS[q], popped[k]) end
+    return
+  end
   local ringlen = redis.call('llen', f.ring)
   local dest, fresh = {}, {}
   local function kind(t)
@@ -159,19 +160,22 @@ local function take(q, move)
     local job
     if move then job = redis.pcall('rpoplpush', list, move) else job = redis.pcall('rpop', list) end
     if type(job) == 'table' then job = false end  -- not a list any more: forget the tenant
+    -- After the pop nothing may fail: the ring is a list (LINDEX said so), and the served
+    -- hash and the queues set, someone else's keys at worst, are written with pcall (a served
+    -- hash that is not one makes the tenant's weight 1).
     local w = f.weights[t] or 1
     if job and redis.call('llen', list) > 0 then
-      if w <= 1 then
-        redis.call('rpoplpush', f.ring, f.ring)
-      elseif redis.call('hincrby', f.served, t, 1) >= w then
-        redis.call('hdel', f.served, t)
+      local served = 0
+      if w > 1 then served = redis.pcall('hincrby', f.served, t, 1) end
+      if type(served) ~= 'number' or served >= w or w <= 1 then
+        if w > 1 then redis.pcall('hdel', f.served, t) end
         redis.call('rpoplpush', f.ring, f.ring)
       end
     else
       -- Its list is empty: it leaves the ring (and Sidekiq's queue list) until its next job.
       redis.call('rpop', f.ring)
-      redis.call('srem', queues, f.queue .. t)
-      if w > 1 then redis.call('hdel', f.served, t) end
+      redis.pcall('srem', queues, f.queue .. t)
+      if w > 1 then redis.pcall('hdel', f.served, t) end
     end
     if job then return job end
   end
