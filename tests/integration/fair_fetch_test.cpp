@@ -361,3 +361,48 @@ TEST_CASE("fair fetch daemon: kill -9 loses nothing; two processes share one rot
     CHECK(pids_greedy.size() == 2);  // both processes took part
     CHECK(zcard(conn, "dead") == 0);
 }
+
+TEST_CASE("fair fetch daemon: a queue no longer fair is drained at start, in order",
+          "[fair_fetch][daemon]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    // Each with its own enqueued_at, as jobs pushed one by one have (a bulk push's jobs may
+    // share one: the drain then keeps each tenant's order, not the order across tenants).
+    std::vector<std::string> raws;
+    for (int i = 0; i < 30; ++i)
+        raws.push_back(nlohmann::ordered_json{{"class", "Test::Record"},
+                                              {"args", {0, "t" + std::to_string(i % 3)}},
+                                              {"queue", "default"},
+                                              {"jid", "j" + std::to_string(i)},
+                                              {"enqueued_at", 1700000000.0 + i}}
+                           .dump());
+    kiqd::test::push_raw(conn, "default", raws);
+    {
+        FairFetchConfig fair;
+        FairFetchQueue q;
+        q.queue = "default";
+        q.arg = 1;
+        fair.queues.push_back(q);
+        FairSetup s({{"default", 0}}, fair);
+        ReliableFetcher fetcher(s.keys, s.order, kIdentity, 1, 1, s.fair());
+        fetcher.set_ready();
+        std::mt19937_64 rng(1);
+        REQUIRE(fetcher.retrieve_work(conn, rng, 0));  // splits all 30, takes one
+    }
+    REQUIRE(llen(conn, "queue:default@t:t1") == 10);
+    // One process, one thread, without fair_fetch: the jobs run in enqueue order again.
+    const std::string yaml = kiqd::test::kiqd_config(
+        server, "concurrency: 1\nlogging: {level: warn}\nqueues: [default]\n");
+    KiqdProcess daemon(KIQD_TEST_DAEMON, yaml);
+    CHECK(daemon.wait_for_output("moved its 29 jobs from tenant lists back into queue:default"));
+    REQUIRE(wait_until([&] { return ran_count(conn) >= 29; }, std::chrono::seconds(60)));
+    CHECK(daemon.stop() == 0);
+    const auto ran = kiqd::test::ran_records(conn);
+    REQUIRE(ran.size() == 29);
+    // Pushed in order t1, t2, t0, t1, ... from job 1 on (job 0, t0, was taken above).
+    for (size_t i = 0; i < ran.size(); ++i)
+        CHECK(ran[i]["args"][1].get<std::string>() == "t" + std::to_string((i + 1) % 3));
+    CHECK(!has_fair_state(conn, Keys(), "default"));
+    CHECK(sidekiq_total(conn) == 0);
+}
