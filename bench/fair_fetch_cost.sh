@@ -7,6 +7,7 @@
 # Redis CPU seconds from INFO. RUNS rounds, each (a) then (b), on a private Redis.
 #
 #   GREEDY=100000 TENANTS=10000 PER_TENANT=3 CONCURRENCY=10 RUNS=1 BUILD=build bench/fair_fetch_cost.sh
+#   EXTRA="fetch: reliable"       a YAML line added to both configs (batched reliable fetch)
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
@@ -37,6 +38,7 @@ for mode in plain fair; do
         echo "logging: {level: warn}"
         echo "concurrency: $CONCURRENCY"
         echo "queues: [default]"
+        [[ -n ${EXTRA:-} ]] && echo "$EXTRA"
         [[ $mode == fair ]] && echo "fair_fetch: {default: {arg: 0}}"
     } >"$work/$mode.yml"
 done
@@ -92,4 +94,4 @@ echo "| run | jobs | seconds | jobs/s | µs per job | Redis CPU s |"
 echo "|---|---|---|---|---|---|"
 printf '%s\n' "${results[@]}"
 echo
-echo "GREEDY=$GREEDY TENANTS=$TENANTS PER_TENANT=$PER_TENANT CONCURRENCY=$CONCURRENCY; load average $(cut -d' ' -f1-3 /proc/loadavg); git $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+echo "EXTRA='${EXTRA:-}' GREEDY=$GREEDY TENANTS=$TENANTS PER_TENANT=$PER_TENANT CONCURRENCY=$CONCURRENCY; load average $(cut -d' ' -f1-3 /proc/loadavg); git $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
