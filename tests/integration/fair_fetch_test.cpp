@@ -15,6 +15,7 @@
 
 #include "fetch/fair_drain.hpp"
 #include "fetch/reliable_fetcher.hpp"
+#include "server/fair_metrics.hpp"
 #include "support/job_pushes.hpp"
 #include "support/kiqd_process.hpp"
 #include "support/redis_reads.hpp"
@@ -301,6 +302,29 @@ TEST_CASE("fair fetch: backlog per tenant, top N plus the rest", "[fair_fetch]")
     CHECK(b.top[1].jobs == 3);
     CHECK(b.other_tenants == 2);
     CHECK(b.other_jobs == 2);
+    // /metrics: the top 10 tenants (here all 4) and the gauges, ages from enqueued_at.
+    const std::string text = render_fair_metrics(conn, s.keys, {"default"}, 1700000011.0);
+    CHECK_THAT(text,
+               Catch::Contains("kiqd_fair_tenant_jobs{queue=\"default\",tenant=\"big\"} 4\n"));
+    CHECK_THAT(text, Catch::Contains(
+                         "kiqd_fair_tenant_wait_seconds{queue=\"default\",tenant=\"big\"} 10\n"));
+    CHECK_THAT(text, Catch::Contains("kiqd_fair_tenants{queue=\"default\"} 4\n"));
+    CHECK_THAT(text, Catch::Contains("kiqd_fair_unsplit_jobs{queue=\"default\"} 0\n"));
+    CHECK(text.find("tenant=\"other\"") == std::string::npos);
+
+    // The operator's view and drain (kiqd fair-fetch status|drain QUEUE).
+    const std::string kiqd = kiqd::test::binary_under_test(KIQD_BINARY);
+    auto [st, status] = kiqd::test::run_command(
+        {kiqd, "fair-fetch", "status", "default", "--redis-url", server.url(), "--json"});
+    CHECK(st == 0);
+    auto j = nlohmann::json::parse(status);
+    CHECK(j["tenants"].size() == 4);
+    CHECK(j["tenants"][0]["tenant"] == "big");
+    auto [dst, drained] = kiqd::test::run_command(
+        {kiqd, "fair-fetch", "drain", "default", "--redis-url", server.url()});
+    CHECK(dst == 0);
+    CHECK_THAT(drained, Catch::Contains("9 jobs moved back into queue:default"));
+    CHECK(llen(conn, "queue:default") == 9);
 }
 
 TEST_CASE("fair fetch daemon: kill -9 loses nothing; two processes share one rotation",
