@@ -3,6 +3,7 @@
 #include <map>
 #include <thread>
 
+#include "fetch/batch_fetch_loop.hpp"
 #include "fetch/fair_fetch.hpp"
 #include "fetch/fetch_buffer.hpp"
 #include "fetch/fetcher.hpp"
@@ -43,37 +44,13 @@ if #KEYS > 2 * tonumber(ARGV[2]) then checks[2 * #KEYS] = 'set' end
 local refused = wrong_type(checks)
 if refused then return refused end
 local n = tonumber(ARGV[2])
-local move = #KEYS > n
-local suspects = KEYS[2 * n + 1]
-if suspects and redis.call('exists', suspects) == 0 then suspects = nil end
-local want = tonumber(ARGV[1])
 local orders = (#ARGV - 2) / n
-local out = {}
-for j = 0, want - 1 do
-  local base = 2 + (j % orders) * n
-  local got = false
-  for k = 1, n do
-    local q = tonumber(ARGV[base + k])
-    local job = false
-    if q > 0 then
-      if move then
-        job = redis.call('rpoplpush', KEYS[q], KEYS[n + q])
-      else
-        job = redis.call('rpop', KEYS[q])
-      end
-    end
-    if job then
-      if suspects and redis.call('srem', suspects, job) == 1 then q = -q end
-      out[#out + 1] = q
-      out[#out + 1] = job
-      got = true
-      break
-    end
-  end
-  if not got then break end
+local first = 2
+local function take(q, dest)
+  if dest then return redis.call('rpoplpush', KEYS[q], dest) end
+  return redis.call('rpop', KEYS[q])
 end
-return out
-)lua";
+)lua" KIQD_BATCH_FETCH_LOOP;
 
 std::vector<UnitOfWork> batch_units(const redis::Reply& reply,
                                     const std::vector<std::string>& names) {

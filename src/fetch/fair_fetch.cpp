@@ -1,5 +1,6 @@
 #include "fetch/fair_fetch.hpp"
 
+#include "fetch/batch_fetch_loop.hpp"
 #include "redis/lua_type_guard.hpp"
 
 namespace kiqd {
@@ -27,6 +28,7 @@ namespace {
 const char* const kFairFetchScript = KIQD_LUA_TYPE_GUARD R"lua(
 local n = tonumber(ARGV[2])
 local orders = tonumber(ARGV[3])
+local first = 3
 local i = 4 + orders * n
 local prefix = ARGV[i]
 local split_max = tonumber(ARGV[i + 1])
@@ -181,31 +183,7 @@ local function take(q, move)
   end
 end
 
-local move = #KEYS > n
-local suspects = KEYS[2 * n + 1]
-if suspects and redis.call('exists', suspects) == 0 then suspects = nil end
-local want = tonumber(ARGV[1])
-local out = {}
-for j = 0, want - 1 do
-  local base = 3 + (j % orders) * n
-  local got = false
-  for k = 1, n do
-    local q = tonumber(ARGV[base + k])
-    if q > 0 then
-      local job = take(q, move and KEYS[n + q])
-      if job then
-        if suspects and redis.call('srem', suspects, job) == 1 then q = -q end
-        out[#out + 1] = q
-        out[#out + 1] = job
-        got = true
-        break
-      end
-    end
-  end
-  if not got then break end
-end
-return out
-)lua";
+)lua" KIQD_BATCH_FETCH_LOOP;
 
 }  // namespace
 
