@@ -430,3 +430,33 @@ TEST_CASE("fair fetch daemon: a queue no longer fair is drained at start, in ord
     CHECK(!has_fair_state(conn, Keys(), "default"));
     CHECK(sidekiq_total(conn) == 0);
 }
+
+TEST_CASE("fair fetch: Sidekiq 6.4.1's API counts and lists every job of a split queue",
+          "[fair_fetch][ruby]") {
+    auto [probe, version] =
+        kiqd::test::run_command({"/usr/bin/ruby", "-rsidekiq/api", "-e", "print Sidekiq::VERSION"});
+    if (probe != 0) {
+        WARN("skipped: Ruby with Sidekiq is not installed: " + version);
+        return;
+    }
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    std::vector<std::string> raws;
+    for (int i = 1; i <= 6; ++i) raws.push_back(job("a", i));
+    for (int i = 1; i <= 3; ++i) raws.push_back(job("b", i));
+    raws.push_back("{oops");
+    kiqd::test::push_raw(conn, "default", raws);
+    FairSetup s({{"default", 0}}, fair_default());
+    BasicFetcher fetcher(s.keys, s.order, 1, 1, s.fair());
+    CHECK(fetch_labels(fetcher, conn, 1) == list_of{"a/1"});
+    conn.command({"LPUSH", "queue:default", job("c", 1)});  // not split yet
+    auto [status, out] =
+        kiqd::test::run_command({"/usr/bin/ruby", "-rsidekiq/api", "-e",
+                                 "qs = Sidekiq::Queue.all; puts qs.sum(&:size); "
+                                 "puts qs.map { |q| \"#{q.name}=#{q.size}\" }.sort.join(' ')"},
+                                {{"REDIS_URL", server.url()}});
+    INFO(out);
+    REQUIRE(status == 0);
+    CHECK_THAT(out, Catch::Contains("10\ndefault=1 default@t:=1 default@t:a=5 default@t:b=3"));
+}
