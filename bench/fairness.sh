@@ -10,7 +10,7 @@
 #                          tests/kiqd_fairness_producer (cmake --build BUILD --target
 #                          kiqd_test_daemon kiqd_fairness_producer)
 #   CONCURRENCY=10         kiqd threads (-c)
-#   RUNS=3                 rounds of (a), (b), (c) run back to back (SMOKE: 1); the verdict
+#   RUNS=3                 rounds of (a), (b), (c), (d) run back to back (SMOKE: 1); the verdict
 #                          uses the median over rounds of each round's ratio to its own (a), so
 #                          a busy machine slows the runs it compares alike
 #   GREEDY, TENANTS, PER_TENANT, JOB_MS   the workload
@@ -24,7 +24,8 @@
 #                          {queue: throttled_4x, threshold: 500, per: 60}]}:
 # FLUSHALL; the greedy tenant pushes its whole backlog through kiqd's client (which reroutes it
 # in run b: 50 jobs stay in default, 450 go to throttled_2x, the rest to throttled_4x; run c
-# pushes without the rules, and kiqd's server side moves them as they start); start
+# pushes without the rules, and kiqd's server side moves them as they start; run d pushes
+# without rules too, and kiqd serves `default` with `fair_fetch: {default: {arg: 1}}`); start
 # kiqd_test_daemon (each job sleeps JOB_MS and records enqueued_at/start/end); the small
 # tenants push their jobs one at a time, spread evenly over the backlog (job k when k/1000 of
 # 95 % of it has run); wait until every job has run; stop kiqd by PID. Wait = start −
@@ -101,6 +102,13 @@ handlers:
       - {queue: throttled_2x, threshold: 50, per: 60}
       - {queue: throttled_4x, threshold: 500, per: 60}
 EOF
+cat >"$work/fairfetch.yml" <<EOF
+redis: {url: "$redis_url"}
+logging: {level: warn}
+concurrency: $CONCURRENCY
+queues: [default]
+fair_fetch: {default: {arg: 1}}
+EOF
 
 total=$((GREEDY + TENANTS * PER_TENANT))
 run() {  # run NAME LABEL KIQD_CONFIG PRODUCER_CONFIG
@@ -134,12 +142,14 @@ for ((round = 1; round <= RUNS; round++)); do
     run "plain-$round" "(a) plain queue, round $round" plain plain
     run "fair-$round" "(b) fair tenant, round $round" fair fair
     run "server-$round" "(c) fair tenant server side, round $round" fair plain
+    run "fairfetch-$round" "(d) fair fetch, round $round" fairfetch plain
 done
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 
 rows=()
 for ((round = 1; round <= RUNS; round++)); do
-    rows+=("$work/plain-$round.json" "$work/fair-$round.json" "$work/server-$round.json")
+    rows+=("$work/plain-$round.json" "$work/fair-$round.json" "$work/server-$round.json"
+        "$work/fairfetch-$round.json")
 done
 table=$("${fair[@]}" table "${rows[@]}")
 verdict=$("${fair[@]}" verdict "${rows[@]}")
@@ -157,7 +167,8 @@ set key right bottom
 set yrange [0:1.02]
 plot "$work/plain-$RUNS.waits" using (\$1*1000):2 with steps lw 2 title "(a) one plain queue", \
      "$work/fair-$RUNS.waits" using (\$1*1000):2 with steps lw 2 title "(b) fair-tenant rerouting at push time, weights 6/3/1", \
-     "$work/server-$RUNS.waits" using (\$1*1000):2 with steps lw 2 dt 2 title "(c) the same rules applied by kiqd's server side"
+     "$work/server-$RUNS.waits" using (\$1*1000):2 with steps lw 2 dt 2 title "(c) the same rules applied by kiqd's server side", \
+     "$work/fairfetch-$RUNS.waits" using (\$1*1000):2 with steps lw 2 title "(d) fair fetch (plain producer, tenant in args)"
 EOF
 fi
 
@@ -175,7 +186,8 @@ $CONCURRENCY threads. (a) one plain queue; (b) fair-tenant rerouting at push tim
 client, queues default/throttled_2x/throttled_4x weighted 6/3/1, rules
 {throttled_2x: > 50 per 60 s, throttled_4x: > 500 per 60 s}; (c) the same queues and rules in
 kiqd, but a producer without them (as Ruby without the gem): kiqd's server side registers each
-job as it starts and moves the greedy tenant's excess to the throttled queues.
+job as it starts and moves the greedy tenant's excess to the throttled queues; (d) the same plain producer, and
+kiqd serves \`default\` with \`fair_fetch: {default: {arg: 1}}\` (tenant lists, round-robin).
 
 $table
 

@@ -262,6 +262,28 @@ struct ReliableFetchConfig {
     static constexpr int kMaxBatchSize = 1000;
 };
 
+// `fair_fetch:` (fair_fetch_config.hpp, fair_fetcher.hpp): queues served tenant by tenant.
+// Each fair queue's jobs are split into one list per tenant and fetched round-robin (deficit
+// round-robin with `weights`), whoever pushed them.
+struct FairFetchQueue {
+    std::string queue;
+    std::optional<int> arg;                // the tenant is args[arg] ...
+    std::string key;                       // ... or the payload's top-level `key`
+    std::map<std::string, int> weights;    // tenant → jobs per turn (default 1)
+    int max_tenants = kDefaultMaxTenants;  // tenants beyond it share the tenantless bucket
+    int line = -1;
+    static constexpr int kDefaultMaxTenants = 10000;
+};
+
+struct FairFetchConfig {
+    std::vector<FairFetchQueue> queues;  // in file order
+    const FairFetchQueue* find(const std::string& queue) const {
+        for (const auto& q : queues)
+            if (q.queue == queue) return &q;
+        return nullptr;
+    }
+};
+
 // One schedule declared in the YAML — `cron:`, sidekiq-scheduler's `:scheduler: :schedule:` or a
 // top-level `:schedule:` (cron_config.hpp) — which kiqd writes into sidekiq-cron's keys at start so
 // that its poller, the gem's Web UI tab and its API all see it (cron_poller.hpp).
@@ -316,6 +338,7 @@ struct Config {
     PauseControlConfig pause_control;
     ConcurrencyLimitsConfig concurrency_limits;
     FairTenantConfig fair_tenant;
+    FairFetchConfig fair_fetch;
     std::vector<PluginSpec> plugins;  // in file order
     std::vector<RoutingRule> routing_rules;
     std::string selector;  // `selector:` / `--selector`: serve only the matching classes' queues

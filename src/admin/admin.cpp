@@ -9,6 +9,7 @@
 #include "admin/admin_connection.hpp"
 #include "admin/cron_commands.hpp"
 #include "admin/escaped_output.hpp"
+#include "admin/fair_fetch_commands.hpp"
 #include "admin/job_commands.hpp"
 #include "admin/pause_commands.hpp"
 #include "admin/process_commands.hpp"
@@ -32,6 +33,7 @@ int dispatch(redis::Connection& conn, const Keys& keys, const Config& config, co
     if (r.command == "pause" || r.command == "resume")
         return cmd_pause(conn, keys, config, r, out, err);
     if (r.command == "paused") return cmd_paused(conn, keys, r, out);
+    if (r.command == "fair-fetch") return cmd_fair_fetch(conn, keys, config, r, out, err);
     if (r.command == "busy") return cmd_busy(conn, keys, r, out);
     if (r.command == "scheduled") return cmd_scheduled(conn, keys, r, out);
     if (r.command == "queue")

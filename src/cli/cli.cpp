@@ -176,6 +176,16 @@ struct AdminCli {
         }
         sub("paused", "what is paused, with the jobs queued or parked behind each pause");
         {
+            auto* s = sub("fair-fetch",
+                          "a fair queue's waiting tenants (status), or every job back into the "
+                          "plain queue in order (drain: turning fair fetch off)");
+            s->add_option("action", request.action, "status or drain")
+                ->required()
+                ->check(CLI::IsMember({"status", "drain"}));
+            s->add_option("queue", request.targets, "the queue")->required()->expected(1);
+            s->add_option("--limit", request.limit, "status: at most this many tenants (20)");
+        }
+        {
             auto* s = sub("unique", "unique-job locks: list them (locks), free one (unlock)");
             s->add_option("action", request.action, "locks (default) or unlock")
                 ->check(CLI::IsMember({"locks", "unlock"}));

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "config/cron_config.hpp"
+#include "config/fair_fetch_config.hpp"
 #include "config/features_config.hpp"
 #include "config/handlers_config.hpp"
 #include "config/redis_config.hpp"
@@ -201,6 +202,7 @@ void apply_map(const YAML::Node& root, Config& c, const std::string& environment
          {"concurrency_limits",
           [&](const auto&, const auto& v) { parse_concurrency_limits(v, c.concurrency_limits); }},
          {"fair_tenant", [&](const auto&, const auto& v) { parse_fair_tenant(v, c.fair_tenant); }},
+         {"fair_fetch", [&](const auto&, const auto& v) { parse_fair_fetch(v, c.fair_fetch); }},
          {"plugins",
           [&](const auto&, const auto& v) { c.plugins = parse_plugins(v, config_directory(c)); }},
          {"routing_rules",
@@ -331,6 +333,7 @@ void validate_config(Config& c) {
         throw ConfigError("logging.format", "must be text or json");
     resolve_redis_endpoint(c.redis);
     config_detail::validate_runners(c);
+    config_detail::check_fair_fetch(c);
     if (c.cpu_bound_concurrency == 0)
         c.cpu_bound_concurrency =
             static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

@@ -3,6 +3,8 @@
 #include <map>
 #include <thread>
 
+#include "fetch/batch_fetch_loop.hpp"
+#include "fetch/fair_fetch.hpp"
 #include "fetch/fetch_buffer.hpp"
 #include "fetch/fetcher.hpp"
 #include "redis/lua_type_guard.hpp"
@@ -42,37 +44,13 @@ if #KEYS > 2 * tonumber(ARGV[2]) then checks[2 * #KEYS] = 'set' end
 local refused = wrong_type(checks)
 if refused then return refused end
 local n = tonumber(ARGV[2])
-local move = #KEYS > n
-local suspects = KEYS[2 * n + 1]
-if suspects and redis.call('exists', suspects) == 0 then suspects = nil end
-local want = tonumber(ARGV[1])
 local orders = (#ARGV - 2) / n
-local out = {}
-for j = 0, want - 1 do
-  local base = 2 + (j % orders) * n
-  local got = false
-  for k = 1, n do
-    local q = tonumber(ARGV[base + k])
-    local job = false
-    if q > 0 then
-      if move then
-        job = redis.call('rpoplpush', KEYS[q], KEYS[n + q])
-      else
-        job = redis.call('rpop', KEYS[q])
-      end
-    end
-    if job then
-      if suspects and redis.call('srem', suspects, job) == 1 then q = -q end
-      out[#out + 1] = q
-      out[#out + 1] = job
-      got = true
-      break
-    end
-  end
-  if not got then break end
+local first = 2
+local function take(q, dest)
+  if dest then return redis.call('rpoplpush', KEYS[q], dest) end
+  return redis.call('rpop', KEYS[q])
 end
-return out
-)lua";
+)lua" KIQD_BATCH_FETCH_LOOP;
 
 std::vector<UnitOfWork> batch_units(const redis::Reply& reply,
                                     const std::vector<std::string>& names) {
@@ -107,10 +85,15 @@ void batch_order_args(const QueueOrder& order, std::mt19937_64& rng, size_t coun
 
 BasicFetcher::BasicFetcher(const Keys& keys, const QueueOrder& order, size_t prefetch,
                            size_t max_refills)
-    : keys_(keys), order_(order), prefetch_(std::max<size_t>(prefetch, 1)) {
+    : BasicFetcher(keys, order, prefetch, max_refills, nullptr) {}
+
+BasicFetcher::BasicFetcher(const Keys& keys, const QueueOrder& order, size_t prefetch,
+                           size_t max_refills, std::unique_ptr<FairFetch> fair)
+    : keys_(keys), order_(order), prefetch_(std::max<size_t>(prefetch, 1)), fair_(std::move(fair)) {
     for (const auto& name : order_.names()) queue_keys_.push_back(keys_.queue(name));
     if (prefetch_ > 1) {
-        pop_script_ = std::make_unique<redis::Script>(kBatchFetchScript);
+        pop_script_ =
+            std::make_unique<redis::Script>(fair_ ? FairFetch::script_source() : kBatchFetchScript);
         buffer_ = std::make_unique<FetchBuffer>(prefetch_, max_refills);
     }
 }
@@ -153,6 +136,7 @@ std::vector<UnitOfWork> BasicFetcher::pop_batch(redis::Connection& conn, std::mt
                                                 std::vector<redis::Command>& pending) const {
     thread_local std::vector<std::string> args;
     batch_order_args(order_, rng, prefetch_, args);
+    if (fair_) fair_->fair_args(args);
     redis::Reply reply = [&] {
         if (pending.empty()) return pop_script_->run(conn, queue_keys_, args);
         try {
@@ -184,6 +168,11 @@ std::optional<UnitOfWork> BasicFetcher::retrieve_work(redis::Connection& conn, s
         }
         if (!drained) return std::nullopt;
         // Every queue was empty: block below, as without prefetch.
+    }
+    if (fair_) {
+        // The fair queues are served from their tenant lists; BRPOP below (every queue empty)
+        // then takes a new job straight from its plain queue.
+        if (auto unit = fair_->take_one(conn, rng, pending, queue_keys_)) return unit;
     }
     thread_local std::vector<const std::string*> names;
     thread_local std::vector<std::string> argv_storage;

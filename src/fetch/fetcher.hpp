@@ -22,6 +22,7 @@
 namespace kiqd {
 
 class FetchBuffer;
+class FairFetch;
 
 struct UnitOfWork {
     std::string queue;    // without the "queue:" prefix
@@ -90,6 +91,9 @@ class BasicFetcher final : public Fetcher {
     // `max_refills`: prefetch round trips that may be in flight at once (see FetchBuffer).
     BasicFetcher(const Keys& keys, const QueueOrder& order, size_t prefetch = 1,
                  size_t max_refills = 1);
+    // `fair`: the fair queues' fetch (fair_fetch.hpp), or null.
+    BasicFetcher(const Keys& keys, const QueueOrder& order, size_t prefetch, size_t max_refills,
+                 std::unique_ptr<FairFetch> fair);
     ~BasicFetcher() override;
     using Fetcher::retrieve_work;
     std::optional<UnitOfWork> retrieve_work(redis::Connection& conn, std::mt19937_64& rng,
@@ -111,6 +115,7 @@ class BasicFetcher final : public Fetcher {
     std::vector<std::string> queue_keys_;  // by index in order_.names()
     std::unique_ptr<redis::Script> pop_script_;
     std::unique_ptr<FetchBuffer> buffer_;  // only when prefetch_ > 1
+    std::unique_ptr<FairFetch> fair_;      // only with fair queues
 };
 
 // The script of every batched fetch (basic `prefetch` and batched reliable fetch): KEYS are

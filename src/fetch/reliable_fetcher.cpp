@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "fetch/fair_fetch.hpp"
 #include "fetch/fetch_buffer.hpp"
 
 namespace kiqd {
@@ -30,18 +31,25 @@ return nil
 
 ReliableFetcher::ReliableFetcher(const Keys& keys, const QueueOrder& order, std::string identity,
                                  size_t batch_size, size_t max_refills)
+    : ReliableFetcher(keys, order, std::move(identity), batch_size, max_refills, nullptr) {}
+
+ReliableFetcher::ReliableFetcher(const Keys& keys, const QueueOrder& order, std::string identity,
+                                 size_t batch_size, size_t max_refills,
+                                 std::unique_ptr<FairFetch> fair)
     : keys_(keys),
       order_(order),
       identity_(std::move(identity)),
       fetch_script_(kFetchScript),
       batch_(std::max<size_t>(batch_size, 1)),
-      batch_script_(kBatchFetchScript) {
+      batch_script_(fair ? FairFetch::script_source() : kBatchFetchScript),
+      fair_(std::move(fair)) {
     for (const auto& name : order_.names()) {
         queue_keys_.push_back(keys_.queue(name));
         working_.emplace_back(name, keys_.working(identity_, name));
     }
     batch_keys_ = queue_keys_;
     for (const auto& w : working_) batch_keys_.push_back(w.second);
+    fair_keys_ = batch_keys_;
     batch_keys_.push_back(suspects_key());
     if (batch_ > 1) buffer_ = std::make_unique<FetchBuffer>(batch_, max_refills);
 }
@@ -66,6 +74,7 @@ std::vector<UnitOfWork> ReliableFetcher::move_batch(redis::Connection& conn, std
                                                     const std::vector<UnitOfWork>& acks) const {
     thread_local std::vector<std::string> args;
     batch_order_args(order_, rng, batch_, args);
+    if (fair_) fair_->fair_args(args);
     // Deferred acknowledgements and lock releases go out in the same write as the fetch.
     std::vector<redis::Command> cmds;
     cmds.reserve(acks.size() + pending.size() + 1);
@@ -116,6 +125,14 @@ std::optional<UnitOfWork> ReliableFetcher::retrieve_work(
         // What the batch script checks for each job it moves; one more round trip, when idle.
         taken.suspect = conn.command({"SREM", suspects_key(), taken.payload}).integer() == 1;
         return taken;
+    }
+    if (fair_) {
+        if (auto unit = fair_->take_one(conn, rng, pending, fair_keys_)) return unit;
+        const size_t index = idle_queue(slot, idle_rounds++);
+        auto blocked = conn.command({"BRPOPLPUSH", queue_keys_[index], working_[index].second,
+                                     std::to_string(kBlockSeconds)});
+        if (blocked.is_nil()) return std::nullopt;
+        return UnitOfWork{working_[index].first, std::string(blocked.str())};
     }
     thread_local std::vector<const std::string*> names;
     thread_local std::vector<std::string> keys;

@@ -48,6 +48,9 @@ class ReliableFetcher final : public Fetcher {
 
     ReliableFetcher(const Keys& keys, const QueueOrder& order, std::string identity,
                     size_t batch_size = 1, size_t max_refills = 1);
+    // `fair`: the fair queues' fetch (fair_fetch.hpp), or null.
+    ReliableFetcher(const Keys& keys, const QueueOrder& order, std::string identity,
+                    size_t batch_size, size_t max_refills, std::unique_ptr<FairFetch> fair);
     ~ReliableFetcher() override;
 
     using Fetcher::retrieve_work;
@@ -99,6 +102,8 @@ class ReliableFetcher final : public Fetcher {
     std::vector<std::string> batch_keys_;  // queue keys, then working list keys
     redis::Script batch_script_;
     std::unique_ptr<FetchBuffer> buffer_;  // only when batch_ > 1
+    std::unique_ptr<FairFetch> fair_;      // only with fair queues
+    std::vector<std::string> fair_keys_;   // queue keys, then working list keys
     // A one-shot latch (StopSignal's shape: set once, awaitable), not a stop request.
     mutable StopSignal ready_;
 };

@@ -7,6 +7,8 @@
 #include <csignal>
 
 #include "common/log_fields.hpp"
+#include "fetch/fair_drain.hpp"
+#include "fetch/fair_fetch.hpp"
 #include "handlers/runner_handler.hpp"
 #include "kiqd/deadline.hpp"
 #include "kiqd/kiqd.hpp"
@@ -23,12 +25,46 @@ std::unique_ptr<Fetcher> make_fetcher(const Config& config, const Keys& keys,
     // (fetch_buffer.hpp). +1 ms per round trip, c10: 29k jobs/s with 1, 97k with 8; c25: 4 gave
     // 102k (8: 107k) with 1.3 MB less peak RSS, and on loopback 129k (8: 123k).
     const auto max_refills = static_cast<size_t>(std::clamp(config.concurrency / 2, 1, 4));
+    auto fair = config.fair_fetch.queues.empty()
+                    ? nullptr
+                    : std::make_unique<FairFetch>(keys, order, config.fair_fetch);
     if (config.fetch == FetchMode::reliable)
         return std::make_unique<ReliableFetcher>(
             keys, order, identity, static_cast<size_t>(config.reliable_fetch.batch_size),
-            max_refills);
+            max_refills, std::move(fair));
     return std::make_unique<BasicFetcher>(keys, order, static_cast<size_t>(config.prefetch),
-                                          max_refills);
+                                          max_refills, std::move(fair));
+}
+
+std::vector<std::string> fair_queue_names(const Config& config) {
+    std::vector<std::string> out;
+    for (const auto& q : config.fair_fetch.queues) out.push_back(q.queue);
+    return out;
+}
+
+// A queue this process serves plainly but that still has fair-fetch tenant lists (fair_fetch
+// was turned off): its jobs go back into the plain queue, in order, before the first fetch.
+// Redis trouble here only delays that to the next start (`kiqd fair-fetch drain` does it too).
+void drain_unfair_queues(const Config& config, const Keys& keys, const QueueOrder& order,
+                         const redis::ConnectionOptions& options, spdlog::logger& log) {
+    try {
+        std::optional<redis::Connection> conn;
+        for (const auto& q : order.names()) {
+            if (config.fair_fetch.find(q)) continue;
+            if (!conn) {
+                conn.emplace(options);
+                conn->connect();
+            }
+            if (!has_fair_state(*conn, keys, q)) continue;
+            const long long moved = drain_fair_queue(*conn, keys, q);
+            log.warn(
+                "fair fetch: queue {} is not fair in this config: moved its {} jobs from "
+                "tenant lists back into queue:{}, in order",
+                q, moved, q);
+        }
+    } catch (const std::exception& e) {
+        log.warn("fair fetch: could not check for tenant lists of plain queues: {}", e.what());
+    }
 }
 
 }  // namespace
@@ -108,7 +144,8 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
                 [this] { return lifecycle_.is_quiet() || stopping_.load(); },
                 [this] {
                     return cpu_gate_ ? cpu_gate_->counts() : std::pair<size_t, size_t>{0, 0};
-                }},
+                },
+                fair_queue_names(config)},
             log);
     }
 }
@@ -280,6 +317,7 @@ int Launcher::run() {
         log_.info("cpu-bound jobs: at most {} at once (cpu_bound_concurrency)", cpu_gate_->limit());
     if (recovery_) recovery_->start();  // processors fetch once it has registered this process
     chain_assembly_.lock_keeper().start();
+    drain_unfair_queues(config_, keys_, order_, rt_.connection_options, log_);
     pause_controller_.refresh_before_start();
     pause_controller_.start();
     if (auto* slots = chain_assembly_.slot_keeper()) slots->start();

@@ -17,6 +17,7 @@
 #include "handlers/runner_handler.hpp"
 #include "kiqd/clock.hpp"
 #include "kiqd/job.hpp"
+#include "server/fair_metrics.hpp"
 #include "server/process_metrics.hpp"
 #include "server/prometheus_text.hpp"
 
@@ -355,7 +356,7 @@ std::string MetricsServer::render_metrics() {
     // Queue sizes and latencies and the cluster's sets and processes: one pipeline per scrape,
     // and one more for the processes' busy counts.
     bool redis_up = true;
-    std::string sizes, latencies, cluster;
+    std::string sizes, latencies, cluster, fair;
     try {
         std::vector<redis::Command> cmds;
         for (const auto& q : sources_.queues) {
@@ -386,11 +387,13 @@ std::string MetricsServer::render_metrics() {
             latencies +=
                 fmt::format("kiqd_queue_latency_seconds{{queue=\"{}\"}} {}\n", label, latency);
         }
+        fair = render_fair_metrics(conn_, sources_.keys, sources_.fair_queues, now);
     } catch (const std::exception& e) {
         redis_up = false;
         sizes.clear();
         latencies.clear();
         cluster.clear();
+        fair.clear();
         log_.debug("metrics: cannot read queue sizes: {}", e.what());
     }
     out +=
@@ -402,6 +405,7 @@ std::string MetricsServer::render_metrics() {
         "serves.\n# TYPE kiqd_queue_latency_seconds gauge\n" +
         latencies;
     out += cluster;
+    out += fair;
     gauge(out, "kiqd_redis_up", "1 when the last scrape could read Redis.", redis_up ? 1 : 0);
     return out;
 }

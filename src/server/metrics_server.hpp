@@ -45,6 +45,7 @@ class MetricsServer {
         std::function<size_t()> threads_alive;           // processor threads running now
         std::function<bool()> quiet;                     // the process is quiet or stopping
         std::function<std::pair<size_t, size_t>()> cpu;  // cpu-bound (running, held)
+        std::vector<std::string> fair_queues = {};       // fair_fetch queues (fair_metrics.hpp)
     };
     MetricsServer(const MetricsConfig& config, Sources sources, spdlog::logger& log);
     ~MetricsServer();

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Fetch cost of fair fetch with many tenants (issue 24): one greedy tenant with GREEDY no-op jobs
+# and TENANTS tenants with PER_TENANT jobs each (pushed after the greedy backlog, tenant in
+# args[0]), drained by kiqd at CONCURRENCY threads with basic fetch: (a) plain queue `default`;
+# (b) the same queue with `fair_fetch: {default: {arg: 0}}`. Time = from the first job taken to
+# every queue (and tenant list) empty, so it is the cost of fetching (the jobs are Kiqd::Noop);
+# Redis CPU seconds from INFO. RUNS rounds, each (a) then (b), on a private Redis.
+#
+#   GREEDY=100000 TENANTS=10000 PER_TENANT=3 CONCURRENCY=10 RUNS=1 BUILD=build bench/fair_fetch_cost.sh
+#   EXTRA="fetch: reliable"       a YAML line added to both configs (batched reliable fetch)
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/.." && pwd)
+GREEDY=${GREEDY:-100000} TENANTS=${TENANTS:-10000} PER_TENANT=${PER_TENANT:-3}
+CONCURRENCY=${CONCURRENCY:-10} RUNS=${RUNS:-1} BUILD=${BUILD:-$repo/build}
+KIQD=$BUILD/kiqd
+die() { echo "fair_fetch_cost: $*" >&2; exit 1; }
+[[ -x $KIQD ]] || die "build first: cmake --build $BUILD --target kiqd"
+work=$(mktemp -d "${TMPDIR:-/tmp}/kiqd-faircost.XXXXXX")
+redis_pid="" kiqd_pid=""
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM
+    for pid in $kiqd_pid $redis_pid; do
+        if kill -0 "$pid" 2>/dev/null; then kill -TERM "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+    done
+    rm -rf "$work"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+source "$here/lib/redis.sh"
+start_redis "$(python3 "$here/lib/kiqbench.py" freeport)" "$work"
+for mode in plain fair; do
+    {
+        echo "redis: {url: \"$redis_url\"}"
+        echo "logging: {level: warn}"
+        echo "concurrency: $CONCURRENCY"
+        echo "queues: [default]"
+        [[ -n ${EXTRA:-} ]] && echo "$EXTRA"
+        [[ $mode == fair ]] && echo "fair_fetch: {default: {arg: 0}}"
+    } >"$work/$mode.yml"
+done
+total=$((GREEDY + TENANTS * PER_TENANT))
+results=()
+for ((round = 1; round <= RUNS; round++)); do
+    for mode in plain fair; do
+        rcli flushall >/dev/null
+        python3 - "$GREEDY" "$TENANTS" "$PER_TENANT" <<'PY' | rcli --pipe >/dev/null
+import json, os, sys, time
+greedy, tenants, per = map(int, sys.argv[1:4])
+out = sys.stdout.buffer
+def cmd(*parts):
+    out.write(b"*%d\r\n" % len(parts))
+    for p in parts:
+        p = p.encode()
+        out.write(b"$%d\r\n%s\r\n" % (len(p), p))
+now = time.time()
+cmd("SADD", "queues", "default")
+def push(tenant, i):
+    job = {"retry": True, "queue": "default", "class": "Kiqd::Noop", "args": [tenant, i],
+           "jid": os.urandom(12).hex(), "created_at": now, "enqueued_at": now}
+    cmd("LPUSH", "queue:default", json.dumps(job, separators=(",", ":")))
+for i in range(greedy): push("greedy", i)
+for j in range(per):
+    for t in range(tenants): push("t%d" % t, j)
+PY
+        [[ $(rcli llen queue:default) == "$total" ]] || die "push failed"
+        cpu0=$(rcli info cpu | awk -F: '/^used_cpu_(sys|user):/ {s += $2} END {printf "%.2f", s}')
+        "$KIQD" -C "$work/$mode.yml" >"$work/$mode.log" 2>&1 &
+        kiqd_pid=$!
+        # The first job taken starts the clock; done when no queue in `queues` has a job left.
+        t0="" t1=""
+        while :; do
+            left=$(rcli eval "local n = 0 for _, q in ipairs(redis.call('smembers', 'queues')) do n = n + redis.call('llen', 'queue:' .. q) end return n" 0)
+            now=$(date +%s.%N)
+            [[ -z $t0 && $left -lt $total ]] && t0=$now
+            [[ -n $t0 && $left == 0 ]] && { t1=$now; break; }
+            kill -0 "$kiqd_pid" 2>/dev/null || die "kiqd exited: $(tail -5 "$work/$mode.log")"
+            sleep 0.01
+        done
+        cpu1=$(rcli info cpu | awk -F: '/^used_cpu_(sys|user):/ {s += $2} END {printf "%.2f", s}')
+        kill -TERM "$kiqd_pid"; wait "$kiqd_pid" || true; kiqd_pid=""
+        secs=$(python3 -c "print('%.2f' % ($t1 - $t0))")
+        rate=$(python3 -c "print('%.0f' % ($total / ($t1 - $t0)))")
+        rcpu=$(python3 -c "print('%.2f' % ($cpu1 - $cpu0))")
+        us=$(python3 -c "print('%.1f' % (1e6 * ($t1 - $t0) / $total))")
+        echo "  round $round $mode: $total jobs in $secs s = $rate jobs/s, $us µs per job, Redis CPU $rcpu s" >&2
+        results+=("| $mode, round $round | $total | $secs | $rate | $us | $rcpu |")
+    done
+done
+echo "| run | jobs | seconds | jobs/s | µs per job | Redis CPU s |"
+echo "|---|---|---|---|---|---|"
+printf '%s\n' "${results[@]}"
+echo
+echo "EXTRA='${EXTRA:-}' GREEDY=$GREEDY TENANTS=$TENANTS PER_TENANT=$PER_TENANT CONCURRENCY=$CONCURRENCY; load average $(cut -d' ' -f1-3 /proc/loadavg); git $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"

@@ -1,0 +1,246 @@
+#include "fetch/fair_fetch.hpp"
+
+#include "fetch/batch_fetch_loop.hpp"
+#include "redis/lua_type_guard.hpp"
+
+namespace kiqd {
+namespace {
+
+// The fetch script of a process with fair queues: kBatchFetchScript (basic_fetcher.cpp), where
+// taking a job from a fair queue splits that queue first (once per call) and then takes the
+// next tenant's job from the ring (fair_fetch.hpp).
+//
+// KEYS          as kBatchFetchScript: the queue lists in order.names() order; for reliable
+//               fetch their working lists, and (batched) the suspects set
+// ARGV[1]       how many jobs to take at most
+// ARGV[2]       n, the number of queues
+// ARGV[3]       m, the number of queue orders that follow
+// ARGV[4..]     m orders of n entries (1-based indexes into KEYS[1..n], 0 = padding); job j
+//               uses order j mod m
+// then          the key prefix, the split maximum, the number of fair queues, and per fair
+//               queue: its index, "arg" or "key", N or the key name, max_tenants, its name,
+//               the number of weights and that many tenant, weight pairs
+//
+// Returns what kBatchFetchScript returns. A WRONGTYPE error, and nothing taken, when a queue or
+// working list holds another type. A tenant list, ring or `queues` of another type (someone
+// else's key) never loses a job: a split leaves the jobs in the plain queue (or sends a tenant's
+// to the tenantless bucket), and a fetch from a ring that is not a list fails before any pop.
+const char* const kFairFetchScript = KIQD_LUA_TYPE_GUARD R"lua(
+local n = tonumber(ARGV[2])
+local orders = tonumber(ARGV[3])
+local first = 3
+local i = 4 + orders * n
+local prefix = ARGV[i]
+local split_max = tonumber(ARGV[i + 1])
+local nfair = tonumber(ARGV[i + 2])
+i = i + 3
+local fair = {}
+local checks = {}
+for k = 1, #KEYS do
+  checks[2 * k - 1] = KEYS[k]
+  checks[2 * k] = 'list'
+end
+if #KEYS > 2 * n then checks[2 * #KEYS] = 'set' end
+for _ = 1, nfair do
+  local q = tonumber(ARGV[i])
+  local f = {mode = ARGV[i + 1], field = ARGV[i + 2], max = tonumber(ARGV[i + 3]),
+             name = ARGV[i + 4], weights = {}}
+  local nw = tonumber(ARGV[i + 5])
+  i = i + 6
+  for _ = 1, nw do
+    f.weights[ARGV[i]] = tonumber(ARGV[i + 1])
+    i = i + 2
+  end
+  if f.mode == 'arg' then f.index = tonumber(f.field) + 1 end
+  f.ring = prefix .. 'kiqd:fair:' .. f.name .. ':ring'
+  f.served = prefix .. 'kiqd:fair:' .. f.name .. ':served'
+  f.list = KEYS[q] .. '@t:'
+  f.queue = f.name .. '@t:'
+  fair[q] = f
+end
+-- The ring, the served hash and the queues set are checked where they are first written
+-- (split, take), so that a fetch with nothing to split pays only for the KEYS.
+local refused = wrong_type(checks)
+if refused then return refused end
+local queues = prefix .. 'queues'
+
+-- The job's tenant: a string (at most 200 bytes) or a number; '' when there is none.
+local function tenant_of(job, f)
+  local ok, p = pcall(cjson.decode, job)
+  if not ok or type(p) ~= 'table' then return '' end
+  local v
+  if f.index then
+    local a = p['args']
+    if type(a) ~= 'table' then return '' end
+    v = a[f.index]
+  else
+    v = p[f.field]
+  end
+  if type(v) == 'string' then return string.sub(v, 1, 200) end
+  if type(v) == 'number' then return string.format('%.17g', v) end
+  return ''
+end
+
+-- Moves up to split_max jobs from the plain queue into the tenant lists, oldest first.
+local function split(q, f)
+  local popped, groups, names = {}, {}, {}
+  for _ = 1, split_max do
+    local job = redis.call('rpop', KEYS[q])
+    if not job then break end
+    popped[#popped + 1] = job
+    local t = tenant_of(job, f)
+    local g = groups[t]
+    if not g then
+      g = {}
+      groups[t] = g
+      names[#names + 1] = t
+    end
+    g[#g + 1] = job
+  end
+  if #popped == 0 then return end
+  -- Where each tenant's jobs go, decided before the first write.
+  if wrong_type({f.ring, 'list', queues, 'set'}) then
+    for k = #popped, 1, -1 do redis.call('rpush', KEYS[q], popped[k]) end
+    return
+  end
+  local ringlen = redis.call('llen', f.ring)
+  local dest, fresh = {}, {}
+  local function kind(t)
+    if fresh[t] ~= nil then return fresh[t] and 'none' or 'list' end
+    return redis.call('type', f.list .. t).ok
+  end
+  for _, t in ipairs(names) do
+    local d = t
+    local ty = kind(d)
+    if (ty == 'none' and d ~= '' and ringlen >= f.max) or (ty ~= 'none' and ty ~= 'list') then
+      d = ''
+      ty = kind(d)
+    end
+    if ty ~= 'none' and ty ~= 'list' then
+      -- Even the tenantless bucket is someone else's key: leave every job where it was.
+      for k = #popped, 1, -1 do redis.call('rpush', KEYS[q], popped[k]) end
+      return
+    end
+    if ty == 'none' and fresh[d] == nil then
+      fresh[d] = true
+      ringlen = ringlen + 1
+    elseif fresh[d] == nil then
+      fresh[d] = false
+    end
+    dest[t] = d
+  end
+  local added = {}
+  for _, t in ipairs(names) do
+    local g, d = groups[t], dest[t]
+    for s = 1, #g, 1000 do
+      redis.call('lpush', f.list .. d, unpack(g, s, math.min(s + 999, #g)))
+    end
+    if fresh[d] and not added[d] then
+      added[d] = true
+      redis.call('lpush', f.ring, d)
+      redis.call('sadd', queues, f.queue .. d)
+    end
+  end
+end
+
+-- The next job of queue q: the ring's current tenant's oldest job; moved into `move` (a
+-- working list) or popped.
+local function take(q, move)
+  local f = fair[q]
+  if not f then
+    if move then return redis.call('rpoplpush', KEYS[q], move) end
+    return redis.call('rpop', KEYS[q])
+  end
+  if not f.split then
+    f.split = true
+    split(q, f)
+  end
+  while true do
+    local t = redis.call('lindex', f.ring, -1)
+    if not t then return false end
+    local list = f.list .. t
+    local job
+    if move then job = redis.pcall('rpoplpush', list, move) else job = redis.pcall('rpop', list) end
+    if type(job) == 'table' then job = false end  -- not a list any more: forget the tenant
+    -- After the pop nothing may fail: the ring is a list (LINDEX said so), and the served
+    -- hash and the queues set, someone else's keys at worst, are written with pcall (a served
+    -- hash that is not one makes the tenant's weight 1).
+    local w = f.weights[t] or 1
+    if job and redis.call('llen', list) > 0 then
+      local served = 0
+      if w > 1 then served = redis.pcall('hincrby', f.served, t, 1) end
+      if type(served) ~= 'number' or served >= w or w <= 1 then
+        if w > 1 then redis.pcall('hdel', f.served, t) end
+        redis.call('rpoplpush', f.ring, f.ring)
+      end
+    else
+      -- Its list is empty: it leaves the ring (and Sidekiq's queue list) until its next job.
+      redis.call('rpop', f.ring)
+      redis.pcall('srem', queues, f.queue .. t)
+      if w > 1 then redis.pcall('hdel', f.served, t) end
+    end
+    if job then return job end
+  end
+end
+
+)lua" KIQD_BATCH_FETCH_LOOP;
+
+}  // namespace
+
+const char* FairFetch::script_source() {
+    return kFairFetchScript;
+}
+
+FairFetch::FairFetch(const Keys& keys, const QueueOrder& order, const FairFetchConfig& config)
+    : order_(order), script_(kFairFetchScript) {
+    std::vector<std::string> per_queue;
+    size_t count = 0;
+    const auto& names = order_.names();
+    for (size_t i = 0; i < names.size(); ++i) {
+        const FairFetchQueue* f = config.find(names[i]);
+        if (!f) continue;
+        ++count;
+        per_queue.push_back(std::to_string(i + 1));
+        per_queue.push_back(f->arg ? "arg" : "key");
+        per_queue.push_back(f->arg ? std::to_string(*f->arg) : f->key);
+        per_queue.push_back(std::to_string(f->max_tenants));
+        per_queue.push_back(f->queue);
+        per_queue.push_back(std::to_string(f->weights.size()));
+        for (const auto& [tenant, weight] : f->weights) {
+            per_queue.push_back(tenant);
+            per_queue.push_back(std::to_string(weight));
+        }
+    }
+    spec_ = {keys.prefix(), std::to_string(kSplitMax), std::to_string(count)};
+    spec_.insert(spec_.end(), per_queue.begin(), per_queue.end());
+}
+
+void FairFetch::fair_args(std::vector<std::string>& args) const {
+    // [count, n, orders...] → [count, n, m, orders..., spec...]
+    const size_t n = order_.names().size();
+    const size_t m = n ? (args.size() - 2) / n : 0;
+    args.insert(args.begin() + 2, std::to_string(m));
+    args.insert(args.end(), spec_.begin(), spec_.end());
+}
+
+std::optional<UnitOfWork> FairFetch::take_one(redis::Connection& conn, std::mt19937_64& rng,
+                                              std::vector<redis::Command>& pending,
+                                              const std::vector<std::string>& keys) const {
+    thread_local std::vector<std::string> args;
+    batch_order_args(order_, rng, 1, args);
+    fair_args(args);
+    redis::Reply reply = [&] {
+        if (pending.empty()) return script_.run(conn, keys, args);
+        try {
+            return command_after(conn, pending, script_.evalsha_command(keys, args));
+        } catch (const redis::ReplyError& e) {
+            if (!e.starts_with("NOSCRIPT")) throw;
+            return script_.run(conn, keys, args);  // pending went out already
+        }
+    }();
+    auto units = batch_units(reply, order_.names());
+    if (units.empty()) return std::nullopt;
+    return std::move(units.front());
+}
+
+}  // namespace kiqd
