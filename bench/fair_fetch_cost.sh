@@ -31,7 +31,7 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 source "$here/lib/redis.sh"
-start_redis "$(python3 "$here/lib/kiqbench.py" freeport)" "$work"
+start_redis "$(/usr/bin/python3 "$here/lib/kiqbench.py" freeport)" "$work"
 for mode in plain fair; do
     {
         echo "redis: {url: \"$redis_url\"}"
@@ -47,7 +47,7 @@ results=()
 for ((round = 1; round <= RUNS; round++)); do
     for mode in plain fair; do
         rcli flushall >/dev/null
-        python3 - "$GREEDY" "$TENANTS" "$PER_TENANT" <<'PY' | rcli --pipe >/dev/null
+        /usr/bin/python3 - "$GREEDY" "$TENANTS" "$PER_TENANT" <<'PY' | rcli --pipe >/dev/null
 import json, os, sys, time
 greedy, tenants, per = map(int, sys.argv[1:4])
 out = sys.stdout.buffer
@@ -82,10 +82,10 @@ PY
         done
         cpu1=$(rcli info cpu | awk -F: '/^used_cpu_(sys|user):/ {s += $2} END {printf "%.2f", s}')
         kill -TERM "$kiqd_pid"; wait "$kiqd_pid" || true; kiqd_pid=""
-        secs=$(python3 -c "print('%.2f' % ($t1 - $t0))")
-        rate=$(python3 -c "print('%.0f' % ($total / ($t1 - $t0)))")
-        rcpu=$(python3 -c "print('%.2f' % ($cpu1 - $cpu0))")
-        us=$(python3 -c "print('%.1f' % (1e6 * ($t1 - $t0) / $total))")
+        secs=$(/usr/bin/python3 -c "print('%.2f' % ($t1 - $t0))")
+        rate=$(/usr/bin/python3 -c "print('%.0f' % ($total / ($t1 - $t0)))")
+        rcpu=$(/usr/bin/python3 -c "print('%.2f' % ($cpu1 - $cpu0))")
+        us=$(/usr/bin/python3 -c "print('%.1f' % (1e6 * ($t1 - $t0) / $total))")
         echo "  round $round $mode: $total jobs in $secs s = $rate jobs/s, $us µs per job, Redis CPU $rcpu s" >&2
         results+=("| $mode, round $round | $total | $secs | $rate | $us | $rcpu |")
     done

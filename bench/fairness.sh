@@ -35,8 +35,8 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
-fair=("python3" "$here/lib/fairness.py")
-kiqbench=("python3" "$here/lib/kiqbench.py")
+fair=("/usr/bin/python3" "$here/lib/fairness.py")
+kiqbench=("/usr/bin/python3" "$here/lib/kiqbench.py")
 
 SMOKE=${SMOKE:-0}
 if [[ $SMOKE == 1 ]]; then
@@ -124,7 +124,7 @@ run() {  # run NAME LABEL KIQD_CONFIG PRODUCER_CONFIG
     wait "$kiqd_pid" || die "$name: kiqd exited with $?"
     kiqd_pid=""
     "${fair[@]}" analyze --port "$port" --mode "$label" --waits "$work/$name.waits" >"$work/$name.json"
-    python3 - "$work/$name.json" "$total" <<'EOF' || die "$name: checks failed"
+    /usr/bin/python3 - "$work/$name.json" "$total" <<'EOF' || die "$name: checks failed"
 import json, sys
 r = json.load(open(sys.argv[1])); total = int(sys.argv[2])
 ok = r["jobs"] == total and r["distinct_jids"] == total and r["retry"] == 0 and r["dead"] == 0
