@@ -101,7 +101,7 @@ wait_processes() {  # wait_processes N: N entries in Sidekiq's processes set
 wait_runners_idle() {  # wait_runners_idle METRICS_PORT N
     for _ in $(seq 600); do
         local n
-        n=$(curl -s "http://127.0.0.1:$1/metrics" | grep -c '^kiqd_runner_process_jobs{.*state="idle"' || true)
+        n=$(curl -s "http://127.0.0.1:$1/metrics" | grep -c '^kiqd_runner_child_state{.*state="idle"} 1' || true)
         [[ $n -ge $2 ]] && return 0
         sleep 0.1
     done

@@ -348,6 +348,71 @@ TEST_CASE("runner: quiet sends no new job; running jobs finish", "[runner]") {
     CHECK(kiqd.stop() == 0);
 }
 
+namespace {
+
+// Alive and not a zombie (kiqd's orphans are reaped by whatever init the machine has).
+bool alive(long long pid) {
+    const std::string stat = kiqd::test::read_file("/proc/" + std::to_string(pid) + "/stat");
+    const auto close = stat.rfind(')');
+    return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
+}
+
+size_t lines_in(const std::string& path) {
+    return fs::exists(path) ? kiqd::test::occurrences(kiqd::test::read_file(path), "\n") : 0;
+}
+
+}  // namespace
+
+TEST_CASE("runner: preload boots the app once and forks the children; none outlives kiqd",
+          "[runner][preload]") {
+    REQUIRE_RUBY_STACK();
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    TempDir dir;
+    auto env = app_env(server);
+    env["BOOT_LOG"] = dir.file("boots.log");
+    KiqdProcess kiqd(KIQD_BINARY, runner_config(server), {}, env);
+    enqueue(server, {{"TroubleJob", "slow", "a"}, {"TroubleJob", "slow", "b"}});
+    REQUIRE(
+        wait_until([&] { return records(conn, "started").size() == 2; }, std::chrono::seconds(60)));
+    const auto started = records(conn, "started");
+    const auto children = pids_of(started, 2);
+    CHECK(children.size() == 2);  // two processes ran them at once
+    // One boot (the master's; enqueue.rb runs without BOOT_LOG); both children are its forks.
+    REQUIRE(lines_in(dir.file("boots.log")) == 1);
+    const long long master = std::stoll(kiqd::test::read_file(dir.file("boots.log")));
+    CHECK(pids_of(started, 3) == std::set<long long>{master});
+    CHECK(kiqd.wait_for_output("forking 2 process(es)"));
+    // kill -9 of kiqd: the master and its children go with it.
+    kiqd.signal(SIGKILL);
+    kiqd.wait_exit();
+    CHECK(wait_until([&] { return !alive(master); }, std::chrono::seconds(10)));
+    for (auto pid : children)
+        CHECK(wait_until([&] { return !alive(pid); }, std::chrono::seconds(10)));
+}
+
+TEST_CASE("runner: preload: false starts each process itself", "[runner][preload]") {
+    REQUIRE_RUBY_STACK();
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    TempDir dir;
+    auto env = app_env(server);
+    env["BOOT_LOG"] = dir.file("boots.log");
+    KiqdProcess kiqd(KIQD_BINARY, runner_config(server, "    preload: false\n"), {}, env);
+    enqueue(server, {{"TroubleJob", "slow", "a"}, {"TroubleJob", "slow", "b"}});
+    REQUIRE(
+        wait_until([&] { return records(conn, "started").size() == 2; }, std::chrono::seconds(60)));
+    const auto started = records(conn, "started");
+    // Two boots, one per process; each process is kiqd's own child.
+    CHECK(lines_in(dir.file("boots.log")) == 2);
+    CHECK(pids_of(started, 2).size() == 2);
+    CHECK(pids_of(started, 3) == std::set<long long>{kiqd.pid()});
+    CHECK(kiqd.output().find("forking") == std::string::npos);
+    CHECK(kiqd.stop() == 0);
+}
+
 TEST_CASE("runner: config errors name the key", "[runner][config]") {
     auto& server = RedisServer::shared();
     auto check = [&](const std::string& extra, const std::string& expected) {
@@ -362,6 +427,7 @@ TEST_CASE("runner: config errors name the key", "[runner][config]") {
     check("runners:\n  r: {command: [x], max_jobs: -1}\n", "runners.r.max_jobs");
     check("runners:\n  r: {processes: 2}\n", "runners.r.command");
     check("runners:\n  r: {command: [x], bogus: 1}\n", "runners.r.bogus");
+    check("runners:\n  r: {command: [x], preload: maybe}\n", "runners.r.preload");
     check("runners:\n  r: {command: [x]}\nhandlers:\n  \"*\": {runner: r, lock: until_executed}\n",
           "handlers.*.lock");
     check("runners:\n  r: {command: [x]}\nhandlers:\n  A: {runner: r, exec: [y]}\n",
