@@ -103,9 +103,6 @@ struct RunnerSpec {
     long long max_jobs = 0;    // recycle a child after this many jobs; 0 = never
     long long max_rss_mb = 0;  // recycle a child whose RSS grew past this; 0 = never
     std::chrono::milliseconds boot_timeout{60000};
-    // Ask the command to boot once and fork its processes (KIQD_RUNNER_PRELOAD=1); a command
-    // that does not answer `ready` with "preload": true has its processes started one by one.
-    bool preload = true;
     int line = -1;
 };
 

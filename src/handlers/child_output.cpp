@@ -58,7 +58,8 @@ void LineSink::emit(std::string line, const LineLabels& labels) {
         if (!labels.job_class.empty()) l.field("class", labels.job_class);
         if (!labels.jid.empty()) l.field("jid", labels.jid);
         if (!labels.runner.empty()) l.field("runner", labels.runner);
-        if (labels.pid > 0) l.field("pid", std::to_string(labels.pid));
+        // ("pid" is the JSON formatter's own key: kiqd's pid.)
+        if (labels.pid > 0) l.field("runner_pid", std::to_string(labels.pid));
         log_->info(
             l.json_field("stream", stream_).message(line, fmt::format("{}: {}", stream_, line)));
     }

@@ -194,7 +194,7 @@ bool read_into(Fd& fd, LineSink& sink, const LineLabels& labels) {
 RunnerPool::RunnerPool(RunnerSpec spec, std::vector<std::string> env)
     : spec_(std::move(spec)), env_(std::move(env)) {
     slots_.resize(static_cast<size_t>(std::max(1, spec_.processes)));
-    mode_ = spec_.preload ? Mode::probe : Mode::direct;
+    mode_ = Mode::probe;
 }
 
 RunnerPool::~RunnerPool() {
@@ -671,6 +671,13 @@ void RunnerPool::release(RunnerLease& lease, RunnerRelease how) {
         std::lock_guard lock(mutex_);
         auto& c = *lease.child;
         auto& slot = slots_[c.slot];
+        // What the job printed is in the pipes before its answer (the runner writes it first):
+        // logged here, with the job's class and jid, before they are cleared. One poll(2).
+        pollfd out[2] = {{c.out.get(), POLLIN, 0}, {c.err.get(), POLLIN, 0}};
+        if (::poll(out, 2, 0) > 0) {
+            if (out[0].revents) log_output(c, false);
+            if (out[1].revents) log_output(c, true);
+        }
         c.leased = false;
         c.job_class.clear();
         c.jid.clear();

@@ -13,15 +13,15 @@
 //     a signal can never reach a reused pid.
 // One slot per `processes`: a slot holds at most one child, so the pool never has more processes
 // than configured, even while an old child is being recycled.
-// Preload (`preload: true`, the default): the supervisor first starts the command as the pool's
-// *master* (KIQD_RUNNER_PRELOAD=1). A master that answers `ready` with "preload": true has booted
-// the application once; every slot's child is then forked by it on a `fork` frame that carries
-// the child's socket and output pipes (SCM_RIGHTS), so the children share the boot
-// copy-on-write. The master reports each child's pid (`forked`) and wait status (`exited`); a
-// forked child is not kiqd's own, so it is reaped when the master says so (or, when the master
-// itself died, once its pidfd says it is gone). The master outlives its children: at stop it is
-// closed only after every slot is empty. A command that answers without "preload" becomes slot
-// 0's child and the other slots start the command themselves, as with `preload: false`.
+// Preload: the supervisor first starts the command as the pool's *master* (KIQD_RUNNER_PRELOAD=1).
+// A master that answers `ready` with "preload": true has booted the application once; every slot's
+// child is then forked by it on a `fork` frame that carries the child's socket and output pipes
+// (SCM_RIGHTS), so the children share the boot copy-on-write. The master reports each child's pid
+// (`forked`) and wait status (`exited`); a forked child is not kiqd's own, so it is reaped when the
+// master says so (or, when the master itself died, once its pidfd says it is gone). The master
+// outlives its children: at stop it is closed only after every slot is empty. A command that
+// answers without "preload" becomes slot 0's child and the other slots start the command themselves
+// (kiqd-ruby-runner --no-preload).
 #include <spdlog/logger.h>
 #include <sys/types.h>
 
@@ -137,9 +137,9 @@ class RunnerPool {
     std::condition_variable reaped_cv_;  // a child was reaped
     std::vector<Slot> slots_;
     enum class Mode { probe, fork, direct };
-    Mode mode_ = Mode::direct;  // probe: the master has not said yet whether it forks
-    Slot master_;               // the preloading master, when there is one
-    unsigned master_gen_ = 0;   // counts masters started: a forked child belongs to one
+    Mode mode_ = Mode::probe;  // probe: the first process has not said yet whether it forks
+    Slot master_;              // the preloading master, when there is one
+    unsigned master_gen_ = 0;  // counts masters started: a forked child belongs to one
     bool stopping_ = false;
     bool boot_reported_ = false;  // a boot failure was logged; the next ones are not
     int wake_fd_ = -1;            // eventfd: wakes the supervisor's poll

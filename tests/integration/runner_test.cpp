@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 
+#include "support/http_get.hpp"
 #include "support/kiqd_process.hpp"
 #include "support/redis_reads.hpp"
 #include "support/redis_server.hpp"
@@ -392,7 +393,79 @@ TEST_CASE("runner: preload boots the app once and forks the children; none outli
         CHECK(wait_until([&] { return !alive(pid); }, std::chrono::seconds(10)));
 }
 
-TEST_CASE("runner: preload: false starts each process itself", "[runner][preload]") {
+TEST_CASE("runner: children in kiqd processes, TTIN, /metrics and JSON log lines",
+          "[runner][observability]") {
+    REQUIRE_RUBY_STACK();
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    const int port = kiqd::test::free_port();
+    KiqdProcess kiqd(KIQD_BINARY,
+                     runner_config(server, "",
+                                   fmt::format("metrics: {{listen: \"127.0.0.1:{}\"}}\n"
+                                               "logging: {{format: json}}\n",
+                                               port)),
+                     {}, app_env(server));
+    // "long": busy for longer than a heartbeat; stopped and requeued by kiqd.stop().
+    const auto jids = enqueue(server, {{"PlainJob", 1, "two"}, {"TroubleJob", "long", "a"}});
+    REQUIRE(
+        wait_until([&] { return records(conn, "started").size() == 1; }, std::chrono::seconds(60)));
+    // kiqd processes --json: the busy child with its job, from the heartbeat's kiqd_runners.
+    nlohmann::json busy;
+    std::string last;
+    auto find_busy = [&] {
+        auto [status, out] =
+            run_command({KIQD_BINARY, "processes", "--json", "--redis-url", server.url()}, {});
+        last = out;
+        const auto procs =
+            nlohmann::json::parse(out.substr(std::min(out.find('['), out.size())), nullptr, false);
+        if (!procs.is_array() || procs.size() != 1) return false;
+        for (const auto& c : procs[0]["runners"])
+            if (c.value("state", "") == "busy") busy = c;
+        return busy.is_object();
+    };
+    if (!wait_until(find_busy, std::chrono::seconds(20))) FAIL("kiqd processes --json: " << last);
+    CHECK(busy["runner"] == "ruby");
+    CHECK(busy["class"] == "TroubleJob");
+    CHECK(busy["jid"] == jids[1]);
+    CHECK(busy["pid"] == records(conn, "started")[0][2]);
+    CHECK(busy["rss_kb"].get<long long>() > 0);
+    // The text form lists the children under their process.
+    auto [status, text] = run_command({KIQD_BINARY, "processes", "--redis-url", server.url()}, {});
+    CHECK(text.find("TroubleJob " + jids[1]) != std::string::npos);
+    CHECK(text.find("master") != std::string::npos);
+    // /metrics: per slot, and the master's memory.
+    const auto [code, metrics] = kiqd::test::http_get(port, "/metrics");
+    REQUIRE(code == 200);
+    CHECK(metrics.find("kiqd_runner_child_state{runner=\"ruby\",slot=\"" +
+                       busy["slot"].get<std::string>() + "\",state=\"busy\"} 1") !=
+          std::string::npos);
+    CHECK(metrics.find("kiqd_runner_child_rss_bytes{runner=\"ruby\",slot=\"master\"}") !=
+          std::string::npos);
+    CHECK(metrics.find("kiqd_runner_child_jobs_total{runner=\"ruby\",slot=\"") !=
+          std::string::npos);
+    // TTIN logs each child.
+    kiqd.signal(SIGTTIN);
+    CHECK(kiqd.wait_for_output("state=busy jobs="));
+    // The job's stdout as a JSON line with its class, jid, runner and stream.
+    nlohmann::json line;
+    if (!wait_until([&] {
+            std::istringstream lines(kiqd.output());
+            for (std::string l; std::getline(lines, l);) {
+                auto j = nlohmann::json::parse(l, nullptr, false);
+                if (j.is_object() && j.value("msg", "") == "plain job 1 two") line = j;
+            }
+            return line.is_object();
+        }))
+        FAIL(kiqd.output());
+    CHECK(line["class"] == "PlainJob");
+    CHECK(line["jid"] == jids[0]);
+    CHECK(line["runner"] == "ruby");
+    CHECK(line["stream"] == "stdout");
+    CHECK(kiqd.stop() == 0);
+}
+
+TEST_CASE("runner: --no-preload: kiqd starts each process itself", "[runner][preload]") {
     REQUIRE_RUBY_STACK();
     auto& server = RedisServer::shared();
     server.flushall();
@@ -400,7 +473,9 @@ TEST_CASE("runner: preload: false starts each process itself", "[runner][preload
     TempDir dir;
     auto env = app_env(server);
     env["BOOT_LOG"] = dir.file("boots.log");
-    KiqdProcess kiqd(KIQD_BINARY, runner_config(server, "    preload: false\n"), {}, env);
+    auto yaml = runner_config(server);
+    yaml.replace(yaml.find("\"--require\""), 11, "\"--no-preload\", \"--require\"");
+    KiqdProcess kiqd(KIQD_BINARY, yaml, {}, env);
     enqueue(server, {{"TroubleJob", "slow", "a"}, {"TroubleJob", "slow", "b"}});
     REQUIRE(
         wait_until([&] { return records(conn, "started").size() == 2; }, std::chrono::seconds(60)));
@@ -427,7 +502,6 @@ TEST_CASE("runner: config errors name the key", "[runner][config]") {
     check("runners:\n  r: {command: [x], max_jobs: -1}\n", "runners.r.max_jobs");
     check("runners:\n  r: {processes: 2}\n", "runners.r.command");
     check("runners:\n  r: {command: [x], bogus: 1}\n", "runners.r.bogus");
-    check("runners:\n  r: {command: [x], preload: maybe}\n", "runners.r.preload");
     check("runners:\n  r: {command: [x]}\nhandlers:\n  \"*\": {runner: r, lock: until_executed}\n",
           "handlers.*.lock");
     check("runners:\n  r: {command: [x]}\nhandlers:\n  A: {runner: r, exec: [y]}\n",

@@ -100,6 +100,7 @@ class TroubleJob
       io = IO.for_fd(Integer(ENV.fetch("KIQD_RUNNER_FD")), autoclose: false)
       io.write("\x00\x00\x00\x03abc")
       io.flush
+    when "long" then sleep 60 # until kiqd's shutdown stops it
     when "slow"
       sleep 3
       App.record("finished", [mode, key, Process.pid])
