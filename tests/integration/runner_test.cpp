@@ -362,6 +362,21 @@ size_t lines_in(const std::string& path) {
     return fs::exists(path) ? kiqd::test::occurrences(kiqd::test::read_file(path), "\n") : 0;
 }
 
+// The application's environment with BOOT_LOG: a line per boot of the application, in `dir`.
+std::map<std::string, std::string> boot_logged_env(const RedisServer& server, const TempDir& dir) {
+    auto env = app_env(server);
+    env["BOOT_LOG"] = dir.file("boots.log");
+    return env;
+}
+
+// Two 3 s jobs, running at once on two processes: their `started` records (mode, key, pid, ppid).
+std::vector<nlohmann::json> two_jobs_at_once(const RedisServer& server, redis::Connection& conn) {
+    enqueue(server, {{"TroubleJob", "slow", "a"}, {"TroubleJob", "slow", "b"}});
+    REQUIRE(
+        wait_until([&] { return records(conn, "started").size() == 2; }, std::chrono::seconds(60)));
+    return records(conn, "started");
+}
+
 }  // namespace
 
 TEST_CASE("runner: preload boots the app once and forks the children; none outlives kiqd",
@@ -371,13 +386,8 @@ TEST_CASE("runner: preload boots the app once and forks the children; none outli
     server.flushall();
     auto conn = server.connect();
     TempDir dir;
-    auto env = app_env(server);
-    env["BOOT_LOG"] = dir.file("boots.log");
-    KiqdProcess kiqd(KIQD_BINARY, runner_config(server), {}, env);
-    enqueue(server, {{"TroubleJob", "slow", "a"}, {"TroubleJob", "slow", "b"}});
-    REQUIRE(
-        wait_until([&] { return records(conn, "started").size() == 2; }, std::chrono::seconds(60)));
-    const auto started = records(conn, "started");
+    KiqdProcess kiqd(KIQD_BINARY, runner_config(server), {}, boot_logged_env(server, dir));
+    const auto started = two_jobs_at_once(server, conn);
     const auto children = pids_of(started, 2);
     CHECK(children.size() == 2);  // two processes ran them at once
     // One boot (the master's; enqueue.rb runs without BOOT_LOG); both children are its forks.
@@ -471,15 +481,10 @@ TEST_CASE("runner: --no-preload: kiqd starts each process itself", "[runner][pre
     server.flushall();
     auto conn = server.connect();
     TempDir dir;
-    auto env = app_env(server);
-    env["BOOT_LOG"] = dir.file("boots.log");
     auto yaml = runner_config(server);
     yaml.replace(yaml.find("\"--require\""), 11, "\"--no-preload\", \"--require\"");
-    KiqdProcess kiqd(KIQD_BINARY, yaml, {}, env);
-    enqueue(server, {{"TroubleJob", "slow", "a"}, {"TroubleJob", "slow", "b"}});
-    REQUIRE(
-        wait_until([&] { return records(conn, "started").size() == 2; }, std::chrono::seconds(60)));
-    const auto started = records(conn, "started");
+    KiqdProcess kiqd(KIQD_BINARY, yaml, {}, boot_logged_env(server, dir));
+    const auto started = two_jobs_at_once(server, conn);
     // Two boots, one per process; each process is kiqd's own child.
     CHECK(lines_in(dir.file("boots.log")) == 2);
     CHECK(pids_of(started, 2).size() == 2);
