@@ -475,6 +475,33 @@ TEST_CASE("runner: children in kiqd processes, TTIN, /metrics and JSON log lines
     CHECK(kiqd.stop() == 0);
 }
 
+TEST_CASE("runner: a killed master takes its children along and is booted again",
+          "[runner][preload]") {
+    REQUIRE_RUBY_STACK();
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    TempDir dir;
+    KiqdProcess kiqd(KIQD_BINARY, runner_config(server), {}, boot_logged_env(server, dir));
+    const auto started = two_jobs_at_once(server, conn);
+    REQUIRE(wait_until([&] { return records(conn, "finished").size() == 2; },
+                       std::chrono::seconds(30)));
+    const long long master = std::stoll(kiqd::test::read_file(dir.file("boots.log")));
+    ::kill(static_cast<pid_t>(master), SIGKILL);
+    // Its idle children die with it (PR_SET_PDEATHSIG); a new master boots and forks new ones.
+    for (auto pid : pids_of(started, 2))
+        CHECK(wait_until([&] { return !alive(pid); }, std::chrono::seconds(10)));
+    REQUIRE(
+        wait_until([&] { return lines_in(dir.file("boots.log")) == 2; }, std::chrono::seconds(30)));
+    enqueue(server, {{"PlainJob", 5, "six"}});
+    REQUIRE(
+        wait_until([&] { return records(conn, "done").size() == 1; }, std::chrono::seconds(30)));
+    CHECK(pids_of(started, 2).count(records(conn, "done")[0][5].get<long long>()) == 0);
+    CHECK(kiqd.output().find("runner=ruby master pid=" + std::to_string(master)) !=
+          std::string::npos);
+    CHECK(kiqd.stop() == 0);
+}
+
 TEST_CASE("runner: --no-preload: kiqd starts each process itself", "[runner][preload]") {
     REQUIRE_RUBY_STACK();
     auto& server = RedisServer::shared();
