@@ -502,6 +502,43 @@ TEST_CASE("runner: a killed master takes its children along and is booted again"
     CHECK(kiqd.stop() == 0);
 }
 
+TEST_CASE("runner: a Rails 6.1 application's ActiveJob job, booted once", "[runner][rails]") {
+    REQUIRE_RUBY_STACK();
+    auto [rails, version] = run_command({"/usr/bin/ruby", "-e", "require 'rails'"});
+    if (rails != 0) {
+        WARN("skipped: Debian's ruby-rails is not installed");
+        return;
+    }
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    TempDir dir;
+    const std::string app = kSource + "/tests/runners/rails_app";
+    auto yaml = runner_config(server);
+    yaml.replace(yaml.find(kApp + "/app.rb"), (kApp + "/app.rb").size(), app);
+    KiqdProcess kiqd(KIQD_BINARY, yaml, {}, boot_logged_env(server, dir));
+    auto [status, out] = run_command(
+        {"/usr/bin/ruby", "-e",
+         "require '" + app +
+             "/config/environment'; puts \"jid: #{InvoiceJob.perform_later(42).provider_job_id}\""},
+        app_env(server));
+    INFO(out);
+    REQUIRE(status == 0);
+    const std::string jid = out.substr(out.find("jid: ") + 5, 24);
+    REQUIRE(
+        wait_until([&] { return records(conn, "done").size() == 1; }, std::chrono::seconds(60)));
+    const auto done = records(conn, "done")[0];
+    CHECK(done[0] == "InvoiceJob");
+    CHECK(done[2] == 42);
+    CHECK(done[3] == jid);
+    // Rails.logger's line, under the ActiveJob class and the Sidekiq jid.
+    CHECK(kiqd.wait_for_output("class=InvoiceJob jid=" + jid));
+    CHECK(kiqd.wait_for_output("invoice 42 in development"));
+    // The master booted Rails once (the enqueuing process above had no BOOT_LOG).
+    CHECK(lines_in(dir.file("boots.log")) == 1);
+    CHECK(kiqd.stop() == 0);
+}
+
 TEST_CASE("runner: --no-preload: kiqd starts each process itself", "[runner][preload]") {
     REQUIRE_RUBY_STACK();
     auto& server = RedisServer::shared();
