@@ -377,6 +377,16 @@ std::vector<nlohmann::json> two_jobs_at_once(const RedisServer& server, redis::C
     return records(conn, "started");
 }
 
+// kiqd with `yaml` and BOOT_LOG, and two jobs running at once on its processes.
+struct TwoJobsRunning {
+    TwoJobsRunning(const RedisServer& server, redis::Connection& conn, const std::string& yaml)
+        : kiqd(KIQD_BINARY, yaml, {}, boot_logged_env(server, dir)),
+          started(two_jobs_at_once(server, conn)) {}
+    TempDir dir;
+    KiqdProcess kiqd;
+    std::vector<nlohmann::json> started;
+};
+
 }  // namespace
 
 TEST_CASE("runner: preload boots the app once and forks the children; none outlives kiqd",
@@ -385,9 +395,8 @@ TEST_CASE("runner: preload boots the app once and forks the children; none outli
     auto& server = RedisServer::shared();
     server.flushall();
     auto conn = server.connect();
-    TempDir dir;
-    KiqdProcess kiqd(KIQD_BINARY, runner_config(server), {}, boot_logged_env(server, dir));
-    const auto started = two_jobs_at_once(server, conn);
+    TwoJobsRunning run(server, conn, runner_config(server));
+    auto& [dir, kiqd, started] = run;
     const auto children = pids_of(started, 2);
     CHECK(children.size() == 2);  // two processes ran them at once
     // One boot (the master's; enqueue.rb runs without BOOT_LOG); both children are its forks.
@@ -481,9 +490,8 @@ TEST_CASE("runner: a killed master takes its children along and is booted again"
     auto& server = RedisServer::shared();
     server.flushall();
     auto conn = server.connect();
-    TempDir dir;
-    KiqdProcess kiqd(KIQD_BINARY, runner_config(server), {}, boot_logged_env(server, dir));
-    const auto started = two_jobs_at_once(server, conn);
+    TwoJobsRunning run(server, conn, runner_config(server));
+    auto& [dir, kiqd, started] = run;
     REQUIRE(wait_until([&] { return records(conn, "finished").size() == 2; },
                        std::chrono::seconds(30)));
     const long long master = std::stoll(kiqd::test::read_file(dir.file("boots.log")));
@@ -544,11 +552,10 @@ TEST_CASE("runner: --no-preload: kiqd starts each process itself", "[runner][pre
     auto& server = RedisServer::shared();
     server.flushall();
     auto conn = server.connect();
-    TempDir dir;
     auto yaml = runner_config(server);
     yaml.replace(yaml.find("\"--require\""), 11, "\"--no-preload\", \"--require\"");
-    KiqdProcess kiqd(KIQD_BINARY, yaml, {}, boot_logged_env(server, dir));
-    const auto started = two_jobs_at_once(server, conn);
+    TwoJobsRunning run(server, conn, yaml);
+    auto& [dir, kiqd, started] = run;
     // Two boots, one per process; each process is kiqd's own child.
     CHECK(lines_in(dir.file("boots.log")) == 2);
     CHECK(pids_of(started, 2).size() == 2);
