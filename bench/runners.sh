@@ -59,11 +59,14 @@ push() {
     python3 "$here/lib/push_jobs.py" "$1" "$2" | rcli --pipe >/dev/null
 }
 
-# PSS in MB of the given pids and all their descendants.
+# PSS in MB of the given pids and all their descendants (from /proc/<pid>/smaps_rollup);
+# `pss_mb --children PID...`: of the descendants only (a runner pool without kiqd itself).
 pss_mb() {
     python3 - "$@" <<'PY'
 import os, sys
-roots = set(int(p) for p in sys.argv[1:])
+args = sys.argv[1:]
+children_only = args[:1] == ["--children"]
+roots = set(int(p) for p in args[children_only:])
 children = {}
 for d in os.listdir("/proc"):
     if d.isdigit():
@@ -79,7 +82,7 @@ while todo:
         seen.add(p)
         todo += children.get(p, [])
 kb = 0
-for p in seen:
+for p in seen - (roots if children_only else set()):
     try:
         for line in open("/proc/%d/smaps_rollup" % p):
             if line.startswith("Pss:"):
@@ -101,7 +104,7 @@ wait_processes() {  # wait_processes N: N entries in Sidekiq's processes set
 wait_runners_idle() {  # wait_runners_idle METRICS_PORT N
     for _ in $(seq 600); do
         local n
-        n=$(curl -s "http://127.0.0.1:$1/metrics" | grep -c '^kiqd_runner_process_jobs{.*state="idle"' || true)
+        n=$(curl -s "http://127.0.0.1:$1/metrics" | grep -c '^kiqd_runner_child_state{.*state="idle"} 1' || true)
         [[ $n -ge $2 ]] && return 0
         sleep 0.1
     done
@@ -143,9 +146,9 @@ YAML
     pids=($!)
     wait_runners_idle "$mport" "$3"
     rate=$(CLASS=$1 drain "$2")
-    local pss; pss=$(pss_mb "${pids[@]}")
+    local pss pool; pss=$(pss_mb "${pids[@]}"); pool=$(pss_mb --children "${pids[@]}")
     stop_all
-    row "kiqd + ruby runner, processes $3, $1" "$rate" "$pss" "concurrency $CONCURRENCY"
+    row "kiqd + ruby runner, processes $3, $1" "$rate" "$pss" "concurrency $CONCURRENCY; runner pool alone (master + processes) $pool MB"
 }
 
 run_sidekiq() {  # run_sidekiq CLASS N PROCESSES

@@ -10,6 +10,23 @@
 
 namespace kiqd::admin {
 
+namespace {
+
+// A process's runner children (its `kiqd_runners` field); an empty array when it has none or
+// the field is not the array kiqd writes.
+ojson runner_children(const ProcessInfo& p) {
+    auto a = ojson::parse(p.runners, nullptr, false);
+    return a.is_array() ? a : ojson::array();
+}
+
+std::string text_of(const ojson& row, const char* key) {
+    auto it = row.find(key);
+    if (it == row.end()) return "";
+    return it->is_string() ? it->get<std::string>() : it->dump();
+}
+
+}  // namespace
+
 int cmd_processes(redis::Connection& conn, const Keys& keys, const Request& r, std::ostream& out) {
     const auto procs = fetch_processes(conn, keys);
     const double now = epoch_seconds();
@@ -17,6 +34,7 @@ int cmd_processes(redis::Connection& conn, const Keys& keys, const Request& r, s
         ojson a = ojson::array();
         for (const auto& p : procs)
             a.push_back({{"identity", p.identity},
+                         {"runners", runner_children(p)},
                          {"hostname", p.hostname},
                          {"pid", p.pid},
                          {"tag", p.tag},
@@ -41,6 +59,23 @@ int cmd_processes(redis::Connection& conn, const Keys& keys, const Request& r, s
                         p.quiet ? "yes" : "no", join(p.queues, ","), utc_time(p.started_at)});
     print_table(out, {"IDENTITY", "TAG", "BUSY", "RSS", "LAST BEAT", "QUIET", "QUEUES", "STARTED"},
                 rows, !r.no_headers);
+    // The runner children, under their processes (only when some process has any).
+    std::vector<std::vector<std::string>> children;
+    for (const auto& p : procs)
+        for (const auto& c : runner_children(p)) {
+            if (!c.is_object()) continue;
+            const auto rss = c.value("rss_kb", 0LL);
+            const std::string job =
+                c.contains("jid") ? text_of(c, "class") + " " + text_of(c, "jid") : "";
+            children.push_back({p.identity, text_of(c, "runner"), text_of(c, "slot"),
+                                text_of(c, "pid"), text_of(c, "state"), text_of(c, "jobs"),
+                                fixed(static_cast<double>(rss) / 1024.0, 1) + " MB", job});
+        }
+    if (!children.empty()) {
+        out << "\n";
+        print_table(out, {"PROCESS", "RUNNER", "SLOT", "PID", "STATE", "JOBS", "RSS", "JOB"},
+                    children, !r.no_headers);
+    }
     return 0;
 }
 

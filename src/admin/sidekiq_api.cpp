@@ -175,7 +175,8 @@ std::vector<ProcessInfo> fetch_processes(redis::Connection& conn, const Keys& ke
     if (ids.empty()) return out;
     std::vector<redis::Command> cmds;
     for (const auto& id : ids)
-        cmds.push_back({"HMGET", keys.process(id), "info", "busy", "beat", "quiet", "rss"});
+        cmds.push_back(
+            {"HMGET", keys.process(id), "info", "busy", "beat", "quiet", "rss", "kiqd_runners"});
     auto replies = conn.pipeline(cmds);
     for (size_t i = 0; i < ids.size(); ++i) {
         const auto& h = replies[i];
@@ -199,6 +200,7 @@ std::vector<ProcessInfo> fetch_processes(redis::Connection& conn, const Keys& ke
         p.beat = to_double(h[2].optional_str());
         p.quiet = h[3].optional_str() == "true";
         p.rss_kb = to_ll(h[4].optional_str());
+        if (auto runners = h[5].optional_str()) p.runners = std::string(*runners);
         out.push_back(std::move(p));
     }
     return out;

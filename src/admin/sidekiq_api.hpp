@@ -38,6 +38,7 @@ struct ProcessInfo {
     long long concurrency = 0, busy = 0, rss_kb = 0;
     double beat = 0.0, started_at = 0.0;  // epoch seconds
     bool quiet = false;
+    std::string runners;  // kiqd's `kiqd_runners` field: its runner children as JSON ("": none)
 };
 
 // One member of the retry or dead set.

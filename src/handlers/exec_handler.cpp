@@ -22,6 +22,7 @@
 #include "common/log_fields.hpp"
 #include "common/outcome_counters.hpp"
 #include "handlers/child_environment.hpp"
+#include "handlers/child_output.hpp"
 #include "handlers/child_spawn.hpp"
 #include "handlers/unique_fd.hpp"
 #include "kiqd/deadline.hpp"
@@ -55,80 +56,6 @@ bool is_executable_file(const std::string& path) {
     return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
            ::access(path.c_str(), X_OK) == 0;
 }
-
-bool is_continuation(char c) {
-    return (static_cast<unsigned char>(c) & 0xC0) == 0x80;
-}
-
-// Splits a child's output into lines for the log, and keeps the tail of stderr.
-class LineSink {
-  public:
-    LineSink(const char* stream, size_t max_line, const Job& job, spdlog::logger& log,
-             std::deque<std::string>* tail, size_t tail_lines, size_t tail_bytes)
-        : stream_(stream),
-          max_line_(max_line),
-          job_(job),
-          log_(log),
-          tail_(tail),
-          tail_lines_(tail_lines),
-          tail_bytes_(tail_bytes) {}
-
-    void feed(const char* data, size_t n) {
-        buf_.append(data, n);
-        size_t start = 0;
-        for (;;) {
-            size_t nl = buf_.find('\n', start);
-            if (nl == std::string::npos) {
-                if (buf_.size() - start >= max_line_) {
-                    // Cut before a UTF-8 continuation byte rather than through a character.
-                    size_t piece = max_line_;
-                    for (int back = 0;
-                         back < 3 && piece > 1 && is_continuation(buf_[start + piece]); ++back)
-                        --piece;
-                    emit(buf_.substr(start, piece));
-                    start += piece;
-                    continue;
-                }
-                break;
-            }
-            emit(buf_.substr(start, nl - start));
-            start = nl + 1;
-        }
-        buf_.erase(0, start);
-    }
-    void finish() {
-        if (!buf_.empty()) emit(std::move(buf_));
-        buf_.clear();
-    }
-
-  private:
-    void emit(std::string line) {
-        if (!line.empty() && line.back() == '\r') line.pop_back();
-        log_.info(LogLine()
-                      .field("class", job_.display_class())
-                      .field("jid", job_.jid)
-                      .json_field("stream", stream_)
-                      .message(line, fmt::format("{}: {}", stream_, line)));
-        if (!tail_) return;
-        tail_->push_back(std::move(line));
-        size_t bytes = 0;
-        for (const auto& l : *tail_) bytes += l.size() + 1;
-        while (tail_->size() > 1 && (tail_->size() > tail_lines_ || bytes > tail_bytes_)) {
-            bytes -= tail_->front().size() + 1;
-            tail_->pop_front();
-        }
-        if (tail_->size() == 1 && tail_->front().size() > tail_bytes_)
-            tail_->front().erase(0, tail_->front().size() - tail_bytes_);
-    }
-
-    const char* stream_;
-    size_t max_line_;
-    const Job& job_;
-    spdlog::logger& log_;
-    std::deque<std::string>* tail_;
-    size_t tail_lines_, tail_bytes_;
-    std::string buf_;
-};
 
 // The process groups of every command running now, so that a process about to exit can kill
 // what its stuck threads could not (kill_exec_children). Any thread.
@@ -254,9 +181,10 @@ void ExecRunner::operator()(const Job& job, JobContext& ctx) const {
                   command_line_);
 
     std::deque<std::string> stderr_tail;
-    LineSink out_sink("stdout", limits_.max_log_line_bytes, job, ctx.log, nullptr, 0, 0);
-    LineSink err_sink("stderr", limits_.max_log_line_bytes, job, ctx.log, &stderr_tail,
+    LineSink out_sink("stdout", limits_.max_log_line_bytes, &ctx.log);
+    LineSink err_sink("stderr", limits_.max_log_line_bytes, &ctx.log, &stderr_tail,
                       limits_.stderr_tail_lines, limits_.stderr_tail_bytes);
+    const LineLabels labels{job.display_class(), job.jid, {}, 0};
 
     const std::string& payload = job.raw;
     size_t written = 0;
@@ -277,7 +205,7 @@ void ExecRunner::operator()(const Job& job, JobContext& ctx) const {
         for (int reads = 0; reads < 16; ++reads) {
             ssize_t n = ::read(fd.get(), buf, sizeof buf);
             if (n > 0) {
-                sink.feed(buf, static_cast<size_t>(n));
+                sink.feed(buf, static_cast<size_t>(n), labels);
                 if (static_cast<size_t>(n) < sizeof buf) return;
                 continue;
             }
@@ -378,8 +306,8 @@ void ExecRunner::operator()(const Job& job, JobContext& ctx) const {
             }
         }
     }
-    out_sink.finish();
-    err_sink.finish();
+    out_sink.finish(labels);
+    err_sink.finish(labels);
 
     const double elapsed = std::chrono::duration<double>(Steady::now() - started).count();
     auto tail_text = [&] {

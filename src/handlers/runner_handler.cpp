@@ -53,6 +53,10 @@ Exchange exchange(RunnerPool& pool, const RunnerLease& lease, const std::string&
     auto kill_at = Clock::time_point::max();
     bool stopping = false, timed_out = false, killed = false;
     char buf[65536];
+    // The request usually fits the socket's buffer: sent at once, the loop only waits for the
+    // answer (one poll per job instead of two).
+    if (const ssize_t w = ::send(lease.socket, request.data(), request.size(), MSG_NOSIGNAL); w > 0)
+        written = static_cast<size_t>(w);
     for (;;) {
         const auto now = Clock::now();
         if (!stopping && !timed_out && stop.stop_requested()) {
@@ -289,22 +293,64 @@ const RunnerPools* active_runner_pools() {
     return g_active.load();
 }
 
+std::string runner_slot_label(const RunnerChildInfo& c) {
+    return c.slot < 0 ? "master" : std::to_string(c.slot);
+}
+
 void render_runner_metrics(std::string& out) {
     const RunnerPools* pools = active_runner_pools();
     if (!pools) return;
     const auto children = pools->snapshot();
+    // Labelled by slot, not pid: a recycled child's successor continues its series (its jobs
+    // counter restarts, which Prometheus reads as a counter reset).
     out +=
-        "# HELP kiqd_runner_process_jobs Jobs a runner process has run since it started.\n"
-        "# TYPE kiqd_runner_process_jobs gauge\n";
+        "# HELP kiqd_runner_child_jobs_total Jobs the runner process in a slot has run since it "
+        "started.\n"
+        "# TYPE kiqd_runner_child_jobs_total counter\n";
     for (const auto& c : children)
-        out += fmt::format("kiqd_runner_process_jobs{{runner=\"{}\",pid=\"{}\",state=\"{}\"}} {}\n",
-                           c.runner, c.pid, c.state, c.jobs);
+        if (c.slot >= 0)
+            out += fmt::format("kiqd_runner_child_jobs_total{{runner=\"{}\",slot=\"{}\"}} {}\n",
+                               c.runner, c.slot, c.jobs);
     out +=
-        "# HELP kiqd_runner_process_rss_bytes Resident memory of a runner process.\n"
-        "# TYPE kiqd_runner_process_rss_bytes gauge\n";
+        "# HELP kiqd_runner_child_rss_bytes Resident memory of a runner process (slot \"master\": "
+        "the preloading master).\n"
+        "# TYPE kiqd_runner_child_rss_bytes gauge\n";
     for (const auto& c : children)
-        out += fmt::format("kiqd_runner_process_rss_bytes{{runner=\"{}\",pid=\"{}\"}} {}\n",
-                           c.runner, c.pid, c.rss_bytes);
+        out += fmt::format("kiqd_runner_child_rss_bytes{{runner=\"{}\",slot=\"{}\"}} {}\n",
+                           c.runner, runner_slot_label(c), c.rss_bytes);
+    out +=
+        "# HELP kiqd_runner_child_pid The pid of the runner process in a slot.\n"
+        "# TYPE kiqd_runner_child_pid gauge\n";
+    for (const auto& c : children)
+        out += fmt::format("kiqd_runner_child_pid{{runner=\"{}\",slot=\"{}\"}} {}\n", c.runner,
+                           runner_slot_label(c), c.pid);
+    out +=
+        "# HELP kiqd_runner_child_state 1 for the state the runner process in a slot is in.\n"
+        "# TYPE kiqd_runner_child_state gauge\n";
+    for (const auto& c : children) {
+        if (c.slot < 0) continue;
+        for (const char* state : {"booting", "idle", "busy", "stopping"})
+            out += fmt::format(
+                "kiqd_runner_child_state{{runner=\"{}\",slot=\"{}\",state=\"{}\"}} {}\n", c.runner,
+                c.slot, state, c.state == state ? 1 : 0);
+    }
+}
+
+std::string runner_children_json() {
+    const RunnerPools* pools = active_runner_pools();
+    if (!pools) return "";
+    nlohmann::json a = nlohmann::json::array();
+    for (const auto& c : pools->snapshot()) {
+        nlohmann::json row{{"runner", c.runner}, {"slot", runner_slot_label(c)},
+                           {"pid", c.pid},       {"state", c.state},
+                           {"jobs", c.jobs},     {"rss_kb", c.rss_bytes / 1024}};
+        if (!c.jid.empty()) {
+            row["class"] = c.job_class;
+            row["jid"] = c.jid;
+        }
+        a.push_back(std::move(row));
+    }
+    return a.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace kiqd

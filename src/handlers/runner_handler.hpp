@@ -81,8 +81,15 @@ bool is_runner_handler(const Handler& handler);
 // RunnerPools::start, cleared by stop.
 const RunnerPools* active_runner_pools();
 
-// Prometheus gauges of every runner child of the running daemon (kiqd_runner_process_*), appended
-// to `out`; nothing without runners. The metrics thread.
+// Prometheus series of every runner child of the running daemon (kiqd_runner_child_*, by runner
+// and slot), appended to `out`; nothing without runners. The metrics thread.
 void render_runner_metrics(std::string& out);
+
+// "master" for a pool's master, else the slot number.
+std::string runner_slot_label(const RunnerChildInfo& c);
+
+// The runner children as the JSON array the heartbeat publishes in the process's hash
+// (`kiqd_runners`, read by `kiqd processes`); "" without runners. Any thread.
+std::string runner_children_json();
 
 }  // namespace kiqd

@@ -14,7 +14,9 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
+#include "handlers/child_output.hpp"
 #include "handlers/child_spawn.hpp"
 #include "handlers/runner_protocol.hpp"
 #include "handlers/unique_fd.hpp"
@@ -27,7 +29,16 @@ using Clock = RunnerPool::Clock;
 
 enum class ChildState { booting, idle, busy, stopping };
 
+namespace {
+constexpr size_t kTailLines = 20;
+constexpr size_t kTailBytes = 4096;
+constexpr size_t kMaxLine = 8192;
+}  // namespace
+
 struct RunnerChild {
+    explicit RunnerChild(spdlog::logger* log)
+        : out_lines("stdout", kMaxLine, log),
+          err_lines("stderr", kMaxLine, log, &err_tail, kTailLines, kTailBytes) {}
     size_t slot = 0;
     pid_t pid = -1;
     Fd sock, out, err, pidfd;
@@ -39,17 +50,19 @@ struct RunnerChild {
     Clock::time_point boot_deadline{}, term_at = Clock::time_point::max(),
                                        kill_at = Clock::time_point::max();
     bool term_sent = false, kill_sent = false;
-    std::string out_partial, err_partial;
     std::deque<std::string> err_tail;
-    runner::FrameReader boot_reader;
+    LineSink out_lines, err_lines;
+    runner::FrameReader boot_reader;  // the ready greeting (and, for a master, what follows)
     std::string job_class, jid;
+    // Forked by the pool's master (not kiqd's own child): pid is -1 until the master's `forked`,
+    // and the wait status is what its `exited` says.
+    bool forked = false;
+    unsigned master_gen = 0;
+    std::optional<int> exit_status;
 };
 
 namespace {
 
-constexpr size_t kTailLines = 20;
-constexpr size_t kTailBytes = 4096;
-constexpr size_t kMaxLine = 8192;
 const milliseconds kRetireGrace{5000};  // end of file → SIGTERM, and SIGTERM → SIGKILL
 
 milliseconds backoff(int failures) {
@@ -88,7 +101,9 @@ struct Started {
     Fd sock, out, err;
 };
 
-Started spawn_runner(const RunnerSpec& spec, const std::vector<std::string>& env) {
+// `preload`: started as a pool's master (KIQD_RUNNER_PRELOAD=1).
+Started spawn_runner(const RunnerSpec& spec, const std::vector<std::string>& env,
+                     bool preload = false) {
     Started s;
     int sv[2], po[2], pe[2];
     if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
@@ -105,6 +120,7 @@ Started spawn_runner(const RunnerSpec& spec, const std::vector<std::string>& env
     std::vector<std::string> envs = env;
     envs.push_back("KIQD_RUNNER_FD=3");
     envs.push_back("KIQD_RUNNER_NAME=" + spec.name);
+    if (preload) envs.push_back("KIQD_RUNNER_PRELOAD=1");
     std::vector<char*> envp, argv;
     for (auto& e : envs) envp.push_back(e.data());
     envp.push_back(nullptr);
@@ -125,44 +141,52 @@ Started spawn_runner(const RunnerSpec& spec, const std::vector<std::string>& env
     return s;
 }
 
+// Sends one small frame with descriptors attached (SCM_RIGHTS). False unless all of it went.
+bool send_with_fds(int sock, const std::string& frame, const std::vector<int>& fds) {
+    iovec iov{const_cast<char*>(frame.data()), frame.size()};
+    std::vector<char> control(CMSG_SPACE(sizeof(int) * fds.size()), 0);
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.data();
+    msg.msg_controllen = control.size();
+    cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+    cmsg->cmsg_level = SOL_SOCKET;
+    cmsg->cmsg_type = SCM_RIGHTS;
+    cmsg->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    std::memcpy(CMSG_DATA(cmsg), fds.data(), sizeof(int) * fds.size());
+    ssize_t n;
+    while ((n = ::sendmsg(sock, &msg, MSG_NOSIGNAL)) < 0 && errno == EINTR) {
+    }
+    return n == static_cast<ssize_t>(frame.size());
+}
+
+// Whether a process that is not kiqd's child (so cannot be waited for) is gone.
+bool process_gone(const RunnerChild& c) {
+    if (c.pid <= 0) return true;
+    if (c.pidfd.open()) {
+        pollfd p{c.pidfd.get(), POLLIN, 0};
+        return ::poll(&p, 1, 0) > 0;
+    }
+    return ::kill(c.pid, 0) != 0 && errno == ESRCH;
+}
+
 // Reads what `fd` has (a bounded amount per call, so a flooding child cannot starve the others)
-// and cuts it into lines; `line` gets each. False at end of file or on an error.
-template <class OnLine>
-bool read_lines(Fd& fd, std::string& partial, OnLine&& line) {
+// into `sink`. False at end of file or on an error (the descriptor is closed then).
+bool read_into(Fd& fd, LineSink& sink, const LineLabels& labels) {
     char buf[16384];
     for (int reads = 0; reads < 8; ++reads) {
         const ssize_t n = ::read(fd.get(), buf, sizeof buf);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && errno == EAGAIN) return true;
         if (n <= 0) {
-            if (!partial.empty()) line(std::exchange(partial, {}));
+            sink.finish(labels);
             fd.reset();
             return false;
         }
-        partial.append(buf, static_cast<size_t>(n));
-        size_t start = 0;
-        for (size_t nl; (nl = partial.find('\n', start)) != std::string::npos; start = nl + 1) {
-            std::string l = partial.substr(start, nl - start);
-            if (!l.empty() && l.back() == '\r') l.pop_back();
-            line(std::move(l));
-        }
-        partial.erase(0, start);
-        while (partial.size() >= kMaxLine) {
-            line(partial.substr(0, kMaxLine));
-            partial.erase(0, kMaxLine);
-        }
+        sink.feed(buf, static_cast<size_t>(n), labels);
     }
     return true;
-}
-
-void keep_tail(std::deque<std::string>& tail, const std::string& line) {
-    tail.push_back(line.size() > kTailBytes ? line.substr(line.size() - kTailBytes) : line);
-    size_t bytes = 0;
-    for (const auto& l : tail) bytes += l.size() + 1;
-    while (tail.size() > 1 && (tail.size() > kTailLines || bytes > kTailBytes)) {
-        bytes -= tail.front().size() + 1;
-        tail.pop_front();
-    }
 }
 
 }  // namespace
@@ -170,6 +194,7 @@ void keep_tail(std::deque<std::string>& tail, const std::string& line) {
 RunnerPool::RunnerPool(RunnerSpec spec, std::vector<std::string> env)
     : spec_(std::move(spec)), env_(std::move(env)) {
     slots_.resize(static_cast<size_t>(std::max(1, spec_.processes)));
+    mode_ = Mode::probe;
 }
 
 RunnerPool::~RunnerPool() {
@@ -213,15 +238,18 @@ void RunnerPool::stop(milliseconds grace) {
 }
 
 void RunnerPool::start_child(Slot& slot) {
-    Started s = spawn_runner(spec_, env_);
+    const bool is_master = &slot == &master_;
+    if (!is_master && mode_ == Mode::fork) return fork_child(slot);
+    if (is_master) ++master_gen_;
+    Started s = spawn_runner(spec_, env_, is_master);
     if (s.error != 0) {
         slot.child.reset();
         boot_failed(slot,
                     fmt::format("cannot start {}: {}", spec_.argv[0], std::strerror(s.error)));
         return;
     }
-    auto c = std::make_shared<RunnerChild>();
-    c->slot = static_cast<size_t>(&slot - slots_.data());
+    auto c = std::make_shared<RunnerChild>(log_);
+    c->slot = is_master ? kMaster : static_cast<size_t>(&slot - slots_.data());
     c->pid = s.pid;
     c->sock = std::move(s.sock);
     c->out = std::move(s.out);
@@ -229,7 +257,123 @@ void RunnerPool::start_child(Slot& slot) {
     c->pidfd = Fd(open_pidfd(s.pid));
     c->boot_deadline = saturating_deadline(Clock::now(), spec_.boot_timeout);
     slot.child = std::move(c);
-    log_->debug("runner={} started pid {}: {}", spec_.name, s.pid, fmt::join(spec_.argv, " "));
+    log_->debug("runner={} started {}pid {}: {}", spec_.name, is_master ? "master " : "", s.pid,
+                fmt::join(spec_.argv, " "));
+}
+
+void RunnerPool::fork_child(Slot& slot) {
+    auto& m = *master_.child;
+    const size_t index = static_cast<size_t>(&slot - slots_.data());
+    int sv[2], po[2] = {-1, -1}, pe[2] = {-1, -1};
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+        note_failure(slot);
+        return;
+    }
+    Fd mine(sv[0]), theirs(sv[1]);
+    const bool piped = ::pipe2(po, O_CLOEXEC) == 0 && ::pipe2(pe, O_CLOEXEC) == 0;
+    Fd out_r(po[0]), out_w(po[1]), err_r(pe[0]), err_w(pe[1]);
+    if (!piped) {
+        note_failure(slot);
+        return;
+    }
+    // kiqd's copies of the child's ends are closed once sent: the child (and, until it forks,
+    // the master) holds the only ones, so their end of file is the child's.
+    if (!send_with_fds(m.sock.get(),
+                       runner::encode_frame("fork", fmt::format("{{\"slot\":{}}}", index)),
+                       {theirs.get(), out_w.get(), err_w.get()})) {
+        log_->warn("runner={} master pid={} does not take fork requests ({}): replacing it",
+                   spec_.name, m.pid, std::strerror(errno));
+        note_failure(master_);
+        kill_now(m);
+        return;
+    }
+    for (int fd : {mine.get(), out_r.get(), err_r.get()}) set_nonblocking(fd);
+    auto c = std::make_shared<RunnerChild>(log_);
+    c->slot = index;
+    c->forked = true;
+    c->master_gen = master_gen_;
+    c->sock = std::move(mine);
+    c->out = std::move(out_r);
+    c->err = std::move(err_r);
+    c->boot_deadline = saturating_deadline(Clock::now(), spec_.boot_timeout);
+    slot.child = std::move(c);
+}
+
+void RunnerPool::master_ready(const runner::Ready& ready) {
+    auto& m = master_.child;
+    if (ready.preload) {
+        mode_ = Mode::fork;
+        m->state = ChildState::idle;
+        master_.failures = 0;
+        log_->info("runner={} master pid={} booted ({}): forking {} process(es)", spec_.name,
+                   m->pid, ready.runner, slots_.size());
+        return;
+    }
+    // Not a preloading runner: it is the first process, and the others start as it did.
+    mode_ = Mode::direct;
+    log_->info("runner={} pid={} ready ({}); it does not preload: processes start one by one",
+               spec_.name, m->pid, ready.runner);
+    if (slots_[0].child) {
+        kill_now(*m);
+        return;
+    }
+    m->slot = 0;
+    m->state = ChildState::idle;
+    slots_[0].child = std::move(m);
+    idle_cv_.notify_one();
+}
+
+bool RunnerPool::master_alive_for(const RunnerChild& c) const {
+    return master_.child && !master_.child->reaped && c.master_gen == master_gen_;
+}
+
+void RunnerPool::master_frames() {
+    auto& m = *master_.child;
+    char buf[4096];
+    bool eof = false;
+    for (;;) {
+        const ssize_t n = ::read(m.sock.get(), buf, sizeof buf);
+        if (n > 0) {
+            m.boot_reader.feed(buf, static_cast<size_t>(n));
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        eof = !(n < 0 && errno == EAGAIN);
+        break;
+    }
+    std::string problem;
+    while (auto frame = m.boot_reader.next()) {
+        const auto j = nlohmann::json::parse(frame->data, nullptr, false);
+        const long long pid = j.is_object() ? j.value("pid", 0LL) : 0;
+        if (frame->type == "forked" && j.is_object() && pid > 0) {
+            const auto index = j.value("slot", static_cast<size_t>(-1));
+            if (index >= slots_.size()) continue;
+            auto& c = slots_[index].child;
+            if (!c || !c->forked || c->pid > 0 || c->master_gen != master_gen_) continue;
+            c->pid = static_cast<pid_t>(pid);
+            c->pidfd = Fd(open_pidfd(c->pid));
+            log_->debug("runner={} master pid={} forked pid {}", spec_.name, m.pid, pid);
+        } else if (frame->type == "exited" && j.is_object() && pid > 0) {
+            for (auto& slot : slots_) {
+                auto& c = slot.child;
+                if (!c || !c->forked || c->pid != pid || c->master_gen != master_gen_ ||
+                    c->exit_status)
+                    continue;
+                c->exit_status = j.value("status", 0);
+                reap(slot);
+            }
+        } else {
+            problem = "an unexpected '" + frame->type.substr(0, 32) + "' frame";
+            break;
+        }
+    }
+    if (problem.empty() && m.boot_reader.malformed()) problem = m.boot_reader.error();
+    if (problem.empty() && eof) problem = "end of file";
+    if (problem.empty()) return;
+    log_->warn("runner={} master pid={} sent {}: replacing it (its processes go with it)",
+               spec_.name, m.pid, problem);
+    note_failure(master_);
+    kill_now(m);
 }
 
 void RunnerPool::note_failure(Slot& slot) {
@@ -262,22 +406,30 @@ void RunnerPool::retire(RunnerChild& c, const char* why) {
 void RunnerPool::log_output(RunnerChild& c, bool is_err) {
     Fd& fd = is_err ? c.err : c.out;
     if (!fd.open()) return;
-    read_lines(fd, is_err ? c.err_partial : c.out_partial, [&](std::string line) {
-        const char* stream = is_err ? "stderr" : "stdout";
-        if (c.state == ChildState::busy)
-            log_->info("class={} jid={} runner={} pid={} {}: {}", c.job_class, c.jid, spec_.name,
-                       c.pid, stream, line);
-        else
-            log_->info("runner={} pid={} {}: {}", spec_.name, c.pid, stream, line);
-        if (is_err) keep_tail(c.err_tail, line);
-    });
+    const bool busy = c.state == ChildState::busy;
+    const LineLabels labels{busy ? std::string_view(c.job_class) : std::string_view(),
+                            busy ? std::string_view(c.jid) : std::string_view(), spec_.name, c.pid};
+    read_into(fd, is_err ? c.err_lines : c.out_lines, labels);
 }
 
 bool RunnerPool::reap(Slot& slot) {
     auto& c = *slot.child;
     if (c.reaped) return true;
     int status = 0;
-    if (::waitpid(c.pid, &status, WNOHANG) != c.pid) return false;
+    if (c.forked) {
+        if (!c.exit_status && !master_alive_for(c)) {
+            // Its master, and with it the reports, is gone; the child died with the master
+            // (PR_SET_PDEATHSIG) or is killed here.
+            if (process_gone(c))
+                c.exit_status = SIGKILL;  // the wait status of "killed by SIGKILL"
+            else
+                signal_group(c, SIGKILL);
+        }
+        if (!c.exit_status) return false;
+        status = *c.exit_status;
+    } else if (::waitpid(c.pid, &status, WNOHANG) != c.pid) {
+        return false;
+    }
     c.reaped = true;
     c.status = status;
     c.pidfd.reset();
@@ -295,8 +447,9 @@ bool RunnerPool::reap(Slot& slot) {
                                       describe_wait_status(status), tail_text(c.err_tail)));
     } else if (c.state == ChildState::idle) {
         note_failure(slot);
-        log_->warn("runner={} pid={} {} while idle{}", spec_.name, c.pid,
-                   describe_wait_status(status), tail_text(c.err_tail));
+        log_->warn("runner={} {}pid={} {} while idle{}", spec_.name,
+                   &slot == &master_ ? "master " : "", c.pid, describe_wait_status(status),
+                   tail_text(c.err_tail));
         c.state = ChildState::stopping;
     }
     return true;
@@ -314,57 +467,82 @@ void RunnerPool::supervise() noexcept {
     for (;;) {
         std::unique_lock lock(mutex_);
         const auto now = Clock::now();
-        bool all_gone = true;
+        bool slots_gone = true;
         auto next = now + milliseconds(1000);
-        for (auto& slot : slots_) {
+        const bool master_idle =
+            master_.child && !master_.child->reaped && master_.child->state == ChildState::idle;
+        auto visit = [&](Slot& slot, bool is_master) {
             // A reaped child's slot frees up once its leaseholder (if any) has let it go.
             if (slot.child && slot.child->reaped && !slot.child->leased) slot.child.reset();
-            if (!slot.child && !stopping_) {
+            // The master starts first; the slots' children are forked once it is ready.
+            const bool may_start =
+                is_master ? mode_ != Mode::direct
+                          : mode_ == Mode::direct || (mode_ == Mode::fork && master_idle);
+            if (!slot.child && !stopping_ && may_start) {
                 if (now >= slot.start_at)
                     start_child(slot);
                 else
                     next = std::min(next, slot.start_at);
             }
-            if (!slot.child) continue;
+            if (!slot.child) return;
             auto& c = *slot.child;
-            if (!c.reaped) all_gone = false;
+            if (!c.reaped && !is_master) slots_gone = false;
             if (c.state == ChildState::booting && now >= c.boot_deadline) {
-                signal_group(c, SIGKILL);
-                c.state = ChildState::stopping;
+                kill_now(c);
                 boot_failed(
                     slot, fmt::format("pid {} sent no ready within {} s{}", c.pid,
                                       spec_.boot_timeout.count() / 1000.0, tail_text(c.err_tail)));
             }
             if (c.state == ChildState::stopping && !c.reaped) {
-                if (!c.term_sent && now >= c.term_at) {
+                // A forked child without a pid yet is signalled once the master names it.
+                if (!c.term_sent && now >= c.term_at && c.pid > 0) {
                     signal_group(c, SIGTERM);
                     c.term_sent = true;
                 }
                 if (now >= c.kill_at) signal_group(c, SIGKILL);
             }
             if (c.state == ChildState::booting) next = std::min(next, c.boot_deadline);
-            if (!c.term_sent) next = std::min(next, c.term_at);
-            next = std::min(next, c.kill_at);
-        }
-        if (stopping_ && all_gone) {
-            // Everything is reaped; release what is left.
-            for (auto& slot : slots_)
-                if (slot.child && !slot.child->leased) slot.child.reset();
-            return;
+            if (!c.term_sent) next = std::min(next, std::max(c.term_at, now + milliseconds(5)));
+            next = std::min(next, std::max(c.kill_at, now + milliseconds(5)));
+        };
+        visit(master_, true);
+        for (auto& slot : slots_) visit(slot, false);
+        if (stopping_ && slots_gone) {
+            // The master goes last: its children die with it.
+            auto& m = master_.child;
+            if (m && !m->reaped && m->state != ChildState::stopping) {
+                m->state = ChildState::stopping;
+                ::shutdown(m->sock.get(), SHUT_RDWR);
+                m->term_at = now + kRetireGrace;
+                m->kill_at = now + 2 * kRetireGrace;
+                next = now;
+            }
+            if (!m || m->reaped) {
+                // Everything is reaped; release what is left.
+                for (auto& slot : slots_)
+                    if (slot.child && !slot.child->leased) slot.child.reset();
+                master_.child.reset();
+                return;
+            }
         }
         fds.clear();
         refs.clear();
         fds.push_back({wake_fd_, POLLIN, 0});
         refs.push_back({0, -1});
-        for (size_t i = 0; i < slots_.size(); ++i) {
-            auto& c = slots_[i].child;
-            if (!c) continue;
+        auto watch = [&](size_t i, const std::shared_ptr<RunnerChild>& c) {
+            if (!c) return;
             if (c->out.open()) fds.push_back({c->out.get(), POLLIN, 0}), refs.push_back({i, 0});
             if (c->err.open()) fds.push_back({c->err.get(), POLLIN, 0}), refs.push_back({i, 1});
             if (c->pidfd.open()) fds.push_back({c->pidfd.get(), POLLIN, 0}), refs.push_back({i, 2});
-            if (!c->leased && (c->state == ChildState::booting || c->state == ChildState::idle))
+            // An idle child's socket is not watched here (acquire looks at it before a job):
+            // watching it would wake this thread twice per job, for the reply a leaseholder
+            // reads and for the release. The master's is: its forked/exited reports.
+            const bool master_idle = i == kMaster && c->state == ChildState::idle;
+            if (!c->leased && (c->state == ChildState::booting || master_idle))
                 fds.push_back({c->sock.get(), POLLIN, 0}), refs.push_back({i, 3});
-        }
+        };
+        watch(kMaster, master_.child);
+        for (size_t i = 0; i < slots_.size(); ++i) watch(i, slots_[i].child);
         const auto wait = std::chrono::duration_cast<milliseconds>(next - Clock::now()).count() + 1;
         lock.unlock();
         // Without pidfds (old kernels) the loop reaps on a short tick instead.
@@ -377,7 +555,7 @@ void RunnerPool::supervise() noexcept {
         }
         for (size_t k = 1; k < fds.size(); ++k) {
             if (!fds[k].revents) continue;
-            auto& slot = slots_[refs[k].slot];
+            auto& slot = slot_at(refs[k].slot);
             if (!slot.child) continue;
             auto& c = *slot.child;
             switch (refs[k].what) {
@@ -390,19 +568,8 @@ void RunnerPool::supervise() noexcept {
                     break;  // reaped below
                 case 3: {
                     if (c.leased || c.sock.get() != fds[k].fd) break;
-                    if (c.state == ChildState::idle) {
-                        // The event may be stale: a leaseholder that took the child after the
-                        // poll read its reply and gave it back since. Only what is there now
-                        // counts.
-                        pollfd now_fd{c.sock.get(), POLLIN, 0};
-                        if (::poll(&now_fd, 1, 0) <= 0) break;
-                        // An idle runner has nothing to say: it is exiting or confused.
-                        log_->warn(
-                            "runner={} pid={} wrote or closed its socket while idle: "
-                            "replacing it",
-                            spec_.name, c.pid);
-                        note_failure(slot);
-                        kill_now(c);
+                    if (&slot == &master_ && c.state == ChildState::idle) {
+                        master_frames();
                         break;
                     }
                     if (c.state != ChildState::booting) break;
@@ -412,11 +579,15 @@ void RunnerPool::supervise() noexcept {
                     std::string error;
                     if (auto frame = c.boot_reader.next()) {
                         if (auto ready = runner::parse_ready(*frame, error)) {
-                            c.state = ChildState::idle;
                             if (boot_reported_ || slot.failures > 0)
                                 log_->info("runner={} pid={} booted after {} failure(s)",
                                            spec_.name, c.pid, slot.failures);
                             boot_reported_ = false;
+                            if (&slot == &master_) {
+                                master_ready(*ready);
+                                break;
+                            }
+                            c.state = ChildState::idle;
                             log_->info("runner={} pid={} ready ({})", spec_.name, c.pid,
                                        ready->runner);
                             idle_cv_.notify_one();
@@ -427,12 +598,17 @@ void RunnerPool::supervise() noexcept {
                     } else if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
                         // End of file: usually the process exited, which reap reports with its
                         // status; a process that only closed the socket is stopped here.
-                        for (int i = 0; i < 20 && !reap(slot); ++i) ::usleep(10 * 1000);
+                        // (A forked child's status comes from its master's `exited`.)
+                        for (int i = 0; i < 20 && !reap(slot); ++i) {
+                            ::usleep(10 * 1000);
+                            if (c.forked && master_.child && !master_.child->reaped &&
+                                master_.child->state == ChildState::idle)
+                                master_frames();
+                        }
                         if (!c.reaped) error = "nothing (it closed its socket)";
                     }
                     if (!error.empty()) {
-                        signal_group(c, SIGKILL);
-                        c.state = ChildState::stopping;
+                        kill_now(c);
                         boot_failed(slot, fmt::format("pid {} sent {}{}", c.pid, error,
                                                       tail_text(c.err_tail)));
                     }
@@ -440,6 +616,8 @@ void RunnerPool::supervise() noexcept {
                 }
             }
         }
+        // The master first: its children's reaping depends on whether it is gone.
+        if (master_.child) reap(master_);
         for (auto& slot : slots_)
             if (slot.child) reap(slot);
     }
@@ -452,6 +630,18 @@ std::optional<RunnerLease> RunnerPool::acquire(const StopSignal& stop) {
         for (auto& slot : slots_) {
             auto& c = slot.child;
             if (c && !c->leased && !c->reaped && c->state == ChildState::idle) {
+                // An idle runner has nothing to say: one that wrote or closed its socket is
+                // exiting or confused, and its bytes must not be taken for the next job's reply.
+                pollfd quiet{c->sock.get(), POLLIN, 0};
+                if (::poll(&quiet, 1, 0) > 0) {
+                    log_->warn(
+                        "runner={} pid={} wrote or closed its socket while idle: replacing it",
+                        spec_.name, c->pid);
+                    note_failure(slot);
+                    kill_now(*c);
+                    wake();
+                    continue;
+                }
                 c->state = ChildState::busy;
                 c->leased = true;
                 return RunnerLease{c, c->sock.get(), c->pid};
@@ -474,10 +664,20 @@ void RunnerPool::release(RunnerLease& lease, RunnerRelease how) {
     // Only the lease's child is measured, and only when it may go on (it is not broken).
     const long long rss =
         spec_.max_rss_mb > 0 && how != RunnerRelease::broken ? rss_bytes(lease.pid) : 0;
+    // The supervisor is woken only when it has something to do (a child to stop); a child that
+    // just goes back to idle needs nothing of it, and a wake per job costs a thread switch.
+    bool supervisor_needed = true;
     {
         std::lock_guard lock(mutex_);
         auto& c = *lease.child;
         auto& slot = slots_[c.slot];
+        // What the job printed is in the pipes before its answer (the runner writes it first):
+        // logged here, with the job's class and jid, before they are cleared. One poll(2).
+        pollfd out[2] = {{c.out.get(), POLLIN, 0}, {c.err.get(), POLLIN, 0}};
+        if (::poll(out, 2, 0) > 0) {
+            if (out[0].revents) log_output(c, false);
+            if (out[1].revents) log_output(c, true);
+        }
         c.leased = false;
         c.job_class.clear();
         c.jid.clear();
@@ -496,12 +696,14 @@ void RunnerPool::release(RunnerLease& lease, RunnerRelease how) {
                 retire(c, fmt::format("RSS {} MB above max_rss_mb {}", rss / (1024 * 1024),
                                       spec_.max_rss_mb)
                               .c_str());
+            } else {
+                supervisor_needed = false;
             }
         }
     }
     lease.child.reset();
     idle_cv_.notify_one();
-    wake();
+    if (supervisor_needed) wake();
 }
 
 void RunnerPool::signal(const RunnerLease& lease, int sig) {
@@ -525,12 +727,19 @@ std::string RunnerPool::stderr_tail(const RunnerLease& lease) {
 std::vector<RunnerChildInfo> RunnerPool::snapshot() const {
     std::lock_guard lock(mutex_);
     std::vector<RunnerChildInfo> out;
-    for (const auto& slot : slots_) {
-        if (!slot.child || slot.child->reaped) continue;
+    static constexpr const char* kState[] = {"booting", "idle", "busy", "stopping"};
+    if (master_.child && !master_.child->reaped && master_.child->pid > 0) {
+        const auto& m = *master_.child;
+        out.push_back({spec_.name, -1, m.pid,
+                       m.state == ChildState::idle ? "master" : kState[static_cast<int>(m.state)],
+                       0, rss_bytes(m.pid), "", ""});
+    }
+    for (size_t i = 0; i < slots_.size(); ++i) {
+        const auto& slot = slots_[i];
+        if (!slot.child || slot.child->reaped || slot.child->pid <= 0) continue;
         const auto& c = *slot.child;
-        static constexpr const char* kState[] = {"booting", "idle", "busy", "stopping"};
-        out.push_back({spec_.name, c.pid, kState[static_cast<int>(c.state)], c.jobs,
-                       rss_bytes(c.pid), c.job_class, c.jid});
+        out.push_back({spec_.name, static_cast<int>(i), c.pid, kState[static_cast<int>(c.state)],
+                       c.jobs, rss_bytes(c.pid), c.job_class, c.jid});
     }
     return out;
 }
@@ -543,7 +752,7 @@ std::optional<std::string> RunnerPool::boot_once(const RunnerSpec& spec,
     const auto deadline = saturating_deadline(Clock::now(), spec.boot_timeout);
     runner::FrameReader reader;
     std::deque<std::string> tail;
-    std::string partial;
+    LineSink err_lines("stderr", kMaxLine, nullptr, &tail, kTailLines, kTailBytes);
     std::optional<std::string> problem;
     bool done = false;
     while (!done) {
@@ -554,8 +763,7 @@ std::optional<std::string> RunnerPool::boot_once(const RunnerSpec& spec,
         }
         pollfd fds[2] = {{s.sock.get(), POLLIN, 0}, {s.err.get(), POLLIN, 0}};
         ::poll(fds, s.err.open() ? 2 : 1, static_cast<int>(std::min<long long>(left, 1000)));
-        if (s.err.open() && fds[1].revents)
-            read_lines(s.err, partial, [&](std::string l) { keep_tail(tail, l); });
+        if (s.err.open() && fds[1].revents) read_into(s.err, err_lines, {});
         if (!fds[0].revents) continue;
         char buf[4096];
         const ssize_t n = ::read(s.sock.get(), buf, sizeof buf);
@@ -583,8 +791,7 @@ std::optional<std::string> RunnerPool::boot_once(const RunnerSpec& spec,
         }
     }
     if (problem) {
-        while (s.err.open() &&
-               read_lines(s.err, partial, [&](std::string l) { keep_tail(tail, l); })) {
+        while (s.err.open() && read_into(s.err, err_lines, {})) {
             pollfd p{s.err.get(), POLLIN, 0};
             if (::poll(&p, 1, 200) <= 0) break;
         }

@@ -13,6 +13,15 @@
 //     a signal can never reach a reused pid.
 // One slot per `processes`: a slot holds at most one child, so the pool never has more processes
 // than configured, even while an old child is being recycled.
+// Preload: the supervisor first starts the command as the pool's *master* (KIQD_RUNNER_PRELOAD=1).
+// A master that answers `ready` with "preload": true has booted the application once; every slot's
+// child is then forked by it on a `fork` frame that carries the child's socket and output pipes
+// (SCM_RIGHTS), so the children share the boot copy-on-write. The master reports each child's pid
+// (`forked`) and wait status (`exited`); a forked child is not kiqd's own, so it is reaped when the
+// master says so (or, when the master itself died, once its pidfd says it is gone). The master
+// outlives its children: at stop it is closed only after every slot is empty. A command that
+// answers without "preload" becomes slot 0's child and the other slots start the command themselves
+// (kiqd-ruby-runner --no-preload).
 #include <spdlog/logger.h>
 #include <sys/types.h>
 
@@ -30,6 +39,9 @@
 #include "kiqd/job_context.hpp"
 
 namespace kiqd {
+namespace runner {
+struct Ready;
+}
 
 struct RunnerChild;  // runner_pool.cpp
 
@@ -49,8 +61,9 @@ enum class RunnerRelease {
 // One child as `kiqd processes`, TTIN and /metrics show it.
 struct RunnerChildInfo {
     std::string runner;
+    int slot = -1;  // -1: the pool's preloading master
     pid_t pid = -1;
-    std::string state;  // booting, idle, busy, stopping
+    std::string state;  // booting, idle, busy, stopping; the master's: master
     long long jobs = 0;
     long long rss_bytes = 0;
     std::string job_class, jid;  // while busy
@@ -101,7 +114,14 @@ class RunnerPool {
         int failures = 0;                    // consecutive boot failures and crashes
     };
     void supervise() noexcept;
-    void start_child(Slot& slot);                      // mutex held
+    void start_child(Slot& slot);                       // mutex held
+    void start_master();                                // mutex held
+    void fork_child(Slot& slot);                        // mutex held
+    void master_ready(const runner::Ready& ready);      // mutex held
+    void master_frames();                               // mutex held; reads forked/exited
+    bool master_alive_for(const RunnerChild& c) const;  // mutex held
+    Slot& slot_at(size_t index) { return index == kMaster ? master_ : slots_[index]; }
+    static constexpr size_t kMaster = static_cast<size_t>(-1);
     bool reap(Slot& slot);                             // mutex held; true once the child is reaped
     void log_output(RunnerChild& child, bool is_err);  // mutex held
     void retire(RunnerChild& child, const char* why);  // mutex held
@@ -116,6 +136,10 @@ class RunnerPool {
     std::condition_variable idle_cv_;    // a child became idle, or the pool stopped
     std::condition_variable reaped_cv_;  // a child was reaped
     std::vector<Slot> slots_;
+    enum class Mode { probe, fork, direct };
+    Mode mode_ = Mode::probe;  // probe: the first process has not said yet whether it forks
+    Slot master_;              // the preloading master, when there is one
+    unsigned master_gen_ = 0;  // counts masters started: a forked child belongs to one
     bool stopping_ = false;
     bool boot_reported_ = false;  // a boot failure was logged; the next ones are not
     int wake_fd_ = -1;            // eventfd: wakes the supervisor's poll

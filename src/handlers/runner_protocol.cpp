@@ -99,6 +99,8 @@ std::optional<Ready> parse_ready(const Frame& frame, std::string& error) {
         r.pid = pid->get<long long>();
     if (auto name = j->find("runner"); name != j->end() && name->is_string())
         r.runner = name->get<std::string>().substr(0, 200);
+    if (auto preload = j->find("preload"); preload != j->end() && preload->is_boolean())
+        r.preload = preload->get<bool>();
     return r;
 }
 

@@ -56,6 +56,7 @@ std::optional<Reply> parse_reply(const Frame& frame, std::string& error);
 struct Ready {
     long long pid = 0;
     std::string runner;
+    bool preload = false;  // "preload": true: a master that forks the processes on request
 };
 std::optional<Ready> parse_ready(const Frame& frame, std::string& error);
 

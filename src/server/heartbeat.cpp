@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "handlers/runner_handler.hpp"
 #include "job/raw_json_object.hpp"
 #include "server/connection_budget.hpp"
 #include "server/execution_metrics.hpp"
@@ -185,6 +186,12 @@ std::optional<std::string> Heartbeat::beat() {
         if (rt_.config.compat == Compat::v8 || rt_.config.compat_auto) {
             hset.push_back("concurrency");
             hset.push_back(std::to_string(rt_.config.concurrency));
+        }
+        // The runner children (pid, state, jobs, RSS), for `kiqd processes`. A field of kiqd's
+        // own: Sidekiq's tools read the fields they name (HMGET) and never see it.
+        if (std::string runners = runner_children_json(); !runners.empty()) {
+            hset.push_back("kiqd_runners");
+            hset.push_back(std::move(runners));
         }
         auto replies = conn_.pipeline({{"MULTI"},
                                        {"SADD", k.processes(), me_.identity},

@@ -229,8 +229,9 @@ void Launcher::log_busy_jobs() {
     }
     if (const RunnerPools* pools = active_runner_pools()) {
         for (const auto& c : pools->snapshot())
-            log_.warn("runner={} pid={} state={} jobs={} rss={:.1f} MB{}", c.runner, c.pid, c.state,
-                      c.jobs, static_cast<double>(c.rss_bytes) / (1024 * 1024),
+            log_.warn("runner={} slot={} pid={} state={} jobs={} rss={:.1f} MB{}", c.runner,
+                      runner_slot_label(c), c.pid, c.state, c.jobs,
+                      static_cast<double>(c.rss_bytes) / (1024 * 1024),
                       c.jid.empty() ? "" : fmt::format(" class={} jid={}", c.job_class, c.jid));
     }
 }

@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 
+#include "support/http_get.hpp"
 #include "support/kiqd_process.hpp"
 #include "support/redis_reads.hpp"
 #include "support/redis_server.hpp"
@@ -345,6 +346,221 @@ TEST_CASE("runner: quiet sends no new job; running jobs finish", "[runner]") {
                        std::chrono::seconds(30)));
     CHECK(records(conn, "done").empty());
     CHECK(lrange(conn, "queue:default").size() == 1);
+    CHECK(kiqd.stop() == 0);
+}
+
+namespace {
+
+// Alive and not a zombie (kiqd's orphans are reaped by whatever init the machine has).
+bool alive(long long pid) {
+    const std::string stat = kiqd::test::read_file("/proc/" + std::to_string(pid) + "/stat");
+    const auto close = stat.rfind(')');
+    return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
+}
+
+size_t lines_in(const std::string& path) {
+    return fs::exists(path) ? kiqd::test::occurrences(kiqd::test::read_file(path), "\n") : 0;
+}
+
+// The application's environment with BOOT_LOG: a line per boot of the application, in `dir`.
+std::map<std::string, std::string> boot_logged_env(const RedisServer& server, const TempDir& dir) {
+    auto env = app_env(server);
+    env["BOOT_LOG"] = dir.file("boots.log");
+    return env;
+}
+
+// Two 3 s jobs, running at once on two processes: their `started` records (mode, key, pid, ppid).
+std::vector<nlohmann::json> two_jobs_at_once(const RedisServer& server, redis::Connection& conn) {
+    enqueue(server, {{"TroubleJob", "slow", "a"}, {"TroubleJob", "slow", "b"}});
+    REQUIRE(
+        wait_until([&] { return records(conn, "started").size() == 2; }, std::chrono::seconds(60)));
+    return records(conn, "started");
+}
+
+// kiqd with `yaml` and BOOT_LOG, and two jobs running at once on its processes.
+struct TwoJobsRunning {
+    TwoJobsRunning(const RedisServer& server, redis::Connection& conn, const std::string& yaml)
+        : kiqd(KIQD_BINARY, yaml, {}, boot_logged_env(server, dir)),
+          started(two_jobs_at_once(server, conn)) {}
+    TempDir dir;
+    KiqdProcess kiqd;
+    std::vector<nlohmann::json> started;
+};
+
+}  // namespace
+
+TEST_CASE("runner: preload boots the app once and forks the children; none outlives kiqd",
+          "[runner][preload]") {
+    REQUIRE_RUBY_STACK();
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    TwoJobsRunning run(server, conn, runner_config(server));
+    auto& [dir, kiqd, started] = run;
+    const auto children = pids_of(started, 2);
+    CHECK(children.size() == 2);  // two processes ran them at once
+    // One boot (the master's; enqueue.rb runs without BOOT_LOG); both children are its forks.
+    REQUIRE(lines_in(dir.file("boots.log")) == 1);
+    const long long master = std::stoll(kiqd::test::read_file(dir.file("boots.log")));
+    CHECK(pids_of(started, 3) == std::set<long long>{master});
+    CHECK(kiqd.wait_for_output("forking 2 process(es)"));
+    // kill -9 of kiqd: the master and its children go with it.
+    kiqd.signal(SIGKILL);
+    kiqd.wait_exit();
+    CHECK(wait_until([&] { return !alive(master); }, std::chrono::seconds(10)));
+    for (auto pid : children)
+        CHECK(wait_until([&] { return !alive(pid); }, std::chrono::seconds(10)));
+}
+
+TEST_CASE("runner: children in kiqd processes, TTIN, /metrics and JSON log lines",
+          "[runner][observability]") {
+    REQUIRE_RUBY_STACK();
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    const int port = kiqd::test::free_port();
+    KiqdProcess kiqd(KIQD_BINARY,
+                     runner_config(server, "",
+                                   fmt::format("metrics: {{listen: \"127.0.0.1:{}\"}}\n"
+                                               "logging: {{format: json}}\n",
+                                               port)),
+                     {}, app_env(server));
+    // "long": busy for longer than a heartbeat; stopped and requeued by kiqd.stop().
+    const auto jids = enqueue(server, {{"PlainJob", 1, "two"}, {"TroubleJob", "long", "a"}});
+    REQUIRE(
+        wait_until([&] { return records(conn, "started").size() == 1; }, std::chrono::seconds(60)));
+    // kiqd processes --json: the busy child with its job, from the heartbeat's kiqd_runners.
+    nlohmann::json busy;
+    std::string last;
+    auto find_busy = [&] {
+        auto [status, out] =
+            run_command({KIQD_BINARY, "processes", "--json", "--redis-url", server.url()}, {});
+        last = out;
+        const auto procs =
+            nlohmann::json::parse(out.substr(std::min(out.find('['), out.size())), nullptr, false);
+        if (!procs.is_array() || procs.size() != 1) return false;
+        for (const auto& c : procs[0]["runners"])
+            if (c.value("state", "") == "busy") busy = c;
+        return busy.is_object();
+    };
+    if (!wait_until(find_busy, std::chrono::seconds(20))) FAIL("kiqd processes --json: " << last);
+    CHECK(busy["runner"] == "ruby");
+    CHECK(busy["class"] == "TroubleJob");
+    CHECK(busy["jid"] == jids[1]);
+    CHECK(busy["pid"] == records(conn, "started")[0][2]);
+    CHECK(busy["rss_kb"].get<long long>() > 0);
+    // The text form lists the children under their process.
+    auto [status, text] = run_command({KIQD_BINARY, "processes", "--redis-url", server.url()}, {});
+    CHECK(text.find("TroubleJob " + jids[1]) != std::string::npos);
+    CHECK(text.find("master") != std::string::npos);
+    // /metrics: per slot, and the master's memory.
+    const auto [code, metrics] = kiqd::test::http_get(port, "/metrics");
+    REQUIRE(code == 200);
+    CHECK(metrics.find("kiqd_runner_child_state{runner=\"ruby\",slot=\"" +
+                       busy["slot"].get<std::string>() + "\",state=\"busy\"} 1") !=
+          std::string::npos);
+    CHECK(metrics.find("kiqd_runner_child_rss_bytes{runner=\"ruby\",slot=\"master\"}") !=
+          std::string::npos);
+    CHECK(metrics.find("kiqd_runner_child_jobs_total{runner=\"ruby\",slot=\"") !=
+          std::string::npos);
+    // TTIN logs each child.
+    kiqd.signal(SIGTTIN);
+    CHECK(kiqd.wait_for_output("state=busy jobs="));
+    // The job's stdout as a JSON line with its class, jid, runner and stream.
+    nlohmann::json line;
+    if (!wait_until([&] {
+            std::istringstream lines(kiqd.output());
+            for (std::string l; std::getline(lines, l);) {
+                auto j = nlohmann::json::parse(l, nullptr, false);
+                if (j.is_object() && j.value("msg", "") == "plain job 1 two") line = j;
+            }
+            return line.is_object();
+        }))
+        FAIL(kiqd.output());
+    CHECK(line["class"] == "PlainJob");
+    CHECK(line["jid"] == jids[0]);
+    CHECK(line["runner"] == "ruby");
+    CHECK(line["stream"] == "stdout");
+    CHECK(kiqd.stop() == 0);
+}
+
+TEST_CASE("runner: a killed master takes its children along and is booted again",
+          "[runner][preload]") {
+    REQUIRE_RUBY_STACK();
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    TwoJobsRunning run(server, conn, runner_config(server));
+    auto& [dir, kiqd, started] = run;
+    REQUIRE(wait_until([&] { return records(conn, "finished").size() == 2; },
+                       std::chrono::seconds(30)));
+    const long long master = std::stoll(kiqd::test::read_file(dir.file("boots.log")));
+    ::kill(static_cast<pid_t>(master), SIGKILL);
+    // Its idle children die with it (PR_SET_PDEATHSIG); a new master boots and forks new ones.
+    for (auto pid : pids_of(started, 2))
+        CHECK(wait_until([&] { return !alive(pid); }, std::chrono::seconds(10)));
+    REQUIRE(
+        wait_until([&] { return lines_in(dir.file("boots.log")) == 2; }, std::chrono::seconds(30)));
+    enqueue(server, {{"PlainJob", 5, "six"}});
+    REQUIRE(
+        wait_until([&] { return records(conn, "done").size() == 1; }, std::chrono::seconds(30)));
+    CHECK(pids_of(started, 2).count(records(conn, "done")[0][5].get<long long>()) == 0);
+    CHECK(kiqd.output().find("runner=ruby master pid=" + std::to_string(master)) !=
+          std::string::npos);
+    CHECK(kiqd.stop() == 0);
+}
+
+TEST_CASE("runner: a Rails 6.1 application's ActiveJob job, booted once", "[runner][rails]") {
+    REQUIRE_RUBY_STACK();
+    auto [rails, version] = run_command({"/usr/bin/ruby", "-e", "require 'rails'"});
+    if (rails != 0) {
+        WARN("skipped: Debian's ruby-rails is not installed");
+        return;
+    }
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    TempDir dir;
+    const std::string app = kSource + "/tests/runners/rails_app";
+    auto yaml = runner_config(server);
+    yaml.replace(yaml.find(kApp + "/app.rb"), (kApp + "/app.rb").size(), app);
+    KiqdProcess kiqd(KIQD_BINARY, yaml, {}, boot_logged_env(server, dir));
+    auto [status, out] = run_command(
+        {"/usr/bin/ruby", "-e",
+         "require '" + app +
+             "/config/environment'; puts \"jid: #{InvoiceJob.perform_later(42).provider_job_id}\""},
+        app_env(server));
+    INFO(out);
+    REQUIRE(status == 0);
+    const std::string jid = out.substr(out.find("jid: ") + 5, 24);
+    REQUIRE(
+        wait_until([&] { return records(conn, "done").size() == 1; }, std::chrono::seconds(60)));
+    const auto done = records(conn, "done")[0];
+    CHECK(done[0] == "InvoiceJob");
+    CHECK(done[2] == 42);
+    CHECK(done[3] == jid);
+    // Rails.logger's line, under the ActiveJob class and the Sidekiq jid.
+    CHECK(kiqd.wait_for_output("class=InvoiceJob jid=" + jid));
+    CHECK(kiqd.wait_for_output("invoice 42 in development"));
+    // The master booted Rails once (the enqueuing process above had no BOOT_LOG).
+    CHECK(lines_in(dir.file("boots.log")) == 1);
+    CHECK(kiqd.stop() == 0);
+}
+
+TEST_CASE("runner: --no-preload: kiqd starts each process itself", "[runner][preload]") {
+    REQUIRE_RUBY_STACK();
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    auto yaml = runner_config(server);
+    yaml.replace(yaml.find("\"--require\""), 11, "\"--no-preload\", \"--require\"");
+    TwoJobsRunning run(server, conn, yaml);
+    auto& [dir, kiqd, started] = run;
+    // Two boots, one per process; each process is kiqd's own child.
+    CHECK(lines_in(dir.file("boots.log")) == 2);
+    CHECK(pids_of(started, 2).size() == 2);
+    CHECK(pids_of(started, 3) == std::set<long long>{kiqd.pid()});
+    CHECK(kiqd.output().find("forking") == std::string::npos);
     CHECK(kiqd.stop() == 0);
 }
 

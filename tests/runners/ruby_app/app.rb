@@ -3,6 +3,8 @@
 # application's own Redis (APP_REDIS_URL: the runner gets no REDIS_URL from kiqd), so the test
 # reads the results where the application wrote them.
 require "json"
+# BOOT_LOG: one line per boot of the application (a preloading runner boots it once).
+File.open(ENV["BOOT_LOG"], "a") { |f| f.puts Process.pid } if ENV["BOOT_LOG"]
 require "sidekiq"
 require "active_job"
 require "active_job/queue_adapters/sidekiq_adapter"
@@ -89,7 +91,7 @@ class TroubleJob
   sidekiq_options queue: "default", retry: 1
 
   def perform(mode, key = nil)
-    App.record("started", [mode, key, Process.pid])
+    App.record("started", [mode, key, Process.pid, Process.ppid])
     case mode
     when "exit" then exit!(3)
     when "kill" then Process.kill(:KILL, Process.pid)
@@ -98,6 +100,7 @@ class TroubleJob
       io = IO.for_fd(Integer(ENV.fetch("KIQD_RUNNER_FD")), autoclose: false)
       io.write("\x00\x00\x00\x03abc")
       io.flush
+    when "long" then sleep 60 # until kiqd's shutdown stops it
     when "slow"
       sleep 3
       App.record("finished", [mode, key, Process.pid])
