@@ -30,7 +30,7 @@ PYRUNNER=$repo/runners/python/kiqd_runner.py
 
 die() { echo "runners bench: $*" >&2; exit 1; }
 [[ -x $KIQD ]] || die "no kiqd binary at $KIQD"
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 sidekiq_bin=$(command -v sidekiq || true)
 if [[ -z $sidekiq_bin ]]; then
     gemdir=$(ruby -rsidekiq -e 'print Gem.loaded_specs["sidekiq"]&.full_gem_path.to_s' 2>/dev/null || true)
@@ -56,13 +56,13 @@ start_redis "$(free_port)" "$work"
 
 # push CLASS N: N payloads as Sidekiq 6.4.1 writes them.
 push() {
-    python3 "$here/lib/push_jobs.py" "$1" "$2" | rcli --pipe >/dev/null
+    /usr/bin/python3 "$here/lib/push_jobs.py" "$1" "$2" | rcli --pipe >/dev/null
 }
 
 # PSS in MB of the given pids and all their descendants (from /proc/<pid>/smaps_rollup);
 # `pss_mb --children PID...`: of the descendants only (a runner pool without kiqd itself).
 pss_mb() {
-    python3 - "$@" <<'PY'
+    /usr/bin/python3 - "$@" <<'PY'
 import os, sys
 args = sys.argv[1:]
 children_only = args[:1] == ["--children"]
@@ -118,7 +118,7 @@ drain() {
     push "$CLASS" "$n"
     while [[ $(rcli llen queue:default) != 0 ]]; do sleep 0.01; done
     end=$(date +%s.%N)
-    python3 -c "print(round($n / ($end - $start)))"
+    /usr/bin/python3 -c "print(round($n / ($end - $start)))"
 }
 
 # The config lines every kiqd row shares: this Redis, concurrency, quiet logging, /metrics.
