@@ -428,7 +428,8 @@ def cmd_report(args):
         md.append("|---|---|---|---|---|---|---|")
         for r in mw:
             plain = next((b for b in mw if b.get("row") == "plain" and
-                          b["concurrency"] == r["concurrency"]), None)
+                          b["concurrency"] == r["concurrency"] and
+                          b.get("fetch", "basic") == r.get("fetch", "basic")), None)
             sk = next((b for b in mw if b.get("kind") == "sidekiq" and
                        b["concurrency"] == r["concurrency"]), None)
             md.append("| %s | %d | %d | %.0f | %s | %s | %d |" % (

@@ -106,12 +106,12 @@ void batch_order_args(const QueueOrder& order, std::mt19937_64& rng, size_t coun
 }
 
 BasicFetcher::BasicFetcher(const Keys& keys, const QueueOrder& order, size_t prefetch,
-                           size_t max_refills)
+                           size_t max_refills, size_t threads)
     : keys_(keys), order_(order), prefetch_(std::max<size_t>(prefetch, 1)) {
     for (const auto& name : order_.names()) queue_keys_.push_back(keys_.queue(name));
     if (prefetch_ > 1) {
         pop_script_ = std::make_unique<redis::Script>(kBatchFetchScript);
-        buffer_ = std::make_unique<FetchBuffer>(prefetch_, max_refills);
+        buffer_ = std::make_unique<FetchBuffer>(prefetch_, max_refills, threads);
     }
 }
 
@@ -166,14 +166,14 @@ std::vector<UnitOfWork> BasicFetcher::pop_batch(redis::Connection& conn, std::mt
 }
 
 std::optional<UnitOfWork> BasicFetcher::retrieve_work(redis::Connection& conn, std::mt19937_64& rng,
-                                                      size_t,
+                                                      size_t slot,
                                                       std::vector<redis::Command>& pending) const {
     if (order_.all_paused()) return wait_all_paused(conn, pending, kTimeoutSeconds);
     if (buffer_) {
         bool drained = false;
         auto unit = buffer_->take_or_refill(
             [&](std::vector<UnitOfWork>&) { return pop_batch(conn, rng, pending); },
-            std::chrono::seconds(kTimeoutSeconds), drained);
+            std::chrono::seconds(kTimeoutSeconds), drained, slot);
         if (unit) {
             // Lock releases of the previous job go out before this one runs, as with BRPOP.
             if (!pending.empty()) {

@@ -87,9 +87,10 @@ class BasicFetcher final : public Fetcher {
   public:
     static constexpr int kTimeoutSeconds = 2;  // Sidekiq's BasicFetch::TIMEOUT
 
-    // `max_refills`: prefetch round trips that may be in flight at once (see FetchBuffer).
+    // `max_refills`: prefetch round trips that may be in flight at once; `threads`: processor
+    // slots, each with a pile (see FetchBuffer).
     BasicFetcher(const Keys& keys, const QueueOrder& order, size_t prefetch = 1,
-                 size_t max_refills = 1);
+                 size_t max_refills = 1, size_t threads = 0);
     ~BasicFetcher() override;
     using Fetcher::retrieve_work;
     std::optional<UnitOfWork> retrieve_work(redis::Connection& conn, std::mt19937_64& rng,

@@ -29,7 +29,7 @@ return nil
 }  // namespace
 
 ReliableFetcher::ReliableFetcher(const Keys& keys, const QueueOrder& order, std::string identity,
-                                 size_t batch_size, size_t max_refills)
+                                 size_t batch_size, size_t max_refills, size_t threads)
     : keys_(keys),
       order_(order),
       identity_(std::move(identity)),
@@ -43,7 +43,7 @@ ReliableFetcher::ReliableFetcher(const Keys& keys, const QueueOrder& order, std:
     batch_keys_ = queue_keys_;
     for (const auto& w : working_) batch_keys_.push_back(w.second);
     batch_keys_.push_back(suspects_key());
-    if (batch_ > 1) buffer_ = std::make_unique<FetchBuffer>(batch_, max_refills);
+    if (batch_ > 1) buffer_ = std::make_unique<FetchBuffer>(batch_, max_refills, threads);
 }
 
 ReliableFetcher::~ReliableFetcher() = default;
@@ -96,7 +96,7 @@ std::optional<UnitOfWork> ReliableFetcher::retrieve_work(
         bool drained = false;
         auto unit = buffer_->take_or_refill(
             [&](std::vector<UnitOfWork>& acks) { return move_batch(conn, rng, pending, acks); },
-            std::chrono::seconds(kBlockSeconds), drained);
+            std::chrono::seconds(kBlockSeconds), drained, slot);
         if (unit) {
             // Lock releases of the previous job go out before this one runs, as with BRPOP.
             if (!pending.empty()) {
