@@ -130,6 +130,7 @@ redis::Reply command_after(redis::Connection& conn, std::vector<redis::Command>&
         pending.pop_back();
         throw;
     }
+    redis::resend_noscript(conn, pending, replies, 0, pending.size() - 1);
     pending.clear();
     redis::Reply reply = std::move(replies.back());
     if (reply.is_error()) throw redis::ReplyError(std::string(reply.error_text()));
@@ -142,7 +143,8 @@ std::optional<UnitOfWork> wait_all_paused(redis::Connection& conn,
     // sleeps when every queue is paused. A quarter of the fetch timeout, so that a resumed queue
     // is fetched from again soon after the pause controller has seen it.
     if (!pending.empty()) {
-        conn.pipeline_unchecked(pending);
+        auto replies = conn.pipeline_unchecked(pending);
+        redis::resend_noscript(conn, pending, replies, 0, pending.size());
         pending.clear();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(seconds * 250));
@@ -175,11 +177,9 @@ std::optional<UnitOfWork> BasicFetcher::retrieve_work(redis::Connection& conn, s
             [&](std::vector<UnitOfWork>&) { return pop_batch(conn, rng, pending); },
             std::chrono::seconds(kTimeoutSeconds), drained, slot);
         if (unit) {
-            // Lock releases of the previous job go out before this one runs, as with BRPOP.
-            if (!pending.empty()) {
-                conn.pipeline_unchecked(pending);
-                pending.clear();
-            }
+            // Lock releases of the previous job stay in `pending`: they go out with this job's
+            // first round trip (a middleware's acquire), or just before its handler runs
+            // (processor.cpp), so that they cost no round trip of their own.
             return unit;
         }
         if (!drained) return std::nullopt;

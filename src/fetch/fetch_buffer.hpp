@@ -86,7 +86,9 @@ class FetchBuffer {
         // Only the owner thread touches these: when its last take returned a job, and the
         // moving average of the time from there to its next take (its job's run), in seconds.
         std::chrono::steady_clock::time_point last{};
-        double job_seconds = 0;
+        // Not short until measured: a thread's first jobs (a start with a
+        // full queue of long jobs) are taken one at a time.
+        double job_seconds = kShortJob;
         bool short_jobs() const { return job_seconds < kShortJob; }
     };
     Pile* pile_of(size_t slot) const { return slot < piles_.size() ? piles_[slot].get() : nullptr; }

@@ -38,7 +38,9 @@ class Fetcher {
     // `slot` is the calling processor's number (0..concurrency-1). `pending` are commands left
     // over from the previous job (lock releases): they go out in the same write as the fetch
     // and are cleared once sent (kept for the next try when the write fails); their replies are
-    // not checked (they must be idempotent).
+    // not checked (they must be idempotent). A job taken from a batched fetch's buffer costs no
+    // write: `pending` is left for the job's first round trip (the processor sends what is left
+    // before the handler runs).
     virtual std::optional<UnitOfWork> retrieve_work(redis::Connection& conn, std::mt19937_64& rng,
                                                     size_t slot,
                                                     std::vector<redis::Command>& pending) const = 0;

@@ -73,6 +73,7 @@ std::vector<UnitOfWork> ReliableFetcher::move_batch(redis::Connection& conn, std
     for (const auto& p : pending) cmds.push_back(p);
     cmds.push_back(batch_script_.evalsha_command(batch_keys_, args));
     auto replies = conn.pipeline_unchecked(cmds);
+    redis::resend_noscript(conn, cmds, replies, 0, cmds.size() - 1);
     pending.clear();
     redis::Reply reply = std::move(replies.back());
     if (reply.is_error()) {
@@ -98,11 +99,9 @@ std::optional<UnitOfWork> ReliableFetcher::retrieve_work(
             [&](std::vector<UnitOfWork>& acks) { return move_batch(conn, rng, pending, acks); },
             std::chrono::seconds(kBlockSeconds), drained, slot);
         if (unit) {
-            // Lock releases of the previous job go out before this one runs, as with BRPOP.
-            if (!pending.empty()) {
-                conn.pipeline_unchecked(pending);
-                pending.clear();
-            }
+            // Lock releases of the previous job stay in `pending`: they go out with this job's
+            // first round trip (a middleware's acquire), or just before its handler runs
+            // (processor.cpp), so that they cost no round trip of their own.
             return unit;
         }
         if (!drained) return std::nullopt;
