@@ -42,7 +42,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
-helper=("python3" "$here/lib/kiqbench.py")
+helper=("/usr/bin/python3" "$here/lib/kiqbench.py")
 
 JOBS=${JOBS:-100000}
 CONCURRENCIES=${CONCURRENCIES:-"10 25"}
@@ -63,7 +63,7 @@ die() { echo "core_throughput: $*" >&2; exit 1; }
 [[ -x $KIQD ]] || die "no kiqd binary at $KIQD (build: cmake -S $repo -B $repo/build && make -C $repo/build -j2 kiqd)"
 command -v redis-server >/dev/null || die "redis-server not found"
 command -v redis-cli >/dev/null || die "redis-cli not found"
-command -v python3 >/dev/null || die "python3 not found"
+command -v /usr/bin/python3 >/dev/null || die "/usr/bin/python3 not found"
 [[ $WORKER_LOG == file || $WORKER_LOG == null ]] || die "WORKER_LOG must be file or null"
 
 sidekiq_bin=""
@@ -143,7 +143,7 @@ run_one() {
     cat "$work/one.json" >>"$results_jsonl"
     local lines=""
     [[ $logf == /dev/null ]] || lines=", $(wc -l <"$logf") log lines / $(du -h "$logf" | cut -f1)"
-    python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("  %-26s c=%-3d %8.3f s %9.0f jobs/s  peak RSS %6.1f MB  cpu %.2f s (redis %.2f s), first job %.2f s, stop %.2f s%s" % (r["system"], r["concurrency"], r["seconds"], r["jobs_per_s"], r["peak_rss_mb"], r["worker_cpu_s"], r["redis_cpu_s"], r["first_take_s"] or 0, r["stop_s"], sys.argv[2]))' \
+    /usr/bin/python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("  %-26s c=%-3d %8.3f s %9.0f jobs/s  peak RSS %6.1f MB  cpu %.2f s (redis %.2f s), first job %.2f s, stop %.2f s%s" % (r["system"], r["concurrency"], r["seconds"], r["jobs_per_s"], r["peak_rss_mb"], r["worker_cpu_s"], r["redis_cpu_s"], r["first_take_s"] or 0, r["stop_s"], sys.argv[2]))' \
         "$work/one.json" "$lines" >&2
 }
 
@@ -197,7 +197,7 @@ git_rev=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)
 if [[ $WORKER_LOG == file ]]; then log_note="a file in \$TMPDIR"; else log_note="/dev/null"; fi
 
 sidekiq_note="- Sidekiq: not installed or SIDEKIQ=none, not run"
-[[ -n $sidekiq_bin ]] && sidekiq_note="- Sidekiq runs \`bench/sidekiq_noop.rb\` via $sidekiq_bin: logger at warn, redis-rb deprecation warnings silenced (redis-rb 4.8 warns on every BRPOP that Sidekiq 6.4.1 issues)"
+[[ -n $sidekiq_bin ]] && sidekiq_note="- Sidekiq runs \`bench/sidekiq_noop.rb\` via $sidekiq_bin: logger at warn (set in configure_server; bench/run counts its log lines to show it), redis-rb deprecation warnings silenced (redis-rb 4.8 warns on every BRPOP that Sidekiq 6.4.1 issues)"
 table=$("${helper[@]}" table --results "$results_jsonl" --baseline "$sidekiq_label")
 report=$(
     cat <<EOF

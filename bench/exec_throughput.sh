@@ -26,7 +26,7 @@ COMMAND=${COMMAND:-/bin/true}
 die() { echo "exec_throughput: $*" >&2; exit 1; }
 [[ -x $KIQD ]] || die "no kiqd binary at $KIQD"
 command -v redis-server >/dev/null || die "redis-server not found"
-command -v python3 >/dev/null || die "python3 not found"
+command -v /usr/bin/python3 >/dev/null || die "/usr/bin/python3 not found"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/kiqd-exec-bench.XXXXXX")
 redis_pid=""
@@ -39,7 +39,7 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 source "$repo/bench/lib/redis.sh"
-start_redis "$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')" "$work"
+start_redis "$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')" "$work"
 
 cat >"$work/kiqd.yml" <<YAML
 redis: {url: "redis://127.0.0.1:$port/0"}
@@ -51,7 +51,7 @@ handlers:
     exec: ["$COMMAND"]
 YAML
 
-python3 "$repo/bench/lib/push_jobs.py" Bench::True "$JOBS" >"$work/push.resp"
+/usr/bin/python3 "$repo/bench/lib/push_jobs.py" Bench::True "$JOBS" >"$work/push.resp"
 
 rates=()
 for run in $(seq "$RUNS"); do
@@ -70,8 +70,8 @@ for run in $(seq "$RUNS"); do
     failed=$(rcli get stat:failed)
     [[ $processed == "$JOBS" ]] || die "stat:processed=$processed, expected $JOBS"
     [[ -z $failed || $failed == 0 ]] || die "stat:failed=$failed"
-    rate=$(python3 -c "print(round($JOBS / ($end - $start)))")
-    echo "run $run: $JOBS jobs in $(python3 -c "print(round($end - $start, 2))") s = $rate jobs/s"
+    rate=$(/usr/bin/python3 -c "print(round($JOBS / ($end - $start)))")
+    echo "run $run: $JOBS jobs in $(/usr/bin/python3 -c "print(round($end - $start, 2))") s = $rate jobs/s"
     rates+=("$rate")
 done
 median=$(printf '%s\n' "${rates[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')

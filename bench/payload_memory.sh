@@ -46,7 +46,7 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
-start_redis "$(python3 "$here/lib/kiqbench.py" freeport)" "$work"
+start_redis "$(/usr/bin/python3 "$here/lib/kiqbench.py" freeport)" "$work"
 
 cat >"$work/kiqd.yml" <<EOF
 redis: {url: $redis_url}
@@ -70,7 +70,7 @@ for size in $SIZES; do
             sleep 0.05
         done
         before=$(status_kb "$kiqd_pid" VmHWM)
-        bytes=$(PYTHONPATH="$here/lib" python3 -c '
+        bytes=$(PYTHONPATH="$here/lib" /usr/bin/python3 -c '
 import sys, kiqbench
 port, mib, case = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 head = {"noop": "{\"class\":\"Kiqd::Noop\",\"retry\":true,",

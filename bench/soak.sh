@@ -31,7 +31,7 @@ KIQD=${KIQD:-$repo/build/kiqd}
 die() { echo "soak: $*" >&2; exit 1; }
 [[ -x $KIQD ]] || die "no kiqd binary at $KIQD"
 command -v redis-server >/dev/null || die "redis-server not found"
-command -v python3 >/dev/null || die "python3 not found"
+command -v /usr/bin/python3 >/dev/null || die "/usr/bin/python3 not found"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/kiqd-soak.XXXXXX")
 CSV=${CSV:-$work/rss.csv}
@@ -51,7 +51,7 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 source "$here/lib/redis.sh"
-start_redis "$(python3 "$here/lib/kiqbench.py" freeport)" "$work"
+start_redis "$(/usr/bin/python3 "$here/lib/kiqbench.py" freeport)" "$work"
 
 cat >"$work/kiqd.yml" <<YAML
 concurrency: $CONCURRENCY
@@ -102,7 +102,7 @@ PY
 
 "$KIQD" -C "$work/kiqd.yml" >"$work/kiqd.log" 2>&1 &
 kiqd_pid=$!
-python3 "$work/producer.py" "$port" "$RATE" "$here/lib" &
+/usr/bin/python3 "$work/producer.py" "$port" "$RATE" "$here/lib" &
 producer_pid=$!
 echo "soak: kiqd pid $kiqd_pid, redis port $port, $RATE jobs/s for ${DURATION}s, samples every ${SAMPLE}s"
 
@@ -125,7 +125,7 @@ kiqd_rc=0; wait "$kiqd_pid" || kiqd_rc=$?; kiqd_pid=""
 echo "soak: kiqd exited with $kiqd_rc; stat:processed=$(rcli get stat:processed)" \
     "stat:failed=$(rcli get stat:failed) retry=$(rcli zcard retry) dead=$(rcli zcard dead)" \
     "queue=$(rcli llen queue:default)"
-python3 - "$CSV" <<'PY'
+/usr/bin/python3 - "$CSV" <<'PY'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 rss = [int(r["rss_kb"]) for r in rows]

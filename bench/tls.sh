@@ -22,7 +22,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
-helper=("python3" "$here/lib/kiqbench.py")
+helper=("/usr/bin/python3" "$here/lib/kiqbench.py")
 
 JOBS=${JOBS:-100000}
 RUNS=${RUNS:-3}
@@ -78,7 +78,7 @@ run_one() {  # LABEL BINARY CONFIG
     drain_pid=$!
     wait "$drain_pid" || { drain_pid=""; tail -n 20 "$work/worker.log" >&2; die "run failed: $1"; }
     drain_pid=""
-    python3 - "$work/one.json" "$JOBS" <<'PY' >&2
+    /usr/bin/python3 - "$work/one.json" "$JOBS" <<'PY' >&2
 import json, sys
 r = json.load(open(sys.argv[1]))
 assert r["stat_processed"] == int(sys.argv[2]) and r["exit_code"] == 0, r
@@ -97,7 +97,7 @@ for ((run = 1; run <= RUNS; run++)); do
     done
 done
 
-table=$(python3 - "$results_jsonl" <<'PY'
+table=$(/usr/bin/python3 - "$results_jsonl" <<'PY'
 import json, sys, statistics
 rows = {}
 order = []

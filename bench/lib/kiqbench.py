@@ -1,5 +1,5 @@
-#!/usr/bin/env python3
-"""Helpers for bench/core_throughput.sh (standard library only).
+#!/usr/bin/python3
+"""Helpers for bench/run and the other bench scripts (standard library only).
 
 Subcommands:
   freeport                      print a free TCP port on 127.0.0.1
@@ -8,8 +8,12 @@ Subcommands:
                                 (pipe into `redis-cli --pipe`)
   drain --port P --jobs N ...   start a worker command, time how long it takes
         -- CMD ARGS...          to empty queue:<q>, sample its peak RSS/CPU,
-                                stop it by PID with SIGTERM, check the stats;
-                                print one JSON object
+                                its and redis-server's (--redis-pid) CPU per job
+                                over the drain, count the log lines it wrote
+                                (and those naming a jid), stop it by PID with
+                                SIGTERM, check the stats; print one JSON object
+  latency ...                   enqueue->start percentiles at a paced rate
+  report --results F ...        bench/run's markdown tables and gnuplot PNGs
   table --results F ...         render the JSON lines of F as a markdown table
 """
 
@@ -148,6 +152,18 @@ def proc_cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def count_log_lines(path, start):
+    """Lines in `path` from byte `start` on, and how many of them name a jid (per-job lines)."""
+    lines = job_lines = 0
+    with open(path, "rb") as f:
+        f.seek(start)
+        for line in f:
+            lines += 1
+            if b"jid=" in line:
+                job_lines += 1
+    return lines, job_lines
+
+
 def stop_child(child, timeout):
     if child.poll() is None:
         child.send_signal(signal.SIGTERM)
@@ -178,18 +194,31 @@ def cmd_drain(args):
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
-    redis_cpu0 = r.cpu_seconds()
+    # Redis CPU from /proc/<redis pid>/stat when its PID is given (what bench/run does), else
+    # from INFO cpu.
+    def redis_cpu():
+        return proc_cpu_seconds(args.redis_pid) if args.redis_pid else r.cpu_seconds()
+
+    log.flush()
+    log_start = os.path.getsize(args.log)  # this run's output starts here (the log is shared)
+    redis_cpu0 = redis_cpu()
     t0 = time.monotonic()
     child = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=args.cwd,
                              stdin=subprocess.DEVNULL)
     poll = args.poll_ms / 1000.0
     first_take = None
     hwm_kb = None
+    # CPU per job is taken over the drain proper: from the poll that first sees a job taken to
+    # the poll that sees the queue empty, so process start-up (a Ruby boot costs ~0.5 s of CPU)
+    # does not count. utime + stime of the worker and of redis-server, clock ticks.
+    worker_cpu_take = redis_cpu_take = None
     while True:
         n = r.call("LLEN", key)
         now = time.monotonic()
         if first_take is None and n < args.jobs:
             first_take = now - t0
+            worker_cpu_take = proc_cpu_seconds(child.pid)
+            redis_cpu_take = redis_cpu()
         if n == 0:
             # Reliable fetch: a job leaves its working list once its outcome is written, so
             # the drain ends when those are empty too (batched fetch holds up to batch_size
@@ -197,6 +226,8 @@ def cmd_drain(args):
             working = r.call("SMEMBERS", "kiqd:reliable:working") or []
             if all(r.call("LLEN", w) == 0 for w in working):
                 drained = time.monotonic() - t0
+                worker_cpu_drain = proc_cpu_seconds(child.pid) - worker_cpu_take
+                redis_cpu_drain = redis_cpu() - redis_cpu_take
                 break
         if child.poll() is not None:
             sys.exit("drain: worker exited with %s before the queue was empty (%d left); see %s"
@@ -214,7 +245,11 @@ def cmd_drain(args):
     hwm_kb = proc_status_kb(child.pid, "VmHWM")
     threads = proc_status_kb(child.pid, "Threads")
     worker_cpu = proc_cpu_seconds(child.pid)
-    redis_cpu = r.cpu_seconds() - redis_cpu0
+    redis_cpu_total = redis_cpu() - redis_cpu0
+    # What the worker wrote from its start until now (queue empty plus the settling moment,
+    # before SIGTERM, so shutdown lines do not count). A per-job line names the job's jid in
+    # both kiqd's and Sidekiq's formats ("class=Kiqd::Noop jid=... start").
+    log_lines, job_lines = count_log_lines(args.log, log_start)
     t_stop = time.monotonic()
     rc = stop_child(child, args.stop_timeout)
     stop_s = time.monotonic() - t_stop
@@ -227,7 +262,12 @@ def cmd_drain(args):
         "seconds": round(drained, 4), "jobs_per_s": round(args.jobs / drained, 1),
         "first_take_s": None if first_take is None else round(first_take, 4),
         "peak_rss_mb": round(hwm_kb / 1024.0, 1), "threads": threads,
-        "worker_cpu_s": round(worker_cpu, 2), "redis_cpu_s": round(redis_cpu, 2),
+        "worker_cpu_s": round(worker_cpu, 2), "redis_cpu_s": round(redis_cpu_total, 2),
+        "drain_worker_cpu_s": round(worker_cpu_drain, 3),
+        "drain_redis_cpu_s": round(redis_cpu_drain, 3),
+        "worker_cpu_us_per_job": round(1e6 * worker_cpu_drain / args.jobs, 2),
+        "redis_cpu_us_per_job": round(1e6 * redis_cpu_drain / args.jobs, 2),
+        "log_lines": log_lines, "log_job_lines": job_lines,
         "stop_s": round(stop_s, 3), "exit_code": rc,
         "stat_processed": processed, "stat_failed": failed,
         "retry": r.call("ZCARD", "retry"), "dead": r.call("ZCARD", "dead"),
@@ -367,55 +407,126 @@ def fmt_ratio(a, b):
     return "%.1f×" % (a / b) if a and b else "n/a"
 
 
+def log_mode(r):
+    """"quiet" (warn) or "default" (info); rows written before bench/run recorded it were quiet."""
+    return r.get("log", "quiet")
+
+
+def sidekiq_versions(rows):
+    """The Sidekiq versions that have rows, in the order they first appear."""
+    out = []
+    for r in rows:
+        if r.get("kind") == "sidekiq":
+            v = r.get("sidekiq") or r["system"].split()[1]
+            if v not in out:
+                out.append(v)
+    return out
+
+
+def sidekiq_base(rows, r, version):
+    """The Sidekiq `version` row that kiqd row r is compared with: same section, concurrency
+    and logging."""
+    return next((b for b in rows if b.get("kind") == "sidekiq" and
+                 (b.get("sidekiq") or b["system"].split()[1]) == version and
+                 b["section"] == r["section"] and b["concurrency"] == r["concurrency"] and
+                 log_mode(b) == log_mode(r)), None)
+
+
+def cpu_cells(r):
+    return ["%.1f" % r[k] if r.get(k) is not None else "n/a"
+            for k in ("worker_cpu_us_per_job", "redis_cpu_us_per_job")]
+
+
+def log_cell(r):
+    if r.get("log_lines") is None:
+        return "n/a"
+    return "%d (%d)" % (r["log_lines"], r["log_job_lines"])
+
+
+def quiet_proof(md, sidekiq_rows):
+    """One line per Sidekiq row: how much it logged while it drained. A quiet row with a
+    per-job line would mean its logger setting did not take."""
+    for r in sidekiq_rows:
+        if r.get("log_lines") is None:
+            continue
+        md.append("- %s c%d, %s: Sidekiq log lines during drain: %d (per-job lines: %d)%s" % (
+            r["section"], r["concurrency"], r["system"], r["log_lines"], r["log_job_lines"],
+            " **NOT QUIET**" if log_mode(r) == "quiet" and r["log_job_lines"] else ""))
+    if any(r.get("log_lines") is not None for r in sidekiq_rows):
+        md.append("")
+
+
 def cmd_report(args):
     rows = [json.loads(l) for l in open(args.results) if l.strip()]
     os.makedirs(args.out, exist_ok=True)
     md = []
     gp_data = {}
 
-    # Throughput: drain and drain through the latency proxy.
+    # Throughput: drain and drain through the latency proxy. A kiqd row is compared with each
+    # Sidekiq version's row of the same section, concurrency and logging (quiet with quiet,
+    # default logging with default logging).
     tp = median_rows([r for r in rows if r["section"] in ("drain", "proxy", "rss")],
                      lambda r: (r["section"], r["concurrency"], r["system"]))
-    md.append("| condition | concurrency | system | jobs | jobs/s | kiqd/Sidekiq | jobs/s after "
-              "start-up | kiqd/Sidekiq after start-up | peak RSS MB | worker CPU s | runs |")
-    md.append("|---|---|---|---|---|---|---|---|---|---|---|")
+    versions = sidekiq_versions(rows)
 
     def steady(r):  # jobs/s from the first job taken, so start-up time does not count
         t = r["seconds"] - (r.get("first_take_s") or 0)
         return r["jobs"] / t if t > 0 else None
 
+    md.append("Ratios compare a kiqd row with the Sidekiq row of the same section, concurrency and "
+              "logging: quiet (kiqd `logging.level: warn`, Sidekiq's logger at warn) with quiet, "
+              "default logging (info: a start and a done line per job, both systems) with "
+              "default logging. CPU µs/job: utime+stime from /proc over the drain (first job "
+              "taken → queue empty) ÷ jobs; log lines: what the worker wrote from its start "
+              "until the queue was empty (per-job lines name a jid).")
+    md.append("")
+    head = ["condition", "c", "system", "logging", "jobs", "jobs/s"]
+    head += ["÷ Sidekiq %s" % v for v in versions]
+    head += ["jobs/s after start-up"] + ["÷ %s after start-up" % v for v in versions]
+    head += ["worker CPU µs/job", "Redis CPU µs/job", "log lines (per-job)", "peak RSS MB",
+             "runs"]
+    md.append("| " + " | ".join(head) + " |")
+    md.append("|" + "|".join("---" for _ in head) + "|")
+
     names = {"drain": "loopback", "proxy": "+1 ms per round trip", "rss": "loopback"}
     for r in tp:
-        base = next((b for b in tp if b["section"] == r["section"] and
-                     b["concurrency"] == r["concurrency"] and b.get("kind") == "sidekiq"), None)
-        ratio = "" if r.get("kind") == "sidekiq" else fmt_ratio(
-            r["jobs_per_s"], base["jobs_per_s"] if base else None)
-        sratio = "" if r.get("kind") == "sidekiq" or not base else fmt_ratio(
-            steady(r), steady(base))
-        md.append("| %s | %d | %s | %d | %.0f | %s | %.0f | %s | %.1f | %.2f | %d |" % (
-            names[r["section"]], r["concurrency"], r["system"], r["jobs"], r["jobs_per_s"],
-            ratio, steady(r) or 0, sratio, r["peak_rss_mb"], r["worker_cpu_s"], r["runs"]))
+        is_sk = r.get("kind") == "sidekiq"
+        cells = [names[r["section"]], r["concurrency"], r["system"], log_mode(r), r["jobs"],
+                 "%.0f" % r["jobs_per_s"]]
+        bases = [None if is_sk else sidekiq_base(tp, r, v) for v in versions]
+        cells += ["" if is_sk else fmt_ratio(r["jobs_per_s"], b and b["jobs_per_s"])
+                  for b in bases]
+        cells += ["%.0f" % (steady(r) or 0)]
+        cells += ["" if is_sk else fmt_ratio(steady(r), b and steady(b)) for b in bases]
+        cells += cpu_cells(r) + [log_cell(r), "%.1f" % r["peak_rss_mb"], r["runs"]]
+        md.append("| " + " | ".join(str(c) for c in cells) + " |")
         if r["section"] in ("drain", "proxy"):
             g = "%s c%d" % ("1 ms" if r["section"] == "proxy" else "loopback", r["concurrency"])
             gp_data.setdefault("throughput", {}).setdefault(g, {})[r["system"]] = r["jobs_per_s"]
         gp_data.setdefault("rss", {}).setdefault("c%d" % r["concurrency"], {})[
             r.get("rss_name", r["system"])] = r["peak_rss_mb"]
     md.append("")
+    quiet_proof(md, [r for r in tp if r.get("kind") == "sidekiq"])
 
     lat = median_rows([r for r in rows if r["section"] == "latency"],
                       lambda r: (r["rate"], r["system"]))
     if lat:
-        md.append("| paced rate (jobs/s) | system | concurrency | p50 ms | p99 ms | max ms "
-                  "| Sidekiq p99 / this p99 | runs |")
-        md.append("|---|---|---|---|---|---|---|---|")
+        lversions = sidekiq_versions(lat)
+        head = ["paced rate (jobs/s)", "system", "concurrency", "p50 ms", "p99 ms", "max ms"]
+        head += ["Sidekiq %s p99 / this p99" % v for v in lversions] + ["runs"]
+        md.append("| " + " | ".join(head) + " |")
+        md.append("|" + "|".join("---" for _ in head) + "|")
         for r in lat:
-            base = next((b for b in lat if b["rate"] == r["rate"] and
-                         b.get("kind") == "sidekiq"), None)
-            ratio = "" if r.get("kind") == "sidekiq" or not base else fmt_ratio(
-                base["p99_ms"], r["p99_ms"])
-            md.append("| %.0f | %s | %d | %.3f | %.3f | %.3f | %s | %d |" % (
-                r["rate"], r["system"], r["concurrency"], r["p50_ms"], r["p99_ms"], r["max_ms"],
-                ratio, r["runs"]))
+            cells = ["%.0f" % r["rate"], r["system"], r["concurrency"], "%.3f" % r["p50_ms"],
+                     "%.3f" % r["p99_ms"], "%.3f" % r["max_ms"]]
+            for v in lversions:
+                base = next((b for b in lat if b["rate"] == r["rate"] and
+                             b.get("kind") == "sidekiq" and
+                             (b.get("sidekiq") or b["system"].split()[1]) == v), None)
+                cells.append("" if r.get("kind") == "sidekiq" or not base else fmt_ratio(
+                    base["p99_ms"], r["p99_ms"]))
+            cells.append(r["runs"])
+            md.append("| " + " | ".join(str(c) for c in cells) + " |")
             gp_data.setdefault("latency", {}).setdefault("%.0f/s p99" % r["rate"], {})[
                 r["system"]] = r["p99_ms"]
         md.append("")
@@ -423,24 +534,29 @@ def cmd_report(args):
     mw = median_rows([r for r in rows if r["section"] == "middleware"],
                      lambda r: (r["concurrency"], r["system"]))
     if mw:
-        md.append("| middleware row | concurrency | jobs | jobs/s | vs plain | kiqd/Sidekiq (plain) "
-                  "| runs |")
-        md.append("|---|---|---|---|---|---|---|")
+        mversions = sidekiq_versions(mw)
+        head = ["middleware row", "c", "jobs", "jobs/s", "vs plain"]
+        head += ["÷ Sidekiq %s (plain)" % v for v in mversions]
+        head += ["worker CPU µs/job", "Redis CPU µs/job", "log lines (per-job)", "runs"]
+        md.append("| " + " | ".join(head) + " |")
+        md.append("|" + "|".join("---" for _ in head) + "|")
         for r in mw:
+            is_sk = r.get("kind") == "sidekiq"
             plain = next((b for b in mw if b.get("row") == "plain" and
                           b["concurrency"] == r["concurrency"] and
                           b.get("fetch", "basic") == r.get("fetch", "basic")), None)
-            sk = next((b for b in mw if b.get("kind") == "sidekiq" and
-                       b["concurrency"] == r["concurrency"]), None)
-            md.append("| %s | %d | %d | %.0f | %s | %s | %d |" % (
-                r["system"], r["concurrency"], r["jobs"], r["jobs_per_s"],
-                "%.0f%%" % (100.0 * r["jobs_per_s"] / plain["jobs_per_s"])
-                if plain and r.get("kind") != "sidekiq" else "",
-                fmt_ratio(r["jobs_per_s"], sk["jobs_per_s"] if sk else None)
-                if r.get("kind") != "sidekiq" else "", r["runs"]))
+            cells = [r["system"], r["concurrency"], r["jobs"], "%.0f" % r["jobs_per_s"],
+                     "%.0f%%" % (100.0 * r["jobs_per_s"] / plain["jobs_per_s"])
+                     if plain and not is_sk else ""]
+            for v in mversions:
+                b = None if is_sk else sidekiq_base(mw, r, v)
+                cells.append("" if is_sk else fmt_ratio(r["jobs_per_s"], b and b["jobs_per_s"]))
+            cells += cpu_cells(r) + [log_cell(r), r["runs"]]
+            md.append("| " + " | ".join(str(c) for c in cells) + " |")
             gp_data.setdefault("middleware", {}).setdefault("c%d" % r["concurrency"], {})[
                 r["system"]] = r["jobs_per_s"]
         md.append("")
+        quiet_proof(md, [r for r in mw if r.get("kind") == "sidekiq"])
     if args.notes:
         md.append(open(args.notes).read())
     text = "\n".join(md)
@@ -549,6 +665,8 @@ def main():
     d.add_argument("--timeout", type=float, default=1800)
     d.add_argument("--stop-timeout", type=float, default=60)
     d.add_argument("--section", default="")
+    d.add_argument("--redis-pid", type=int, default=0,
+                   help="redis-server's PID: its CPU from /proc (else INFO cpu)")
     d.add_argument("--extra", default="{}", help="JSON merged into the result")
     d.add_argument("command", nargs=argparse.REMAINDER)
     la = sub.add_parser("latency")

@@ -1,6 +1,6 @@
 """Writes Redis protocol to stdout for `redis-cli --pipe`: SADD queues default and N LPUSHes of
 Sidekiq-6.4.1-shaped payloads (unique jids) of class CLASS to queue:default.
-Usage: python3 bench/lib/push_jobs.py CLASS N | redis-cli ... --pipe"""
+Usage: /usr/bin/python3 bench/lib/push_jobs.py CLASS N | redis-cli ... --pipe"""
 import json, os, sys, time
 
 cls, n = sys.argv[1], int(sys.argv[2])

@@ -17,7 +17,8 @@ inline std::string payload_timestamp(Compat compat) {
     return payload_timestamp(compat, epoch_seconds());
 }
 
-// A ZSET score in float seconds ("1795316341.336884"); always has a fractional part.
+// Float epoch seconds to the microsecond, as Ruby's Float#to_s writes them ("1795316341.33688",
+// "1700000000.0"): ZSET scores and 6.x/7.x payload timestamps. Always has a decimal point.
 std::string score_text(double epoch_secs);
 
 // Reads a payload timestamp back in seconds: a JSON float is seconds, a JSON integer is

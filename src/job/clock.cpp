@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cmath>
 
+#include "common/ruby_float.hpp"
+
 namespace kiqd {
 
 double epoch_seconds() {
@@ -13,7 +15,11 @@ double epoch_seconds() {
 }
 
 std::string score_text(double epoch_secs) {
-    return fmt::format("{:.6f}", epoch_secs);
+    // Microseconds, as Ruby's Time#to_f carries, in Ruby's own float text: a Ruby client that
+    // parses a payload kiqd wrote and generates it again must get the same bytes
+    // ("1795695077.69526", never "1795695077.695260"), or Sidekiq's SortedEntry#reschedule, which
+    // finds its entry by those bytes, adds a copy instead of moving it.
+    return ruby_float_text(std::round(epoch_secs * 1e6) / 1e6);
 }
 
 std::string payload_timestamp(Compat compat, double epoch_secs) {

@@ -8,7 +8,7 @@
 #include <set>
 
 #include "common/cron_expression.hpp"
-#include "middleware/unique/ruby_json.hpp"
+#include "common/ruby_float.hpp"
 
 namespace kiqd {
 namespace {

@@ -22,10 +22,10 @@
 #include <string>
 #include <vector>
 
+#include "common/ruby_float.hpp"  // ruby_float_text: the scores the gem writes
 #include "kiqd/config.hpp"
 #include "kiqd/keys.hpp"
 #include "kiqd/redis/connection.hpp"
-#include "middleware/unique/ruby_json.hpp"  // ruby_float_text: the scores the gem writes
 
 namespace kiqd {
 

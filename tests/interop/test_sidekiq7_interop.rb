@@ -6,70 +6,29 @@
 # with the gems from ../shared/gems (7.3.10, redis-client 0.26.4, connection_pool 2.5.5) ahead of
 # Debian's; skipped with a message where that folder is absent.
 require "support"
+require "sidekiq7_support"
 
 class Sidekiq7InteropTest < Minitest::Test
   include KiqdInterop::Helpers
-
-  GEMS = File.expand_path("../shared/gems", KiqdInterop::ROOT)
-  SIDEKIQ7 = File.join(GEMS, "sidekiq-7.3.10")
-  INCLUDES = %w[sidekiq-7.3.10 redis-client-0.26.4 connection_pool-2.5.5]
-             .map { |g| "-I#{File.join(GEMS, g, "lib")}" }.freeze
+  include KiqdInterop::Sidekiq7Helpers
 
   def setup
-    skip "the real Sidekiq 7.3.10 is not at #{SIDEKIQ7}" unless File.directory?(SIDEKIQ7)
+    skip_without_sidekiq7
     super
-  end
-
-  # Runs `body` in a Ruby with Sidekiq 7.3.10 loaded (pointed at this test's Redis); the last
-  # line it prints is JSON, returned parsed.
-  def sidekiq7_json(name, body, *args)
-    script = File.join(tmpdir, name)
-    File.write(script, <<~RUBY + body)
-      require "json"
-      require "sidekiq"
-      require "sidekiq/api"
-      raise "loaded Sidekiq \#{Sidekiq::VERSION}, not 7.3.10" unless Sidekiq::VERSION == "7.3.10"
-      Sidekiq.configure_client { |c| c.redis = { url: ENV.fetch("REDIS_URL") } }
-    RUBY
-    out = IO.popen({ "REDIS_URL" => redis_url }, [KiqdInterop::RUBY, *INCLUDES, script, *args],
-                   err: [:child, :out], &:read)
-    assert $?.success?, "#{name} failed:\n#{out}"
-    JSON.parse(out.lines.last)
   end
 
   # A real Sidekiq 7.3.10 process serving only the queue `other` (so kiqd runs every job here).
   def spawn_sidekiq7
     jobfile = File.join(tmpdir, "jobs7.rb")
     File.write(jobfile, "class Other7; include Sidekiq::Job; def perform; end; end\n")
-    child = spawn_child("sidekiq-7.3", [KiqdInterop::RUBY, *INCLUDES,
-                                        File.join(SIDEKIQ7, "bin", "sidekiq"), "-r", jobfile,
-                                        "-c", "1", "-q", "other", "-t", "2"])
-    wait_until(30, "Sidekiq 7.3 in `processes`") do
-      assert_alive(child)
-      redis.smembers("processes").any? { |id| id.split(":")[-2] == child.pid.to_s }
-    end
-    child
+    spawn_sidekiq_server(7, jobfile, ["other"])
   end
 
   # A real Sidekiq 6.4.1 process (Debian's) serving only the queue `other`.
   def spawn_sidekiq6
     jobfile = File.join(tmpdir, "jobs6.rb")
     File.write(jobfile, "class Other6; include Sidekiq::Worker; def perform; end; end\n")
-    child = spawn_child("sidekiq-6.4", KiqdInterop.sidekiq_command("sidekiq") +
-                                       ["-r", jobfile, "-c", "1", "-q", "other", "-t", "2"])
-    wait_until(30, "Sidekiq 6.4.1 in `processes`") do
-      assert_alive(child)
-      redis.smembers("processes").any? { |id| id.split(":")[-2] == child.pid.to_s }
-    end
-    child
-  end
-
-  def decision_lines(kiqd)
-    kiqd.log.lines.grep(/compat auto: /).map { |l| l[/compat auto: .*/] }
-  end
-
-  def wait_for_decision(kiqd, text, timeout = 25)
-    wait_until(timeout, "kiqd to log #{text.inspect}") { decision_lines(kiqd).last&.include?(text) }
+    spawn_sidekiq_server(6, jobfile, ["other"])
   end
 
   # What 7.3's ProcessSet reads for kiqd.
@@ -81,13 +40,6 @@ class Sidekiq7InteropTest < Minitest::Test
                                 "concurrency" => p["concurrency"], "busy" => p["busy"],
                                 "total_concurrency" => Sidekiq::ProcessSet.new.total_concurrency })
     RUBY
-  end
-
-  def sidekiqmon7
-    script = File.join(tmpdir, "mon7.rb")
-    File.write(script, "require 'sidekiq/monitor'\nSidekiq::Monitor::Status.new.display\n")
-    IO.popen({ "REDIS_URL" => redis_url }, [KiqdInterop::RUBY, *INCLUDES, script],
-             err: [:child, :out], &:read)
   end
 
   # Alone, kiqd presents itself as 6 (no metrics), yet writes what 7's tools read; both 6.4.1's

@@ -43,8 +43,13 @@ TEST_CASE("RawJsonObject edits top-level members only", "[codec]") {
 }
 
 TEST_CASE("payload timestamps per Sidekiq major", "[codec]") {
-    CHECK(payload_timestamp(Compat::v6, 1700000000.0) == "1700000000.000000");  // always a point
+    CHECK(payload_timestamp(Compat::v6, 1700000000.0) == "1700000000.0");  // always a point
     CHECK(payload_timestamp(Compat::v7, 1700000000.123456) == "1700000000.123456");
+    // Ruby's Float#to_s: no trailing zero (Ruby writes 1795695077.69526, and a reschedule that
+    // re-generates the payload must find kiqd's bytes), microseconds at most.
+    CHECK(payload_timestamp(Compat::v6, 1795695077.69526) == "1795695077.69526");
+    CHECK(payload_timestamp(Compat::v7, 1795695077.6952603) == "1795695077.69526");
+    CHECK(score_text(1795695077.1) == "1795695077.1");
     CHECK(payload_timestamp(Compat::v8, 1700000000.1234) == "1700000000123");
     CHECK(timestamp_seconds(1700000000123.0, true) == Approx(1700000000.123));
     CHECK(timestamp_seconds(1700000000.5, false) == 1700000000.5);

@@ -15,6 +15,8 @@
 #include <string>
 #include <string_view>
 
+#include "common/ruby_float.hpp"  // ruby_float_text: the floats inside
+
 namespace kiqd {
 
 // Throws std::invalid_argument for text that is not one JSON value, nested deeper than 256, or a
@@ -23,8 +25,5 @@ std::string ruby_json(std::string_view json_text);
 
 // A UTF-8 string as a Ruby JSON string literal (quotes included).
 std::string ruby_json_string(std::string_view utf8);
-
-// A double as Ruby's Float#to_s writes it (throws for Infinity and NaN, as JSON.generate does).
-std::string ruby_float_text(double v);
 
 }  // namespace kiqd

@@ -1,0 +1,15 @@
+#pragma once
+// ruby_float: a double as Ruby's Float#to_s writes it, which is what Ruby's JSON.generate writes
+// for a float: the shortest digits that read back as the same double, fixed notation for
+// 1e-4 <= |x| < 1e15 with at least one decimal ("100.0", "0.0001"), otherwise "1.0e+20",
+// "1.0e-07" (at least two exponent digits). kiqd writes payload timestamps this way so that a
+// Ruby client that parses a payload and generates it again gets kiqd's bytes back (Sidekiq's
+// SortedEntry#reschedule finds its entry by those bytes). Pure function; any thread.
+#include <string>
+
+namespace kiqd {
+
+// Throws std::invalid_argument for Infinity and NaN, as JSON.generate does.
+std::string ruby_float_text(double v);
+
+}  // namespace kiqd
