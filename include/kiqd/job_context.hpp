@@ -63,8 +63,9 @@ struct JobContext {
     const std::string& identity;  // this process's Sidekiq identity
     bool handler_ran = false;     // set by the chain; false = a middleware parked the job
     // Where a middleware puts idempotent commands that must reach Redis after the job (a lock
-    // release): the processor sends them with the job's outcome or with its next fetch, saving
-    // a round trip. Null when the caller offers no such channel: then write directly.
+    // release): the processor sends them with the job's outcome, its next fetch, or the next
+    // job's first round trip (a middleware that makes one passes them to Script::run_after),
+    // saving a round trip. Null when the caller offers no such channel: then write directly.
     std::vector<redis::Command>* after_job = nullptr;
     // This process's client (client.hpp), with its client-middleware chain. Null when the
     // caller offers none (tests that build a JobContext by hand).

@@ -84,17 +84,17 @@ void batch_order_args(const QueueOrder& order, std::mt19937_64& rng, size_t coun
 }
 
 BasicFetcher::BasicFetcher(const Keys& keys, const QueueOrder& order, size_t prefetch,
-                           size_t max_refills)
-    : BasicFetcher(keys, order, prefetch, max_refills, nullptr) {}
+                           size_t max_refills, size_t threads)
+    : BasicFetcher(keys, order, prefetch, max_refills, nullptr, threads) {}
 
 BasicFetcher::BasicFetcher(const Keys& keys, const QueueOrder& order, size_t prefetch,
-                           size_t max_refills, std::unique_ptr<FairFetch> fair)
+                           size_t max_refills, std::unique_ptr<FairFetch> fair, size_t threads)
     : keys_(keys), order_(order), prefetch_(std::max<size_t>(prefetch, 1)), fair_(std::move(fair)) {
     for (const auto& name : order_.names()) queue_keys_.push_back(keys_.queue(name));
     if (prefetch_ > 1) {
         pop_script_ =
             std::make_unique<redis::Script>(fair_ ? FairFetch::script_source() : kBatchFetchScript);
-        buffer_ = std::make_unique<FetchBuffer>(prefetch_, max_refills);
+        buffer_ = std::make_unique<FetchBuffer>(prefetch_, max_refills, threads);
     }
 }
 
@@ -113,6 +113,7 @@ redis::Reply command_after(redis::Connection& conn, std::vector<redis::Command>&
         pending.pop_back();
         throw;
     }
+    redis::resend_noscript(conn, pending, replies, 0, pending.size() - 1);
     pending.clear();
     redis::Reply reply = std::move(replies.back());
     if (reply.is_error()) throw redis::ReplyError(std::string(reply.error_text()));
@@ -125,7 +126,8 @@ std::optional<UnitOfWork> wait_all_paused(redis::Connection& conn,
     // sleeps when every queue is paused. A quarter of the fetch timeout, so that a resumed queue
     // is fetched from again soon after the pause controller has seen it.
     if (!pending.empty()) {
-        conn.pipeline_unchecked(pending);
+        auto replies = conn.pipeline_unchecked(pending);
+        redis::resend_noscript(conn, pending, replies, 0, pending.size());
         pending.clear();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(seconds * 250));
@@ -150,20 +152,18 @@ std::vector<UnitOfWork> BasicFetcher::pop_batch(redis::Connection& conn, std::mt
 }
 
 std::optional<UnitOfWork> BasicFetcher::retrieve_work(redis::Connection& conn, std::mt19937_64& rng,
-                                                      size_t,
+                                                      size_t slot,
                                                       std::vector<redis::Command>& pending) const {
     if (order_.all_paused()) return wait_all_paused(conn, pending, kTimeoutSeconds);
     if (buffer_) {
         bool drained = false;
         auto unit = buffer_->take_or_refill(
             [&](std::vector<UnitOfWork>&) { return pop_batch(conn, rng, pending); },
-            std::chrono::seconds(kTimeoutSeconds), drained);
+            std::chrono::seconds(kTimeoutSeconds), drained, slot);
         if (unit) {
-            // Lock releases of the previous job go out before this one runs, as with BRPOP.
-            if (!pending.empty()) {
-                conn.pipeline_unchecked(pending);
-                pending.clear();
-            }
+            // Lock releases of the previous job stay in `pending`: they go out with this job's
+            // first round trip (a middleware's acquire), or just before its handler runs
+            // (processor.cpp), so that they cost no round trip of their own.
             return unit;
         }
         if (!drained) return std::nullopt;

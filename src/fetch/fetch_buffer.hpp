@@ -12,11 +12,21 @@
 // holds the acknowledgements that reliable fetch defers (successful jobs whose LREM rides along
 // with the next refill), so that orphan recovery can tell a buffered or finished-but-unacked job
 // in this process's working list from a stranded one.
-// Shared by all processor threads; every member is guarded by one mutex.
+// When threads wait for refills (more threads than jobs buffered: c100 on 2 cores), a woken
+// thread takes up to kPile jobs at once: the first to run, the others into its own pile, which
+// it runs next without the shared lock; refills wake one waiter per kPile jobs. A woken thread
+// then costs one sleep and wake-up per kPile jobs instead of one per job. Jobs never wait in a
+// pile behind a long job while another thread is free: a thread that finds the shared buffer
+// empty takes the newest job of another thread's pile before it waits or refills, and piles
+// are used only while jobs are short (a thread's jobs run under 1 ms on average).
+// Shared by all processor threads; every member is guarded by one mutex, except each pile,
+// guarded by its own (taken after the shared one when both are held).
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <vector>
@@ -29,9 +39,13 @@ class FetchBuffer {
   public:
     using Refill = std::function<std::vector<UnitOfWork>(std::vector<UnitOfWork>& acks)>;
 
+    static constexpr size_t kPile = 8;
+    static constexpr size_t kNoSlot = static_cast<size_t>(-1);
+
     // `batch`: the jobs one refill asks for. `max_refills`: how many may be in flight at once.
-    explicit FetchBuffer(size_t batch, size_t max_refills = 1)
-        : batch_(batch), low_water_(batch / 2), max_refills_(max_refills < 1 ? 1 : max_refills) {}
+    // `threads`: processor slots 0..threads-1 get a pile each (0: no piles).
+    explicit FetchBuffer(size_t batch, size_t max_refills = 1, size_t threads = 0);
+    ~FetchBuffer();
 
     // Takes a buffered job, or — when the buffer is empty and no refill is in flight — calls
     // `refill` (without the lock), keeps what it returned and takes the first job. A thread that
@@ -41,8 +55,9 @@ class FetchBuffer {
     // acknowledgements to send in the same write; if it throws they are kept for the next
     // write. Returns nullopt when nothing came; `drained` then says whether this thread's own
     // refill found every queue empty (false: it only waited for another thread's refill).
+    // `slot`: the calling processor's (its pile), or kNoSlot.
     std::optional<UnitOfWork> take_or_refill(const Refill& refill, std::chrono::milliseconds wait,
-                                             bool& drained);
+                                             bool& drained, size_t slot = kNoSlot);
     // Records a successful job whose acknowledgement is deferred to the next refill.
     void defer_ack(UnitOfWork unit);
     // Every buffered job and every deferred acknowledgement, removing them (shutdown).
@@ -53,7 +68,7 @@ class FetchBuffer {
     // Payloads of buffered jobs and of deferred acknowledgements (they are still in the working
     // list, and no processor is running them).
     std::vector<std::string> held_payloads() const;
-    size_t buffered() const;
+    size_t buffered() const;  // shared buffer and piles
     size_t refills_in_flight() const;
 
   private:
@@ -65,12 +80,38 @@ class FetchBuffer {
     bool running_low() const;
     // Updates the measured pace after a refill that took `took` (lock held).
     void record_refill(std::chrono::steady_clock::duration took);
+    struct Pile {
+        std::mutex mutex;
+        std::deque<UnitOfWork> jobs;
+        // Only the owner thread touches these: when its last take returned a job, and the
+        // moving average of the time from there to its next take (its job's run), in seconds.
+        std::chrono::steady_clock::time_point last{};
+        // Not short until measured: a thread's first jobs (a start with a
+        // full queue of long jobs) are taken one at a time.
+        double job_seconds = kShortJob;
+        bool short_jobs() const { return job_seconds < kShortJob; }
+    };
+    Pile* pile_of(size_t slot) const { return slot < piles_.size() ? piles_[slot].get() : nullptr; }
+    // take_or_refill once `pile` (null: none) has measured the caller's last job.
+    std::optional<UnitOfWork> take_or_refill_unlocked(const Refill& refill,
+                                                      std::chrono::milliseconds wait, bool& drained,
+                                                      Pile* pile);
+    // The newest job of some pile (lock held), or nullopt.
+    std::optional<UnitOfWork> steal();
+    // Takes the front job, and with waiters about, up to kPile - 1 more into `pile` (lock held).
+    std::optional<UnitOfWork> take_locked(Pile* pile);
 
     mutable std::mutex mutex_;
     std::condition_variable cv_;
     std::deque<UnitOfWork> jobs_;
     std::vector<UnitOfWork> acks_;
     size_t refills_ = 0;  // in flight
+    size_t waiting_ = 0;  // threads waiting in take_or_refill for a refill in flight
+    std::vector<std::unique_ptr<Pile>> piles_;  // by slot; the vector itself is immutable
+    std::atomic<size_t> piled_{0};              // jobs in all piles
+    // Piles only while a thread's jobs run shorter than this on average, so that a pile never
+    // holds jobs back behind long ones for long.
+    static constexpr double kShortJob = 0.001;
     const size_t batch_;
     const size_t low_water_;
     const size_t max_refills_;

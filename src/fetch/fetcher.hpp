@@ -39,7 +39,9 @@ class Fetcher {
     // `slot` is the calling processor's number (0..concurrency-1). `pending` are commands left
     // over from the previous job (lock releases): they go out in the same write as the fetch
     // and are cleared once sent (kept for the next try when the write fails); their replies are
-    // not checked (they must be idempotent).
+    // not checked (they must be idempotent). A job taken from a batched fetch's buffer costs no
+    // write: `pending` is left for the job's first round trip (the processor sends what is left
+    // before the handler runs).
     virtual std::optional<UnitOfWork> retrieve_work(redis::Connection& conn, std::mt19937_64& rng,
                                                     size_t slot,
                                                     std::vector<redis::Command>& pending) const = 0;
@@ -88,12 +90,13 @@ class BasicFetcher final : public Fetcher {
   public:
     static constexpr int kTimeoutSeconds = 2;  // Sidekiq's BasicFetch::TIMEOUT
 
-    // `max_refills`: prefetch round trips that may be in flight at once (see FetchBuffer).
+    // `max_refills`: prefetch round trips that may be in flight at once; `threads`: processor
+    // slots, each with a pile (see FetchBuffer).
     BasicFetcher(const Keys& keys, const QueueOrder& order, size_t prefetch = 1,
-                 size_t max_refills = 1);
+                 size_t max_refills = 1, size_t threads = 0);
     // `fair`: the fair queues' fetch (fair_fetch.hpp), or null.
     BasicFetcher(const Keys& keys, const QueueOrder& order, size_t prefetch, size_t max_refills,
-                 std::unique_ptr<FairFetch> fair);
+                 std::unique_ptr<FairFetch> fair, size_t threads = 0);
     ~BasicFetcher() override;
     using Fetcher::retrieve_work;
     std::optional<UnitOfWork> retrieve_work(redis::Connection& conn, std::mt19937_64& rng,

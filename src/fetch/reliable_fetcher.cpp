@@ -30,12 +30,13 @@ return nil
 }  // namespace
 
 ReliableFetcher::ReliableFetcher(const Keys& keys, const QueueOrder& order, std::string identity,
-                                 size_t batch_size, size_t max_refills)
-    : ReliableFetcher(keys, order, std::move(identity), batch_size, max_refills, nullptr) {}
+                                 size_t batch_size, size_t max_refills, size_t threads)
+    : ReliableFetcher(keys, order, std::move(identity), batch_size, max_refills, nullptr, threads) {
+}
 
 ReliableFetcher::ReliableFetcher(const Keys& keys, const QueueOrder& order, std::string identity,
                                  size_t batch_size, size_t max_refills,
-                                 std::unique_ptr<FairFetch> fair)
+                                 std::unique_ptr<FairFetch> fair, size_t threads)
     : keys_(keys),
       order_(order),
       identity_(std::move(identity)),
@@ -51,7 +52,7 @@ ReliableFetcher::ReliableFetcher(const Keys& keys, const QueueOrder& order, std:
     for (const auto& w : working_) batch_keys_.push_back(w.second);
     fair_keys_ = batch_keys_;
     batch_keys_.push_back(suspects_key());
-    if (batch_ > 1) buffer_ = std::make_unique<FetchBuffer>(batch_, max_refills);
+    if (batch_ > 1) buffer_ = std::make_unique<FetchBuffer>(batch_, max_refills, threads);
 }
 
 ReliableFetcher::~ReliableFetcher() = default;
@@ -82,6 +83,7 @@ std::vector<UnitOfWork> ReliableFetcher::move_batch(redis::Connection& conn, std
     for (const auto& p : pending) cmds.push_back(p);
     cmds.push_back(batch_script_.evalsha_command(batch_keys_, args));
     auto replies = conn.pipeline_unchecked(cmds);
+    redis::resend_noscript(conn, cmds, replies, 0, cmds.size() - 1);
     pending.clear();
     redis::Reply reply = std::move(replies.back());
     if (reply.is_error()) {
@@ -105,13 +107,11 @@ std::optional<UnitOfWork> ReliableFetcher::retrieve_work(
         bool drained = false;
         auto unit = buffer_->take_or_refill(
             [&](std::vector<UnitOfWork>& acks) { return move_batch(conn, rng, pending, acks); },
-            std::chrono::seconds(kBlockSeconds), drained);
+            std::chrono::seconds(kBlockSeconds), drained, slot);
         if (unit) {
-            // Lock releases of the previous job go out before this one runs, as with BRPOP.
-            if (!pending.empty()) {
-                conn.pipeline_unchecked(pending);
-                pending.clear();
-            }
+            // Lock releases of the previous job stay in `pending`: they go out with this job's
+            // first round trip (a middleware's acquire), or just before its handler runs
+            // (processor.cpp), so that they cost no round trip of their own.
             return unit;
         }
         if (!drained) return std::nullopt;

@@ -47,10 +47,11 @@ class ReliableFetcher final : public Fetcher {
     static constexpr long long kSuspectsTtlSeconds = 7 * 24 * 3600;
 
     ReliableFetcher(const Keys& keys, const QueueOrder& order, std::string identity,
-                    size_t batch_size = 1, size_t max_refills = 1);
+                    size_t batch_size = 1, size_t max_refills = 1, size_t threads = 0);
     // `fair`: the fair queues' fetch (fair_fetch.hpp), or null.
     ReliableFetcher(const Keys& keys, const QueueOrder& order, std::string identity,
-                    size_t batch_size, size_t max_refills, std::unique_ptr<FairFetch> fair);
+                    size_t batch_size, size_t max_refills, std::unique_ptr<FairFetch> fair,
+                    size_t threads = 0);
     ~ReliableFetcher() override;
 
     using Fetcher::retrieve_work;

@@ -280,8 +280,8 @@ size_t FairTenant::register_and_decide(redis::Connection& redis, const FairTenan
 long long FairTenant::register_and_move(redis::Connection& redis, const FairTenantPlan& plan,
                                         const std::string& jid, double now,
                                         const std::vector<std::string>& moved_payloads,
-                                        const std::string* working_list,
-                                        const std::string& fetched) const {
+                                        const std::string* working_list, const std::string& fetched,
+                                        std::vector<redis::Command>* pending) const {
     std::vector<std::string> keys{plan.key, keys_.queues()};
     for (const auto& rule : plan.rules) keys.push_back(keys_.queue(rule.queue));
     auto args = script_args('s', plan, jid, now);
@@ -291,7 +291,7 @@ long long FairTenant::register_and_move(redis::Connection& redis, const FairTena
         keys.push_back(*working_list);
         args.push_back(fetched);
     }
-    return script_.run(redis, keys, args).integer();
+    return script_.run_after(redis, pending, keys, args).integer();
 }
 
 FairTenantClientMiddleware::FairTenantClientMiddleware(const Config& config, Keys keys)
@@ -355,8 +355,9 @@ void FairTenantServerMiddleware::call(JobContext& ctx, const Next& next) const {
         obj->set_string("queue", rule.queue);
         moved.push_back(obj->dump());
     }
-    const long long chosen = fair_.register_and_move(ctx.redis, *plan, job.jid, epoch_seconds(),
-                                                     moved, ctx.working_list, job.raw);
+    const long long chosen =
+        fair_.register_and_move(ctx.redis, *plan, job.jid, epoch_seconds(), moved, ctx.working_list,
+                                job.raw, ctx.after_job);
     if (chosen > 0 && !moved[static_cast<size_t>(chosen - 1)].empty()) {
         ctx.working_list = nullptr;  // the script took it out (JobContext::working_list)
         increment(outcome_counters().rerouted);

@@ -80,12 +80,13 @@ class FairTenant {
     // whose `moved_payloads` entry is not empty wins, that payload is LPUSHed to the rule's
     // queue (with SADD queues) in the same script. `moved_payloads` has one entry per rule.
     // With reliable fetch, `working_list` holds `fetched` (the job as fetched): a moved job
-    // leaves it in the same script.
+    // leaves it in the same script. `pending`: sent first (Script::run_after).
     long long register_and_move(redis::Connection& redis, const FairTenantPlan& plan,
                                 const std::string& jid, double now,
                                 const std::vector<std::string>& moved_payloads,
                                 const std::string* working_list = nullptr,
-                                const std::string& fetched = {}) const;
+                                const std::string& fetched = {},
+                                std::vector<redis::Command>* pending = nullptr) const;
 
     const Keys& keys() const { return keys_; }
     long long max_window() const { return settings_.max_throttling_window; }

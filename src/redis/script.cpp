@@ -1,11 +1,67 @@
 #include "kiqd/redis/script.hpp"
 
+#include <unordered_map>
+
 namespace kiqd::redis {
+namespace {
+
+// Every script this process has loaded, by SHA1: what resend_noscript sends instead.
+struct Sources {
+    std::mutex mutex;
+    std::unordered_map<std::string, std::string> by_sha;
+};
+Sources& sources() {
+    static Sources s;
+    return s;
+}
+
+}  // namespace
+
+void resend_noscript(Connection& conn, const std::vector<Command>& sent,
+                     const std::vector<Reply>& replies, size_t begin, size_t end) {
+    std::vector<Command> again;
+    for (size_t i = begin; i < end && i < replies.size() && i < sent.size(); ++i) {
+        if (!replies[i].is_error() || replies[i].error_text().rfind("NOSCRIPT", 0) != 0) continue;
+        if (sent[i].size() < 3 || sent[i][0] != "EVALSHA") continue;
+        Command eval = sent[i];
+        eval[0] = "EVAL";
+        {
+            std::lock_guard lock(sources().mutex);
+            auto it = sources().by_sha.find(sent[i][1]);
+            if (it == sources().by_sha.end()) continue;
+            eval[1] = it->second;
+        }
+        again.push_back(std::move(eval));
+    }
+    if (!again.empty()) conn.pipeline_unchecked(again);
+}
+
+Command Script::deferred_command(Connection& conn, const std::vector<std::string>& keys,
+                                 const std::vector<std::string>& args) const {
+    if (sha().empty()) {
+        try {
+            load(conn);
+        } catch (const Error&) {
+            // Never throws (callers run it while a job's failure is on its way): the source
+            // then goes itself, as with EVAL.
+            Command eval = evalsha_command(keys, args);
+            eval[0] = "EVAL";
+            eval[1] = source_;
+            return eval;
+        }
+    }
+    return evalsha_command(keys, args);
+}
 
 std::string Script::load(Connection& conn) const {
     auto reply = conn.command({"SCRIPT", "LOAD", source_});
+    std::string sha(reply.str());
+    {
+        std::lock_guard lock(sources().mutex);
+        sources().by_sha.emplace(sha, source_);
+    }
     std::lock_guard lock(mutex_);
-    sha_ = std::string(reply.str());
+    sha_ = sha;
     return sha_;
 }
 
@@ -45,6 +101,29 @@ Command Script::evalsha_command(const std::vector<std::string>& keys,
     cmd.insert(cmd.end(), keys.begin(), keys.end());
     cmd.insert(cmd.end(), args.begin(), args.end());
     return cmd;
+}
+
+Reply Script::run_after(Connection& conn, std::vector<Command>* pending,
+                        const std::vector<std::string>& keys,
+                        const std::vector<std::string>& args) const {
+    if (!pending || pending->empty()) return run(conn, keys, args);
+    if (sha().empty()) load(conn);
+    pending->push_back(evalsha_command(keys, args));
+    std::vector<Reply> replies;
+    try {
+        replies = conn.pipeline_unchecked(*pending);
+    } catch (...) {
+        pending->pop_back();  // the leftovers are tried again with the next write
+        throw;
+    }
+    resend_noscript(conn, *pending, replies, 0, pending->size() - 1);
+    pending->clear();
+    Reply reply = std::move(replies.back());
+    if (!reply.is_error()) return reply;
+    if (reply.error_text().rfind("NOSCRIPT", 0) != 0)
+        throw ReplyError(std::string(reply.error_text()));
+    load(conn);
+    return conn.command(evalsha_command(keys, args));
 }
 
 Reply Script::run(Connection& conn, const std::vector<std::string>& keys,

@@ -31,9 +31,10 @@ std::unique_ptr<Fetcher> make_fetcher(const Config& config, const Keys& keys,
     if (config.fetch == FetchMode::reliable)
         return std::make_unique<ReliableFetcher>(
             keys, order, identity, static_cast<size_t>(config.reliable_fetch.batch_size),
-            max_refills, std::move(fair));
+            max_refills, std::move(fair), static_cast<size_t>(config.concurrency));
     return std::make_unique<BasicFetcher>(keys, order, static_cast<size_t>(config.prefetch),
-                                          max_refills, std::move(fair));
+                                          max_refills, std::move(fair),
+                                          static_cast<size_t>(config.concurrency));
 }
 
 std::vector<std::string> fair_queue_names(const Config& config) {

@@ -109,15 +109,23 @@ void Processor::run() noexcept {
 
 bool Processor::write_until_done(redis::Connection& conn,
                                  const std::vector<redis::Command>& commands,
-                                 const std::string& what, const std::string& payload) {
+                                 const std::string& what, const std::string& payload,
+                                 size_t checked) {
     if (commands.empty()) return true;
     std::chrono::milliseconds backoff{250};
     int tries_after_stop = 0;
     for (;;) {
         try {
             const auto started = RedisHealth::Clock::now();
-            conn.pipeline(commands);
+            const size_t own = std::min(checked, commands.size());
+            auto replies = conn.pipeline_unchecked(commands);
             rt_.health.succeeded(started);
+            // The after-job commands past `own` are unchecked; a release whose script Redis
+            // forgot goes again with its source.
+            redis::resend_noscript(conn, commands, replies, own, commands.size());
+            for (size_t i = 0; i < own; ++i)
+                if (replies[i].is_error())
+                    throw redis::ReplyError(std::string(replies[i].error_text()));
             return true;
         } catch (const redis::ReplyError& e) {
             rt_.log.error("Redis refused the {} of a job ({}); payload: {}", what, e.what(),
@@ -141,11 +149,23 @@ bool Processor::write_until_done(redis::Connection& conn,
     }
 }
 
+void Processor::send_pending(redis::Connection& conn) {
+    if (pending_.empty()) return;
+    try {
+        auto replies = conn.pipeline_unchecked(pending_);
+        redis::resend_noscript(conn, pending_, replies, 0, replies.size());
+        pending_.clear();
+    } catch (const redis::Error& e) {
+        rt_.health.failed(e);  // kept: they go out with the next write
+    }
+}
+
 bool Processor::write_with_pending(redis::Connection& conn, std::vector<redis::Command> commands,
                                    const std::string& what, const std::string& payload) {
+    const size_t own = commands.size();
     for (auto& c : pending_) commands.push_back(std::move(c));
     pending_.clear();
-    return write_until_done(conn, commands, what, payload);
+    return write_until_done(conn, commands, what, payload, own);
 }
 
 void Processor::record_outcome(redis::Connection& conn, const UnitOfWork& unit, Outcome outcome,
@@ -267,6 +287,10 @@ void Processor::run_unit(redis::Connection& conn, UnitOfWork unit, const Admissi
                 throw JobError("NameError", "uninitialized constant " + job.handler_name() +
                                                 " (no kiqd handler is registered for it)");
             exec = is_exec_handler(*handler) || is_runner_handler(*handler);
+            // The previous job's lock releases, unless a middleware's round trip took them
+            // along (a job from a batched fetch's buffer made none to fetch it): they must not
+            // wait for this job to end.
+            send_pending(conn);
             (*handler)(job, ctx);
         });
     } catch (const Interrupted&) {

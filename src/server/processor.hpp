@@ -35,8 +35,12 @@ class Processor {
     void run() noexcept;
     Failure failure_from_current_exception(const Job& job) const;
     // False when the write was refused or given up (its payload is then in the log).
+    // Replies past the first `checked` commands (after-job commands) are not checked.
     bool write_until_done(redis::Connection& conn, const std::vector<redis::Command>& commands,
-                          const std::string& what, const std::string& payload);
+                          const std::string& what, const std::string& payload,
+                          size_t checked = static_cast<size_t>(-1));
+    // Sends the pending after-job commands now (replies unchecked; kept if the write fails).
+    void send_pending(redis::Connection& conn);
     // write_until_done of `commands` followed by the pending after-job commands.
     bool write_with_pending(redis::Connection& conn, std::vector<redis::Command> commands,
                             const std::string& what, const std::string& payload);

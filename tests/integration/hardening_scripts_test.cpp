@@ -245,3 +245,26 @@ TEST_CASE(
     }
     CHECK(conn.command({"GET", "c"}).str() == "4");
 }
+
+// Lock releases travel as EVALSHA in writes whose replies nobody reads (JobContext::after_job).
+// When Redis has lost its script cache (a restart, SCRIPT FLUSH) they are answered NOSCRIPT and
+// did not run: resend_noscript sends them again with their source, so the slot is freed anyway.
+TEST_CASE("scripts: a deferred release answered NOSCRIPT is sent again with its source",
+          "[hardening][scripts][concurrency]") {
+    auto& redis = RedisServer::shared();
+    redis.flushall();
+    auto c = redis.connect();
+    const std::string slots = "kiqd:concurrency:n:slots", waiting = "kiqd:concurrency:n:waiting";
+    c.command({"ZADD", slots, "99999999999999", "me|x|1"});
+    const kiqd::redis::Script release(kiqd::concurrency_release_script());
+    const kiqd::redis::Command cmd =
+        release.deferred_command(c, {slots, waiting}, {"me|x|1", "1", "60000", ""});
+    REQUIRE(cmd[0] == "EVALSHA");
+    c.command({"SCRIPT", "FLUSH"});
+    const std::vector<kiqd::redis::Command> sent{{"PING"}, cmd};
+    auto replies = c.pipeline_unchecked(sent);
+    REQUIRE(replies[1].is_error());
+    CHECK(zcard(c, slots) == 1);  // it did not run
+    kiqd::redis::resend_noscript(c, sent, replies, 0, sent.size());
+    CHECK(zcard(c, slots) == 0);
+}

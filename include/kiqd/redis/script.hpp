@@ -10,6 +10,12 @@
 
 namespace kiqd::redis {
 
+// Sends again, as EVAL with the script's source, every EVALSHA among sent[begin, end) that
+// Redis answered NOSCRIPT in `replies` (its script cache was flushed, so they did not run);
+// one more round trip, only then. Throws redis::Error when that write fails.
+void resend_noscript(Connection& conn, const std::vector<Command>& sent,
+                     const std::vector<Reply>& replies, size_t begin, size_t end);
+
 class Script {
   public:
     explicit Script(std::string source) : source_(std::move(source)) {}
@@ -18,7 +24,19 @@ class Script {
     // The EVALSHA command, for pipelining; callers that pipeline must call load() first.
     Command evalsha_command(const std::vector<std::string>& keys,
                             const std::vector<std::string>& args) const;
+    // run() with `pending` (idempotent commands left over from the previous job: lock releases)
+    // sent first in the same write, their replies unchecked; `pending` is cleared once sent
+    // and kept when the connection fails. Null or empty `pending`: run().
+    Reply run_after(Connection& conn, std::vector<Command>* pending,
+                    const std::vector<std::string>& keys,
+                    const std::vector<std::string>& args) const;
     std::string load(Connection& conn) const;  // SCRIPT LOAD; returns the SHA1
+    // An EVALSHA for a pipeline whose replies nobody reads (JobContext::after_job: lock
+    // releases), loading the script first the first time; senders of such commands pass their
+    // replies to resend_noscript, so a flushed script cache loses none of them. Never throws:
+    // when the load fails it returns an EVAL with the source.
+    Command deferred_command(Connection& conn, const std::vector<std::string>& keys,
+                             const std::vector<std::string>& args) const;
     // Sends `calls` (this script's evalsha_command()s) in one pipeline, replies unchecked (an
     // error stays in its reply). Loads the script first if this process never has; the calls
     // Redis answers NOSCRIPT (its cache was flushed: they did not run) are sent again, once,

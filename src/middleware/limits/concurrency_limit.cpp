@@ -53,8 +53,10 @@ void ConcurrencyLimitMiddleware::call(JobContext& ctx, const Next& next) const {
     const std::string ttl = std::to_string(keeper_.config().slot_ttl.count());
     std::vector<std::string> keys{slots, waiting, keys_.concurrency_scopes()};
     if (ctx.working_list) keys.push_back(*ctx.working_list);
-    auto reply = acquire_script_.run(
-        ctx.redis, keys, {limit, member, ttl, ctx.job.jid, ctx.job.raw, scope, keys_.prefix()});
+    // The previous job's releases (after_job) go out in the same write.
+    auto reply = acquire_script_.run_after(
+        ctx.redis, ctx.after_job, keys,
+        {limit, member, ttl, ctx.job.jid, ctx.job.raw, scope, keys_.prefix()});
     if (reply.integer() == 0) {
         ctx.working_list = nullptr;  // it left the working list (JobContext::working_list)
         ctx.log.debug("class={} jid={} waits for a slot ({} running in {})",
@@ -64,10 +66,9 @@ void ConcurrencyLimitMiddleware::call(JobContext& ctx, const Next& next) const {
     const uint64_t held = keeper_.hold(slots, member);
     auto release = [&] {
         keeper_.release(held);
-        const std::string& script = concurrency_release_script();
-        redis::Command cmd{"EVAL", script, "2", slots, waiting, member, limit, ttl, keys_.prefix()};
         if (ctx.after_job) {  // sent with the outcome or the next fetch: one round trip less
-            ctx.after_job->push_back(std::move(cmd));
+            ctx.after_job->push_back(release_script_.deferred_command(
+                ctx.redis, {slots, waiting}, {member, limit, ttl, keys_.prefix()}));
             return;
         }
         try {

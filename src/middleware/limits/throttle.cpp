@@ -46,9 +46,17 @@ void ThrottleMiddleware::call(JobContext& ctx, const Next& next) const {
     const ThrottleWindow w = throttle_window(now, spec.period);
     const std::string key =
         keys_.throttle(w.number, limit_scope(ctx.job, spec.by, spec.arg, cls.fair_tenant_arg));
-    auto replies =
-        ctx.redis.pipeline({{"INCRBY", key, "1"}, {"EXPIRE", key, std::to_string(w.ttl)}});
-    const long long count = replies[0].integer();
+    // The previous job's lock releases (after_job) go out in the same write, unchecked.
+    std::vector<redis::Command> cmds;
+    if (ctx.after_job) cmds = *ctx.after_job;
+    const size_t first = cmds.size();
+    cmds.push_back({"INCRBY", key, "1"});
+    cmds.push_back({"EXPIRE", key, std::to_string(w.ttl)});
+    auto replies = ctx.redis.pipeline_unchecked(cmds);
+    if (ctx.after_job) ctx.after_job->clear();
+    for (size_t i = first; i < replies.size(); ++i)
+        if (replies[i].is_error()) throw redis::ReplyError(std::string(replies[i].error_text()));
+    const long long count = replies[first].integer();
     if (count <= spec.limit) return next();
     const double at = static_cast<double>(w.next_start) + jitter_seconds(spec.period);
     // Stored before returning (the processor then records neither success nor failure), and

@@ -461,8 +461,9 @@ void UniqueJobsMiddleware::run_with_exec_lock(JobContext& ctx, const Next& next,
     const std::string wait_key = keys_.digest_key(lock.digest, ":WAIT");
     const std::string exec_key = keys_.digest_key(lock.digest, ":EXEC");
     const std::string owner = LockKeeper::new_owner(identity_);
-    auto reply = acquire_script_.run(
-        ctx.redis, {wait_key, exec_key, keeper_.held_hash()},
+    // The previous job's lock releases (after_job) go out in the same write.
+    auto reply = acquire_script_.run_after(
+        ctx.redis, ctx.after_job, {wait_key, exec_key, keeper_.held_hash()},
         {use_wait ? "1" : "0", carried, random_hex(), owner, std::to_string(lock.ttl.count()),
          std::to_string(std::chrono::milliseconds(kWaitLockTtl).count())});
     const long long outcome = reply[0].integer();
@@ -483,8 +484,8 @@ void UniqueJobsMiddleware::run_with_exec_lock(JobContext& ctx, const Next& next,
     auto release = [&] {
         keeper_.release(held);
         if (ctx.after_job) {  // sent with the outcome or the next fetch: one round trip less
-            ctx.after_job->push_back({"EVAL", LockKeeper::release_script_source(), "2", exec_key,
-                                      keeper_.held_hash(), owner});
+            ctx.after_job->push_back(release_script_.deferred_command(
+                ctx.redis, {exec_key, keeper_.held_hash()}, {owner}));
             return;
         }
         try {
