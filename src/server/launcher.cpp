@@ -64,7 +64,9 @@ void drain_unfair_queues(const Config& config, const Keys& keys, const QueueOrde
                 q, moved, q);
         }
     } catch (const std::exception& e) {
-        log.warn("fair fetch: could not check for tenant lists of plain queues: {}", e.what());
+        // Debug, not warn: Redis trouble at start (down, a wrong password, TLS) is reported once,
+        // clearly, by the connection that retries it; a second line here would repeat it.
+        log.debug("fair fetch: could not check for tenant lists of plain queues: {}", e.what());
     }
 }
 
