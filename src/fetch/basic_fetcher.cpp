@@ -139,16 +139,8 @@ std::vector<UnitOfWork> BasicFetcher::pop_batch(redis::Connection& conn, std::mt
     thread_local std::vector<std::string> args;
     batch_order_args(order_, rng, prefetch_, args);
     if (fair_) fair_->fair_args(args);
-    redis::Reply reply = [&] {
-        if (pending.empty()) return pop_script_->run(conn, queue_keys_, args);
-        try {
-            return command_after(conn, pending, pop_script_->evalsha_command(queue_keys_, args));
-        } catch (const redis::ReplyError& e) {
-            if (!e.starts_with("NOSCRIPT")) throw;
-            return pop_script_->run(conn, queue_keys_, args);  // pending went out already
-        }
-    }();
-    return batch_units(reply, order_.names());
+    // The previous job's releases go out in the same write (Script::run_after).
+    return batch_units(pop_script_->run_after(conn, &pending, queue_keys_, args), order_.names());
 }
 
 std::optional<UnitOfWork> BasicFetcher::retrieve_work(redis::Connection& conn, std::mt19937_64& rng,

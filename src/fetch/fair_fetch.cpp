@@ -229,16 +229,7 @@ std::optional<UnitOfWork> FairFetch::take_one(redis::Connection& conn, std::mt19
     thread_local std::vector<std::string> args;
     batch_order_args(order_, rng, 1, args);
     fair_args(args);
-    redis::Reply reply = [&] {
-        if (pending.empty()) return script_.run(conn, keys, args);
-        try {
-            return command_after(conn, pending, script_.evalsha_command(keys, args));
-        } catch (const redis::ReplyError& e) {
-            if (!e.starts_with("NOSCRIPT")) throw;
-            return script_.run(conn, keys, args);  // pending went out already
-        }
-    }();
-    auto units = batch_units(reply, order_.names());
+    auto units = batch_units(script_.run_after(conn, &pending, keys, args), order_.names());
     if (units.empty()) return std::nullopt;
     return std::move(units.front());
 }
