@@ -93,6 +93,42 @@ print(round(kb / 1024))
 PY
 }
 
+# CPU seconds (utime+stime) used so far by the given pids and all their descendants, from
+# /proc/<pid>/stat; `cpu_s --children PID...`: of the descendants only; `cpu_s --self PID...`: of
+# the given pids alone.
+cpu_s() {
+    /usr/bin/python3 - "$@" <<'PY'
+import os, sys
+args = sys.argv[1:]
+mode = args[0] if args[:1] in (["--children"], ["--self"]) else ""
+roots = set(int(p) for p in args[bool(mode):])
+stat, children = {}, {}
+for d in os.listdir("/proc"):
+    if d.isdigit():
+        try:
+            f = open("/proc/%s/stat" % d).read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        stat[int(d)] = int(f[11]) + int(f[12])
+        children.setdefault(int(f[1]), []).append(int(d))
+todo, seen = list(roots), set()
+while todo:
+    p = todo.pop()
+    if p not in seen:
+        seen.add(p)
+        todo += children.get(p, [])
+if mode == "--self":
+    seen = roots
+elif mode == "--children":
+    seen -= roots
+ticks = sum(stat.get(p, 0) for p in seen)
+print(ticks / os.sysconf("SC_CLK_TCK"))
+PY
+}
+
+# cpu_us_per_job BEFORE AFTER N: µs of CPU per job between two cpu_s readings.
+cpu_us_per_job() { /usr/bin/python3 -c "print(round(($2 - $1) * 1e6 / $3, 1))"; }
+
 wait_processes() {  # wait_processes N: N entries in Sidekiq's processes set
     for _ in $(seq 600); do
         [[ $(rcli scard processes) -ge $1 ]] && return 0
@@ -122,18 +158,21 @@ drain() {
 }
 
 # The config lines every kiqd row shares: this Redis, concurrency, quiet logging, /metrics.
+# yaml_head METRICS_PORT [batched]: batched adds kiqd's batched reliable fetch.
 yaml_head() {
     printf 'redis: {url: "%s"}\nconcurrency: %s\nqueues: [default]\nlogging: {level: warn}\n' \
         "$redis_url" "$CONCURRENCY"
     printf 'metrics: {listen: "127.0.0.1:%s"}\n' "$1"
+    [[ ${2:-} == batched ]] && printf 'fetch: reliable\nreliable_fetch: {batch_size: 50}\n'
+    return 0
 }
 
 results=()
 row() { results+=("$(printf '| %s | %s | %s | %s |' "$1" "$2" "$3" "$4")"); echo "$1: $2 jobs/s, PSS $3 MB ($4)" >&2; }
 
-run_kiqd_ruby() {  # run_kiqd_ruby CLASS N PROCESSES
+run_kiqd_ruby() {  # run_kiqd_ruby CLASS N PROCESSES [batched]
     local mport; mport=$(free_port)
-    { yaml_head "$mport"; cat; } >"$work/kiqd.yml" <<YAML
+    { yaml_head "$mport" "${4:-}"; cat; } >"$work/kiqd.yml" <<YAML
 runners:
   ruby:
     command: ["/usr/bin/ruby", "$RUNNER", "--require", "$here/runner_app.rb"]
@@ -145,14 +184,20 @@ YAML
     "$KIQD" -C "$work/kiqd.yml" >"$work/kiqd.log" 2>&1 &
     pids=($!)
     wait_runners_idle "$mport" "$3"
+    local k0 c0 r0 k1 c1 r1
+    k0=$(cpu_s --self "${pids[@]}"); c0=$(cpu_s --children "${pids[@]}"); r0=$(cpu_s "$redis_pid")
     rate=$(CLASS=$1 drain "$2")
+    k1=$(cpu_s --self "${pids[@]}"); c1=$(cpu_s --children "${pids[@]}"); r1=$(cpu_s "$redis_pid")
     local pss pool; pss=$(pss_mb "${pids[@]}"); pool=$(pss_mb --children "${pids[@]}")
     stop_all
-    row "kiqd + ruby runner, processes $3, $1" "$rate" "$pss" "concurrency $CONCURRENCY; runner pool alone (master + processes) $pool MB"
+    local cpu
+    cpu="CPU µs/job: kiqd $(cpu_us_per_job "$k0" "$k1" "$2"), runners $(cpu_us_per_job "$c0" "$c1" "$2"), redis $(cpu_us_per_job "$r0" "$r1" "$2")"
+    row "kiqd + ruby runner, processes $3${4:+, $4 fetch}, $1" "$rate" "$pss" "concurrency $CONCURRENCY; runner pool alone (master + processes) $pool MB; $cpu"
 }
 
 run_sidekiq() {  # run_sidekiq CLASS N PROCESSES
     rcli flushall >/dev/null
+    : >"$work/sidekiq.log"
     local per=$(( CONCURRENCY / $3 )); (( per < 1 )) && per=1
     for _ in $(seq "$3"); do
         REDIS_URL=$redis_url "$sidekiq_bin" -r "$here/runner_app.rb" -c "$per" -q default \
@@ -160,16 +205,28 @@ run_sidekiq() {  # run_sidekiq CLASS N PROCESSES
         pids+=($!)
     done
     wait_processes "$3"
+    # Proof that the Sidekiq rows are quiet: the lines its processes write during the drain,
+    # and how many of them are per-job start/done lines (0 when the WARN level took effect).
+    local before; before=$(wc -l <"$work/sidekiq.log")
+    local w0 r0 w1 r1
+    w0=$(cpu_s "${pids[@]}"); r0=$(cpu_s "$redis_pid")
     rate=$(CLASS=$1 drain "$2")
+    w1=$(cpu_s "${pids[@]}"); r1=$(cpu_s "$redis_pid")
+    local lines perjob
+    lines=$(( $(wc -l <"$work/sidekiq.log") - before ))
+    perjob=$(tail -n +"$((before + 1))" "$work/sidekiq.log" | grep -cE ' (start|done: .*sec)$' || true)
     local pss; pss=$(pss_mb "${pids[@]}")
     stop_all
-    row "sidekiq 6.4.1 x$3, $1" "$rate" "$pss" "concurrency $per each"
+    local quiet="log lines during drain: $lines (per-job: $perjob); CPU µs/job: sidekiq $(cpu_us_per_job "$w0" "$w1" "$2"), redis $(cpu_us_per_job "$r0" "$r1" "$2")"
+    (( perjob > 0 )) && quiet="$quiet, NOT QUIET"
+    row "sidekiq 6.4.1 x$3, $1" "$rate" "$pss" "concurrency $per each; $quiet"
 }
 
 for spec in "Bench::RubyNoop $JOBS" "Bench::RubyCpu $CPU_JOBS"; do
     set -- $spec
     [[ -n $sidekiq_bin ]] && run_sidekiq "$1" "$2" 1
     for p in 1 "$PROCESSES"; do run_kiqd_ruby "$1" "$2" "$p"; done
+    run_kiqd_ruby "$1" "$2" "$PROCESSES" batched
     [[ -n $sidekiq_bin && $PROCESSES -gt 1 ]] && run_sidekiq "$1" "$2" "$PROCESSES"
 done
 
