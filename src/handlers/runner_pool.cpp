@@ -101,7 +101,8 @@ struct Started {
     Fd sock, out, err;
 };
 
-// `preload`: started as a pool's master (KIQD_RUNNER_PRELOAD=1).
+// `preload`: started as a pool's master (KIQD_RUNNER_PRELOAD=1). Without it a runner that
+// could preload boots as a plain process (`preload: false` in the runner's YAML).
 Started spawn_runner(const RunnerSpec& spec, const std::vector<std::string>& env,
                      bool preload = false) {
     Started s;
@@ -241,7 +242,7 @@ void RunnerPool::start_child(Slot& slot) {
     const bool is_master = &slot == &master_;
     if (!is_master && mode_ == Mode::fork) return fork_child(slot);
     if (is_master) ++master_gen_;
-    Started s = spawn_runner(spec_, env_, is_master);
+    Started s = spawn_runner(spec_, env_, is_master && spec_.preload);
     if (s.error != 0) {
         slot.child.reset();
         boot_failed(slot,

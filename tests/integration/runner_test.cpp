@@ -564,6 +564,21 @@ TEST_CASE("runner: --no-preload: kiqd starts each process itself", "[runner][pre
     CHECK(kiqd.stop() == 0);
 }
 
+TEST_CASE("runner: preload: false in YAML starts each process like --no-preload",
+          "[runner][preload]") {
+    REQUIRE_RUBY_STACK();
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    TwoJobsRunning run(server, conn, runner_config(server, "    preload: false\n"));
+    auto& [dir, kiqd, started] = run;
+    CHECK(lines_in(dir.file("boots.log")) == 2);
+    CHECK(pids_of(started, 2).size() == 2);
+    CHECK(pids_of(started, 3) == std::set<long long>{kiqd.pid()});
+    CHECK(kiqd.output().find("forking") == std::string::npos);
+    CHECK(kiqd.stop() == 0);
+}
+
 TEST_CASE("runner: config errors name the key", "[runner][config]") {
     auto& server = RedisServer::shared();
     auto check = [&](const std::string& extra, const std::string& expected) {
@@ -578,6 +593,7 @@ TEST_CASE("runner: config errors name the key", "[runner][config]") {
     check("runners:\n  r: {command: [x], max_jobs: -1}\n", "runners.r.max_jobs");
     check("runners:\n  r: {processes: 2}\n", "runners.r.command");
     check("runners:\n  r: {command: [x], bogus: 1}\n", "runners.r.bogus");
+    check("runners:\n  r: {command: [x], preload: maybe}\n", "runners.r.preload");
     check("runners:\n  r: {command: [x]}\nhandlers:\n  \"*\": {runner: r, lock: until_executed}\n",
           "handlers.*.lock");
     check("runners:\n  r: {command: [x]}\nhandlers:\n  A: {runner: r, exec: [y]}\n",
