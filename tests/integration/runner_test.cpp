@@ -192,9 +192,13 @@ TEST_CASE(
 
 TEST_CASE("runner: a child that dies, writes garbage or hangs fails only its job", "[runner]") {
     RUBY_CASE_BEGIN();
-    KiqdProcess kiqd(KIQD_BINARY,
-                     runner_config(server, "", "  TroubleJob: {runner: ruby, timeout: 2}\n"), {},
-                     app_env(server));
+    const int port = kiqd::test::free_port();
+    KiqdProcess kiqd(
+        KIQD_BINARY,
+        runner_config(server, "",
+                      "  TroubleJob: {runner: ruby, timeout: 2}\nmetrics: {listen: \"127.0.0.1:" +
+                          std::to_string(port) + "\"}\n"),
+        {}, app_env(server));
     const auto jids = enqueue(server, {{"TroubleJob", "exit"},
                                        {"TroubleJob", "kill"},
                                        {"TroubleJob", "garbage"},
@@ -217,6 +221,10 @@ TEST_CASE("runner: a child that dies, writes garbage or hangs fails only its job
     CHECK(by_jid[jids[2]]["error_message"].get<std::string>().find("without a type line") !=
           std::string::npos);
     CHECK(by_jid[jids[3]]["error_class"] == "Kiqd::Timeout");
+    // The hang is the one runner timeout on /metrics.
+    const auto [code, metrics] = kiqd::test::http_get(port, "/metrics");
+    CHECK(code == 200);
+    CHECK(metrics.find("\nkiqd_runner_timeouts_total 1\n") != std::string::npos);
     // Each misbehaving child was replaced: later jobs still run.
     enqueue(server, {{"PlainJob", 3, 4}});
     require_records(conn, "done", 2);
