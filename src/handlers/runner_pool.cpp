@@ -231,7 +231,10 @@ void RunnerPool::stop(milliseconds grace) {
             }
         }
     }
-    idle_cv_.notify_all();
+    {
+        std::lock_guard lock(mutex_);
+        for (auto* w : waiters_) w->cv.notify_one();
+    }
     wake();
     if (thread_.joinable()) thread_.join();
     if (wake_fd_ >= 0) ::close(wake_fd_);
@@ -321,7 +324,7 @@ void RunnerPool::master_ready(const runner::Ready& ready) {
     m->slot = 0;
     m->state = ChildState::idle;
     slots_[0].child = std::move(m);
-    idle_cv_.notify_one();
+    hand_off_idle();
 }
 
 bool RunnerPool::master_alive_for(const RunnerChild& c) const {
@@ -591,7 +594,7 @@ void RunnerPool::supervise() noexcept {
                             c.state = ChildState::idle;
                             log_->info("runner={} pid={} ready ({})", spec_.name, c.pid,
                                        ready->runner);
-                            idle_cv_.notify_one();
+                            hand_off_idle();
                             break;
                         }
                     } else if (c.boot_reader.malformed()) {
@@ -624,39 +627,70 @@ void RunnerPool::supervise() noexcept {
     }
 }
 
-std::optional<RunnerLease> RunnerPool::acquire(const StopSignal& stop) {
-    std::unique_lock lock(mutex_);
-    for (;;) {
-        if (stopping_ || stop.stop_requested()) return std::nullopt;
-        for (auto& slot : slots_) {
-            auto& c = slot.child;
-            if (c && !c->leased && !c->reaped && c->state == ChildState::idle) {
-                // An idle runner has nothing to say: one that wrote or closed its socket is
-                // exiting or confused, and its bytes must not be taken for the next job's reply.
-                pollfd quiet{c->sock.get(), POLLIN, 0};
-                if (::poll(&quiet, 1, 0) > 0) {
-                    log_->warn(
-                        "runner={} pid={} wrote or closed its socket while idle: replacing it",
-                        spec_.name, c->pid);
-                    note_failure(slot);
-                    kill_now(*c);
-                    wake();
-                    continue;
-                }
-                c->state = ChildState::busy;
-                c->leased = true;
-                return RunnerLease{c, c->sock.get(), c->pid};
-            }
+std::shared_ptr<RunnerChild> RunnerPool::take_idle() {
+    for (auto& slot : slots_) {
+        auto& c = slot.child;
+        if (!c || c->leased || c->reaped || c->state != ChildState::idle) continue;
+        // An idle runner has nothing to say: one that wrote or closed its socket is exiting or
+        // confused, and its bytes must not be taken for the next job's reply.
+        pollfd quiet{c->sock.get(), POLLIN, 0};
+        if (::poll(&quiet, 1, 0) > 0) {
+            log_->warn("runner={} pid={} wrote or closed its socket while idle: replacing it",
+                       spec_.name, c->pid);
+            note_failure(slot);
+            kill_now(*c);
+            wake();
+            continue;
         }
-        // The stop signal has its own condition variable: look at it every 100 ms.
-        idle_cv_.wait_for(lock, milliseconds(100));
+        return c;
+    }
+    return nullptr;
+}
+
+RunnerLease RunnerPool::lease_to(const std::shared_ptr<RunnerChild>& child,
+                                 const RunnerRequest& request) {
+    child->state = ChildState::busy;
+    child->leased = true;
+    child->job_class = request.job_class;
+    child->jid = request.jid;
+    RunnerLease lease{child, child->sock.get(), child->pid};
+    // The request usually fits the socket's buffer: sent at once, the leaseholder only waits
+    // for the answer. A failed send is seen by the leaseholder's poll (hang-up or error).
+    const ssize_t w = ::send(lease.socket, request.frame.data(), request.frame.size(),
+                             MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w > 0) lease.sent = static_cast<size_t>(w);
+    return lease;
+}
+
+void RunnerPool::hand_off_idle() {
+    while (!waiters_.empty()) {
+        auto child = take_idle();
+        if (!child) return;
+        Waiter* w = waiters_.front();
+        waiters_.pop_front();
+        w->lease = lease_to(child, *w->request);
+        w->cv.notify_one();
     }
 }
 
-void RunnerPool::set_job(const RunnerLease& lease, std::string job_class, std::string jid) {
-    std::lock_guard lock(mutex_);
-    lease.child->job_class = std::move(job_class);
-    lease.child->jid = std::move(jid);
+std::optional<RunnerLease> RunnerPool::acquire(const StopSignal& stop,
+                                               const RunnerRequest& request) {
+    std::unique_lock lock(mutex_);
+    if (stopping_ || stop.stop_requested()) return std::nullopt;
+    if (waiters_.empty())
+        if (auto child = take_idle()) return lease_to(child, request);
+    Waiter me{&request, std::nullopt, {}};
+    waiters_.push_back(&me);
+    for (;;) {
+        // A lease handed over is taken even when stopping: its request is on the socket.
+        if (me.lease) return std::move(me.lease);
+        if (stopping_ || stop.stop_requested()) {
+            waiters_.erase(std::find(waiters_.begin(), waiters_.end(), &me));
+            return std::nullopt;
+        }
+        // The stop signal has its own condition variable: look at it every 100 ms.
+        me.cv.wait_for(lock, milliseconds(100));
+    }
 }
 
 void RunnerPool::release(RunnerLease& lease, RunnerRelease how) {
@@ -701,9 +735,10 @@ void RunnerPool::release(RunnerLease& lease, RunnerRelease how) {
                 supervisor_needed = false;
             }
         }
+        // The child may go straight to a thread that waits with a job.
+        hand_off_idle();
     }
     lease.child.reset();
-    idle_cv_.notify_one();
     if (supervisor_needed) wake();
 }
 

@@ -330,6 +330,46 @@ TEST_CASE("runner: SIGTERM with jobs mid-run requeues them once their children a
     CHECK(lrange(conn, "queue:default").empty());
 }
 
+TEST_CASE("runner: threads waiting for a busy child get it in turn, or give up at shutdown",
+          "[runner]") {
+    RUBY_CASE_BEGIN();
+    // One process, four threads: three wait in acquire while one job runs, and each freed child
+    // is handed to the next waiter with its job already sent.
+    auto yaml = runner_config(server);
+    yaml.replace(yaml.find("concurrency: 2"), 14, "concurrency: 4");
+    yaml.replace(yaml.find("processes: 2"), 12, "processes: 1");
+    SECTION("every job runs once, on the one child") {
+        KiqdProcess kiqd(KIQD_BINARY, yaml, {}, app_env(server));
+        JobList jobs;
+        for (int i = 0; i < 40; ++i) jobs.push_back({"PlainJob", i, "w"});
+        const auto jids = enqueue(server, jobs);
+        require_records(conn, "done", 40);
+        const auto done = records(conn, "done");
+        std::set<std::string> ran;
+        for (const auto& d : done) ran.insert(d[1].get<std::string>());
+        CHECK(ran == std::set<std::string>(jids.begin(), jids.end()));
+        CHECK(pids_of(done, 5).size() == 1);
+        CHECK(kiqd.output().find("while idle") == std::string::npos);
+        CHECK(kiqd.stop() == 0);
+    }
+    SECTION("SIGTERM: the running job and the waiting ones go back to the queue") {
+        yaml.replace(yaml.find("timeout: 10"), 11, "timeout: 1");
+        {
+            KiqdProcess kiqd(KIQD_BINARY, yaml, {}, app_env(server));
+            enqueue(server, {{"TroubleJob", "slow", "a"},
+                             {"TroubleJob", "slow", "b"},
+                             {"TroubleJob", "slow", "c"}});
+            require_records(conn, "started", 1);
+            // The other two were fetched and wait for the child.
+            REQUIRE(wait_until([&] { return lrange(conn, "queue:default").empty(); }));
+            CHECK(kiqd.stop() == 0);
+        }
+        CHECK(records(conn, "started").size() == 1);
+        CHECK(lrange(conn, "queue:default").size() == 3);
+        CHECK(zrange(conn, "retry").empty());
+    }
+}
+
 TEST_CASE("runner: quiet sends no new job; running jobs finish", "[runner]") {
     RUBY_CASE_BEGIN();
     KiqdProcess kiqd(KIQD_BINARY, runner_config(server), {}, app_env(server));
