@@ -663,10 +663,16 @@ RunnerLease RunnerPool::lease_to(const std::shared_ptr<RunnerChild>& child,
 }
 
 void RunnerPool::hand_off_idle() {
-    while (!waiters_.empty()) {
+    while (!waiters_.empty() && !stopping_) {
+        Waiter* w = waiters_.front();
+        if (w->stop->stop_requested()) {
+            // Its job must not start now; the waiter leaves acquire empty-handed.
+            waiters_.pop_front();
+            w->cv.notify_one();
+            continue;
+        }
         auto child = take_idle();
         if (!child) return;
-        Waiter* w = waiters_.front();
         waiters_.pop_front();
         w->lease = lease_to(child, *w->request);
         w->cv.notify_one();
@@ -679,13 +685,15 @@ std::optional<RunnerLease> RunnerPool::acquire(const StopSignal& stop,
     if (stopping_ || stop.stop_requested()) return std::nullopt;
     if (waiters_.empty())
         if (auto child = take_idle()) return lease_to(child, request);
-    Waiter me{&request, std::nullopt, {}};
+    Waiter me{&request, &stop, std::nullopt, {}};
     waiters_.push_back(&me);
     for (;;) {
         // A lease handed over is taken even when stopping: its request is on the socket.
         if (me.lease) return std::move(me.lease);
         if (stopping_ || stop.stop_requested()) {
-            waiters_.erase(std::find(waiters_.begin(), waiters_.end(), &me));
+            // Still queued unless hand_off_idle already dropped it.
+            const auto it = std::find(waiters_.begin(), waiters_.end(), &me);
+            if (it != waiters_.end()) waiters_.erase(it);
             return std::nullopt;
         }
         // The stop signal has its own condition variable: look at it every 100 ms.

@@ -145,6 +145,7 @@ class RunnerPool {
     // A thread waiting in acquire: the lease a freed child was given to it with.
     struct Waiter {
         const RunnerRequest* request;
+        const StopSignal* stop;  // a waiter told to stop is not handed a child
         std::optional<RunnerLease> lease;
         std::condition_variable cv;
     };
