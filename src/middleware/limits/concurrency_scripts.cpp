@@ -126,11 +126,13 @@ return 0
 // ARGV[4] -> the key prefix ("" or "<namespace>:")
 // Returns how many parked jobs were moved back; a WRONGTYPE error, with the slot freed but no
 // parked job moved, when a key resume() would write holds another type.
+// With nobody parked, expired slots are left for the next acquire or check to drop (each drops
+// them before it counts): the common release is two calls, not four.
 constexpr const char* kReleaseBody = R"lua(
-local now = now_ms()
 redis.call('zrem', KEYS[1], ARGV[1])
-redis.call('zremrangebyscore', KEYS[1], '-inf', now)
 if redis.pcall('llen', KEYS[2]) == 0 then return 0 end  -- nobody parked: no type checks needed
+local now = now_ms()
+redis.call('zremrangebyscore', KEYS[1], '-inf', now)
 local refused = resume_refused(KEYS[1], KEYS[2], tonumber(ARGV[2]), ARGV[4])
 if refused then return refused end
 return resume(KEYS[1], KEYS[2], tonumber(ARGV[2]), now + tonumber(ARGV[3]), ARGV[4])
