@@ -11,6 +11,7 @@
 #include "middleware/unique/lock_survey.hpp"
 #include "middleware/unique/ruby_json.hpp"
 #include "redis/lua_type_guard.hpp"
+#include "redis/script_fold.hpp"
 
 namespace kiqd {
 namespace {
@@ -185,14 +186,6 @@ constexpr const char* kDropWaitScript = R"lua(
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
 return 0
 )lua";
-
-// Whether `cmd` is a deferred EVALSHA of `release` (LockKeeper's release script: 2 keys, the
-// owner), which the acquire script can run itself.
-bool is_release_call(const redis::Command& cmd, const redis::Script& release) {
-    if (cmd.size() != 6 || cmd[0] != "EVALSHA" || cmd[2] != "2") return false;
-    const auto sha = release.evalsha_command({}, {})[1];  // "" until loaded
-    return !sha.empty() && cmd[1] == sha;
-}
 
 [[noreturn]] void invalid(const std::string& message) {
     throw JobError("Kiqd::InvalidLock", message);
@@ -490,7 +483,7 @@ void UniqueJobsMiddleware::run_with_exec_lock(JobContext& ctx, const Next& next,
     // The previous job's lock releases (after_job) go out in the same write; the last, when it
     // is an EXEC lock's, inside this very script call.
     if (ctx.after_job && !ctx.after_job->empty() &&
-        is_release_call(ctx.after_job->back(), release_script_)) {
+        redis::is_deferred_call(ctx.after_job->back(), release_script_, 2, 1)) {
         const auto& r = ctx.after_job->back();
         keys.insert(keys.end(), {r[3], r[4]});
         args.push_back(r[5]);
