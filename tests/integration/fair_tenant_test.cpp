@@ -234,15 +234,10 @@ TEST_CASE("fair tenant: the server's first call counts before writing, as the sc
     auto& server = RedisServer::shared();
     server.flushall();
     auto c = server.connect();
-    Config config = rules_config(R"(
-handlers:
-  SomeJob:
-    queue: default
-    fair_tenant_queues:
-      - {queue: slower, threshold: 1, per: 500}
-      - {queue: slow, threshold: 3}
-fair_tenant: {max_throttling_window: 1000}
-)");
+    // Rule 1: more than 1 in 500 s → slower; rule 2: more than 3 in the max window → slow.
+    Config config = rules_config(
+        "handlers: {SomeJob: {queue: default, fair_tenant_queues: [{queue: slower, threshold: 1, "
+        "per: 500}, {queue: slow, threshold: 3}]}}\nfair_tenant: {max_throttling_window: 1000}\n");
     FairTenant fair(config, Keys{});
     const double now = 1800000000.75;
     const long long t = 1800000000;
