@@ -247,15 +247,18 @@ local function take_job(q, move)
   end
   local rest = tonumber(ARGV[1]) - taken
   while true do
-    local t = redis.call('lindex', f.ring, -1)
+    -- The ring's tail is served and rotated to the head in one call. A tenant whose list is
+    -- empty is found here, at its next turn, and leaves the ring then: no LLEN after each pop.
+    local t = redis.call('lmove', f.ring, f.ring, 'RIGHT', 'LEFT')
     if not t then return false end
     local list = f.list .. t
     local w = f.weights[t] or 1
-    if rest > 1 and redis.call('llen', f.ring) == 1 and always_first(q) and
+    if rest > 1 and not f.ringlen then f.ringlen = redis.call('llen', f.ring) end
+    if rest > 1 and f.ringlen == 1 and always_first(q) and
         redis.call('type', list).ok == 'list' then
       -- A lone tenant: nobody joins the ring before the next split (the next script), so the
       -- rest of this batch comes from its list in one LRANGE + LTRIM (+ LPUSH into the working
-      -- list), oldest first, instead of four calls per job. always_first: every job taken
+      -- list), oldest first, instead of two calls per job. always_first: every job taken
       -- ahead is returned by this script.
       local got = redis.call('lrange', list, -rest, -1)
       redis.call('ltrim', list, 0, -(#got + 1))
@@ -265,11 +268,6 @@ local function take_job(q, move)
         for k = #got, 1, -1 do rev[#rev + 1] = got[k] end
         redis.call('lpush', move, unpack(rev))
       end
-      if redis.call('llen', list) == 0 then
-        redis.call('rpop', f.ring)
-        redis.pcall('srem', queues, f.queue .. t)
-        if w > 1 then redis.pcall('hdel', f.served, t) end
-      end
       local job = got[#got]
       got[#got] = nil
       if #got > 0 then f.stash = got end
@@ -278,23 +276,26 @@ local function take_job(q, move)
     local job
     if move then job = redis.pcall('rpoplpush', list, move) else job = redis.pcall('rpop', list) end
     if type(job) == 'table' then job = false end  -- not a list any more: forget the tenant
-    -- After the pop nothing may fail: the ring is a list (LINDEX said so), and the served
+    -- After the pop nothing may fail: the ring is a list (LMOVE said so), and the served
     -- hash and the queues set, someone else's keys at worst, are written with pcall (a served
     -- hash that is not one makes the tenant's weight 1).
-    if job and redis.call('llen', list) > 0 then
-      local served = 0
-      if w > 1 then served = redis.pcall('hincrby', f.served, t, 1) end
-      if type(served) ~= 'number' or served >= w or w <= 1 then
-        if w > 1 then redis.pcall('hdel', f.served, t) end
-        redis.call('rpoplpush', f.ring, f.ring)
+    if job then
+      if w > 1 then
+        local served = redis.pcall('hincrby', f.served, t, 1)
+        if type(served) == 'number' and served < w then
+          redis.call('lmove', f.ring, f.ring, 'LEFT', 'RIGHT')  -- its turn goes on
+        else
+          redis.pcall('hdel', f.served, t)
+        end
       end
-    else
-      -- Its list is empty: it leaves the ring (and Sidekiq's queue list) until its next job.
-      redis.call('rpop', f.ring)
-      redis.pcall('srem', queues, f.queue .. t)
-      if w > 1 then redis.pcall('hdel', f.served, t) end
+      return job
     end
-    if job then return job end
+    -- Its list is empty: it leaves the ring (now at its head) and Sidekiq's queue list until
+    -- its next job.
+    redis.call('lpop', f.ring)
+    if f.ringlen then f.ringlen = f.ringlen - 1 end
+    redis.pcall('srem', queues, f.queue .. t)
+    if w > 1 then redis.pcall('hdel', f.served, t) end
   end
 end
 
