@@ -247,8 +247,8 @@ local function take_job(q, move)
   end
   local rest = tonumber(ARGV[1]) - taken
   while true do
-    -- The ring's tail is served and rotated to the head in one call. A tenant whose list is
-    -- empty is found here, at its next turn, and leaves the ring then: no LLEN after each pop.
+    -- The ring's tail is served and rotated to its head in one call (LINDEX and RPOPLPUSH
+    -- before).
     local t = redis.call('lmove', f.ring, f.ring, 'RIGHT', 'LEFT')
     if not t then return false end
     local list = f.list .. t
@@ -258,7 +258,7 @@ local function take_job(q, move)
         redis.call('type', list).ok == 'list' then
       -- A lone tenant: nobody joins the ring before the next split (the next script), so the
       -- rest of this batch comes from its list in one LRANGE + LTRIM (+ LPUSH into the working
-      -- list), oldest first, instead of two calls per job. always_first: every job taken
+      -- list), oldest first, instead of three calls per job. always_first: every job taken
       -- ahead is returned by this script.
       local got = redis.call('lrange', list, -rest, -1)
       redis.call('ltrim', list, 0, -(#got + 1))
@@ -267,6 +267,12 @@ local function take_job(q, move)
         local rev = {}
         for k = #got, 1, -1 do rev[#rev + 1] = got[k] end
         redis.call('lpush', move, unpack(rev))
+      end
+      if redis.call('llen', list) == 0 then
+        redis.call('lpop', f.ring)
+        f.ringlen = 0
+        redis.pcall('srem', queues, f.queue .. t)
+        if w > 1 then redis.pcall('hdel', f.served, t) end
       end
       local job = got[#got]
       got[#got] = nil
@@ -280,22 +286,26 @@ local function take_job(q, move)
     -- hash and the queues set, someone else's keys at worst, are written with pcall (a served
     -- hash that is not one makes the tenant's weight 1).
     if job then
-      if w > 1 then
-        local served = redis.pcall('hincrby', f.served, t, 1)
-        if type(served) == 'number' and served < w then
-          redis.call('lmove', f.ring, f.ring, 'LEFT', 'RIGHT')  -- its turn goes on
-        else
-          redis.pcall('hdel', f.served, t)
+      if redis.call('llen', list) > 0 then
+        if w > 1 then
+          local served = redis.pcall('hincrby', f.served, t, 1)
+          if type(served) == 'number' and served < w then
+            redis.call('lmove', f.ring, f.ring, 'LEFT', 'RIGHT')  -- its turn goes on
+          else
+            redis.pcall('hdel', f.served, t)
+          end
         end
+        return job
       end
-      return job
     end
-    -- Its list is empty: it leaves the ring (now at its head) and Sidekiq's queue list until
-    -- its next job.
+    -- Its list is empty (now or before this pop): it leaves the ring (now at its head) and
+    -- Sidekiq's queue list until its next job. Eagerly: a split adds a tenant whose list is
+    -- missing to the ring, so an emptied tenant left in it would get two turns.
     redis.call('lpop', f.ring)
     if f.ringlen then f.ringlen = f.ringlen - 1 end
     redis.pcall('srem', queues, f.queue .. t)
     if w > 1 then redis.pcall('hdel', f.served, t) end
+    if job then return job end
   end
 end
 
