@@ -9,6 +9,7 @@
 #   GREEDY=100000 TENANTS=10000 PER_TENANT=3 CONCURRENCY=10 RUNS=1 BUILD=build bench/fair_fetch_cost.sh
 #   EXTRA="fetch: reliable"       a YAML line added to both configs (batched reliable fetch)
 #   BINARIES="/tmp/kiqd.old build/kiqd"   A/B: each round runs every binary in turn (plain, fair)
+#   SVG=docs/fair-fetch-cost.svg          also a bar chart of µs per job (bench/lib/svg_plot.py)
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
@@ -44,7 +45,7 @@ for mode in plain fair; do
     } >"$work/$mode.yml"
 done
 total=$((GREEDY + TENANTS * PER_TENANT))
-results=()
+results=() bars=()
 for ((round = 1; round <= RUNS; round++)); do
   for KIQD in $BINARIES; do
     for mode in plain fair; do
@@ -76,10 +77,16 @@ for ((round = 1; round <= RUNS; round++)); do
         us=$(/usr/bin/python3 -c "print('%.1f' % (1e6 * ($t1 - $t0) / $total))")
         rus=$(/usr/bin/python3 -c "print('%.1f' % (1e6 * ($cpu1 - $cpu0) / $total))")
         echo "  round $round $KIQD $mode: $total jobs in $secs s = $rate jobs/s, $us µs per job, Redis CPU $rcpu s" >&2
+        bars+=("${EXTRA:-basic fetch}, $mode, round $round, $(basename "$KIQD")=$us")
         results+=("| $mode, round $round, $KIQD | $total | $secs | $rate | $us | $rcpu | $rus |")
     done
   done
 done
+if [[ -n ${SVG:-} ]]; then
+    /usr/bin/python3 "$here/lib/svg_plot.py" bars "$SVG" \
+        "Fetch cost per job: $GREEDY greedy + $TENANTS tenants x $PER_TENANT no-op jobs, c=$CONCURRENCY" \
+        "µs/job" "${bars[@]}" || die "svg_plot failed"
+fi
 echo "| run | jobs | seconds | jobs/s | µs per job | Redis CPU s | Redis CPU µs per job |"
 echo "|---|---|---|---|---|---|---|"
 printf '%s\n' "${results[@]}"

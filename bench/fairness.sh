@@ -16,6 +16,8 @@
 #   GREEDY, TENANTS, PER_TENANT, JOB_MS   the workload
 #   RESULTS=...            report (default bench/results/fairness.md, or -smoke.md)
 #   PLOT=docs/bench/fairness.png          the plot (gnuplot); PLOT=none skips it
+#   SVG=docs/fair-fetch-waits.svg         also an SVG of the last round's small tenants' waits
+#                                         (bench/lib/svg_plot.py, plain Python; no gnuplot)
 #
 # Method, for each run — (a) "plain": one queue `default`; (b) "fair tenant": queues
 # default/throttled_2x/throttled_4x weighted 6/3/1 and the YAML rules
@@ -182,6 +184,16 @@ plot "$work/plain-$RUNS.waits" using (\$1*1000):2 with steps lw 2 title "(a) one
      "$work/server-$RUNS.waits" using (\$1*1000):2 with steps lw 2 dt 2 title "(c) the same rules applied by kiqd's server side", \
      "$work/fairfetch-$RUNS.waits" using (\$1*1000):2 with steps lw 2 title "(d) fair fetch (plain producer, tenant in args)"
 EOF
+fi
+
+if [[ -n ${SVG:-} ]]; then
+    /usr/bin/python3 "$here/lib/svg_plot.py" cdf "$SVG" \
+        "Small tenants' wait, round $RUNS: $GREEDY greedy + $TENANTS x $PER_TENANT small jobs of $JOB_MS ms, c=$CONCURRENCY" \
+        "(a) one plain queue (Ruby Sidekiq::Client)=$work/plain-$RUNS.waits" \
+        "(b) rerouting at push time (kiqd's client), weights 6/3/1=$work/fair-$RUNS.waits" \
+        "(c) the same rules applied by kiqd's server side (Ruby client)=$work/server-$RUNS.waits" \
+        "(d) fair fetch (Ruby client, tenant in args)=$work/fairfetch-$RUNS.waits" ||
+        die "svg_plot failed"
 fi
 
 cpu_model=$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//' || true)
