@@ -177,6 +177,37 @@ local function split(q, f)
     return
   end
   local ringlen = redis.call('llen', f.ring)
+  if ringlen + #names <= f.max then
+    -- Every tenant fits under the cap even if all are new, so no TYPE per tenant: the LPUSH's
+    -- reply says whether the list is new (its length is the pushed count). A tenant list of
+    -- another type (someone else's key) refuses the LPUSH, and its jobs take the careful path
+    -- below, which sends them to the tenantless bucket or back to the plain queue.
+    local rest = {}
+    for _, t in ipairs(names) do
+      local g = groups[t]
+      local first = math.min(1000, #g)
+      local len = redis.pcall('lpush', f.list .. t, unpack(g, 1, first))
+      if type(len) ~= 'number' then
+        rest[#rest + 1] = t
+      else
+        for s = first + 1, #g, 1000 do
+          redis.call('lpush', f.list .. t, unpack(g, s, math.min(s + 999, #g)))
+        end
+        if len == first then
+          redis.call('lpush', f.ring, t)
+          redis.call('sadd', queues, f.queue .. t)
+          ringlen = ringlen + 1
+        end
+      end
+    end
+    if #rest == 0 then return end
+    -- Only the refused tenants go on, their jobs grouped by tenant (oldest first in each).
+    names = rest
+    popped = {}
+    for _, t in ipairs(rest) do
+      for _, job in ipairs(groups[t]) do popped[#popped + 1] = job end
+    end
+  end
   local dest, fresh = {}, {}
   local function kind(t)
     if fresh[t] ~= nil then return fresh[t] and 'none' or 'list' end

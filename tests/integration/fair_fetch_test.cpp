@@ -276,6 +276,30 @@ void check_tenants(const FairFetchConfig& config,
 
 }  // namespace
 
+TEST_CASE("fair fetch: a tenant list that is someone else's key loses no job", "[fair_fetch]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    conn.command({"SET", "queue:default@t:b", "not a list"});
+    kiqd::test::push_raw(conn, "default", {job("a", 1), job("b", 1), job("b", 2)});
+    FairSetup s({{"default", 0}}, fair_default());
+    BasicFetcher fetcher(s.keys, s.order, 1, 1, s.fair());
+    // b's jobs go to the tenantless bucket instead; the string is left alone.
+    CHECK(fetch_labels(fetcher, conn, 10) == list_of{"a/1", "b/1", "b/2"});
+    CHECK(conn.command({"GET", "queue:default@t:b"}).str() == "not a list");
+    // With the tenantless bucket taken too, the split leaves b's jobs in the plain queue, in
+    // order; once the ring is empty, basic fetch's BRPOP takes them from there.
+    conn.command({"SET", "queue:default@t:", "taken"});
+    kiqd::test::push_raw(conn, "default", {job("a", 2), job("b", 3), job("b", 4)});
+    std::mt19937_64 rng(4);
+    auto first = fetcher.retrieve_work(conn, rng, 0);
+    REQUIRE(first);
+    CHECK(label(first->payload) == "a/2");
+    CHECK(lrange(conn, "queue:default") == list_of{job("b", 4), job("b", 3)});
+    CHECK(fetch_labels(fetcher, conn, 10) == list_of{"b/3", "b/4"});
+    CHECK(conn.command({"GET", "queue:default@t:"}).str() == "taken");
+}
+
 TEST_CASE("fair fetch: args[N] is read exactly on tricky payloads", "[fair_fetch]") {
     check_tenants(fair_default(),
                   {
