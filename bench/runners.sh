@@ -59,72 +59,11 @@ push() {
     /usr/bin/python3 "$here/lib/push_jobs.py" "$1" "$2" | rcli --pipe >/dev/null
 }
 
-# PSS in MB of the given pids and all their descendants (from /proc/<pid>/smaps_rollup);
-# `pss_mb --children PID...`: of the descendants only (a runner pool without kiqd itself).
-pss_mb() {
-    /usr/bin/python3 - "$@" <<'PY'
-import os, sys
-args = sys.argv[1:]
-children_only = args[:1] == ["--children"]
-roots = set(int(p) for p in args[children_only:])
-children = {}
-for d in os.listdir("/proc"):
-    if d.isdigit():
-        try:
-            ppid = int(open("/proc/%s/stat" % d).read().rsplit(")", 1)[1].split()[1])
-        except OSError:
-            continue
-        children.setdefault(ppid, []).append(int(d))
-todo, seen = list(roots), set()
-while todo:
-    p = todo.pop()
-    if p not in seen:
-        seen.add(p)
-        todo += children.get(p, [])
-kb = 0
-for p in seen - (roots if children_only else set()):
-    try:
-        for line in open("/proc/%d/smaps_rollup" % p):
-            if line.startswith("Pss:"):
-                kb += int(line.split()[1])
-    except OSError:
-        pass
-print(round(kb / 1024))
-PY
-}
-
-# CPU seconds (utime+stime) used so far by the given pids and all their descendants, from
-# /proc/<pid>/stat; `cpu_s --children PID...`: of the descendants only; `cpu_s --self PID...`: of
-# the given pids alone.
-cpu_s() {
-    /usr/bin/python3 - "$@" <<'PY'
-import os, sys
-args = sys.argv[1:]
-mode = args[0] if args[:1] in (["--children"], ["--self"]) else ""
-roots = set(int(p) for p in args[bool(mode):])
-stat, children = {}, {}
-for d in os.listdir("/proc"):
-    if d.isdigit():
-        try:
-            f = open("/proc/%s/stat" % d).read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        stat[int(d)] = int(f[11]) + int(f[12])
-        children.setdefault(int(f[1]), []).append(int(d))
-todo, seen = list(roots), set()
-while todo:
-    p = todo.pop()
-    if p not in seen:
-        seen.add(p)
-        todo += children.get(p, [])
-if mode == "--self":
-    seen = roots
-elif mode == "--children":
-    seen -= roots
-ticks = sum(stat.get(p, 0) for p in seen)
-print(ticks / os.sysconf("SC_CLK_TCK"))
-PY
-}
+# PSS in MB of the given pids and all their descendants; `pss_mb --children PID...`: of the
+# descendants only (a runner pool without kiqd itself). CPU seconds so far (utime+stime) of the
+# same trees; `cpu_s --self PID...`: of the given pids alone.
+pss_mb() { /usr/bin/python3 "$here/lib/proc_tree.py" pss "$@"; }
+cpu_s() { /usr/bin/python3 "$here/lib/proc_tree.py" cpu "$@"; }
 
 # cpu_us_per_job BEFORE AFTER N: µs of CPU per job between two cpu_s readings.
 cpu_us_per_job() { /usr/bin/python3 -c "print(round(($2 - $1) * 1e6 / $3, 1))"; }
