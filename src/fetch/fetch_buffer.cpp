@@ -15,7 +15,7 @@ FetchBuffer::~FetchBuffer() = default;
 
 size_t FetchBuffer::Pile::limit() const {
     if (!short_jobs()) return 1;
-    // About kPileWork of work: no-op jobs (~5 µs) fill a whole pile, jobs of 100 µs two.
+    // About kPileWork of work: no-op jobs (~5 µs) take a whole refill, jobs of 250 µs two.
     const double fits = kPileWork / std::max(job_seconds, 1e-7);
     return std::clamp<size_t>(static_cast<size_t>(fits), 1, kMaxPile);
 }

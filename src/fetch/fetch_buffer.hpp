@@ -16,7 +16,7 @@
 // thread takes a pile of jobs at once: the first to run, the others into its own pile, which it
 // runs next without the shared lock; a refill wakes one waiter per pile. A pile holds about
 // kPileWork of work by the thread's measured job time (no-op jobs: up to kMaxPile; jobs of a
-// few hundred µs: none), so that a c100 pool on 2 cores wakes one or two threads per refill
+// few hundred µs: none), so that a c100 pool on 2 cores wakes about one thread per refill
 // rather than one per 8 jobs (each wake-up is a sleep and a wake, ~0.3 context switches per job
 // at c100 with piles of 8), and a piled job waits at most about kPileWork longer than with a
 // thread of its own. Jobs never wait in a pile behind a long job while another thread is free:
@@ -47,8 +47,8 @@ class FetchBuffer {
     using Refill = std::function<std::vector<UnitOfWork>(std::vector<UnitOfWork>& acks)>;
 
     // The most jobs a pile holds, and the work (by the thread's measured job time) it holds.
-    static constexpr size_t kMaxPile = 32;
-    static constexpr double kPileWork = 0.0002;
+    static constexpr size_t kMaxPile = 64;
+    static constexpr double kPileWork = 0.0005;
     static constexpr size_t kNoSlot = static_cast<size_t>(-1);
 
     // `batch`: the jobs one refill asks for. `max_refills`: how many may be in flight at once.
