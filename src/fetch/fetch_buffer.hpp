@@ -16,7 +16,7 @@
 // thread takes a pile of jobs at once: the first to run, the others into its own pile, which it
 // runs next without the shared lock; a refill wakes one waiter per pile. A pile holds about
 // kPileWork of work by the thread's measured job time (no-op jobs: up to kMaxPile; jobs of a
-// few hundred µs: none), so that a c100 pool on 2 cores wakes about one thread per refill
+// 500 µs or more: none), so that a c100 pool on 2 cores wakes about one thread per refill
 // rather than one per 8 jobs (each wake-up is a sleep and a wake, ~0.3 context switches per job
 // at c100 with piles of 8), and a piled job waits at most about kPileWork longer than with a
 // thread of its own. Jobs never wait in a pile behind a long job while another thread is free:
