@@ -8,14 +8,16 @@
 #
 #   GREEDY=100000 TENANTS=10000 PER_TENANT=3 CONCURRENCY=10 RUNS=1 BUILD=build bench/fair_fetch_cost.sh
 #   EXTRA="fetch: reliable"       a YAML line added to both configs (batched reliable fetch)
+#   BINARIES="/tmp/kiqd.old build/kiqd"   A/B: each round runs every binary in turn (plain, fair)
+#   SVG=docs/fair-fetch-cost.svg          also a bar chart of µs per job (bench/lib/svg_plot.py)
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
 GREEDY=${GREEDY:-100000} TENANTS=${TENANTS:-10000} PER_TENANT=${PER_TENANT:-3}
 CONCURRENCY=${CONCURRENCY:-10} RUNS=${RUNS:-1} BUILD=${BUILD:-$repo/build}
-KIQD=$BUILD/kiqd
+BINARIES=${BINARIES:-$BUILD/kiqd}
 die() { echo "fair_fetch_cost: $*" >&2; exit 1; }
-[[ -x $KIQD ]] || die "build first: cmake --build $BUILD --target kiqd"
+for KIQD in $BINARIES; do [[ -x $KIQD ]] || die "build first: cmake --build $BUILD --target kiqd ($KIQD)"; done
 work=$(mktemp -d "${TMPDIR:-/tmp}/kiqd-faircost.XXXXXX")
 redis_pid="" kiqd_pid=""
 cleanup() {
@@ -43,37 +45,22 @@ for mode in plain fair; do
     } >"$work/$mode.yml"
 done
 total=$((GREEDY + TENANTS * PER_TENANT))
-results=()
+results=() bars=()
 for ((round = 1; round <= RUNS; round++)); do
+  for KIQD in $BINARIES; do
     for mode in plain fair; do
         rcli flushall >/dev/null
-        /usr/bin/python3 - "$GREEDY" "$TENANTS" "$PER_TENANT" <<'PY' | rcli --pipe >/dev/null
-import json, os, sys, time
-greedy, tenants, per = map(int, sys.argv[1:4])
-out = sys.stdout.buffer
-def cmd(*parts):
-    out.write(b"*%d\r\n" % len(parts))
-    for p in parts:
-        p = p.encode()
-        out.write(b"$%d\r\n%s\r\n" % (len(p), p))
-now = time.time()
-cmd("SADD", "queues", "default")
-def push(tenant, i):
-    job = {"retry": True, "queue": "default", "class": "Kiqd::Noop", "args": [tenant, i],
-           "jid": os.urandom(12).hex(), "created_at": now, "enqueued_at": now}
-    cmd("LPUSH", "queue:default", json.dumps(job, separators=(",", ":")))
-for i in range(greedy): push("greedy", i)
-for j in range(per):
-    for t in range(tenants): push("t%d" % t, j)
-PY
+        /usr/bin/python3 "$here/lib/push_jobs.py" Kiqd::Noop "$GREEDY" "$TENANTS" "$PER_TENANT" | rcli --pipe >/dev/null
         [[ $(rcli llen queue:default) == "$total" ]] || die "push failed"
         cpu0=$(rcli info cpu | awk -F: '/^used_cpu_(sys|user):/ {s += $2} END {printf "%.2f", s}')
         "$KIQD" -C "$work/$mode.yml" >"$work/$mode.log" 2>&1 &
         kiqd_pid=$!
-        # The first job taken starts the clock; done when no queue in `queues` has a job left.
+        # The first job taken starts the clock; done when the plain queue and the ring are empty
+        # (a tenant leaves the ring when its list empties). Two LLENs a poll: a poll over every
+        # queue in `queues` (10,000 tenant lists) cost Redis more than the fetches it measured.
         t0="" t1=""
         while :; do
-            left=$(rcli eval "local n = 0 for _, q in ipairs(redis.call('smembers', 'queues')) do n = n + redis.call('llen', 'queue:' .. q) end return n" 0)
+            left=$(rcli eval "return redis.call('llen', KEYS[1]) + redis.call('llen', KEYS[2])" 2 queue:default kiqd:fair:default:ring)
             now=$(date +%s.%N)
             [[ -z $t0 && $left -lt $total ]] && t0=$now
             [[ -n $t0 && $left == 0 ]] && { t1=$now; break; }
@@ -81,17 +68,27 @@ PY
             sleep 0.01
         done
         cpu1=$(rcli info cpu | awk -F: '/^used_cpu_(sys|user):/ {s += $2} END {printf "%.2f", s}')
+        left=$(rcli eval "local n = 0 for _, q in ipairs(redis.call('smembers', 'queues')) do n = n + redis.call('llen', 'queue:' .. q) end return n" 0)
+        [[ $left == 0 ]] || die "$left jobs left in tenant lists with an empty ring"
         kill -TERM "$kiqd_pid"; wait "$kiqd_pid" || true; kiqd_pid=""
         secs=$(/usr/bin/python3 -c "print('%.2f' % ($t1 - $t0))")
         rate=$(/usr/bin/python3 -c "print('%.0f' % ($total / ($t1 - $t0)))")
         rcpu=$(/usr/bin/python3 -c "print('%.2f' % ($cpu1 - $cpu0))")
         us=$(/usr/bin/python3 -c "print('%.1f' % (1e6 * ($t1 - $t0) / $total))")
-        echo "  round $round $mode: $total jobs in $secs s = $rate jobs/s, $us µs per job, Redis CPU $rcpu s" >&2
-        results+=("| $mode, round $round | $total | $secs | $rate | $us | $rcpu |")
+        rus=$(/usr/bin/python3 -c "print('%.1f' % (1e6 * ($cpu1 - $cpu0) / $total))")
+        echo "  round $round $KIQD $mode: $total jobs in $secs s = $rate jobs/s, $us µs per job, Redis CPU $rcpu s" >&2
+        bars+=("${EXTRA:-basic fetch}, $mode, round $round, $(basename "$KIQD")=$us")
+        results+=("| $mode, round $round, $KIQD | $total | $secs | $rate | $us | $rcpu | $rus |")
     done
+  done
 done
-echo "| run | jobs | seconds | jobs/s | µs per job | Redis CPU s |"
-echo "|---|---|---|---|---|---|"
+if [[ -n ${SVG:-} ]]; then
+    /usr/bin/python3 "$here/lib/svg_plot.py" bars "$SVG" \
+        "Fetch cost per job: $GREEDY greedy + $TENANTS tenants x $PER_TENANT no-op jobs, c=$CONCURRENCY" \
+        "µs/job" "${bars[@]}" || die "svg_plot failed"
+fi
+echo "| run | jobs | seconds | jobs/s | µs per job | Redis CPU s | Redis CPU µs per job |"
+echo "|---|---|---|---|---|---|---|"
 printf '%s\n' "${results[@]}"
 echo
 echo "EXTRA='${EXTRA:-}' GREEDY=$GREEDY TENANTS=$TENANTS PER_TENANT=$PER_TENANT CONCURRENCY=$CONCURRENCY; load average $(cut -d' ' -f1-3 /proc/loadavg); git $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"

@@ -16,16 +16,20 @@
 #   GREEDY, TENANTS, PER_TENANT, JOB_MS   the workload
 #   RESULTS=...            report (default bench/results/fairness.md, or -smoke.md)
 #   PLOT=docs/bench/fairness.png          the plot (gnuplot); PLOT=none skips it
+#   SVG=docs/fair-fetch-waits.svg         also an SVG of the last round's small tenants' waits
+#                                         (bench/lib/svg_plot.py, plain Python; no gnuplot)
 #
 # Method, for each run — (a) "plain": one queue `default`; (b) "fair tenant": queues
 # default/throttled_2x/throttled_4x weighted 6/3/1 and the YAML rules
 #   Test::Record: {queue: default, fair_tenant: {arg: 1},
 #     fair_tenant_queues: [{queue: throttled_2x, threshold: 50, per: 60},
 #                          {queue: throttled_4x, threshold: 500, per: 60}]}:
-# FLUSHALL; the greedy tenant pushes its whole backlog through kiqd's client (which reroutes it
-# in run b: 50 jobs stay in default, 450 go to throttled_2x, the rest to throttled_4x; run c
-# pushes without the rules, and kiqd's server side moves them as they start; run d pushes
-# without rules too, and kiqd serves `default` with `fair_fetch: {default: {arg: 1}}`); start
+# FLUSHALL; the greedy tenant pushes its whole backlog. Runs a, c and d push with plain Ruby
+# Sidekiq::Client (bench/lib/fairness_producer.rb, Debian's Sidekiq 6.4.1, tenant in args[1]),
+# which knows nothing of tenants: in run c kiqd's server side moves the greedy jobs as they
+# start, in run d kiqd serves `default` with `fair_fetch: {default: {arg: 1}}`. Run b pushes
+# through kiqd's client (bench/fairness_producer.cpp), whose rules reroute at push time: 50 jobs
+# stay in default, 450 go to throttled_2x, the rest to throttled_4x. Then start
 # kiqd_test_daemon (each job sleeps JOB_MS and records enqueued_at/start/end); the small
 # tenants push their jobs one at a time, spread evenly over the backlog (job k when k/1000 of
 # 95 % of it has run); wait until every job has run; stop kiqd by PID. Wait = start −
@@ -60,6 +64,7 @@ die() { echo "fairness: $*" >&2; exit 1; }
     die "build first: cmake --build $BUILD --target kiqd_test_daemon kiqd_fairness_producer"
 command -v redis-server >/dev/null || die "redis-server not found"
 command -v redis-cli >/dev/null || die "redis-cli not found"
+ruby -rsidekiq -e 'exit 0' 2>/dev/null || die "ruby with the sidekiq gem not found (Debian: ruby-sidekiq)"
 [[ $PLOT == none ]] || command -v gnuplot >/dev/null || die "gnuplot not found (scripts/install-deps)"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/kiqd-fairness.XXXXXX")
@@ -111,14 +116,23 @@ fair_fetch: {default: {arg: 1}}
 EOF
 
 total=$((GREEDY + TENANTS * PER_TENANT))
-run() {  # run NAME LABEL KIQD_CONFIG PRODUCER_CONFIG
+ruby_producer=(ruby -rsidekiq "$here/lib/fairness_producer.rb" "$redis_url")
+run() {  # run NAME LABEL KIQD_CONFIG PRODUCER (ruby, or kiqd's producer with that config)
     local name=$1 label=$2 kiqd_cfg=$3 producer_cfg=$4
     rcli flushall >/dev/null
-    "$PRODUCER" -C "$work/$producer_cfg.yml" greedy --jobs "$GREEDY" --job-ms "$JOB_MS"
+    if [[ $producer_cfg == ruby ]]; then
+        "${ruby_producer[@]}" greedy "$GREEDY" "$JOB_MS"
+    else
+        "$PRODUCER" -C "$work/$producer_cfg.yml" greedy --jobs "$GREEDY" --job-ms "$JOB_MS"
+    fi
     "$DAEMON" -C "$work/$kiqd_cfg.yml" >"$work/$name.log" 2>&1 &
     kiqd_pid=$!
-    "$PRODUCER" -C "$work/$producer_cfg.yml" small --tenants "$TENANTS" \
-        --per-tenant "$PER_TENANT" --job-ms "$JOB_MS" --spread-over "$GREEDY"
+    if [[ $producer_cfg == ruby ]]; then
+        "${ruby_producer[@]}" small "$TENANTS" "$PER_TENANT" "$JOB_MS" "$GREEDY"
+    else
+        "$PRODUCER" -C "$work/$producer_cfg.yml" small --tenants "$TENANTS" \
+            --per-tenant "$PER_TENANT" --job-ms "$JOB_MS" --spread-over "$GREEDY"
+    fi
     "${fair[@]}" wait --port "$port" --jobs "$total" || { tail -n 20 "$work/$name.log" >&2; die "$name: not every job ran"; }
     kill -TERM "$kiqd_pid"
     wait "$kiqd_pid" || die "$name: kiqd exited with $?"
@@ -139,10 +153,10 @@ echo "fairness: GREEDY=$GREEDY TENANTS=$TENANTS PER_TENANT=$PER_TENANT JOB_MS=$J
     "CONCURRENCY=$CONCURRENCY redis=127.0.0.1:$port" >&2
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 for ((round = 1; round <= RUNS; round++)); do
-    run "plain-$round" "(a) plain queue, round $round" plain plain
+    run "plain-$round" "(a) plain queue, round $round" plain ruby
     run "fair-$round" "(b) fair tenant, round $round" fair fair
-    run "server-$round" "(c) fair tenant server side, round $round" fair plain
-    run "fairfetch-$round" "(d) fair fetch, round $round" fairfetch plain
+    run "server-$round" "(c) fair tenant server side, round $round" fair ruby
+    run "fairfetch-$round" "(d) fair fetch, round $round" fairfetch ruby
 done
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 
@@ -172,6 +186,16 @@ plot "$work/plain-$RUNS.waits" using (\$1*1000):2 with steps lw 2 title "(a) one
 EOF
 fi
 
+if [[ -n ${SVG:-} ]]; then
+    /usr/bin/python3 "$here/lib/svg_plot.py" cdf "$SVG" \
+        "Small tenants' wait, round $RUNS: $GREEDY greedy + $TENANTS x $PER_TENANT small jobs of $JOB_MS ms, c=$CONCURRENCY" \
+        "(a) one plain queue (Ruby Sidekiq::Client)=$work/plain-$RUNS.waits" \
+        "(b) rerouting at push time (kiqd's client), weights 6/3/1=$work/fair-$RUNS.waits" \
+        "(c) the same rules applied by kiqd's server side (Ruby client)=$work/server-$RUNS.waits" \
+        "(d) fair fetch (Ruby client, tenant in args)=$work/fairfetch-$RUNS.waits" ||
+        die "svg_plot failed"
+fi
+
 cpu_model=$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//' || true)
 git_rev=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)
 cmd="bench/fairness.sh"
@@ -185,9 +209,11 @@ $PER_TENANT jobs pushed one at a time, spread over the backlog; kiqd_test_daemon
 $CONCURRENCY threads. (a) one plain queue; (b) fair-tenant rerouting at push time through kiqd's
 client, queues default/throttled_2x/throttled_4x weighted 6/3/1, rules
 {throttled_2x: > 50 per 60 s, throttled_4x: > 500 per 60 s}; (c) the same queues and rules in
-kiqd, but a producer without them (as Ruby without the gem): kiqd's server side registers each
+kiqd, but a producer without them (plain Ruby \`Sidekiq::Client\` 6.4.1, as in (a)): kiqd's server side registers each
 job as it starts and moves the greedy tenant's excess to the throttled queues; (d) the same plain producer, and
 kiqd serves \`default\` with \`fair_fetch: {default: {arg: 1}}\` (tenant lists, round-robin).
+(a), (c) and (d) push with plain Ruby \`Sidekiq::Client\` (push_bulk for the backlog, push for
+the small tenants); (b) with kiqd's client, which applies the push-time rules.
 
 $table
 

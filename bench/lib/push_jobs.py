@@ -1,9 +1,13 @@
-"""Writes Redis protocol to stdout for `redis-cli --pipe`: SADD queues default and N LPUSHes of
+"""Writes Redis protocol to stdout for `redis-cli --pipe`: SADD queues default and LPUSHes of
 Sidekiq-6.4.1-shaped payloads (unique jids) of class CLASS to queue:default.
-Usage: /usr/bin/python3 bench/lib/push_jobs.py CLASS N | redis-cli ... --pipe"""
+Usage: /usr/bin/python3 bench/lib/push_jobs.py CLASS N | redis-cli ... --pipe
+         N jobs with args [i, "x"]
+       /usr/bin/python3 bench/lib/push_jobs.py CLASS GREEDY TENANTS PER_TENANT | redis-cli ...
+         GREEDY jobs of tenant "greedy", then PER_TENANT rounds of one job for each of TENANTS
+         tenants "t0".."t<TENANTS-1>"; the tenant is args[0] (bench/fair_fetch_cost.sh)"""
 import json, os, sys, time
 
-cls, n = sys.argv[1], int(sys.argv[2])
+cls = sys.argv[1]
 out = sys.stdout.buffer
 
 
@@ -15,8 +19,22 @@ def cmd(*parts):
 
 
 now = time.time()
-cmd("SADD", "queues", "default")
-for i in range(n):
-    job = {"retry": True, "queue": "default", "class": cls, "args": [i, "x"],
+
+
+def push(args):
+    job = {"retry": True, "queue": "default", "class": cls, "args": args,
            "jid": os.urandom(12).hex(), "created_at": now, "enqueued_at": now}
     cmd("LPUSH", "queue:default", json.dumps(job, separators=(",", ":")))
+
+
+cmd("SADD", "queues", "default")
+if len(sys.argv) == 3:
+    for i in range(int(sys.argv[2])):
+        push([i, "x"])
+else:
+    greedy, tenants, per = map(int, sys.argv[2:5])
+    for i in range(greedy):
+        push(["greedy", i])
+    for j in range(per):
+        for t in range(tenants):
+            push(["t%d" % t, j])

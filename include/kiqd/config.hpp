@@ -103,6 +103,7 @@ struct RunnerSpec {
     long long max_jobs = 0;    // recycle a child after this many jobs; 0 = never
     long long max_rss_mb = 0;  // recycle a child whose RSS grew past this; 0 = never
     std::chrono::milliseconds boot_timeout{60000};
+    bool preload = true;  // `preload: false`: kiqd starts each process; none is a forking master
     int line = -1;
 };
 

@@ -41,8 +41,9 @@ RunnerSpec parse_runner(const std::string& base, const YAML::Node& entry, int li
                        throw ConfigError(key, "must be between 1 and 1048576", line_of(v));
                }},
               {"boot_timeout",
-               [&](const auto& key, const auto& v) { r.boot_timeout = positive_seconds(key, v); }}},
-             "unknown key (command, processes, max_jobs, max_rss_mb, boot_timeout)");
+               [&](const auto& key, const auto& v) { r.boot_timeout = positive_seconds(key, v); }},
+              {"preload", [&](const auto& key, const auto& v) { r.preload = as_bool(key, v); }}},
+             "unknown key (command, processes, max_jobs, max_rss_mb, boot_timeout, preload)");
     if (r.argv.empty()) throw ConfigError(base + ".command", "is required", r.line);
     return r;
 }

@@ -39,24 +39,20 @@ struct Exchange {
     bool reply_after_stop = false;
 };
 
-// Sends `request` and waits for the answer, the timeout, or the stop signal. On timeout or stop
-// it signals the child's group (SIGTERM, SIGKILL after the grace) and returns once the child has
-// answered or is gone.
+// Sends the rest of `request` (acquire sent lease.sent bytes of it) and waits for the answer,
+// the timeout, or the stop signal. On timeout or stop it signals the child's group (SIGTERM,
+// SIGKILL after the grace) and returns once the child has answered or is gone.
 Exchange exchange(RunnerPool& pool, const RunnerLease& lease, const std::string& request,
                   const StopSignal& stop, std::optional<milliseconds> timeout) {
     Exchange ex;
     runner::FrameReader reader;
-    size_t written = 0;
+    size_t written = lease.sent;
     const auto started = Clock::now();
     const auto deadline =
         timeout ? saturating_deadline(started, *timeout) : Clock::time_point::max();
     auto kill_at = Clock::time_point::max();
     bool stopping = false, timed_out = false, killed = false;
     char buf[65536];
-    // The request usually fits the socket's buffer: sent at once, the loop only waits for the
-    // answer (one poll per job instead of two).
-    if (const ssize_t w = ::send(lease.socket, request.data(), request.size(), MSG_NOSIGNAL); w > 0)
-        written = static_cast<size_t>(w);
     for (;;) {
         const auto now = Clock::now();
         if (!stopping && !timed_out && stop.stop_requested()) {
@@ -147,12 +143,11 @@ class RunnerJobHandler {
 };
 
 void RunnerJobHandler::operator()(const Job& job, JobContext& ctx) const {
-    auto lease = pool_->acquire(ctx.stop);
+    const std::string frame = runner::encode_frame("job", job.raw);
+    auto lease = pool_->acquire(ctx.stop, {frame, job.display_class(), job.jid});
     if (!lease) throw Interrupted();  // the job never reached a runner
     const std::string& name = pool_->spec().name;
-    pool_->set_job(*lease, job.display_class(), job.jid);
-    const Exchange ex =
-        exchange(*pool_, *lease, runner::encode_frame("job", job.raw), ctx.stop, timeout_);
+    const Exchange ex = exchange(*pool_, *lease, frame, ctx.stop, timeout_);
     const pid_t pid = lease->pid;
     if (ex.end == Exchange::End::reply && !ex.reply_after_stop) {
         pool_->release(*lease, RunnerRelease::ok);
@@ -208,10 +203,10 @@ void RunnerJobHandler::exhausted(spdlog::logger& log, const StopSignal& stop,
                              nlohmann::json{{"class", error_class}, {"message", message}}.dump(
                                  -1, ' ', false, nlohmann::json::error_handler_t::replace) +
                              "}";
-    auto lease = pool_->acquire(stop);
+    const std::string frame = runner::encode_frame("exhausted", data);
+    auto lease = pool_->acquire(stop, {frame, "", ""});
     if (!lease) return;
-    const Exchange ex =
-        exchange(*pool_, *lease, runner::encode_frame("exhausted", data), stop, kExhaustedTimeout);
+    const Exchange ex = exchange(*pool_, *lease, frame, stop, kExhaustedTimeout);
     if (ex.end == Exchange::End::reply && !ex.reply_after_stop) {
         pool_->release(*lease, RunnerRelease::ok);
         return;

@@ -101,7 +101,8 @@ struct Started {
     Fd sock, out, err;
 };
 
-// `preload`: started as a pool's master (KIQD_RUNNER_PRELOAD=1).
+// `preload`: started as a pool's master (KIQD_RUNNER_PRELOAD=1). Without it a runner that
+// could preload boots as a plain process (`preload: false` in the runner's YAML).
 Started spawn_runner(const RunnerSpec& spec, const std::vector<std::string>& env,
                      bool preload = false) {
     Started s;
@@ -230,7 +231,10 @@ void RunnerPool::stop(milliseconds grace) {
             }
         }
     }
-    idle_cv_.notify_all();
+    {
+        std::lock_guard lock(mutex_);
+        for (auto* w : waiters_) w->cv.notify_one();
+    }
     wake();
     if (thread_.joinable()) thread_.join();
     if (wake_fd_ >= 0) ::close(wake_fd_);
@@ -241,7 +245,7 @@ void RunnerPool::start_child(Slot& slot) {
     const bool is_master = &slot == &master_;
     if (!is_master && mode_ == Mode::fork) return fork_child(slot);
     if (is_master) ++master_gen_;
-    Started s = spawn_runner(spec_, env_, is_master);
+    Started s = spawn_runner(spec_, env_, is_master && spec_.preload);
     if (s.error != 0) {
         slot.child.reset();
         boot_failed(slot,
@@ -320,7 +324,7 @@ void RunnerPool::master_ready(const runner::Ready& ready) {
     m->slot = 0;
     m->state = ChildState::idle;
     slots_[0].child = std::move(m);
-    idle_cv_.notify_one();
+    hand_off_idle();
 }
 
 bool RunnerPool::master_alive_for(const RunnerChild& c) const {
@@ -590,7 +594,7 @@ void RunnerPool::supervise() noexcept {
                             c.state = ChildState::idle;
                             log_->info("runner={} pid={} ready ({})", spec_.name, c.pid,
                                        ready->runner);
-                            idle_cv_.notify_one();
+                            hand_off_idle();
                             break;
                         }
                     } else if (c.boot_reader.malformed()) {
@@ -623,39 +627,78 @@ void RunnerPool::supervise() noexcept {
     }
 }
 
-std::optional<RunnerLease> RunnerPool::acquire(const StopSignal& stop) {
-    std::unique_lock lock(mutex_);
-    for (;;) {
-        if (stopping_ || stop.stop_requested()) return std::nullopt;
-        for (auto& slot : slots_) {
-            auto& c = slot.child;
-            if (c && !c->leased && !c->reaped && c->state == ChildState::idle) {
-                // An idle runner has nothing to say: one that wrote or closed its socket is
-                // exiting or confused, and its bytes must not be taken for the next job's reply.
-                pollfd quiet{c->sock.get(), POLLIN, 0};
-                if (::poll(&quiet, 1, 0) > 0) {
-                    log_->warn(
-                        "runner={} pid={} wrote or closed its socket while idle: replacing it",
-                        spec_.name, c->pid);
-                    note_failure(slot);
-                    kill_now(*c);
-                    wake();
-                    continue;
-                }
-                c->state = ChildState::busy;
-                c->leased = true;
-                return RunnerLease{c, c->sock.get(), c->pid};
-            }
+std::shared_ptr<RunnerChild> RunnerPool::take_idle() {
+    for (auto& slot : slots_) {
+        auto& c = slot.child;
+        if (!c || c->leased || c->reaped || c->state != ChildState::idle) continue;
+        // An idle runner has nothing to say: one that wrote or closed its socket is exiting or
+        // confused, and its bytes must not be taken for the next job's reply.
+        pollfd quiet{c->sock.get(), POLLIN, 0};
+        if (::poll(&quiet, 1, 0) > 0) {
+            log_->warn("runner={} pid={} wrote or closed its socket while idle: replacing it",
+                       spec_.name, c->pid);
+            note_failure(slot);
+            kill_now(*c);
+            wake();
+            continue;
         }
-        // The stop signal has its own condition variable: look at it every 100 ms.
-        idle_cv_.wait_for(lock, milliseconds(100));
+        return c;
+    }
+    return nullptr;
+}
+
+RunnerLease RunnerPool::lease_to(const std::shared_ptr<RunnerChild>& child,
+                                 const RunnerRequest& request) {
+    child->state = ChildState::busy;
+    child->leased = true;
+    child->job_class = request.job_class;
+    child->jid = request.jid;
+    RunnerLease lease{child, child->sock.get(), child->pid};
+    // The request usually fits the socket's buffer: sent at once, the leaseholder only waits
+    // for the answer. A failed send is seen by the leaseholder's poll (hang-up or error).
+    const ssize_t w = ::send(lease.socket, request.frame.data(), request.frame.size(),
+                             MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w > 0) lease.sent = static_cast<size_t>(w);
+    return lease;
+}
+
+void RunnerPool::hand_off_idle() {
+    while (!waiters_.empty() && !stopping_) {
+        Waiter* w = waiters_.front();
+        if (w->stop->stop_requested()) {
+            // Its job must not start now; the waiter leaves acquire empty-handed.
+            waiters_.pop_front();
+            w->cv.notify_one();
+            continue;
+        }
+        auto child = take_idle();
+        if (!child) return;
+        waiters_.pop_front();
+        w->lease = lease_to(child, *w->request);
+        w->cv.notify_one();
     }
 }
 
-void RunnerPool::set_job(const RunnerLease& lease, std::string job_class, std::string jid) {
-    std::lock_guard lock(mutex_);
-    lease.child->job_class = std::move(job_class);
-    lease.child->jid = std::move(jid);
+std::optional<RunnerLease> RunnerPool::acquire(const StopSignal& stop,
+                                               const RunnerRequest& request) {
+    std::unique_lock lock(mutex_);
+    if (stopping_ || stop.stop_requested()) return std::nullopt;
+    if (waiters_.empty())
+        if (auto child = take_idle()) return lease_to(child, request);
+    Waiter me{&request, &stop, std::nullopt, {}};
+    waiters_.push_back(&me);
+    for (;;) {
+        // A lease handed over is taken even when stopping: its request is on the socket.
+        if (me.lease) return std::move(me.lease);
+        if (stopping_ || stop.stop_requested()) {
+            // Still queued unless hand_off_idle already dropped it.
+            const auto it = std::find(waiters_.begin(), waiters_.end(), &me);
+            if (it != waiters_.end()) waiters_.erase(it);
+            return std::nullopt;
+        }
+        // The stop signal has its own condition variable: look at it every 100 ms.
+        me.cv.wait_for(lock, milliseconds(100));
+    }
 }
 
 void RunnerPool::release(RunnerLease& lease, RunnerRelease how) {
@@ -700,9 +743,10 @@ void RunnerPool::release(RunnerLease& lease, RunnerRelease how) {
                 supervisor_needed = false;
             }
         }
+        // The child may go straight to a thread that waits with a job.
+        hand_off_idle();
     }
     lease.child.reset();
-    idle_cv_.notify_one();
     if (supervisor_needed) wake();
 }
 

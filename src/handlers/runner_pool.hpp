@@ -7,7 +7,12 @@
 //     every child, so PR_SET_PDEATHSIG ties the children to it: it lives until stop().
 //   * processor threads lease an idle child (acquire), own its protocol socket while they run a
 //     job on it (runner_handler.cpp), and give it back (release). A leased child's socket is
-//     touched by its leaseholder only.
+//     touched by its leaseholder only, except for the request's first bytes: acquire sends them
+//     as it leases the child, and when a thread waits for a child, the thread that frees one
+//     (release, or the supervisor when one boots) leases it to the first waiter and sends that
+//     waiter's request itself, under the mutex. The child starts the next job without waiting
+//     for the waiter's thread to wake up: one thread wake-up less on each job's path while jobs
+//     queue for children (concurrency above processes).
 //   * everything else about a child (state, pid, counters, the job it runs) is guarded by the
 //     pool's mutex. A child is signalled only under that mutex and only before it is reaped, so
 //     a signal can never reach a reused pid.
@@ -50,6 +55,16 @@ struct RunnerLease {
     std::shared_ptr<RunnerChild> child;
     int socket = -1;  // non-blocking; the leaseholder's alone until release()
     pid_t pid = -1;
+    size_t sent = 0;  // bytes of the request that acquire already wrote to the socket
+};
+
+// What acquire sends on the leased child: a whole frame, and the job it carries (for the
+// child's log lines and `kiqd processes`; empty for a frame that is not a job). The frame must
+// outlive the acquire call.
+struct RunnerRequest {
+    const std::string& frame;
+    std::string job_class;
+    std::string jid;
 };
 
 // How a lease ended.
@@ -86,11 +101,10 @@ class RunnerPool {
     // supervisor. Idempotent; any thread but a leaseholder's.
     void stop(std::chrono::milliseconds grace = std::chrono::milliseconds(5000));
 
-    // An idle, booted child, waiting for one while all are busy or booting. nullopt when `stop`
-    // fires first or the pool is stopped.
-    std::optional<RunnerLease> acquire(const StopSignal& stop);
-    // Records the job the lease runs, for the child's log lines and `kiqd processes`.
-    void set_job(const RunnerLease& lease, std::string job_class, std::string jid);
+    // An idle, booted child with the request's first bytes sent to it (lease.sent), waiting for
+    // one while all are busy or booting; waiters are served first come, first served. nullopt
+    // when `stop` fires first or the pool is stopped (then nothing was sent).
+    std::optional<RunnerLease> acquire(const StopSignal& stop, const RunnerRequest& request);
     void release(RunnerLease& lease, RunnerRelease how);
 
     // SIGTERM (or SIGKILL) to the child's process group unless it is already reaped.
@@ -128,12 +142,23 @@ class RunnerPool {
     void boot_failed(Slot& slot, const std::string& why);  // mutex held
     static void note_failure(Slot& slot);  // mutex held; counts a failure, backs off the restart
     void wake();
+    // A thread waiting in acquire: the lease a freed child was given to it with.
+    struct Waiter {
+        const RunnerRequest* request;
+        const StopSignal* stop;  // a waiter told to stop is not handed a child
+        std::optional<RunnerLease> lease;
+        std::condition_variable cv;
+    };
+    std::shared_ptr<RunnerChild> take_idle();  // mutex held; an idle child that is quiet, or null
+    RunnerLease lease_to(const std::shared_ptr<RunnerChild>& child,
+                         const RunnerRequest& request);  // mutex held; sends the first bytes
+    void hand_off_idle();  // mutex held; leases idle children to the waiters, in order
 
     RunnerSpec spec_;
     std::vector<std::string> env_;
     spdlog::logger* log_ = nullptr;
     mutable std::mutex mutex_;
-    std::condition_variable idle_cv_;    // a child became idle, or the pool stopped
+    std::deque<Waiter*> waiters_;        // threads in acquire, oldest first
     std::condition_variable reaped_cv_;  // a child was reaped
     std::vector<Slot> slots_;
     enum class Mode { probe, fork, direct };

@@ -41,6 +41,14 @@ namespace {
 //             that a crash cannot leave it both there and in the throttled queue
 // ARGV[6+4n]  the job as fetched (the working list's entry)
 //
+// ARGV[1] 'p' (server probe): as 's', with ARGV[5+2n+i] a mark ('1': rule i would move the job,
+//             '' = it would not) instead of a payload. The counts are taken before writing
+//             (the new entry counted in, the entries the trim would drop left out), so that when
+//             the winning rule would move the job it returns -2 with nothing written: the caller
+//             then builds the payloads and calls again in 's' mode. Otherwise it registers the
+//             job as 's' does and returns the same, touching KEYS[1] alone. Most jobs match no
+//             rule, so most pay neither the payloads nor their type checks.
+//
 // Returns the 1-based index of the winning rule (the last that matched), 0 when none matched,
 // and in server mode -1 when ARGV[4] is already in KEYS[1] (registered by the gem at push time
 // or by an earlier run of the same jid; nothing written). Client mode registers a member that
@@ -63,8 +71,24 @@ local key = KEYS[1]
 local now = tonumber(ARGV[2])
 local max = tonumber(ARGV[3])
 local n = tonumber(ARGV[5])
-if ARGV[1] == 's' and redis.call('zscore', key, ARGV[4]) then return -1 end
+if ARGV[1] ~= 'c' and redis.call('zscore', key, ARGV[4]) then return -1 end
 local t = math.floor(now)
+if ARGV[1] == 'p' then
+  local oldest = math.floor(now - max) + 1  -- what the trim below keeps
+  local chosen = 0
+  for i = 1, n do
+    local per = ARGV[4 + 2 * i]
+    if per == '' then per = max else per = tonumber(per) end
+    local count = redis.call('zcount', key, string.format('%d', math.max(math.floor(now - per), oldest)),
+                             string.format('%d', t)) + 1
+    if tonumber(ARGV[5 + 2 * i]) < count then chosen = i end
+  end
+  if chosen > 0 and ARGV[5 + 2 * n + chosen] ~= '' then return -2 end
+  redis.call('zremrangebyscore', key, '-inf', string.format('%d', oldest - 1))
+  redis.call('zadd', key, string.format('%d', t), ARGV[4])
+  redis.call('expire', key, ARGV[3])
+  return chosen
+end
 redis.call('zremrangebyscore', key, '-inf', string.format('%d', math.floor(now - max)))
 redis.call('zadd', key, string.format('%d', t), ARGV[4])
 redis.call('expire', key, ARGV[3])
@@ -294,6 +318,15 @@ long long FairTenant::register_and_move(redis::Connection& redis, const FairTena
     return script_.run_after(redis, pending, keys, args).integer();
 }
 
+long long FairTenant::register_unless_moved(redis::Connection& redis, const FairTenantPlan& plan,
+                                            const std::string& jid, double now,
+                                            const std::vector<bool>& would_move,
+                                            std::vector<redis::Command>* pending) const {
+    auto args = script_args('p', plan, jid, now);
+    for (bool m : would_move) args.push_back(m ? "1" : "");
+    return script_.run_after(redis, pending, {plan.key}, args).integer();
+}
+
 FairTenantClientMiddleware::FairTenantClientMiddleware(const Config& config, Keys keys)
     : fair_(config, std::move(keys)) {}
 
@@ -340,6 +373,14 @@ void FairTenantServerMiddleware::call(JobContext& ctx, const Next& next) const {
         return next();
     }
     if (!plan || job.jid.empty()) return next();
+    // Registered, and decided, without the payloads first: they are built only when a rule
+    // would move the job (the probe then wrote nothing).
+    std::vector<bool> would_move;
+    for (const auto& rule : plan->rules) would_move.push_back(rule.queue != job.queue);
+    const double now = epoch_seconds();
+    long long chosen =
+        fair_.register_unless_moved(ctx.redis, *plan, job.jid, now, would_move, ctx.after_job);
+    if (chosen != -2) return next();  // not moved: -1 (registered before), 0 or a rule in place
     // One payload per rule: the job as the gem would have pushed it to that rule's queue.
     auto obj = RawJsonObject::parse(job.raw);
     if (!obj) return next();  // parse_job accepted it, so this does not happen
@@ -355,9 +396,8 @@ void FairTenantServerMiddleware::call(JobContext& ctx, const Next& next) const {
         obj->set_string("queue", rule.queue);
         moved.push_back(obj->dump());
     }
-    const long long chosen =
-        fair_.register_and_move(ctx.redis, *plan, job.jid, epoch_seconds(), moved, ctx.working_list,
-                                job.raw, ctx.after_job);
+    chosen = fair_.register_and_move(ctx.redis, *plan, job.jid, now, moved, ctx.working_list,
+                                     job.raw, ctx.after_job);
     if (chosen > 0 && !moved[static_cast<size_t>(chosen - 1)].empty()) {
         ctx.working_list = nullptr;  // the script took it out (JobContext::working_list)
         increment(outcome_counters().rerouted);

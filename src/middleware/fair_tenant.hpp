@@ -88,6 +88,15 @@ class FairTenant {
                                 const std::string& fetched = {},
                                 std::vector<redis::Command>* pending = nullptr) const;
 
+    // Server side, the common case first: registers the job and returns what register_and_move
+    // would, without the payloads, unless the winning rule would move it (`would_move`: one
+    // entry per rule); then it writes nothing and returns -2, and the caller builds the payloads
+    // and calls register_and_move. One round trip; `pending` as there.
+    long long register_unless_moved(redis::Connection& redis, const FairTenantPlan& plan,
+                                    const std::string& jid, double now,
+                                    const std::vector<bool>& would_move,
+                                    std::vector<redis::Command>* pending = nullptr) const;
+
     const Keys& keys() const { return keys_; }
     long long max_window() const { return settings_.max_throttling_window; }
 

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "kiqd/client.hpp"
+#include "support/http_get.hpp"
 #include "support/job_pushes.hpp"
 #include "support/kiqd_process.hpp"
 #include "support/redis_reads.hpp"
@@ -204,17 +205,18 @@ TEST_CASE("exec: timeouts send SIGTERM, then SIGKILL after the grace period", "[
     Client client(Keys{}, Compat::v6);
     const std::string jid1 = client.push(conn, {{"class", "Polite"}});
     const std::string jid2 = client.push(conn, {{"class", "Stubborn"}});
+    const int port = kiqd::test::free_port();
     KiqdProcess kiqd(KIQD_BINARY,
-                     config_for(server,
-                                "concurrency: 2\nhandlers:\n"
-                                "  Polite:\n    exec: [\"" +
-                                    polite +
-                                    "\"]\n"
-                                    "    timeout: 0.5\n"
-                                    "  Stubborn:\n    exec: [\"" +
-                                    stubborn +
-                                    "\"]\n"
-                                    "    timeout: 0.5\n    grace: 0.5\n"),
+                     config_for(server, "metrics: {listen: \"127.0.0.1:" + std::to_string(port) +
+                                            "\"}\nconcurrency: 2\nhandlers:\n"
+                                            "  Polite:\n    exec: [\"" +
+                                            polite +
+                                            "\"]\n"
+                                            "    timeout: 0.5\n"
+                                            "  Stubborn:\n    exec: [\"" +
+                                            stubborn +
+                                            "\"]\n"
+                                            "    timeout: 0.5\n    grace: 0.5\n"),
                      {}, {{"OUT", dir.path()}});
     REQUIRE(wait_until([&] { return zcard(conn, "retry") == 2; }));
     for (auto e : parse_each(zrange(conn, "retry"))) {
@@ -231,6 +233,10 @@ TEST_CASE("exec: timeouts send SIGTERM, then SIGKILL after the grace period", "[
     for (const std::string f : {"polite.pid", "stubborn.pid"})
         CHECK(process_gone(std::stoi(slurp(dir.file(f)))));
     CHECK(wait_until([&] { return children_of(kiqd.pid()).first == 0; }));
+    // Both timeouts are counted on /metrics.
+    const auto [code, metrics] = kiqd::test::http_get(port, "/metrics");
+    CHECK(code == 200);
+    CHECK_THAT(metrics, Catch::Contains("\nkiqd_exec_timeouts_total 2\n"));
     CHECK(kiqd.stop() == 0);
 }
 

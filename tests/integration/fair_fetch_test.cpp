@@ -230,6 +230,132 @@ TEST_CASE("fair fetch: payloads without a usable tenant go through, none is lost
     CHECK(got == want);  // byte for byte, each exactly once
 }
 
+namespace {
+
+// The split reads each job's tenant with a cheap string scan and falls back to cjson.decode
+// when the scan is not sure; either way the tenant must be the decoder's. `cases` are pushed
+// after a sentinel job (tenant "first", served first); the one fetch splits them all.
+void check_tenants(const FairFetchConfig& config,
+                   const std::vector<std::pair<std::string, std::string>>& cases) {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    std::vector<std::string> raws{R"({"class":"X","args":["first"],"tenant_id":"first"})"};
+    std::map<std::string, long long> want;
+    for (const auto& [payload, tenant] : cases) {
+        raws.push_back(payload);
+        ++want[tenant];
+    }
+    kiqd::test::push_raw(conn, "default", raws);
+    FairSetup s({{"default", 0}}, config);
+    BasicFetcher fetcher(s.keys, s.order, 1, 1, s.fair());
+    std::mt19937_64 rng(9);
+    auto unit = fetcher.retrieve_work(conn, rng, 0);
+    REQUIRE(unit);
+    CHECK(unit->payload == raws.front());
+    long long total = 0;
+    for (const auto& [tenant, n] : want) {
+        INFO("tenant '" << tenant << "'");
+        CHECK(llen(conn, "queue:default@t:" + tenant) == n);
+        total += n;
+    }
+    CHECK(total == static_cast<long long>(cases.size()));
+    CHECK(sidekiq_total(conn) == total);  // nothing anywhere else
+    // Every job comes out byte for byte.
+    std::vector<std::string> got;
+    for (size_t i = 0; i < cases.size() + 2; ++i) {
+        auto u = fetcher.retrieve_work(conn, rng, 0);
+        if (!u) break;
+        got.push_back(u->payload);
+    }
+    std::vector<std::string> expected(raws.begin() + 1, raws.end());
+    std::sort(got.begin(), got.end());
+    std::sort(expected.begin(), expected.end());
+    CHECK(got == expected);
+}
+
+}  // namespace
+
+TEST_CASE("fair fetch: a tenant list that is someone else's key loses no job", "[fair_fetch]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    conn.command({"SET", "queue:default@t:b", "not a list"});
+    kiqd::test::push_raw(conn, "default", {job("a", 1), job("b", 1), job("b", 2)});
+    FairSetup s({{"default", 0}}, fair_default());
+    BasicFetcher fetcher(s.keys, s.order, 1, 1, s.fair());
+    // b's jobs go to the tenantless bucket instead; the string is left alone.
+    CHECK(fetch_labels(fetcher, conn, 10) == list_of{"a/1", "b/1", "b/2"});
+    CHECK(conn.command({"GET", "queue:default@t:b"}).str() == "not a list");
+    // With the tenantless bucket taken too, the split leaves b's jobs in the plain queue, in
+    // order; once the ring is empty, basic fetch's BRPOP takes them from there.
+    conn.command({"SET", "queue:default@t:", "taken"});
+    kiqd::test::push_raw(conn, "default", {job("a", 2), job("b", 3), job("b", 4)});
+    std::mt19937_64 rng(4);
+    auto first = fetcher.retrieve_work(conn, rng, 0);
+    REQUIRE(first);
+    CHECK(label(first->payload) == "a/2");
+    CHECK(lrange(conn, "queue:default") == list_of{job("b", 4), job("b", 3)});
+    CHECK(fetch_labels(fetcher, conn, 10) == list_of{"b/3", "b/4"});
+    CHECK(conn.command({"GET", "queue:default@t:"}).str() == "taken");
+}
+
+TEST_CASE("fair fetch: args[N] is read exactly on tricky payloads", "[fair_fetch]") {
+    check_tenants(fair_default(),
+                  {
+                      {R"({"class":"X","args":["plain",1],"jid":"j1"})", "plain"},
+                      {R"({"class":"X","args": ["spaced", 1]})", "spaced"},
+                      {R"({"class":"X","args":["a\"b",1]})", "a\"b"},
+                      {R"({"class":"X","args":["back\\slash"]})", "back\\slash"},
+                      {"{\"class\":\"X\",\"args\":[\"caf\xc3\xa9\",1]}", "caf\xc3\xa9"},
+                      {R"({"class":"X","args":["caf\u00e9",2]})", "caf\xc3\xa9"},
+                      {R"({"class":"X","args":[42,1]})", "42"},
+                      {R"({"class":"X","args":[1.5e3]})", "1500"},
+                      {R"({"class":"X","args":[-7,"x"]})", "-7"},
+                      {R"({"class":"X","args":[]})", ""},
+                      {R"({"class":"X"})", ""},
+                      {R"({"class":"X","args":[true]})", ""},
+                      {R"({"class":"X","args":[{"args":["nested"]}]})", ""},
+                      {R"({"meta":{"args":["nested"]},"args":["top"]})", "top"},
+                      {R"({"note":"\"args\":[\"fake\"]","args":["real"]})", "real"},
+                      {R"({"x":"[{","args":["bracket"]})", "bracket"},
+                      {R"({"args":["first-dup"],"args":["last-dup"]})", "last-dup"},
+                      // Not JSON (cjson says so), but the scan is not a validator: it is
+                      // served as its apparent tenant's, and dies when run, as in a plain queue.
+                      {R"({"class":"X","args":["trailing",1],})", "trailing"},
+                      {R"({"class":"X","args":["open",1])", ""},
+                      {R"({"class":"X","args":["ws"] } )", "ws"},
+                  });
+}
+
+TEST_CASE("fair fetch: the args element N>0 and a top-level key are read exactly", "[fair_fetch]") {
+    auto second = fair_default();
+    second.queues[0].arg = 1;
+    check_tenants(second, {
+                              {R"({"args":[1,"two"]})", "two"},
+                              {R"({"args":["one",22]})", "22"},
+                              {R"({"args":[{"a":1},"obj-before"]})", "obj-before"},
+                              {R"({"args":["only"]})", ""},
+                          });
+    FairFetchConfig by_key;
+    FairFetchQueue q;
+    q.queue = "default";
+    q.key = "tenant_id";
+    by_key.queues.push_back(q);
+    check_tenants(by_key, {
+                              {R"({"class":"X","args":[],"tenant_id":"acme"})", "acme"},
+                              {R"({"meta":{"tenant_id":"wrong"},"tenant_id":"right"})", "right"},
+                              {R"({"args":[{"tenant_id":"in-arg"}],"tenant_id":"top"})", "top"},
+                              {R"({"tenant_id":"early","meta":{"tenant_id":"late"}})", "early"},
+                              {R"({"tenant_id":7,"args":[]})", "7"},
+                              {R"({"tenant_id":"t\u00e9"})", "t\xc3\xa9"},
+                              {R"({"tenant_id" : "sp"})", "sp"},
+                              {R"({"meta":{"tenant_id":"only-nested"}})", ""},
+                              {R"({"tenant_id":null})", ""},
+                              {R"({"x":"\"tenant_id\":\"fake\"","tenant_id":"real"})", "real"},
+                          });
+}
+
 TEST_CASE("fair fetch: beyond max_tenants new tenants share the tenantless bucket",
           "[fair_fetch]") {
     auto& server = RedisServer::shared();

@@ -52,6 +52,14 @@ bool have_ruby_stack() {
         return;                                                                               \
     }
 
+// Every Ruby case begins so: skipped without Ruby's stack, then the shared server, flushed, and a
+// connection to it (`server`, `conn`).
+#define RUBY_CASE_BEGIN()                 \
+    REQUIRE_RUBY_STACK();                 \
+    auto& server = RedisServer::shared(); \
+    server.flushall();                    \
+    auto conn = server.connect()
+
 std::map<std::string, std::string> app_env(const RedisServer& server) {
     return {{"APP_REDIS_URL", server.url()}};
 }
@@ -101,6 +109,13 @@ std::vector<nlohmann::json> records(redis::Connection& conn, const std::string& 
     return out;
 }
 
+// Waits until the app's list app:<list> holds n records; the case stops there if it never does.
+void require_records(redis::Connection& conn, const std::string& list, size_t n,
+                     std::chrono::seconds within = std::chrono::seconds(60)) {
+    INFO("waiting for " << n << " record(s) in app:" << list);
+    REQUIRE(wait_until([&] { return records(conn, list).size() == n; }, within));
+}
+
 std::set<long long> pids_of(const std::vector<nlohmann::json>& rows, size_t index) {
     std::set<long long> pids;
     for (const auto& r : rows) pids.insert(r[index].get<long long>());
@@ -111,14 +126,10 @@ std::set<long long> pids_of(const std::vector<nlohmann::json>& rows, size_t inde
 
 TEST_CASE("runner: the app's Sidekiq and ActiveJob jobs run with its server middleware",
           "[runner]") {
-    REQUIRE_RUBY_STACK();
-    auto& server = RedisServer::shared();
-    server.flushall();
-    auto conn = server.connect();
+    RUBY_CASE_BEGIN();
     KiqdProcess kiqd(KIQD_BINARY, runner_config(server), {}, app_env(server));
     const auto jids = enqueue(server, {{"PlainJob", 1, "two"}, {"GreetJob", "Ada"}});
-    REQUIRE(
-        wait_until([&] { return records(conn, "done").size() == 2; }, std::chrono::seconds(60)));
+    require_records(conn, "done", 2);
     auto done = records(conn, "done");
     std::sort(done.begin(), done.end(), [](auto& a, auto& b) { return a[0] < b[0]; });
     CHECK(done[0][0] == "GreetJob");
@@ -144,16 +155,13 @@ TEST_CASE(
     "runner: a failure has its Ruby backtrace, sidekiq_retry_in's delay, and "
     "retries_exhausted with death handlers",
     "[runner]") {
-    REQUIRE_RUBY_STACK();
-    auto& server = RedisServer::shared();
-    server.flushall();
-    auto conn = server.connect();
+    RUBY_CASE_BEGIN();
     KiqdProcess kiqd(KIQD_BINARY, runner_config(server), {}, app_env(server));
     const double before = static_cast<double>(std::time(nullptr));
     const auto jids = enqueue(server, {{"FailingJob", 7}, {"ExhaustedJob"}});
     REQUIRE(
         wait_until([&] { return zrange(conn, "retry").size() == 1; }, std::chrono::seconds(60)));
-    REQUIRE(wait_until([&] { return records(conn, "deaths").size() == 1; }));
+    require_records(conn, "deaths", 1, std::chrono::seconds(10));
     const auto api = sidekiq_api(server);
     REQUIRE(api["retry"].size() == 1);
     const auto& r = api["retry"][0];
@@ -170,7 +178,7 @@ TEST_CASE(
     // ExhaustedJob (retry: 0): dead set, its sidekiq_retries_exhausted, the death handler.
     REQUIRE(api["dead"].size() == 1);
     CHECK(api["dead"][0]["jid"] == jids[1]);
-    REQUIRE(wait_until([&] { return records(conn, "exhausted").size() == 1; }));
+    require_records(conn, "exhausted", 1, std::chrono::seconds(10));
     const auto ex = records(conn, "exhausted")[0];
     CHECK(ex[0] == jids[1]);
     CHECK(ex[1] == "IOError");
@@ -183,13 +191,14 @@ TEST_CASE(
 }
 
 TEST_CASE("runner: a child that dies, writes garbage or hangs fails only its job", "[runner]") {
-    REQUIRE_RUBY_STACK();
-    auto& server = RedisServer::shared();
-    server.flushall();
-    auto conn = server.connect();
-    KiqdProcess kiqd(KIQD_BINARY,
-                     runner_config(server, "", "  TroubleJob: {runner: ruby, timeout: 2}\n"), {},
-                     app_env(server));
+    RUBY_CASE_BEGIN();
+    const int port = kiqd::test::free_port();
+    KiqdProcess kiqd(
+        KIQD_BINARY,
+        runner_config(server, "",
+                      "  TroubleJob: {runner: ruby, timeout: 2}\nmetrics: {listen: \"127.0.0.1:" +
+                          std::to_string(port) + "\"}\n"),
+        {}, app_env(server));
     const auto jids = enqueue(server, {{"TroubleJob", "exit"},
                                        {"TroubleJob", "kill"},
                                        {"TroubleJob", "garbage"},
@@ -197,7 +206,7 @@ TEST_CASE("runner: a child that dies, writes garbage or hangs fails only its job
                                        {"PlainJob", 1, 2}});
     REQUIRE(
         wait_until([&] { return zrange(conn, "retry").size() == 4; }, std::chrono::seconds(90)));
-    REQUIRE(wait_until([&] { return records(conn, "done").size() == 1; }));
+    require_records(conn, "done", 1, std::chrono::seconds(10));
     std::map<std::string, nlohmann::json> by_jid;
     for (const auto& s : zrange(conn, "retry")) {
         auto j = nlohmann::json::parse(s);
@@ -212,10 +221,13 @@ TEST_CASE("runner: a child that dies, writes garbage or hangs fails only its job
     CHECK(by_jid[jids[2]]["error_message"].get<std::string>().find("without a type line") !=
           std::string::npos);
     CHECK(by_jid[jids[3]]["error_class"] == "Kiqd::Timeout");
+    // The hang is the one runner timeout on /metrics.
+    const auto [code, metrics] = kiqd::test::http_get(port, "/metrics");
+    CHECK(code == 200);
+    CHECK(metrics.find("\nkiqd_runner_timeouts_total 1\n") != std::string::npos);
     // Each misbehaving child was replaced: later jobs still run.
     enqueue(server, {{"PlainJob", 3, 4}});
-    REQUIRE(
-        wait_until([&] { return records(conn, "done").size() == 2; }, std::chrono::seconds(60)));
+    require_records(conn, "done", 2);
     CHECK(records(conn, "started").size() == 4);  // each ran exactly once
     CHECK(kiqd.stop() == 0);
 }
@@ -224,10 +236,7 @@ TEST_CASE(
     "runner: a command that cannot boot is reported once, retried, and check-config says "
     "so",
     "[runner]") {
-    REQUIRE_RUBY_STACK();
-    auto& server = RedisServer::shared();
-    server.flushall();
-    auto conn = server.connect();
+    RUBY_CASE_BEGIN();
     TempDir dir;
     const std::string broken = dir.file("broken.rb");
     {
@@ -262,18 +271,14 @@ TEST_CASE(
 }
 
 TEST_CASE("runner: children are recycled after max_jobs and above max_rss_mb", "[runner]") {
-    REQUIRE_RUBY_STACK();
-    auto& server = RedisServer::shared();
-    server.flushall();
-    auto conn = server.connect();
+    RUBY_CASE_BEGIN();
     SECTION("max_jobs") {
         KiqdProcess kiqd(KIQD_BINARY, one_at_a_time(runner_config(server, "    max_jobs: 2\n")), {},
                          app_env(server));
         JobList jobs;
         for (int i = 0; i < 6; ++i) jobs.push_back({"PlainJob", i, "x"});
         enqueue(server, jobs);
-        REQUIRE(wait_until([&] { return records(conn, "done").size() == 6; },
-                           std::chrono::seconds(90)));
+        require_records(conn, "done", 6, std::chrono::seconds(90));
         // One job at a time, two per child: at least three children ran them.
         CHECK(pids_of(records(conn, "done"), 5).size() >= 3);
         CHECK(kiqd.wait_for_output("recycled after 2 job(s): max_jobs 2"));
@@ -298,10 +303,7 @@ TEST_CASE("runner: children are recycled after max_jobs and above max_rss_mb", "
 
 TEST_CASE("runner: SIGTERM with jobs mid-run requeues them once their children are gone",
           "[runner]") {
-    REQUIRE_RUBY_STACK();
-    auto& server = RedisServer::shared();
-    server.flushall();
-    auto conn = server.connect();
+    RUBY_CASE_BEGIN();
     // timeout 1: the shutdown deadline passes while both 3 s jobs run.
     auto yaml = runner_config(server);
     yaml.replace(yaml.find("timeout: 10"), 11, "timeout: 1");
@@ -309,8 +311,7 @@ TEST_CASE("runner: SIGTERM with jobs mid-run requeues them once their children a
     {
         KiqdProcess kiqd(KIQD_BINARY, yaml, {}, app_env(server));
         jids = enqueue(server, {{"TroubleJob", "slow", "a"}, {"TroubleJob", "slow", "b"}});
-        REQUIRE(wait_until([&] { return records(conn, "started").size() == 2; },
-                           std::chrono::seconds(60)));
+        require_records(conn, "started", 2);
         CHECK(kiqd.stop() == 0);
         CHECK(kiqd.output().find("stopped by shutdown") != std::string::npos);
         // Every child is gone with kiqd.
@@ -323,27 +324,61 @@ TEST_CASE("runner: SIGTERM with jobs mid-run requeues them once their children a
     CHECK(zrange(conn, "retry").empty());
     // A new kiqd runs them to the end, each once.
     KiqdProcess again(KIQD_BINARY, runner_config(server), {}, app_env(server));
-    REQUIRE(wait_until([&] { return records(conn, "finished").size() == 2; },
-                       std::chrono::seconds(60)));
+    require_records(conn, "finished", 2);
     CHECK(again.stop() == 0);
     CHECK(records(conn, "started").size() == 4);
     CHECK(lrange(conn, "queue:default").empty());
 }
 
+TEST_CASE("runner: threads waiting for a busy child get it in turn, or give up at shutdown",
+          "[runner]") {
+    RUBY_CASE_BEGIN();
+    // One process, four threads: three wait in acquire while one job runs, and each freed child
+    // is handed to the next waiter with its job already sent.
+    auto yaml = runner_config(server);
+    yaml.replace(yaml.find("concurrency: 2"), 14, "concurrency: 4");
+    yaml.replace(yaml.find("processes: 2"), 12, "processes: 1");
+    SECTION("every job runs once, on the one child") {
+        KiqdProcess kiqd(KIQD_BINARY, yaml, {}, app_env(server));
+        JobList jobs;
+        for (int i = 0; i < 40; ++i) jobs.push_back({"PlainJob", i, "w"});
+        const auto jids = enqueue(server, jobs);
+        require_records(conn, "done", 40);
+        const auto done = records(conn, "done");
+        std::set<std::string> ran;
+        for (const auto& d : done) ran.insert(d[1].get<std::string>());
+        CHECK(ran == std::set<std::string>(jids.begin(), jids.end()));
+        CHECK(pids_of(done, 5).size() == 1);
+        CHECK(kiqd.output().find("while idle") == std::string::npos);
+        CHECK(kiqd.stop() == 0);
+    }
+    SECTION("SIGTERM: the running job and the waiting ones go back to the queue") {
+        yaml.replace(yaml.find("timeout: 10"), 11, "timeout: 1");
+        {
+            KiqdProcess kiqd(KIQD_BINARY, yaml, {}, app_env(server));
+            enqueue(server, {{"TroubleJob", "slow", "a"},
+                             {"TroubleJob", "slow", "b"},
+                             {"TroubleJob", "slow", "c"}});
+            require_records(conn, "started", 1);
+            // The other two were fetched and wait for the child.
+            REQUIRE(wait_until([&] { return lrange(conn, "queue:default").empty(); }));
+            CHECK(kiqd.stop() == 0);
+        }
+        CHECK(records(conn, "started").size() == 1);
+        CHECK(lrange(conn, "queue:default").size() == 3);
+        CHECK(zrange(conn, "retry").empty());
+    }
+}
+
 TEST_CASE("runner: quiet sends no new job; running jobs finish", "[runner]") {
-    REQUIRE_RUBY_STACK();
-    auto& server = RedisServer::shared();
-    server.flushall();
-    auto conn = server.connect();
+    RUBY_CASE_BEGIN();
     KiqdProcess kiqd(KIQD_BINARY, runner_config(server), {}, app_env(server));
     enqueue(server, {{"TroubleJob", "slow", "a"}});
-    REQUIRE(
-        wait_until([&] { return records(conn, "started").size() == 1; }, std::chrono::seconds(60)));
+    require_records(conn, "started", 1);
     kiqd.signal(SIGTSTP);
     REQUIRE(kiqd.wait_for_output("quiet", std::chrono::seconds(10)));
     enqueue(server, {{"PlainJob", 1, 2}});
-    REQUIRE(wait_until([&] { return records(conn, "finished").size() == 1; },
-                       std::chrono::seconds(30)));
+    require_records(conn, "finished", 1, std::chrono::seconds(30));
     CHECK(records(conn, "done").empty());
     CHECK(lrange(conn, "queue:default").size() == 1);
     CHECK(kiqd.stop() == 0);
@@ -372,8 +407,7 @@ std::map<std::string, std::string> boot_logged_env(const RedisServer& server, co
 // Two 3 s jobs, running at once on two processes: their `started` records (mode, key, pid, ppid).
 std::vector<nlohmann::json> two_jobs_at_once(const RedisServer& server, redis::Connection& conn) {
     enqueue(server, {{"TroubleJob", "slow", "a"}, {"TroubleJob", "slow", "b"}});
-    REQUIRE(
-        wait_until([&] { return records(conn, "started").size() == 2; }, std::chrono::seconds(60)));
+    require_records(conn, "started", 2);
     return records(conn, "started");
 }
 
@@ -391,10 +425,7 @@ struct TwoJobsRunning {
 
 TEST_CASE("runner: preload boots the app once and forks the children; none outlives kiqd",
           "[runner][preload]") {
-    REQUIRE_RUBY_STACK();
-    auto& server = RedisServer::shared();
-    server.flushall();
-    auto conn = server.connect();
+    RUBY_CASE_BEGIN();
     TwoJobsRunning run(server, conn, runner_config(server));
     auto& [dir, kiqd, started] = run;
     const auto children = pids_of(started, 2);
@@ -414,10 +445,7 @@ TEST_CASE("runner: preload boots the app once and forks the children; none outli
 
 TEST_CASE("runner: children in kiqd processes, TTIN, /metrics and JSON log lines",
           "[runner][observability]") {
-    REQUIRE_RUBY_STACK();
-    auto& server = RedisServer::shared();
-    server.flushall();
-    auto conn = server.connect();
+    RUBY_CASE_BEGIN();
     const int port = kiqd::test::free_port();
     KiqdProcess kiqd(KIQD_BINARY,
                      runner_config(server, "",
@@ -427,8 +455,7 @@ TEST_CASE("runner: children in kiqd processes, TTIN, /metrics and JSON log lines
                      {}, app_env(server));
     // "long": busy for longer than a heartbeat; stopped and requeued by kiqd.stop().
     const auto jids = enqueue(server, {{"PlainJob", 1, "two"}, {"TroubleJob", "long", "a"}});
-    REQUIRE(
-        wait_until([&] { return records(conn, "started").size() == 1; }, std::chrono::seconds(60)));
+    require_records(conn, "started", 1);
     // kiqd processes --json: the busy child with its job, from the heartbeat's kiqd_runners.
     nlohmann::json busy;
     std::string last;
@@ -486,14 +513,10 @@ TEST_CASE("runner: children in kiqd processes, TTIN, /metrics and JSON log lines
 
 TEST_CASE("runner: a killed master takes its children along and is booted again",
           "[runner][preload]") {
-    REQUIRE_RUBY_STACK();
-    auto& server = RedisServer::shared();
-    server.flushall();
-    auto conn = server.connect();
+    RUBY_CASE_BEGIN();
     TwoJobsRunning run(server, conn, runner_config(server));
     auto& [dir, kiqd, started] = run;
-    REQUIRE(wait_until([&] { return records(conn, "finished").size() == 2; },
-                       std::chrono::seconds(30)));
+    require_records(conn, "finished", 2, std::chrono::seconds(30));
     const long long master = std::stoll(kiqd::test::read_file(dir.file("boots.log")));
     ::kill(static_cast<pid_t>(master), SIGKILL);
     // Its idle children die with it (PR_SET_PDEATHSIG); a new master boots and forks new ones.
@@ -502,8 +525,7 @@ TEST_CASE("runner: a killed master takes its children along and is booted again"
     REQUIRE(
         wait_until([&] { return lines_in(dir.file("boots.log")) == 2; }, std::chrono::seconds(30)));
     enqueue(server, {{"PlainJob", 5, "six"}});
-    REQUIRE(
-        wait_until([&] { return records(conn, "done").size() == 1; }, std::chrono::seconds(30)));
+    require_records(conn, "done", 1, std::chrono::seconds(30));
     CHECK(pids_of(started, 2).count(records(conn, "done")[0][5].get<long long>()) == 0);
     CHECK(kiqd.output().find("runner=ruby master pid=" + std::to_string(master)) !=
           std::string::npos);
@@ -533,8 +555,7 @@ TEST_CASE("runner: a Rails 6.1 application's ActiveJob job, booted once", "[runn
     INFO(out);
     REQUIRE(status == 0);
     const std::string jid = out.substr(out.find("jid: ") + 5, 24);
-    REQUIRE(
-        wait_until([&] { return records(conn, "done").size() == 1; }, std::chrono::seconds(60)));
+    require_records(conn, "done", 1);
     const auto done = records(conn, "done")[0];
     CHECK(done[0] == "InvoiceJob");
     CHECK(done[2] == 42);
@@ -548,15 +569,24 @@ TEST_CASE("runner: a Rails 6.1 application's ActiveJob job, booted once", "[runn
 }
 
 TEST_CASE("runner: --no-preload: kiqd starts each process itself", "[runner][preload]") {
-    REQUIRE_RUBY_STACK();
-    auto& server = RedisServer::shared();
-    server.flushall();
-    auto conn = server.connect();
+    RUBY_CASE_BEGIN();
     auto yaml = runner_config(server);
     yaml.replace(yaml.find("\"--require\""), 11, "\"--no-preload\", \"--require\"");
     TwoJobsRunning run(server, conn, yaml);
     auto& [dir, kiqd, started] = run;
     // Two boots, one per process; each process is kiqd's own child.
+    CHECK(lines_in(dir.file("boots.log")) == 2);
+    CHECK(pids_of(started, 2).size() == 2);
+    CHECK(pids_of(started, 3) == std::set<long long>{kiqd.pid()});
+    CHECK(kiqd.output().find("forking") == std::string::npos);
+    CHECK(kiqd.stop() == 0);
+}
+
+TEST_CASE("runner: preload: false in YAML starts each process like --no-preload",
+          "[runner][preload]") {
+    RUBY_CASE_BEGIN();
+    TwoJobsRunning run(server, conn, runner_config(server, "    preload: false\n"));
+    auto& [dir, kiqd, started] = run;
     CHECK(lines_in(dir.file("boots.log")) == 2);
     CHECK(pids_of(started, 2).size() == 2);
     CHECK(pids_of(started, 3) == std::set<long long>{kiqd.pid()});
@@ -578,6 +608,7 @@ TEST_CASE("runner: config errors name the key", "[runner][config]") {
     check("runners:\n  r: {command: [x], max_jobs: -1}\n", "runners.r.max_jobs");
     check("runners:\n  r: {processes: 2}\n", "runners.r.command");
     check("runners:\n  r: {command: [x], bogus: 1}\n", "runners.r.bogus");
+    check("runners:\n  r: {command: [x], preload: maybe}\n", "runners.r.preload");
     check("runners:\n  r: {command: [x]}\nhandlers:\n  \"*\": {runner: r, lock: until_executed}\n",
           "handlers.*.lock");
     check("runners:\n  r: {command: [x]}\nhandlers:\n  A: {runner: r, exec: [y]}\n",

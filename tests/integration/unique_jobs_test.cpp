@@ -112,6 +112,62 @@ TEST_CASE(
     CHECK(f.keeper.held() == 0);
 }
 
+TEST_CASE("unique: a deferred release runs inside the next job's acquire, before it", "[unique]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    UniqueFixture f(server);
+    auto& c = f.conn;
+    // As a processor thread with batched fetch: the releases wait in after_job for the next
+    // job's first round trip.
+    std::vector<redis::Command> pending;
+    auto run = [&](const std::string& raw, const std::function<void()>& body) {
+        return kiqd::test::run_through(f.t, c, f.unique, raw, body, nullptr, &pending);
+    };
+    const std::string other =
+        R"({"class":"Sync","queue":"default","args":["acct-2"],"jid":"O","lock":"while_executing","lock_digest":"uniquejobs:acct2"})";
+    CHECK(run(payload("A", "while_executing"), [] {}));
+    REQUIRE(pending.size() == 1);  // A's release, not sent yet
+    CHECK(exists(c, "uniquejobs:acct1:EXEC"));
+    CHECK(c.command({"HLEN", "kiqd:unique:held"}).integer() == 1);
+    // EVALSHA calls since the last CONFIG RESETSTAT (INFO commandstats).
+    const auto evalsha_calls = [&](redis::Connection& conn) {
+        const std::string info(conn.command({"INFO", "commandstats"}).str());
+        const auto at = info.find("cmdstat_evalsha:calls=");
+        return at == std::string::npos ? 0L : std::stol(info.substr(at + 22));
+    };
+    c.command({"CONFIG", "RESETSTAT"});
+    // Another identity: its acquire call frees A's lock first.
+    CHECK(run(other, [&] {
+        CHECK(pending.empty());  // taken into the acquire call
+        CHECK_FALSE(exists(c, "uniquejobs:acct1:EXEC"));
+        CHECK(exists(c, "uniquejobs:acct2:EXEC"));
+        CHECK(c.command({"HLEN", "kiqd:unique:held"}).integer() == 1);
+    }));
+    REQUIRE(pending.size() == 1);
+    CHECK(evalsha_calls(c) == 1);  // one script call for the release and the acquire
+    // The same identity again: the release comes first, so the lock is free for it (with the
+    // release after the acquire it would find its own predecessor's lock busy).
+    CHECK(run(
+        R"({"class":"Sync","queue":"default","args":["acct-2"],"jid":"P","lock":"while_executing","lock_digest":"uniquejobs:acct2"})",
+        [&] { CHECK(exists(c, "uniquejobs:acct2:EXEC")); }));
+    CHECK(zrange(c, "dead").empty());  // not a duplicate
+    // A release that Redis refuses (EXEC of another type) is ignored there, as it is when sent
+    // on its own: the next job still runs.
+    REQUIRE(pending.size() == 1);
+    c.command({"DEL", "uniquejobs:acct2:EXEC"});
+    c.command({"LPUSH", "uniquejobs:acct2:EXEC", "x"});
+    CHECK(run(payload("B", "while_executing"), [&] {
+        CHECK(exists(c, "uniquejobs:acct1:EXEC"));
+        CHECK(c.command({"HLEN", "kiqd:unique:held"}).integer() == 1);  // B's alone
+    }));
+    c.command({"DEL", "uniquejobs:acct2:EXEC"});
+    REQUIRE(pending.size() == 1);
+    c.command(pending.back());
+    CHECK_FALSE(exists(c, "uniquejobs:acct1:EXEC"));
+    CHECK(c.command({"HLEN", "kiqd:unique:held"}).integer() == 0);
+    CHECK(f.keeper.held() == 0);
+}
+
 TEST_CASE("unique: a failing job releases its lock; tokens protect other owners' locks",
           "[unique]") {
     auto& server = RedisServer::shared();

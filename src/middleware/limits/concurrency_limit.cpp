@@ -5,6 +5,7 @@
 
 #include "middleware/limits/concurrency_scripts.hpp"
 #include "middleware/limits/limit_scope.hpp"
+#include "redis/script_fold.hpp"
 
 namespace kiqd {
 namespace {
@@ -53,10 +54,18 @@ void ConcurrencyLimitMiddleware::call(JobContext& ctx, const Next& next) const {
     const std::string ttl = std::to_string(keeper_.config().slot_ttl.count());
     std::vector<std::string> keys{slots, waiting, keys_.concurrency_scopes()};
     if (ctx.working_list) keys.push_back(*ctx.working_list);
-    // The previous job's releases (after_job) go out in the same write.
-    auto reply = acquire_script_.run_after(
-        ctx.redis, ctx.after_job, keys,
-        {limit, member, ttl, ctx.job.jid, ctx.job.raw, scope, keys_.prefix()});
+    std::vector<std::string> args{limit,       member, ttl,           ctx.job.jid,
+                                  ctx.job.raw, scope,  keys_.prefix()};
+    // The previous job's releases (after_job) go out in the same write; the last, when it is a
+    // slot's, inside this very script call.
+    if (ctx.after_job && !ctx.after_job->empty() &&
+        redis::is_deferred_call(ctx.after_job->back(), release_script_, 2, 4)) {
+        const auto& r = ctx.after_job->back();
+        keys.insert(keys.end(), {r[3], r[4]});
+        args.insert(args.end(), {"r", r[5], r[6], r[7], r[8]});
+        ctx.after_job->pop_back();
+    }
+    auto reply = acquire_script_.run_after(ctx.redis, ctx.after_job, keys, args);
     if (reply.integer() == 0) {
         ctx.working_list = nullptr;  // it left the working list (JobContext::working_list)
         ctx.log.debug("class={} jid={} waits for a slot ({} running in {})",

@@ -60,6 +60,19 @@ local function resume(slots, waiting, limit, exp, prefix)
   end
   return #batch
 end
+-- Frees `member`'s slot and, when jobs are parked, drops expired slots and moves as many parked
+-- jobs back as slots are free (the release script below; also run by the acquire script for the
+-- previous job of the same thread). With nobody parked, expired slots are left for the next
+-- acquire or check to drop (each drops them before it counts): the common release is two calls.
+local function release(slots, waiting, member, limit, ttl, prefix)
+  redis.call('zrem', slots, member)
+  if redis.pcall('llen', waiting) == 0 then return 0 end  -- nobody parked: no type checks needed
+  local now = now_ms()
+  redis.call('zremrangebyscore', slots, '-inf', now)
+  local refused = resume_refused(slots, waiting, limit, prefix)
+  if refused then return refused end
+  return resume(slots, waiting, limit, now + ttl, prefix)
+end
 )lua";
 
 // Acquire: takes a slot for a job about to run, or parks the job. Expired slots are dropped
@@ -77,10 +90,24 @@ end
 // ARGV[5] -> the job's payload
 // ARGV[6] -> the scope
 // ARGV[7] -> the key prefix ("" or "<namespace>:")
+// Optionally, first, the release of the previous job of the same thread (the release script's
+// work, folded into this call so that a job costs one script call, not two; its failure is
+// ignored, as the reply of a deferred release is):
+// KEYS[#KEYS-1], KEYS[#KEYS] -> its slots and waiting keys (after the optional KEYS[4])
+// ARGV[8] -> 'r'
+// ARGV[9..12] -> the release script's ARGV[1..4]
 // Returns 1: run (the slot is taken), 0: parked at the end of the waiting list (and taken out
 // of the working list in the same step); a WRONGTYPE error, with nothing written but expired
 // slots dropped, when a key it would write holds another type.
 constexpr const char* kAcquireBody = R"lua(
+local nkeys = #KEYS
+if ARGV[8] == 'r' then
+  nkeys = nkeys - 2
+  pcall(release, KEYS[nkeys + 1], KEYS[nkeys + 2], ARGV[9], tonumber(ARGV[10]),
+        tonumber(ARGV[11]), ARGV[12])
+end
+local working = false
+if nkeys >= 4 then working = KEYS[4] end
 local now = now_ms()
 local exp = now + tonumber(ARGV[3])
 local limit = tonumber(ARGV[1])
@@ -98,8 +125,8 @@ if parked == 0 and redis.call('zcard', KEYS[1]) < limit then
   return 1
 end
 local checks = {KEYS[3], 'hash'}
-if KEYS[4] then
-  checks[3] = KEYS[4]
+if working then
+  checks[3] = working
   checks[4] = 'list'
 end
 local refused = resume_refused(KEYS[1], KEYS[2], limit, ARGV[7]) or wrong_type(checks)
@@ -111,7 +138,7 @@ if redis.call('zcard', KEYS[1]) < limit then
 end
 redis.call('rpush', KEYS[2], ARGV[5])
 redis.call('hset', KEYS[3], ARGV[6], ARGV[1])  -- the checker looks after scopes with parked jobs
-if KEYS[4] then redis.call('lrem', KEYS[4], 1, ARGV[5]) end
+if working then redis.call('lrem', working, 1, ARGV[5]) end
 return 0
 )lua";
 
@@ -127,13 +154,7 @@ return 0
 // Returns how many parked jobs were moved back; a WRONGTYPE error, with the slot freed but no
 // parked job moved, when a key resume() would write holds another type.
 constexpr const char* kReleaseBody = R"lua(
-local now = now_ms()
-redis.call('zrem', KEYS[1], ARGV[1])
-redis.call('zremrangebyscore', KEYS[1], '-inf', now)
-if redis.pcall('llen', KEYS[2]) == 0 then return 0 end  -- nobody parked: no type checks needed
-local refused = resume_refused(KEYS[1], KEYS[2], tonumber(ARGV[2]), ARGV[4])
-if refused then return refused end
-return resume(KEYS[1], KEYS[2], tonumber(ARGV[2]), now + tonumber(ARGV[3]), ARGV[4])
+return release(KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4])
 )lua";
 
 // Check (the SlotKeeper's periodic pass, per scope): drops expired slots, moves parked jobs back

@@ -20,7 +20,49 @@ double jitter_seconds(long long period) {
     return std::uniform_real_distribution<double>(0.0, max)(rng);
 }
 
+// Entries of past windows are dropped once the map holds this many (scopes by tenant or by
+// argument can be many).
+constexpr size_t kMaxTokenEntries = 1024;
+
 }  // namespace
+
+long long throttle_chunk(long long limit) {
+    return std::clamp(limit / 100, 1LL, 64LL);
+}
+
+bool ThrottleMiddleware::take_token(const std::string& key) const {
+    std::lock_guard lock(mutex_);
+    auto it = tokens_.find(key);
+    if (it == tokens_.end() || it->second.left <= 0) return false;
+    --it->second.left;
+    return true;
+}
+
+long long ThrottleMiddleware::next_chunk(const std::string& key, long long limit) const {
+    const long long cap = throttle_chunk(limit);
+    if (cap <= 1) return 1;
+    std::lock_guard lock(mutex_);
+    auto it = tokens_.find(key);
+    return it == tokens_.end() ? 1 : std::min(cap, std::max(1LL, it->second.chunk * 2));
+}
+
+long long ThrottleMiddleware::grant(const std::string& key, long long window, long long asked,
+                                    long long count, long long limit) const {
+    const long long granted = std::clamp(limit - (count - asked), 0LL, asked);
+    if (throttle_chunk(limit) <= 1) return granted;  // one token per job: nothing kept
+    std::lock_guard lock(mutex_);
+    if (tokens_.size() >= kMaxTokenEntries && !tokens_.count(key)) {
+        for (auto it = tokens_.begin(); it != tokens_.end();)
+            it = it->second.window < window ? tokens_.erase(it) : std::next(it);
+        if (tokens_.size() >= kMaxTokenEntries) tokens_.erase(tokens_.begin());
+    }
+    auto& t = tokens_[key];
+    t.window = window;
+    // Short of tokens: the window is (nearly) used up, and its throttled attempts count one each.
+    t.chunk = granted < asked ? 0 : asked;
+    if (granted > 1) t.left += granted - 1;  // the caller's job uses the first
+    return granted;
+}
 
 ThrottleWindow throttle_window(long long now, long long period) {
     const long long number = now / period;  // now ≥ 0: the epoch is behind us
@@ -46,18 +88,22 @@ void ThrottleMiddleware::call(JobContext& ctx, const Next& next) const {
     const ThrottleWindow w = throttle_window(now, spec.period);
     const std::string key =
         keys_.throttle(w.number, limit_scope(ctx.job, spec.by, spec.arg, cls.fair_tenant_arg));
+    // A token taken earlier in this window: no round trip (the processor sends the previous
+    // job's releases itself).
+    if (take_token(key)) return next();
+    const long long asked = next_chunk(key, spec.limit);
     // The previous job's lock releases (after_job) go out in the same write, unchecked.
     std::vector<redis::Command> cmds;
     if (ctx.after_job) cmds = *ctx.after_job;
     const size_t first = cmds.size();
-    cmds.push_back({"INCRBY", key, "1"});
+    cmds.push_back({"INCRBY", key, std::to_string(asked)});
     cmds.push_back({"EXPIRE", key, std::to_string(w.ttl)});
     auto replies = ctx.redis.pipeline_unchecked(cmds);
     if (ctx.after_job) ctx.after_job->clear();
     for (size_t i = first; i < replies.size(); ++i)
         if (replies[i].is_error()) throw redis::ReplyError(std::string(replies[i].error_text()));
     const long long count = replies[first].integer();
-    if (count <= spec.limit) return next();
+    if (grant(key, w.number, asked, count, spec.limit) > 0) return next();
     const double at = static_cast<double>(w.next_start) + jitter_seconds(spec.period);
     // Stored before returning (the processor then records neither success nor failure), and
     // with reliable fetch taken out of the working list in the same transaction.

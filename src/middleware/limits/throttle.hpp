@@ -14,8 +14,19 @@
 // The resolution is the scheduler's: a rescheduled job comes back within one poll interval
 // (`average_scheduled_poll_interval`) after its time.
 //
+// Tokens in advance: a window's counter is incremented by more than one when this process keeps
+// running jobs of one scope, and the jobs past the first run on the tokens left over without a
+// round trip. The first increment of a scope in a window takes 1 token; each next one takes
+// twice the last, up to throttle_chunk(limit) (limit / 100, 1..64; 1 for a limit under 200: such
+// a throttle behaves exactly as one token per job). An increment that returns count c for k
+// tokens grants min(k, L - (c - k)) of them: the jobs run never exceed L per window, across all
+// processes. What a process took and did not use when its window ends is lost (at most
+// chunk - 1 per scope per process, about 1 % of L), and the counter can run ahead of the jobs
+// started by as much; tokens only serve the window they were taken in.
+//
 // Built only when some class configures a throttle; other classes pay one hash lookup.
-// One instance is shared by all processor threads; it holds no per-job state.
+// One instance is shared by all processor threads; the tokens in hand are guarded by a mutex.
+#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -32,6 +43,8 @@ struct ThrottleWindow {
     long long next_start;  // epoch seconds at which the next window begins
 };
 ThrottleWindow throttle_window(long long now, long long period);
+// The most tokens one increment takes for a limit of `limit` (see above).
+long long throttle_chunk(long long limit);
 
 class ThrottleMiddleware final : public ServerMiddleware {
   public:
@@ -47,6 +60,21 @@ class ThrottleMiddleware final : public ServerMiddleware {
     // The classes with a throttle, by name: their spec and `fair_tenant: {arg: N}` (where
     // `by: tenant` finds a tenant the payload does not name). The Config outlives the chain.
     std::unordered_map<std::string, const ClassSpec*> classes_;
+    // Tokens taken and not used yet, by counter key (window and scope). `chunk`: the tokens the
+    // last increment of that key asked for.
+    struct Tokens {
+        long long window = 0;
+        long long left = 0;
+        long long chunk = 0;
+    };
+    // Takes a token of `key` in hand (true), or false when there is none.
+    bool take_token(const std::string& key) const;
+    // After an increment of `key` by `asked` that returned `count`: the tokens granted.
+    long long grant(const std::string& key, long long window, long long asked, long long count,
+                    long long limit) const;
+    long long next_chunk(const std::string& key, long long limit) const;
+    mutable std::mutex mutex_;
+    mutable std::unordered_map<std::string, Tokens> tokens_;  // guarded by mutex_
 };
 
 }  // namespace kiqd

@@ -11,6 +11,7 @@
 #include "middleware/unique/lock_survey.hpp"
 #include "middleware/unique/ruby_json.hpp"
 #include "redis/lua_type_guard.hpp"
+#include "redis/script_fold.hpp"
 
 namespace kiqd {
 namespace {
@@ -100,6 +101,13 @@ constexpr double kRescheduleSeconds = 5.0;  // the gem's default schedule_in
 // ARGV[5]    the exec lock's TTL in ms
 // ARGV[6]    the wait lock's TTL in ms
 //
+// Optionally, first, the previous job's release (LockKeeper's release script, folded into this
+// call so that a job costs one script call, not two; its failure is ignored, as the reply of a
+// deferred release is):
+// KEYS[4]    that job's EXEC lock
+// KEYS[5]    the held-locks hash
+// ARGV[7]    that lock's owner
+//
 // Returns
 //   {0}         with the wait lock: another copy (a different token) holds it, so this one is
 //               a duplicate; nothing written.
@@ -111,6 +119,10 @@ constexpr double kRescheduleSeconds = 5.0;  // the gem's default schedule_in
 //               under `token` (the one it carried, else ARGV[3]) for another ARGV[6] ms: park it
 //               with the token.
 constexpr const char* kAcquireScript = KIQD_LUA_TYPE_GUARD R"lua(
+if KEYS[5] then
+  if redis.pcall('get', KEYS[4]) == ARGV[7] then redis.pcall('del', KEYS[4]) end
+  if redis.pcall('hget', KEYS[5], KEYS[4]) == ARGV[7] then redis.pcall('hdel', KEYS[5], KEYS[4]) end
+end
 local w = false
 if ARGV[1] == '1' then
   w = redis.call('get', KEYS[1])
@@ -461,11 +473,23 @@ void UniqueJobsMiddleware::run_with_exec_lock(JobContext& ctx, const Next& next,
     const std::string wait_key = keys_.digest_key(lock.digest, ":WAIT");
     const std::string exec_key = keys_.digest_key(lock.digest, ":EXEC");
     const std::string owner = LockKeeper::new_owner(identity_);
-    // The previous job's lock releases (after_job) go out in the same write.
-    auto reply = acquire_script_.run_after(
-        ctx.redis, ctx.after_job, {wait_key, exec_key, keeper_.held_hash()},
-        {use_wait ? "1" : "0", carried, random_hex(), owner, std::to_string(lock.ttl.count()),
-         std::to_string(std::chrono::milliseconds(kWaitLockTtl).count())});
+    std::vector<std::string> keys{wait_key, exec_key, keeper_.held_hash()};
+    std::vector<std::string> args{use_wait ? "1" : "0",
+                                  carried,
+                                  random_hex(),
+                                  owner,
+                                  std::to_string(lock.ttl.count()),
+                                  std::to_string(std::chrono::milliseconds(kWaitLockTtl).count())};
+    // The previous job's lock releases (after_job) go out in the same write; the last, when it
+    // is an EXEC lock's, inside this very script call.
+    if (ctx.after_job && !ctx.after_job->empty() &&
+        redis::is_deferred_call(ctx.after_job->back(), release_script_, 2, 1)) {
+        const auto& r = ctx.after_job->back();
+        keys.insert(keys.end(), {r[3], r[4]});
+        args.push_back(r[5]);
+        ctx.after_job->pop_back();
+    }
+    auto reply = acquire_script_.run_after(ctx.redis, ctx.after_job, keys, args);
     const long long outcome = reply[0].integer();
     if (outcome == 0)
         return conflict(ctx, lock, "another copy is already waiting for lock " + lock.digest);
