@@ -13,30 +13,58 @@ FetchBuffer::FetchBuffer(size_t batch, size_t max_refills, size_t threads)
 
 FetchBuffer::~FetchBuffer() = default;
 
-std::optional<UnitOfWork> FetchBuffer::steal() {
+size_t FetchBuffer::Pile::limit() const {
+    if (!short_jobs()) return 1;
+    // About kPileWork of work: no-op jobs (~5 µs) take a whole refill, jobs of 250 µs two.
+    const double fits = kPileWork / std::max(job_seconds, 1e-7);
+    return std::clamp<size_t>(static_cast<size_t>(fits), 1, kMaxPile);
+}
+
+std::optional<UnitOfWork> FetchBuffer::steal(Pile* thief) {
     std::optional<UnitOfWork> unit;
     if (piled_.load(std::memory_order_relaxed) == 0) return unit;
+    std::vector<UnitOfWork> taken;
     for (auto& p : piles_) {
+        if (p.get() == thief) continue;
         std::lock_guard pile_lock(p->mutex);
         if (p->jobs.empty()) continue;
-        unit = std::move(p->jobs.back());  // the newest: its owner runs the older ones first
-        p->jobs.pop_back();
-        piled_.fetch_sub(1, std::memory_order_relaxed);
+        // The newer half (its owner runs the older ones first); one job when there is no pile
+        // to put the rest in.
+        const size_t n = thief ? (p->jobs.size() + 1) / 2 : 1;
+        const auto from = p->jobs.end() - static_cast<std::ptrdiff_t>(n);
+        for (auto it = from; it != p->jobs.end(); ++it) taken.push_back(std::move(*it));
+        p->jobs.erase(from, p->jobs.end());
         break;
+    }
+    if (taken.empty()) return unit;
+    unit = std::move(taken.front());
+    piled_.fetch_sub(1, std::memory_order_relaxed);  // the rest stay piled, in the thief's pile
+    if (taken.size() > 1) {
+        std::lock_guard pile_lock(thief->mutex);
+        for (size_t i = 1; i < taken.size(); ++i) thief->jobs.push_back(std::move(taken[i]));
     }
     return unit;
 }
 
+void FetchBuffer::share_acks(Pile* pile) {
+    if (!pile) return;
+    std::lock_guard pile_lock(pile->mutex);
+    for (auto& a : pile->acks) acks_.push_back(std::move(a));
+    pile->acks.clear();
+}
+
 std::optional<UnitOfWork> FetchBuffer::take_locked(Pile* pile) {
-    if (jobs_.empty()) return steal();
+    if (jobs_.empty()) return steal(pile);
     std::optional<UnitOfWork> unit = std::move(jobs_.front());
     jobs_.pop_front();
     ++taken_since_sample_;
     // Other threads wait for jobs and this thread's jobs are short: take a few more, so that
     // this wake-up (or lock) serves several jobs.
-    if (!pile || waiting_ == 0 || !pile->short_jobs()) return unit;
+    if (!pile || waiting_ == 0) return unit;
+    const size_t limit = pile->limit();
+    if (limit <= 1) return unit;
     std::lock_guard pile_lock(pile->mutex);
-    while (pile->jobs.size() + 1 < kPile && !jobs_.empty()) {
+    while (pile->jobs.size() + 1 < limit && !jobs_.empty()) {
         pile->jobs.push_back(std::move(jobs_.front()));
         jobs_.pop_front();
         ++taken_since_sample_;
@@ -123,16 +151,17 @@ std::optional<UnitOfWork> FetchBuffer::take_or_refill_unlocked(const Refill& ref
         }
     }
     std::unique_lock lock(mutex_);
+    share_acks(pile);
     const auto deadline = deadline_in(wait);
     // While a refill is on its way, wait for its jobs rather than asking Redis too (which would
     // take N more jobs and leave them buffered behind busy threads) — unless the pace says one
     // refill in flight is not enough. A job in another thread's pile is taken first.
     while (jobs_.empty() && refills_ > 0 && !running_low()) {
-        if (auto stolen = steal()) return stolen;
+        if (auto stolen = steal(pile)) return stolen;
         ++waiting_;
         const auto status = cv_.wait_until(lock, deadline);
         --waiting_;
-        if (status == std::cv_status::timeout && jobs_.empty()) return steal();
+        if (status == std::cv_status::timeout && jobs_.empty()) return steal(pile);
     }
     // Not running low: take a job and go. Running low: refill first; a job this thread would
     // have taken stays at the front for a thread that is free now, instead of waiting out the
@@ -144,13 +173,16 @@ std::optional<UnitOfWork> FetchBuffer::take_or_refill_unlocked(const Refill& ref
     auto unit = take_locked(pile);
     // Wake as many waiters as there are jobs for, not all of them: at c100 a broadcast per
     // refill of 50 woke ~100 threads, half of which found nothing and slept again. While jobs
-    // are short a woken thread takes a pile, so one wakes per kPile jobs. The rest wake at the
+    // are short a woken thread takes a pile, so one wakes per pile. The rest wake at the
     // next refill, which a woken thread starts when it finds the buffer low. With nothing
-    // buffered and nothing in flight every waiter wakes, to refill (or block on a queue) itself.
-    const size_t per = pile && pile->short_jobs() ? kPile : 1;
-    const size_t wake = jobs_.empty() && refills_ == 0
-                            ? waiting_
-                            : std::min(waiting_, (jobs_.size() + per - 1) / per);
+    // buffered and nothing in flight one waiter wakes to refill (this thread runs its pile
+    // meanwhile), and its refill wakes the others as its jobs need; only when every queue was
+    // empty does every waiter wake, to block on a queue itself. (Waking all whenever the
+    // buffer was empty woke 99 threads at c100 each time this thread piled a whole refill.)
+    const size_t per = pile ? pile->limit() : 1;
+    size_t wake = std::min(waiting_, (jobs_.size() + per - 1) / per);
+    if (jobs_.empty() && refills_ == 0)
+        wake = drained ? waiting_ : std::min<size_t>(waiting_, 1);
     lock.unlock();
     if (wake == waiting_)
         cv_.notify_all();
@@ -160,7 +192,13 @@ std::optional<UnitOfWork> FetchBuffer::take_or_refill_unlocked(const Refill& ref
     return unit;
 }
 
-void FetchBuffer::defer_ack(UnitOfWork unit) {
+void FetchBuffer::defer_ack(UnitOfWork unit, size_t slot) {
+    if (Pile* pile = pile_of(slot)) {
+        // The thread's own list: no shared lock per job (share_acks moves it on).
+        std::lock_guard pile_lock(pile->mutex);
+        pile->acks.push_back(std::move(unit));
+        return;
+    }
     std::lock_guard lock(mutex_);
     acks_.push_back(std::move(unit));
 }
@@ -182,6 +220,7 @@ std::vector<UnitOfWork> FetchBuffer::take_buffered() {
 
 std::vector<UnitOfWork> FetchBuffer::take_acks() {
     std::lock_guard lock(mutex_);
+    for (auto& p : piles_) share_acks(p.get());
     std::vector<UnitOfWork> out = std::move(acks_);
     acks_.clear();
     return out;
@@ -200,6 +239,7 @@ std::vector<std::string> FetchBuffer::held_payloads() const {
     for (const auto& p : piles_) {
         std::lock_guard pile_lock(p->mutex);
         for (const auto& u : p->jobs) out.push_back(u.payload);
+        for (const auto& u : p->acks) out.push_back(u.payload);
     }
     for (const auto& u : acks_) out.push_back(u.payload);
     return out;
@@ -208,6 +248,11 @@ std::vector<std::string> FetchBuffer::held_payloads() const {
 size_t FetchBuffer::buffered() const {
     std::lock_guard lock(mutex_);
     return jobs_.size() + piled_.load(std::memory_order_relaxed);
+}
+
+size_t FetchBuffer::waiting() const {
+    std::lock_guard lock(mutex_);
+    return waiting_;
 }
 
 size_t FetchBuffer::refills_in_flight() const {

@@ -75,7 +75,8 @@ class Fetcher {
     }
     // Batched fetchers: takes a successful job's acknowledgement to send with a later write
     // (the next refill, or release_commands). False: the caller writes with_acknowledgement.
-    virtual bool defer_acknowledgement(const UnitOfWork&) const { return false; }
+    // `slot`: the calling processor's (its own list, no shared lock per job).
+    virtual bool defer_acknowledgement(const UnitOfWork&, size_t /*slot*/) const { return false; }
     // Everything a stopping processor must still write: deferred acknowledgements, and every
     // buffered job put back at the front of its queue. Empties the buffer.
     virtual std::vector<redis::Command> release_commands() const { return {}; }

@@ -189,10 +189,10 @@ std::vector<redis::Command> ReliableFetcher::with_acknowledgement(
     return redis::in_transaction(std::move(outcome));
 }
 
-bool ReliableFetcher::defer_acknowledgement(const UnitOfWork& unit) const {
+bool ReliableFetcher::defer_acknowledgement(const UnitOfWork& unit, size_t slot) const {
     // A suspect's start mark goes with its acknowledgement, at once.
     if (!buffer_ || unit.suspect) return false;
-    buffer_->defer_ack(unit);
+    buffer_->defer_ack(unit, slot);
     return true;
 }
 

@@ -64,7 +64,7 @@ class ReliableFetcher final : public Fetcher {
     std::vector<redis::Command> unmark_started_commands(const UnitOfWork& unit) const override;
     std::vector<redis::Command> requeue_commands(
         const std::vector<UnitOfWork>& units) const override;
-    bool defer_acknowledgement(const UnitOfWork& unit) const override;
+    bool defer_acknowledgement(const UnitOfWork& unit, size_t slot) const override;
     std::vector<redis::Command> release_commands() const override;
     std::vector<UnitOfWork> take_buffered() const override;
     std::vector<std::string> held_payloads() const override;

@@ -180,7 +180,7 @@ void Processor::record_outcome(redis::Connection& conn, const UnitOfWork& unit, 
             write_with_pending(conn, redis::in_transaction(std::move(writes)), "outcome", payload);
         return;
     }
-    if (done && rt_.fetcher.defer_acknowledgement(unit)) return;
+    if (done && rt_.fetcher.defer_acknowledgement(unit, slot_)) return;
     auto commands = rt_.fetcher.with_acknowledgement(unit, std::move(writes));
     if (done && commands.empty()) return;
     static constexpr const char* kWhat[] = {"dead-set entry", "acknowledgement", "failure"};

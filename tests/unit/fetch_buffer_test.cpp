@@ -5,6 +5,9 @@
 
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <thread>
@@ -111,4 +114,137 @@ TEST_CASE("fetch buffer: a failed refill keeps the deferred acknowledgements for
     CHECK(sent == std::vector<std::string>{"a", "b"});
     CHECK(buffer.take_acks().empty());
     CHECK(buffer.take_buffered().size() == 1);
+}
+
+namespace {
+
+// A scripted source: the first refill hands out `first` jobs, later ones nothing, until armed;
+// the armed refill waits for `open` and then hands out `second` jobs.
+struct Script {
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool armed = false, open = false, in_gate = false;
+    int next = 0, first = 0, second = 0;
+    std::vector<UnitOfWork> jobs(int n) {
+        std::vector<UnitOfWork> out;
+        for (int i = 0; i < n; ++i) out.push_back({"default", "job-" + std::to_string(next++)});
+        return out;
+    }
+    FetchBuffer::Refill refill() {
+        return [this](std::vector<UnitOfWork>&) {
+            std::unique_lock lock(mutex);
+            if (next == 0) return jobs(first);
+            if (!armed) return std::vector<UnitOfWork>{};
+            armed = false;
+            in_gate = true;
+            cv.notify_all();
+            cv.wait(lock, [&] { return open; });
+            return jobs(second);
+        };
+    }
+};
+
+// Waits (bounded) for `done`; a condition, not a sleep-then-assert.
+template <typename F>
+bool await(F done) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!done()) {
+        if (std::chrono::steady_clock::now() > until) return false;
+        std::this_thread::yield();
+    }
+    return true;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "fetch buffer: with waiters about, a thread of short jobs takes a pile; others steal "
+    "the newer half; a stop gets every piled job and acknowledgement back",
+    "[unit][batch]") {
+    FetchBuffer buffer(40, 1, 3);
+    Script script;
+    script.first = 40;
+    script.second = 40;
+    const auto refill = script.refill();
+    const auto must_not_refill = [](std::vector<UnitOfWork>&) -> std::vector<UnitOfWork> {
+        FAIL("refill called while jobs were piled");
+        return {};
+    };
+    bool drained = false;
+    // Slot 0 takes 40 jobs at once, alone: its jobs measure short, nobody waits, so no pile.
+    for (int i = 0; i < 40; ++i) {
+        auto unit = buffer.take_or_refill(refill, std::chrono::seconds(5), drained, 0);
+        REQUIRE(unit);
+        CHECK(unit->payload == "job-" + std::to_string(i));
+        buffer.defer_ack(std::move(*unit), 0);
+    }
+    CHECK(buffer.buffered() == 0);
+    // The refills ahead (empty here) sent the acknowledgements; the last one is the thread's
+    // own until it next takes from the shared buffer, and held meanwhile.
+    CHECK(buffer.held_payloads() == std::vector<std::string>{"job-39"});
+
+    // Slot 0 refills (the refill waits at the gate); slot 1 waits for that refill.
+    {
+        std::lock_guard lock(script.mutex);
+        script.armed = true;
+    }
+    std::optional<UnitOfWork> first, woken;
+    std::thread refiller(
+        [&] { first = buffer.take_or_refill(refill, std::chrono::seconds(5), drained, 0); });
+    {
+        std::unique_lock lock(script.mutex);
+        script.cv.wait(lock, [&] { return script.in_gate; });
+    }
+    std::thread waiter([&] {
+        bool d = false;
+        woken = buffer.take_or_refill(refill, std::chrono::seconds(5), d, 1);
+    });
+    REQUIRE(await([&] { return buffer.waiting() == 1; }));
+    {
+        std::lock_guard lock(script.mutex);
+        script.open = true;
+    }
+    script.cv.notify_all();
+    refiller.join();
+    waiter.join();
+    // The refill sent slot 0's acknowledgements; both threads got a job, and the 38 others are
+    // in the piles (slot 0 took a pile: a waiter was about) and the shared buffer.
+    REQUIRE(first);
+    REQUIRE(woken);
+    CHECK(first->payload == "job-40");
+    CHECK(buffer.take_acks().empty());
+    CHECK(buffer.buffered() == 38);
+    const size_t piled = buffer.piled();
+    CHECK(piled >= 2);  // slot 0's pile, and slot 1's if its jobs measured short
+    CHECK(buffer.waiting() == 0);
+
+    // Slot 0 runs its pile next, in fetch order, without a refill.
+    auto next = buffer.take_or_refill(must_not_refill, std::chrono::seconds(5), drained, 0);
+    REQUIRE(next);
+    CHECK(next->payload == "job-41");
+    CHECK(buffer.piled() == piled - 1);
+
+    // Slot 2 takes what the shared buffer holds (refilling ahead finds nothing more), then steals
+    // from the piles instead of waiting: every job comes out exactly once.
+    std::set<std::string> seen{first->payload, woken->payload, next->payload};
+    while (buffer.buffered() > 0) {
+        auto unit = buffer.take_or_refill(refill, std::chrono::seconds(5), drained, 2);
+        REQUIRE(unit);
+        CHECK(seen.insert(unit->payload).second);
+        if (seen.size() == 20) break;  // leave some piled for the stop below
+    }
+
+    // A stop: a thread's acknowledgement not yet shared and every piled job come back.
+    buffer.defer_ack({"default", "done-1"}, 1);
+    const size_t left = buffer.buffered();
+    CHECK(buffer.held_payloads().size() == left + 1);
+    auto back = buffer.take_buffered();
+    CHECK(back.size() == left);
+    for (const auto& u : back) CHECK(seen.insert(u.payload).second);
+    CHECK(seen.size() == 40);  // jobs 40..79, none twice
+    auto acks = buffer.take_acks();
+    REQUIRE(acks.size() == 1);
+    CHECK(acks[0].payload == "done-1");
+    CHECK(buffer.buffered() == 0);
+    CHECK(buffer.held_payloads().empty());
 }
