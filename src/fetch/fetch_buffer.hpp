@@ -80,10 +80,9 @@ class FetchBuffer {
     std::vector<std::string> held_payloads() const;
     size_t buffered() const;  // shared buffer and piles
     size_t refills_in_flight() const;
-    size_t waiting() const;
-    size_t piled() const {
-        return piled_.load(std::memory_order_relaxed);
-    }  // in piles  // threads waiting for a refill in flight
+    size_t waiting() const;  // threads waiting for a refill in flight
+    // Jobs in the threads' piles.
+    size_t piled() const { return piled_.load(std::memory_order_relaxed); }
 
   private:
     // Runs `refill` without the lock (held on entry and on return), sending the deferred
