@@ -23,6 +23,7 @@ namespace kiqd {
 
 struct Config;
 class Client;
+struct AcquiredSet;
 
 // Raised once, when the shutdown deadline has passed and running jobs have been pushed back to
 // their queues. Handlers that run long should poll stop_requested() or sleep with wait_for(),
@@ -86,6 +87,13 @@ struct JobContext {
     // Appended to the job's done/fail log lines (" urgency=high ..."): set by the metadata
     // middleware, empty without it.
     std::string log_tags{};
+    // What a batched refill acquired for this job ahead of its middlewares (a unique lock, a
+    // concurrency slot: src/fetch/refill_acquirer.hpp), or null. A middleware that finds its own
+    // item claims it and makes no acquire round trip.
+    AcquiredSet* acquired = nullptr;
+    // Where a middleware puts the release of what it claimed from `acquired` when that release
+    // may wait for the next refill (a roomy scope); null: use after_job.
+    std::vector<redis::Command>* after_refill = nullptr;
 };
 
 // A failure with a chosen Sidekiq error_class (shown in the Web UI) and optional backtrace.

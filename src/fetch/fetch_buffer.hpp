@@ -81,6 +81,12 @@ class FetchBuffer {
     size_t buffered() const;  // shared buffer and piles
     size_t refills_in_flight() const;
     size_t waiting() const;  // threads waiting for a refill in flight
+    // Whether `slot`'s thread measured its jobs as short (under 1 ms on average); only that
+    // thread may ask (it alone writes the measure).
+    bool short_jobs(size_t slot) const {
+        const Pile* pile = pile_of(slot);
+        return pile && pile->short_jobs();
+    }
     // Jobs in the threads' piles.
     size_t piled() const { return piled_.load(std::memory_order_relaxed); }
 

@@ -23,6 +23,8 @@ namespace kiqd {
 
 class FetchBuffer;
 class FairFetch;
+struct AcquiredSet;
+class RefillAcquirer;
 
 struct UnitOfWork {
     std::string queue;    // without the "queue:" prefix
@@ -30,6 +32,9 @@ struct UnitOfWork {
     // Reliable fetch: returned by orphan recovery and taken by a batched fetch, so its start is
     // recorded in Redis (mark_started_commands) for the poison-pill guard (orphan_recovery.hpp).
     bool suspect = false;
+    // What a batched refill acquired for this job ahead of its middlewares (refill_acquirer.hpp),
+    // or null. Shared by copies of the unit; one thread at a time uses it.
+    std::shared_ptr<AcquiredSet> acquired{};
 };
 
 class Fetcher {
@@ -85,6 +90,15 @@ class Fetcher {
     // Payloads this process holds without running them (buffered, or done with a deferred
     // acknowledgement): not stranded, whatever orphan recovery sees in the working list.
     virtual std::vector<std::string> held_payloads() const { return {}; }
+    // Releases what `unit` acquired ahead of its middlewares and none claimed (a job that never
+    // reached them): appends the commands to `out` (refill_acquirer.hpp).
+    virtual void release_acquired(const UnitOfWork&, std::vector<redis::Command>& /*out*/) const {}
+    // Takes lock and slot releases (idempotent commands) to send with the next refill, by any
+    // thread, instead of a round trip of their own; false (nothing taken) unless the fetch is
+    // batched and `slot`'s jobs are short (so that a refill comes soon: fetch_buffer.hpp).
+    virtual bool defer_commands(std::vector<redis::Command>& /*commands*/, size_t /*slot*/) const {
+        return false;
+    }
 };
 
 class BasicFetcher final : public Fetcher {

@@ -4,6 +4,7 @@
 
 #include "fetch/fair_fetch.hpp"
 #include "fetch/fetch_buffer.hpp"
+#include "fetch/refill_acquirer.hpp"
 
 namespace kiqd {
 namespace {
@@ -53,6 +54,41 @@ ReliableFetcher::ReliableFetcher(const Keys& keys, const QueueOrder& order, std:
     fair_keys_ = batch_keys_;
     batch_keys_.push_back(suspects_key());
     if (batch_ > 1) buffer_ = std::make_unique<FetchBuffer>(batch_, max_refills, threads);
+    if (buffer_)
+        for (size_t i = 0; i < threads; ++i) deferred_.push_back(std::make_unique<Deferred>());
+}
+
+void ReliableFetcher::set_acquirer(const RefillAcquirer* acquirer) {
+    if (buffer_) acquirer_ = acquirer;
+}
+
+std::vector<redis::Command> ReliableFetcher::take_deferred() const {
+    std::vector<redis::Command> out;
+    for (const auto& d : deferred_) {
+        std::lock_guard lock(d->mutex);
+        for (auto& c : d->commands) out.push_back(std::move(c));
+        d->commands.clear();
+    }
+    return out;
+}
+
+void ReliableFetcher::restore_deferred(std::vector<redis::Command> commands) const {
+    if (commands.empty() || deferred_.empty()) return;
+    std::lock_guard lock(deferred_[0]->mutex);
+    for (auto& c : commands) deferred_[0]->commands.push_back(std::move(c));
+}
+
+bool ReliableFetcher::defer_commands(std::vector<redis::Command>& commands, size_t slot) const {
+    if (slot >= deferred_.size() || !buffer_->short_jobs(slot)) return false;
+    std::lock_guard lock(deferred_[slot]->mutex);
+    for (auto& c : commands) deferred_[slot]->commands.push_back(std::move(c));
+    commands.clear();
+    return true;
+}
+
+void ReliableFetcher::release_acquired(const UnitOfWork& unit,
+                                       std::vector<redis::Command>& out) const {
+    if (acquirer_ && unit.acquired) acquirer_->release_unclaimed(*unit.acquired, out);
 }
 
 ReliableFetcher::~ReliableFetcher() = default;
@@ -76,13 +112,22 @@ std::vector<UnitOfWork> ReliableFetcher::move_batch(redis::Connection& conn, std
     thread_local std::vector<std::string> args;
     batch_order_args(order_, rng, batch_, args);
     if (fair_) fair_->fair_args(args);
-    // Deferred acknowledgements and lock releases go out in the same write as the fetch.
+    // Deferred acknowledgements and lock releases (this thread's, and those any thread deferred
+    // to the next refill) go out in the same write as the fetch.
+    auto deferred = take_deferred();
     std::vector<redis::Command> cmds;
-    cmds.reserve(acks.size() + pending.size() + 1);
+    cmds.reserve(acks.size() + deferred.size() + pending.size() + 1);
     for (const auto& a : acks) cmds.push_back(ack_command(a));
+    for (const auto& d : deferred) cmds.push_back(d);
     for (const auto& p : pending) cmds.push_back(p);
     cmds.push_back(batch_script_.evalsha_command(batch_keys_, args));
-    auto replies = conn.pipeline_unchecked(cmds);
+    std::vector<redis::Reply> replies;
+    try {
+        replies = conn.pipeline_unchecked(cmds);
+    } catch (...) {
+        restore_deferred(std::move(deferred));  // idempotent: they go again with a later write
+        throw;
+    }
     redis::resend_noscript(conn, cmds, replies, 0, cmds.size() - 1);
     pending.clear();
     redis::Reply reply = std::move(replies.back());
@@ -91,7 +136,18 @@ std::vector<UnitOfWork> ReliableFetcher::move_batch(redis::Connection& conn, std
             throw redis::ReplyError(std::string(reply.error_text()));
         reply = batch_script_.run(conn, batch_keys_, args);  // the acknowledgements went out
     }
-    return batch_units(reply, order_.names());
+    auto units = batch_units(reply, order_.names());
+    if (acquirer_ && !units.empty()) {
+        try {
+            acquirer_->acquire(conn, units);
+        } catch (const redis::Error&) {
+            // The jobs are in the working list already: they must reach the buffer. Without
+            // what they would have acquired, their middlewares acquire one by one, as without
+            // batching; anything the lost reply took expires by its TTL (never extended).
+            for (auto& u : units) u.acquired.reset();
+        }
+    }
+    return units;
 }
 
 std::optional<UnitOfWork> ReliableFetcher::retrieve_work(
@@ -206,7 +262,7 @@ std::vector<std::string> ReliableFetcher::held_payloads() const {
 
 std::vector<redis::Command> ReliableFetcher::release_commands() const {
     if (!buffer_) return {};
-    std::vector<redis::Command> out;
+    std::vector<redis::Command> out = take_deferred();
     for (const auto& a : buffer_->take_acks()) out.push_back(ack_command(a));
     // RPUSHed last-fetched first, so the first fetched is at the very front again.
     auto buffered = buffer_->take_buffered();
@@ -237,7 +293,11 @@ std::vector<redis::Command> ReliableFetcher::requeue_commands(
         suspects = true;
     }
     if (suspects) out.push_back({"EXPIRE", suspects_key(), std::to_string(kSuspectsTtlSeconds)});
-    return redis::in_transaction(std::move(out));
+    out = redis::in_transaction(std::move(out));
+    // What a job given back acquired ahead of its middlewares (refill_acquirer.hpp), after the
+    // requeue: idempotent releases, outside the transaction.
+    for (const auto& u : units) release_acquired(u, out);
+    return out;
 }
 
 }  // namespace kiqd

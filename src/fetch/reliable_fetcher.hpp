@@ -31,6 +31,8 @@
 // Shared by all processor threads (immutable except the ready latch). Processors do not fetch
 // until the process has registered its working lists and liveness key (set_ready), so that no
 // other process's recovery can take a freshly fetched job for an orphan.
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -69,6 +71,11 @@ class ReliableFetcher final : public Fetcher {
     std::vector<UnitOfWork> take_buffered() const override;
     std::vector<std::string> held_payloads() const override;
     size_t batch_size() const { return batch_; }
+    // Batched fetch only: what each refill acquires for its jobs ahead of their middlewares
+    // (refill_acquirer.hpp). Set before any processor starts; `acquirer` outlives this.
+    void set_acquirer(const RefillAcquirer* acquirer);
+    void release_acquired(const UnitOfWork& unit, std::vector<redis::Command>& out) const override;
+    bool defer_commands(std::vector<redis::Command>& commands, size_t slot) const override;
     const std::string* working_list(const std::string& queue) const override;
 
     // This process's working lists, one per configured queue (queue name, list key).
@@ -105,6 +112,16 @@ class ReliableFetcher final : public Fetcher {
     std::unique_ptr<FetchBuffer> buffer_;  // only when batch_ > 1
     std::unique_ptr<FairFetch> fair_;      // only with fair queues
     std::vector<std::string> fair_keys_;   // queue keys, then working list keys
+    const RefillAcquirer* acquirer_ = nullptr;
+    // Releases deferred to the next refill (defer_commands), one list per processor slot, so a
+    // job costs no shared lock; a refill takes every list.
+    struct Deferred {
+        std::mutex mutex;
+        std::vector<redis::Command> commands;
+    };
+    std::vector<std::unique_ptr<Deferred>> deferred_;  // by slot; the vector itself is immutable
+    std::vector<redis::Command> take_deferred() const;
+    void restore_deferred(std::vector<redis::Command> commands) const;
     // A one-shot latch (StopSignal's shape: set once, awaitable), not a stop request.
     mutable StopSignal ready_;
 };

@@ -16,6 +16,7 @@
 #include "config/worker_catalog.hpp"
 #include "kiqd/middleware_chain.hpp"
 #include "kiqd/pause_strategy.hpp"
+#include "middleware/batch_acquire.hpp"
 #include "middleware/job_metrics.hpp"
 #include "middleware/limits/slot_keeper.hpp"
 #include "middleware/pause/pause_control.hpp"
@@ -42,10 +43,14 @@ class ChainAssembly {
 
     LockKeeper& lock_keeper() { return lock_keeper_; }
     SlotKeeper* slot_keeper() { return slot_keeper_.get(); }  // null: no concurrency_limit
+    // What a batched refill acquires ahead of the unique-jobs and concurrency middlewares
+    // (batch_acquire.hpp); null when no class configures a run lock or a concurrency limit.
+    const RefillAcquirer* refill_acquirer() const { return batch_acquire_.get(); }
 
   private:
     LockKeeper lock_keeper_;
     std::unique_ptr<SlotKeeper> slot_keeper_;
+    std::unique_ptr<BatchAcquire> batch_acquire_;  // after the keepers it registers with
 };
 
 }  // namespace kiqd

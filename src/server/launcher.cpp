@@ -133,6 +133,10 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
     signals_.add(SIGTTIN);
     signals_.add(SIGHUP);
     if (reliable_) recovery_ = std::make_unique<OrphanRecovery>(rt_, *reliable_);
+    // Batched reliable fetch acquires unique locks and concurrency slots for a whole refill in
+    // one script call (refill_acquirer.hpp); before any processor starts.
+    if (auto* reliable = dynamic_cast<ReliableFetcher*>(fetcher_.get()))
+        reliable->set_acquirer(chain_assembly_.refill_acquirer());
     // Follow-up jobs are routed with everything the catalog knows, C++ declarations included.
     if (!config.routing_rules.empty())
         client_.set_router(

@@ -247,6 +247,7 @@ void Processor::run_unit(redis::Connection& conn, UnitOfWork unit, const Admissi
         increment(outcome_counters().dead);
         rt_.log.error("queue={} unrunnable payload sent to the dead set: {}: {}", unit.queue,
                       invalid->error_class, invalid->error_message);
+        rt_.fetcher.release_acquired(unit, pending_);  // it never reaches its middlewares
         record_outcome(
             conn, unit, Outcome::unrunnable,
             rt_.dead.entry_commands(rt_.dead.invalid_entry(unit.payload, unit.queue, *invalid),
@@ -277,6 +278,8 @@ void Processor::run_unit(redis::Connection& conn, UnitOfWork unit, const Admissi
     ctx.after_job = &pending_;
     ctx.client = rt_.client;
     ctx.working_list = rt_.fetcher.working_list(unit.queue);
+    ctx.acquired = unit.acquired.get();
+    ctx.after_refill = &after_refill_;
     std::optional<Failure> failure;
     bool interrupted = false;
     bool exec = false;  // an exec or runner handler: its normal return means the job is done
@@ -297,6 +300,14 @@ void Processor::run_unit(redis::Connection& conn, UnitOfWork unit, const Admissi
         interrupted = true;
     } catch (...) {
         failure = failure_from_current_exception(job);
+    }
+    // What the refill acquired for this job and no middleware claimed (one further out parked
+    // it, or its class's options changed) is released like a lock release; the releases that
+    // may wait ride with the next refill, else with this thread's next write.
+    rt_.fetcher.release_acquired(unit, pending_);
+    if (!after_refill_.empty() && !rt_.fetcher.defer_commands(after_refill_, slot_)) {
+        for (auto& c : after_refill_) pending_.push_back(std::move(c));
+        after_refill_.clear();
     }
     const bool stopped = rt_.lifecycle.hard_stop.stop_requested();
     if (!rt_.work.finish(slot_)) {

@@ -68,7 +68,8 @@ class Processor {
     size_t slot_;
     std::function<void()> on_exit_;
     std::mt19937_64 rng_;
-    std::vector<redis::Command> pending_;  // JobContext::after_job of the last job(s)
+    std::vector<redis::Command> pending_;       // JobContext::after_job of the last job(s)
+    std::vector<redis::Command> after_refill_;  // JobContext::after_refill of the job running
     std::thread thread_;
     std::atomic<bool> running_{false};
 };

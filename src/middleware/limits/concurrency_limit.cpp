@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <random>
 
+#include "fetch/refill_acquirer.hpp"
 #include "middleware/limits/concurrency_scripts.hpp"
 #include "middleware/limits/limit_scope.hpp"
 #include "redis/script_fold.hpp"
@@ -49,34 +50,46 @@ void ConcurrencyLimitMiddleware::call(JobContext& ctx, const Next& next) const {
     const std::string scope = limit_scope(ctx.job, spec.by, -1, cls.fair_tenant_arg);
     const std::string slots = keys_.concurrency_slots(scope);
     const std::string waiting = keys_.concurrency_waiting(scope);
-    const std::string member = identity_ + "|" + ctx.job.jid + "|" + random_hex();
     const std::string limit = std::to_string(spec.limit);
     const std::string ttl = std::to_string(keeper_.config().slot_ttl.count());
-    std::vector<std::string> keys{slots, waiting, keys_.concurrency_scopes()};
-    if (ctx.working_list) keys.push_back(*ctx.working_list);
-    std::vector<std::string> args{limit,       member, ttl,           ctx.job.jid,
-                                  ctx.job.raw, scope,  keys_.prefix()};
-    // The previous job's releases (after_job) go out in the same write; the last, when it is a
-    // slot's, inside this very script call.
-    if (ctx.after_job && !ctx.after_job->empty() &&
-        redis::is_deferred_call(ctx.after_job->back(), release_script_, 2, 4)) {
-        const auto& r = ctx.after_job->back();
-        keys.insert(keys.end(), {r[3], r[4]});
-        args.insert(args.end(), {"r", r[5], r[6], r[7], r[8]});
-        ctx.after_job->pop_back();
+    // A batched refill may have taken the slot already (refill_acquirer.hpp): no round trip.
+    Acquired* pre = ctx.acquired ? ctx.acquired->claim(Acquired::Kind::slot, slots) : nullptr;
+    const std::string member =
+        pre ? pre->member : identity_ + "|" + ctx.job.jid + "|" + random_hex();
+    uint64_t held = 0;
+    if (pre) {
+        held = pre->held;
+    } else {
+        std::vector<std::string> keys{slots, waiting, keys_.concurrency_scopes()};
+        if (ctx.working_list) keys.push_back(*ctx.working_list);
+        std::vector<std::string> args{limit,       member, ttl,           ctx.job.jid,
+                                      ctx.job.raw, scope,  keys_.prefix()};
+        // The previous job's releases (after_job) go out in the same write; the last, when it
+        // is a slot's, inside this very script call.
+        if (ctx.after_job && !ctx.after_job->empty() &&
+            redis::is_deferred_call(ctx.after_job->back(), release_script_, 2, 4)) {
+            const auto& r = ctx.after_job->back();
+            keys.insert(keys.end(), {r[3], r[4]});
+            args.insert(args.end(), {"r", r[5], r[6], r[7], r[8]});
+            ctx.after_job->pop_back();
+        }
+        auto reply = acquire_script_.run_after(ctx.redis, ctx.after_job, keys, args);
+        if (reply.integer() == 0) {
+            ctx.working_list = nullptr;  // it left the working list (JobContext::working_list)
+            ctx.log.debug("class={} jid={} waits for a slot ({} running in {})",
+                          ctx.job.display_class(), ctx.job.jid, spec.limit, scope);
+            return;  // parked in Redis: neither processed nor failed
+        }
+        held = keeper_.hold(slots, member);
     }
-    auto reply = acquire_script_.run_after(ctx.redis, ctx.after_job, keys, args);
-    if (reply.integer() == 0) {
-        ctx.working_list = nullptr;  // it left the working list (JobContext::working_list)
-        ctx.log.debug("class={} jid={} waits for a slot ({} running in {})",
-                      ctx.job.display_class(), ctx.job.jid, spec.limit, scope);
-        return;  // parked in Redis: neither processed nor failed
-    }
-    const uint64_t held = keeper_.hold(slots, member);
+    // A slot taken with room to spare may be freed with the next refill (no round trip of its
+    // own); one near the limit is freed with this thread's next write, as before.
+    std::vector<redis::Command>* channel =
+        pre && pre->roomy && ctx.after_refill ? ctx.after_refill : ctx.after_job;
     auto release = [&] {
         keeper_.release(held);
-        if (ctx.after_job) {  // sent with the outcome or the next fetch: one round trip less
-            ctx.after_job->push_back(release_script_.deferred_command(
+        if (channel) {  // sent with the outcome or the next fetch: one round trip less
+            channel->push_back(release_script_.deferred_command(
                 ctx.redis, {slots, waiting}, {member, limit, ttl, keys_.prefix()}));
             return;
         }

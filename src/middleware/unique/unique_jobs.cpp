@@ -6,6 +6,7 @@
 #include <random>
 
 #include "common/outcome_counters.hpp"
+#include "fetch/refill_acquirer.hpp"
 #include "job/raw_json_object.hpp"
 #include "kiqd/clock.hpp"
 #include "middleware/unique/lock_survey.hpp"
@@ -472,43 +473,56 @@ void UniqueJobsMiddleware::run_with_exec_lock(JobContext& ctx, const Next& next,
     const double since = lock.wait_since ? lock.wait_since->get<double>() : 0.0;
     const std::string wait_key = keys_.digest_key(lock.digest, ":WAIT");
     const std::string exec_key = keys_.digest_key(lock.digest, ":EXEC");
-    const std::string owner = LockKeeper::new_owner(identity_);
-    std::vector<std::string> keys{wait_key, exec_key, keeper_.held_hash()};
-    std::vector<std::string> args{use_wait ? "1" : "0",
-                                  carried,
-                                  random_hex(),
-                                  owner,
-                                  std::to_string(lock.ttl.count()),
-                                  std::to_string(std::chrono::milliseconds(kWaitLockTtl).count())};
-    // The previous job's lock releases (after_job) go out in the same write; the last, when it
-    // is an EXEC lock's, inside this very script call.
-    if (ctx.after_job && !ctx.after_job->empty() &&
-        redis::is_deferred_call(ctx.after_job->back(), release_script_, 2, 1)) {
-        const auto& r = ctx.after_job->back();
-        keys.insert(keys.end(), {r[3], r[4]});
-        args.push_back(r[5]);
-        ctx.after_job->pop_back();
-    }
-    auto reply = acquire_script_.run_after(ctx.redis, ctx.after_job, keys, args);
-    const long long outcome = reply[0].integer();
-    if (outcome == 0)
-        return conflict(ctx, lock, "another copy is already waiting for lock " + lock.digest);
-    if (outcome == 2) {
-        const std::string token = use_wait ? std::string(reply[1].str()) : std::string();
-        const double now = epoch_seconds();
-        const double first = since > 0 ? since : now;
-        if (lock.timeout && std::chrono::duration<double>(now - first) >= *lock.timeout) {
-            if (!token.empty()) drop_wait_script_.run(ctx.redis, {wait_key}, {token});
-            return conflict(ctx, lock,
-                            "lock " + lock.digest + " stayed busy longer than lock_timeout");
+    // A batched refill may have taken the EXEC lock already (refill_acquirer.hpp): no round
+    // trip. It takes it only where no copy waits and the lock was free, so the job just runs.
+    Acquired* pre =
+        ctx.acquired ? ctx.acquired->claim(Acquired::Kind::exec_lock, exec_key) : nullptr;
+    const std::string owner = pre ? pre->member : LockKeeper::new_owner(identity_);
+    uint64_t held = 0;
+    if (pre) {
+        held = pre->held;
+    } else {
+        std::vector<std::string> keys{wait_key, exec_key, keeper_.held_hash()};
+        std::vector<std::string> args{
+            use_wait ? "1" : "0",
+            carried,
+            random_hex(),
+            owner,
+            std::to_string(lock.ttl.count()),
+            std::to_string(std::chrono::milliseconds(kWaitLockTtl).count())};
+        // The previous job's lock releases (after_job) go out in the same write; the last, when it
+        // is an EXEC lock's, inside this very script call.
+        if (ctx.after_job && !ctx.after_job->empty() &&
+            redis::is_deferred_call(ctx.after_job->back(), release_script_, 2, 1)) {
+            const auto& r = ctx.after_job->back();
+            keys.insert(keys.end(), {r[3], r[4]});
+            args.push_back(r[5]);
+            ctx.after_job->pop_back();
         }
-        return park(ctx, lock, token, first);
+        auto reply = acquire_script_.run_after(ctx.redis, ctx.after_job, keys, args);
+        const long long outcome = reply[0].integer();
+        if (outcome == 0)
+            return conflict(ctx, lock, "another copy is already waiting for lock " + lock.digest);
+        if (outcome == 2) {
+            const std::string token = use_wait ? std::string(reply[1].str()) : std::string();
+            const double now = epoch_seconds();
+            const double first = since > 0 ? since : now;
+            if (lock.timeout && std::chrono::duration<double>(now - first) >= *lock.timeout) {
+                if (!token.empty()) drop_wait_script_.run(ctx.redis, {wait_key}, {token});
+                return conflict(ctx, lock,
+                                "lock " + lock.digest + " stayed busy longer than lock_timeout");
+            }
+            return park(ctx, lock, token, first);
+        }
+        held = keeper_.hold(exec_key, owner, lock.ttl);
     }
-    const uint64_t held = keeper_.hold(exec_key, owner, lock.ttl);
+    // With the lock taken by the refill, its release may wait for the next refill too.
+    std::vector<redis::Command>* channel =
+        pre && ctx.after_refill ? ctx.after_refill : ctx.after_job;
     auto release = [&] {
         keeper_.release(held);
-        if (ctx.after_job) {  // sent with the outcome or the next fetch: one round trip less
-            ctx.after_job->push_back(release_script_.deferred_command(
+        if (channel) {  // sent with the outcome or the next fetch: one round trip less
+            channel->push_back(release_script_.deferred_command(
                 ctx.redis, {exec_key, keeper_.held_hash()}, {owner}));
             return;
         }

@@ -1,0 +1,207 @@
+#include "middleware/batch_acquire.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <random>
+
+#include "middleware/limits/concurrency_scripts.hpp"
+#include "middleware/limits/limit_scope.hpp"
+#include "middleware/unique/unique_jobs.hpp"
+
+namespace kiqd {
+namespace {
+
+// One refill's acquires, each taken only where it is free, else left alone (the job's
+// middleware then acquires on its own, as without batching). Items in order:
+//
+// ARGV[1]  the number of items; then per item its kind and arguments, and per item its keys:
+//   'c' (a concurrency slot): ARGV limit, member, slot TTL ms, jid; KEYS slots, waiting.
+//       Taken when the scope holds no reservation for this jid ('@<jid>', which the per-job
+//       acquire takes over), nobody is parked and fewer than `limit` slots are taken, after
+//       dropping the expired ones (once per scope).
+//   'u' (an EXEC lock): ARGV use_wait ('1' until_and_while_executing), owner, TTL ms;
+//       KEYS <digest>:WAIT, <digest>:EXEC, the held-locks hash.
+//       Taken (SET NX PX, recorded in the hash) when no copy waits (use_wait) and the hash is
+//       a hash or absent.
+// Every check that could hit a key of another type is a pcall, and such a key means "not
+// taken": the per-job path then reports it as before.
+//
+// Returns one integer per item: 0 not taken (nothing written), 1 taken with room to spare (a
+// slot: at most half the limit taken, nobody parked; a lock: always), 2 taken (a slot, near
+// the limit).
+constexpr const char* kScript = R"lua(
+if redis.replicate_commands then redis.replicate_commands() end
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function failed(r) return type(r) == 'table' and r.err ~= nil end
+local swept = {}
+local out = {}
+local k, a = 1, 2
+for i = 1, tonumber(ARGV[1]) do
+  local r = 0
+  if ARGV[a] == 'c' then
+    local slots, waiting = KEYS[k], KEYS[k + 1]
+    local limit = tonumber(ARGV[a + 1])
+    if swept[slots] == nil then
+      swept[slots] = not failed(redis.pcall('zremrangebyscore', slots, '-inf', now))
+    end
+    if swept[slots] and redis.pcall('llen', waiting) == 0 and
+       not redis.call('zscore', slots, '@' .. ARGV[a + 4]) then
+      local used = redis.call('zcard', slots)
+      if used < limit then
+        redis.call('zadd', slots, now + tonumber(ARGV[a + 3]), ARGV[a + 2])
+        if (used + 1) * 2 <= limit then r = 1 else r = 2 end
+      end
+    end
+    k = k + 2
+    a = a + 5
+  else
+    local held = KEYS[k + 2]
+    local kind = redis.call('type', held)['ok']
+    if (kind == 'hash' or kind == 'none') and
+       (ARGV[a + 1] ~= '1' or redis.call('exists', KEYS[k]) == 0) and
+       redis.call('set', KEYS[k + 1], ARGV[a + 2], 'NX', 'PX', ARGV[a + 3]) then
+      redis.call('hset', held, KEYS[k + 1], ARGV[a + 2])
+      r = 1
+    end
+    k = k + 3
+    a = a + 4
+  end
+  out[i] = r
+end
+return out
+)lua";
+
+constexpr const char* kUntilAndWhile = "until_and_while_executing";
+constexpr const char* kWhileExecuting = "while_executing";
+
+std::string token() {
+    thread_local std::mt19937_64 rng(std::random_device{}());
+    return fmt::format("{:012x}", rng() & 0xffffffffffffULL);
+}
+
+}  // namespace
+
+bool BatchAcquire::useful(const Config& config) {
+    return std::any_of(config.classes.begin(), config.classes.end(), [](const auto& kv) {
+        const ClassSpec& c = kv.second;
+        return c.concurrency_limit.has_value() || c.lock.lock == kUntilAndWhile ||
+               c.lock.lock == kWhileExecuting;
+    });
+}
+
+BatchAcquire::BatchAcquire(const Config& config, const Keys& keys, const JobLimits& limits,
+                           LockKeeper& locks, SlotKeeper* slots, std::string identity)
+    : config_(config),
+      keys_(keys),
+      limits_(limits),
+      locks_(locks),
+      slots_(slots),
+      identity_(std::move(identity)),
+      script_(kScript) {
+    for (const auto& [name, c] : config.classes)
+        if ((c.concurrency_limit && slots_) || c.lock.lock == kUntilAndWhile ||
+            c.lock.lock == kWhileExecuting)
+            class_names_.push_back(name);
+}
+
+void BatchAcquire::plan(const UnitOfWork& unit, std::vector<Acquired>& wanted,
+                        std::vector<std::string>& keys, std::vector<std::string>& args) const {
+    // Most payloads of a mixed queue are ruled out without parsing them.
+    if (std::none_of(class_names_.begin(), class_names_.end(), [&](const std::string& name) {
+            return unit.payload.find(name) != std::string::npos;
+        }))
+        return;
+    auto parsed = parse_job(unit.payload, unit.queue, limits_);
+    const Job* job = std::get_if<Job>(&parsed);
+    if (!job) return;  // the processor sends it to the dead set
+    auto cls = config_.classes.find(job->handler_name());
+    if (cls == config_.classes.end()) return;
+    const ClassSpec& spec = cls->second;
+    // The concurrency limit's slot first (it sits outside the unique-jobs middleware).
+    if (spec.concurrency_limit && slots_) {
+        const ConcurrencySpec& limit = *spec.concurrency_limit;
+        const std::string scope = limit_scope(*job, limit.by, -1, spec.fair_tenant_arg);
+        Acquired a;
+        a.kind = Acquired::Kind::slot;
+        a.key = keys_.concurrency_slots(scope);
+        a.waiting = keys_.concurrency_waiting(scope);
+        a.member = identity_ + "|" + job->jid + "|" + token();
+        a.limit = limit.limit;
+        keys.insert(keys.end(), {a.key, a.waiting});
+        args.insert(args.end(), {"c", std::to_string(limit.limit), a.member,
+                                 std::to_string(slots_->config().slot_ttl.count()), job->jid});
+        wanted.push_back(std::move(a));
+    }
+    std::optional<LockSpec> lock;
+    try {
+        lock = resolve_lock(*job, &spec, config_.unique_jobs);
+    } catch (const std::exception&) {
+        return;  // the middleware reports it
+    }
+    if (!lock || lock->client_lock || lock->wait_token ||
+        (lock->type != kUntilAndWhile && lock->type != kWhileExecuting))
+        return;
+    Acquired a;
+    a.kind = Acquired::Kind::exec_lock;
+    a.key = keys_.digest_key(lock->digest, ":EXEC");
+    a.member = LockKeeper::new_owner(identity_);
+    a.limit = lock->ttl.count();  // kept for the keeper's registration
+    a.roomy = true;
+    keys.insert(keys.end(), {keys_.digest_key(lock->digest, ":WAIT"), a.key, locks_.held_hash()});
+    args.insert(args.end(), {"u", lock->type == kUntilAndWhile ? "1" : "0", a.member,
+                             std::to_string(lock->ttl.count())});
+    wanted.push_back(std::move(a));
+}
+
+void BatchAcquire::acquire(redis::Connection& conn, std::vector<UnitOfWork>& units) const {
+    std::vector<std::vector<Acquired>> wanted(units.size());
+    std::vector<std::string> keys;
+    std::vector<std::string> args{""};
+    size_t items = 0;
+    for (size_t i = 0; i < units.size(); ++i) {
+        plan(units[i], wanted[i], keys, args);
+        items += wanted[i].size();
+    }
+    if (items == 0) return;
+    args[0] = std::to_string(items);
+    const redis::Reply reply = script_.run(conn, keys, args);
+    if (reply.size() != items) reply.unexpected("batch acquire: unexpected reply");
+    size_t r = 0;
+    for (size_t i = 0; i < units.size(); ++i) {
+        for (auto& a : wanted[i]) {
+            const long long got = reply[r++].integer();
+            if (got == 0) continue;
+            if (a.kind == Acquired::Kind::slot) {
+                a.roomy = got == 1;
+                a.held = slots_->hold(a.key, a.member);
+            } else {
+                a.held = locks_.hold(a.key, a.member, std::chrono::milliseconds(a.limit));
+            }
+            if (!units[i].acquired) units[i].acquired = std::make_shared<AcquiredSet>();
+            units[i].acquired->items.push_back(std::move(a));
+        }
+    }
+}
+
+void BatchAcquire::release_unclaimed(AcquiredSet& set, std::vector<redis::Command>& out) const {
+    for (auto& a : set.items) {
+        if (a.claimed) continue;
+        a.claimed = true;
+        // EVAL with the source: these go out in writes whose replies are checked (a requeue),
+        // where a NOSCRIPT would count as a refusal.
+        if (a.kind == Acquired::Kind::slot) {
+            slots_->release(a.held);
+            out.push_back({"EVAL", concurrency_release_script(), "2", a.key, a.waiting, a.member,
+                           std::to_string(a.limit),
+                           std::to_string(slots_->config().slot_ttl.count()), keys_.prefix()});
+        } else {
+            locks_.release(a.held);
+            out.push_back({"EVAL", LockKeeper::release_script_source(), "2", a.key,
+                           locks_.held_hash(), a.member});
+        }
+    }
+}
+
+}  // namespace kiqd

@@ -1,0 +1,57 @@
+#pragma once
+// BatchAcquire: the RefillAcquirer (src/fetch/refill_acquirer.hpp) of the unique-jobs run lock
+// and the concurrency limit. When a batched reliable refill lands, it takes, in one script call
+// for the whole refill, the EXEC lock (while_executing, until_and_while_executing) or the slot
+// (concurrency_limit) of each job whose class asks for one, wherever that is free — and nothing
+// wherever it is not, leaving those jobs to their middleware's per-job acquire, which then
+// decides exactly as before (duplicate, park, conflict strategy). It registers what it took
+// with the LockKeeper / SlotKeeper at once, so a lock or slot is extended while its job waits
+// in the buffer and expires if the process dies.
+//
+// What it leaves to the per-job path: jobs with the gem's client lock (`lock_digest`) or a
+// wait token (a copy coming back from waiting), lock types without a run lock, classes
+// configured with neither option (their payloads are not even parsed: a class name that
+// appears nowhere in a payload rules it out), and payloads that do not parse.
+//
+// Immutable after construction, shared by the processor threads (the refilling thread calls
+// acquire, the thread that puts a job back calls release_unclaimed).
+#include <string>
+#include <vector>
+
+#include "fetch/refill_acquirer.hpp"
+#include "kiqd/config.hpp"
+#include "kiqd/job.hpp"
+#include "kiqd/keys.hpp"
+#include "kiqd/redis/script.hpp"
+#include "middleware/limits/slot_keeper.hpp"
+#include "middleware/unique/lock_keeper.hpp"
+
+namespace kiqd {
+
+class BatchAcquire final : public RefillAcquirer {
+  public:
+    // `slots`: null when no class has a concurrency_limit.
+    BatchAcquire(const Config& config, const Keys& keys, const JobLimits& limits, LockKeeper& locks,
+                 SlotKeeper* slots, std::string identity);
+    // Whether some class configures a run lock or a concurrency limit (else nothing to do).
+    static bool useful(const Config& config);
+
+    void acquire(redis::Connection& conn, std::vector<UnitOfWork>& units) const override;
+    void release_unclaimed(AcquiredSet& set, std::vector<redis::Command>& out) const override;
+
+  private:
+    // What one job asks for, found from its payload; appended to `keys`/`args` when it asks.
+    void plan(const UnitOfWork& unit, std::vector<Acquired>& wanted, std::vector<std::string>& keys,
+              std::vector<std::string>& args) const;
+
+    const Config& config_;
+    const Keys& keys_;
+    const JobLimits& limits_;
+    LockKeeper& locks_;
+    SlotKeeper* slots_;
+    std::string identity_;
+    std::vector<std::string> class_names_;  // the classes with a run lock or a limit
+    redis::Script script_;
+};
+
+}  // namespace kiqd
