@@ -3,7 +3,8 @@
 // BatchAcquire, its refills taken with retrieve_work, and the jobs run through the real
 // middlewares with what they carry. Covers a limit reached inside one refill, duplicates inside
 // one refill, a claimed slot or lock (no acquire of its own, released after the run), and jobs
-// acquired then given back at stop (every slot and lock released).
+// acquired then given back at stop (every slot and lock released); then a daemon with batched
+// reliable fetch under a limit, stopped with jobs buffered.
 #include "middleware/batch_acquire.hpp"
 
 #include <catch2/catch.hpp>
@@ -12,11 +13,16 @@
 #include "fetch/refill_acquirer.hpp"
 #include "middleware/limits/concurrency_limit.hpp"
 #include "middleware/unique/unique_jobs.hpp"
+#include "support/job_pushes.hpp"
+#include "support/kiqd_process.hpp"
 #include "support/redis_reads.hpp"
 #include "support/redis_server.hpp"
+#include "support/test_daemon_records.hpp"
 #include "support/test_runtime.hpp"
+#include "support/wait_until.hpp"
 
 using namespace kiqd;
+using kiqd::test::KiqdProcess;
 using kiqd::test::llen;
 using kiqd::test::RedisServer;
 using kiqd::test::TestRuntime;
@@ -233,4 +239,54 @@ TEST_CASE("batch acquire: jobs acquired then given back at stop release every sl
     std::vector<redis::Command> again;
     f.t.fetcher.release_acquired(*first, again);
     CHECK(again.empty());
+}
+
+TEST_CASE(
+    "batch acquire daemon: a limit of 3 with batched reliable fetch is never exceeded, "
+    "and a stop with jobs buffered leaves no slot behind",
+    "[batch_acquire][concurrency][batch][daemon]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    const std::string yaml = kiqd::test::kiqd_config(
+        server,
+        "concurrency: 10\nqueues: [default]\nlogging: {level: warn}\nfetch: reliable\n"
+        "concurrency_limits: {check_interval: 0.5}\n"
+        "handlers:\n  Test::Record:\n    concurrency_limit: 3\n");
+    const auto jids = kiqd::test::push_jobs(conn, 60, [](int i) {
+        return nlohmann::ordered_json{{"class", "Test::Record"}, {"args", {0.02, i}}};
+    });
+    {
+        KiqdProcess first(KIQD_TEST_DAEMON, yaml);
+        REQUIRE(kiqd::test::wait_until([&] { return kiqd::test::ran_count(conn) >= 10; },
+                                       std::chrono::seconds(60)));
+        CHECK(first.stop() == 0);
+    }
+    // The stopped process holds nothing: its running jobs released their slots, its buffered
+    // ones gave theirs back with the requeue (reservations of parked jobs moved back may stay).
+    for (const auto& m : zrange(conn, kSlots)) CHECK(m[0] == '@');
+    KiqdProcess second(KIQD_TEST_DAEMON, yaml);
+    REQUIRE(kiqd::test::wait_until(
+        [&] {
+            std::set<std::string> ran;
+            for (const auto& r : kiqd::test::ran_records(conn))
+                ran.insert(r["jid"].get<std::string>());
+            return ran.size() == jids.size();
+        },
+        std::chrono::seconds(120)));
+    CHECK(second.stop() == 0);
+    // Never more than 3 running at once, over both processes.
+    std::vector<std::pair<double, int>> events;  // ends sort before starts at one instant
+    for (const auto& r : kiqd::test::ran_records(conn)) {
+        events.emplace_back(r["started"].get<double>(), 1);
+        events.emplace_back(r["ended"].get<double>(), -1);
+    }
+    std::sort(events.begin(), events.end());
+    long running = 0, most = 0;
+    for (const auto& e : events) most = std::max(most, running += e.second);
+    CHECK(most <= 3);
+    CHECK(most >= 2);
+    for (const auto& m : zrange(conn, kSlots)) CHECK(m[0] == '@');
+    std::printf("batch acquire daemon test: %zu runs for %zu jobs, max overlap %ld\n",
+                events.size() / 2, jids.size(), most);
 }
