@@ -30,7 +30,10 @@
 namespace kiqd {
 
 struct Acquired {
-    enum class Kind : uint8_t { slot, exec_lock };
+    // fair_tenant: registered in its tenant's window and staying in its queue (nothing held,
+    // nothing to release: a registration counts an enqueue, as when a registered job is
+    // requeued today).
+    enum class Kind : uint8_t { slot, exec_lock, fair_tenant };
     Kind kind = Kind::slot;
     std::string key;      // the slots ZSET, or the EXEC lock's key
     std::string member;   // the slot member, or the lock owner

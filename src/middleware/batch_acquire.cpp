@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <random>
 
+#include "kiqd/clock.hpp"
+#include "middleware/fair_tenant.hpp"
 #include "middleware/limits/concurrency_scripts.hpp"
 #include "middleware/limits/limit_scope.hpp"
 #include "middleware/unique/unique_jobs.hpp"
@@ -24,13 +26,16 @@ namespace {
 //       KEYS <digest>:WAIT, <digest>:EXEC, the held-locks hash.
 //       Taken (SET NX PX, recorded in the hash) when no copy waits (use_wait) and the hash is
 //       a hash or absent.
+//   'f' (a fair-tenant registration): ARGV m, then the m ARGV of the registration script's
+//       probe (FairTenant::probe_args); KEYS the tenant's enqueues ZSET. Registered (the probe,
+//       fair_tenant.hpp) unless the jid is registered already or a rule would move the job.
 // Every check that could hit a key of another type is a pcall, and such a key means "not
 // taken": the per-job path then reports it as before.
 //
 // Returns one integer per item: 0 not taken (nothing written), 1 taken with room to spare (a
-// slot: at most half the limit taken, nobody parked; a lock: always), 2 taken (a slot, near
-// the limit).
-constexpr const char* kScript = R"lua(
+// slot: at most half the limit taken, nobody parked; a lock, a registration: always), 2 taken
+// (a slot, near the limit).
+constexpr const char* kScript = KIQD_FAIR_PROBE_LUA R"lua(
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -56,6 +61,17 @@ for i = 1, tonumber(ARGV[1]) do
     end
     k = k + 2
     a = a + 5
+  elseif ARGV[a] == 'f' then
+    local key = KEYS[k]
+    local m = tonumber(ARGV[a + 1])
+    local kind = redis.call('type', key)['ok']
+    if (kind == 'zset' or kind == 'none') and not redis.call('zscore', key, ARGV[a + 5]) then
+      local A = {}
+      for j = 1, m do A[j] = ARGV[a + 1 + j] end
+      if fair_probe(key, A) >= 0 then r = 1 end
+    end
+    k = k + 1
+    a = a + 2 + m
   else
     local held = KEYS[k + 2]
     local kind = redis.call('type', held)['ok']
@@ -87,7 +103,7 @@ bool BatchAcquire::useful(const Config& config) {
     return std::any_of(config.classes.begin(), config.classes.end(), [](const auto& kv) {
         const ClassSpec& c = kv.second;
         return c.concurrency_limit.has_value() || c.lock.lock == kUntilAndWhile ||
-               c.lock.lock == kWhileExecuting;
+               c.lock.lock == kWhileExecuting || !c.fair_tenant_queues.empty();
     });
 }
 
@@ -99,10 +115,11 @@ BatchAcquire::BatchAcquire(const Config& config, const Keys& keys, const JobLimi
       locks_(locks),
       slots_(slots),
       identity_(std::move(identity)),
+      fair_(config, keys),
       script_(kScript) {
     for (const auto& [name, c] : config.classes)
         if ((c.concurrency_limit && slots_) || c.lock.lock == kUntilAndWhile ||
-            c.lock.lock == kWhileExecuting)
+            c.lock.lock == kWhileExecuting || !c.fair_tenant_queues.empty())
             class_names_.push_back(name);
 }
 
@@ -119,7 +136,32 @@ void BatchAcquire::plan(const UnitOfWork& unit, std::vector<Acquired>& wanted,
     auto cls = config_.classes.find(job->handler_name());
     if (cls == config_.classes.end()) return;
     const ClassSpec& spec = cls->second;
-    // The concurrency limit's slot first (it sits outside the unique-jobs middleware).
+    // The fair-tenant registration first (outermost of the three middlewares). A job marked
+    // by a client (fair_tenant_registered, whatever its value) is left to the middleware.
+    if (!spec.fair_tenant_queues.empty() && !job->jid.empty() &&
+        !job->member(kFairTenantRegistered)) {
+        std::optional<FairTenantPlan> fair;
+        try {
+            fair = fair_.plan(*job);
+        } catch (const std::invalid_argument&) {
+            // the middleware reports unusable rules
+        }
+        if (fair) {
+            std::vector<bool> would_move;
+            for (const auto& rule : fair->rules) would_move.push_back(rule.queue != job->queue);
+            auto probe = fair_.probe_args(*fair, job->jid, epoch_seconds(), would_move);
+            Acquired a;
+            a.kind = Acquired::Kind::fair_tenant;
+            a.key = fair->key;
+            a.roomy = true;
+            keys.push_back(a.key);
+            args.push_back("f");
+            args.push_back(std::to_string(probe.size()));
+            for (auto& p : probe) args.push_back(std::move(p));
+            wanted.push_back(std::move(a));
+        }
+    }
+    // The concurrency limit's slot (it sits outside the unique-jobs middleware).
     if (spec.concurrency_limit && slots_) {
         const ConcurrencySpec& limit = *spec.concurrency_limit;
         const std::string scope = limit_scope(*job, limit.by, -1, spec.fair_tenant_arg);
@@ -176,7 +218,7 @@ void BatchAcquire::acquire(redis::Connection& conn, std::vector<UnitOfWork>& uni
             if (a.kind == Acquired::Kind::slot) {
                 a.roomy = got == 1;
                 a.held = slots_->hold(a.key, a.member);
-            } else {
+            } else if (a.kind == Acquired::Kind::exec_lock) {
                 a.held = locks_.hold(a.key, a.member, std::chrono::milliseconds(a.limit));
             }
             if (!units[i].acquired) units[i].acquired = std::make_shared<AcquiredSet>();
@@ -189,6 +231,7 @@ void BatchAcquire::release_unclaimed(AcquiredSet& set, std::vector<redis::Comman
     for (auto& a : set.items) {
         if (a.claimed) continue;
         a.claimed = true;
+        if (a.kind == Acquired::Kind::fair_tenant) continue;  // a count, nothing held
         // EVAL with the source: these go out in writes whose replies are checked (a requeue),
         // where a NOSCRIPT would count as a refusal.
         if (a.kind == Acquired::Kind::slot) {
@@ -196,7 +239,7 @@ void BatchAcquire::release_unclaimed(AcquiredSet& set, std::vector<redis::Comman
             out.push_back({"EVAL", concurrency_release_script(), "2", a.key, a.waiting, a.member,
                            std::to_string(a.limit),
                            std::to_string(slots_->config().slot_ttl.count()), keys_.prefix()});
-        } else {
+        } else if (a.kind == Acquired::Kind::exec_lock) {
             locks_.release(a.held);
             out.push_back({"EVAL", LockKeeper::release_script_source(), "2", a.key,
                            locks_.held_hash(), a.member});

@@ -1,9 +1,11 @@
 #pragma once
-// BatchAcquire: the RefillAcquirer (src/fetch/refill_acquirer.hpp) of the unique-jobs run lock
-// and the concurrency limit. When a batched reliable refill lands, it takes, in one script call
-// for the whole refill, the EXEC lock (while_executing, until_and_while_executing) or the slot
-// (concurrency_limit) of each job whose class asks for one, wherever that is free — and nothing
-// wherever it is not, leaving those jobs to their middleware's per-job acquire, which then
+// BatchAcquire: the RefillAcquirer (src/fetch/refill_acquirer.hpp) of the unique-jobs run lock,
+// the concurrency limit and the fair-tenant registration (server side: the job is registered in
+// its tenant's window where no rule moves it; a job a rule would move is left to the
+// middleware, which moves it as before). When a batched reliable refill lands, it takes, in one
+// script call for the whole refill, the EXEC lock (while_executing, until_and_while_executing) or
+// the slot (concurrency_limit) of each job whose class asks for one, wherever that is free — and
+// nothing wherever it is not, leaving those jobs to their middleware's per-job acquire, which then
 // decides exactly as before (duplicate, park, conflict strategy). It registers what it took
 // with the LockKeeper / SlotKeeper at once, so a lock or slot is extended while its job waits
 // in the buffer and expires if the process dies.
@@ -23,6 +25,7 @@
 #include "kiqd/job.hpp"
 #include "kiqd/keys.hpp"
 #include "kiqd/redis/script.hpp"
+#include "middleware/fair_tenant.hpp"
 #include "middleware/limits/slot_keeper.hpp"
 #include "middleware/unique/lock_keeper.hpp"
 
@@ -33,7 +36,7 @@ class BatchAcquire final : public RefillAcquirer {
     // `slots`: null when no class has a concurrency_limit.
     BatchAcquire(const Config& config, const Keys& keys, const JobLimits& limits, LockKeeper& locks,
                  SlotKeeper* slots, std::string identity);
-    // Whether some class configures a run lock or a concurrency limit (else nothing to do).
+    // Whether some class configures a run lock, a concurrency limit or fair-tenant rules.
     static bool useful(const Config& config);
 
     void acquire(redis::Connection& conn, std::vector<UnitOfWork>& units) const override;
@@ -50,7 +53,8 @@ class BatchAcquire final : public RefillAcquirer {
     LockKeeper& locks_;
     SlotKeeper* slots_;
     std::string identity_;
-    std::vector<std::string> class_names_;  // the classes with a run lock or a limit
+    std::vector<std::string> class_names_;  // the classes with a run lock, a limit or fair rules
+    FairTenant fair_;
     redis::Script script_;
 };
 

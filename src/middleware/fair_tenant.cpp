@@ -7,6 +7,7 @@
 
 #include "common/outcome_counters.hpp"
 #include "config/enqueues_key.hpp"
+#include "fetch/refill_acquirer.hpp"
 #include "job/raw_json_object.hpp"
 #include "kiqd/clock.hpp"
 #include "redis/lua_type_guard.hpp"
@@ -55,7 +56,7 @@ namespace {
 // is already present again (its score becomes floor(now)). A WRONGTYPE error, and nothing
 // written, when a key it may write holds another type (lua_type_guard.hpp): in server mode the
 // job is then still in hand, and fails instead of being registered but not moved.
-constexpr const char* kScript = KIQD_LUA_TYPE_GUARD R"lua(
+constexpr const char* kScript = KIQD_LUA_TYPE_GUARD KIQD_FAIR_PROBE_LUA R"lua(
 local checks = {KEYS[1], 'zset'}
 if ARGV[1] == 's' then
   checks[3] = KEYS[2]
@@ -73,22 +74,7 @@ local max = tonumber(ARGV[3])
 local n = tonumber(ARGV[5])
 if ARGV[1] ~= 'c' and redis.call('zscore', key, ARGV[4]) then return -1 end
 local t = math.floor(now)
-if ARGV[1] == 'p' then
-  local oldest = math.floor(now - max) + 1  -- what the trim below keeps
-  local chosen = 0
-  for i = 1, n do
-    local per = ARGV[4 + 2 * i]
-    if per == '' then per = max else per = tonumber(per) end
-    local count = redis.call('zcount', key, string.format('%d', math.max(math.floor(now - per), oldest)),
-                             string.format('%d', t)) + 1
-    if tonumber(ARGV[5 + 2 * i]) < count then chosen = i end
-  end
-  if chosen > 0 and ARGV[5 + 2 * n + chosen] ~= '' then return -2 end
-  redis.call('zremrangebyscore', key, '-inf', string.format('%d', oldest - 1))
-  redis.call('zadd', key, string.format('%d', t), ARGV[4])
-  redis.call('expire', key, ARGV[3])
-  return chosen
-end
+if ARGV[1] == 'p' then return fair_probe(key, ARGV) end
 redis.call('zremrangebyscore', key, '-inf', string.format('%d', math.floor(now - max)))
 redis.call('zadd', key, string.format('%d', t), ARGV[4])
 redis.call('expire', key, ARGV[3])
@@ -318,13 +304,20 @@ long long FairTenant::register_and_move(redis::Connection& redis, const FairTena
     return script_.run_after(redis, pending, keys, args).integer();
 }
 
+std::vector<std::string> FairTenant::probe_args(const FairTenantPlan& plan, const std::string& jid,
+                                                double now,
+                                                const std::vector<bool>& would_move) const {
+    auto args = script_args('p', plan, jid, now);
+    for (bool m : would_move) args.push_back(m ? "1" : "");
+    return args;
+}
+
 long long FairTenant::register_unless_moved(redis::Connection& redis, const FairTenantPlan& plan,
                                             const std::string& jid, double now,
                                             const std::vector<bool>& would_move,
                                             std::vector<redis::Command>* pending) const {
-    auto args = script_args('p', plan, jid, now);
-    for (bool m : would_move) args.push_back(m ? "1" : "");
-    return script_.run_after(redis, pending, {plan.key}, args).integer();
+    return script_.run_after(redis, pending, {plan.key}, probe_args(plan, jid, now, would_move))
+        .integer();
 }
 
 FairTenantClientMiddleware::FairTenantClientMiddleware(const Config& config, Keys keys)
@@ -373,6 +366,8 @@ void FairTenantServerMiddleware::call(JobContext& ctx, const Next& next) const {
         return next();
     }
     if (!plan || job.jid.empty()) return next();
+    // A batched refill registered it already and found it stays here (refill_acquirer.hpp).
+    if (ctx.acquired && ctx.acquired->claim(Acquired::Kind::fair_tenant, plan->key)) return next();
     // Registered, and decided, without the payloads first: they are built only when a rule
     // would move the job (the probe then wrote nothing).
     std::vector<bool> would_move;

@@ -45,6 +45,32 @@
 
 namespace kiqd {
 
+// fair_probe(key, A): the server probe ('p' mode of the registration script, fair_tenant.cpp),
+// as a Lua function of the enqueues ZSET `key` and that mode's ARGV `A` (any table laid out as
+// it), after the caller checked the key's type and that A[4] is not registered yet: -2 (nothing
+// written) when the winning rule would move the job, else registers it and returns the rule
+// (0: none). Shared by that script and the batched refill's (batch_acquire.cpp).
+#define KIQD_FAIR_PROBE_LUA                                                            \
+    "local function fair_probe(key, A)\n"                                              \
+    "  local now, max, n = tonumber(A[2]), tonumber(A[3]), tonumber(A[5])\n"           \
+    "  local t = math.floor(now)\n"                                                    \
+    "  local oldest = math.floor(now - max) + 1  -- what the trim below keeps\n"       \
+    "  local chosen = 0\n"                                                             \
+    "  for i = 1, n do\n"                                                              \
+    "    local per = A[4 + 2 * i]\n"                                                   \
+    "    if per == '' then per = max else per = tonumber(per) end\n"                   \
+    "    local count = redis.call('zcount', key,\n"                                    \
+    "      string.format('%d', math.max(math.floor(now - per), oldest)),\n"            \
+    "      string.format('%d', t)) + 1\n"                                              \
+    "    if tonumber(A[5 + 2 * i]) < count then chosen = i end\n"                      \
+    "  end\n"                                                                          \
+    "  if chosen > 0 and A[5 + 2 * n + chosen] ~= '' then return -2 end\n"             \
+    "  redis.call('zremrangebyscore', key, '-inf', string.format('%d', oldest - 1))\n" \
+    "  redis.call('zadd', key, string.format('%d', t), A[4])\n"                        \
+    "  redis.call('expire', key, A[3])\n"                                              \
+    "  return chosen\n"                                                                \
+    "end\n"
+
 // The payload field with which kiqd's client marks a job it registered.
 inline constexpr const char* kFairTenantRegistered = "fair_tenant_registered";
 
@@ -96,6 +122,10 @@ class FairTenant {
                                     const std::string& jid, double now,
                                     const std::vector<bool>& would_move,
                                     std::vector<redis::Command>* pending = nullptr) const;
+
+    // The probe's ARGV (register_unless_moved), for a batched refill's script (batch_acquire.hpp).
+    std::vector<std::string> probe_args(const FairTenantPlan& plan, const std::string& jid,
+                                        double now, const std::vector<bool>& would_move) const;
 
     const Keys& keys() const { return keys_; }
     long long max_window() const { return settings_.max_throttling_window; }

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "fetch/refill_acquirer.hpp"
+#include "middleware/fair_tenant.hpp"
 #include "middleware/limits/concurrency_limit.hpp"
 #include "middleware/unique/unique_jobs.hpp"
 #include "support/job_pushes.hpp"
@@ -45,6 +46,9 @@ struct Fixture {
           conn(server.connect()) {
         t.config.classes["Limited"].concurrency_limit = ConcurrencySpec{2, LimitScope::job_class};
         t.config.classes["Uniq"].lock.lock = "while_executing";
+        t.config.classes["Fair"].fair_tenant_queues = {FairTenantRule{"throttled", 1, 60.0}};
+        t.config.classes["Fair"].fair_tenant_arg = 0;
+        fair = std::make_unique<FairTenantServerMiddleware>(t.config, t.keys);
         limit = std::make_unique<ConcurrencyLimitMiddleware>(t.config, t.keys, slots,
                                                              TestRuntime::kIdentity);
         unique = std::make_unique<UniqueJobsMiddleware>(t.config, t.keys, t.dead, t.retry, locks,
@@ -96,6 +100,7 @@ struct Fixture {
     redis::Connection conn;
     std::unique_ptr<ConcurrencyLimitMiddleware> limit;
     std::unique_ptr<UniqueJobsMiddleware> unique;
+    std::unique_ptr<FairTenantServerMiddleware> fair;
     std::unique_ptr<BatchAcquire> acquire;
     ReliableFetcher* fetcher = nullptr;
 };
@@ -206,6 +211,34 @@ TEST_CASE(
     for (const auto& c : after_refill) f.conn.command(c);
     CHECK(f.conn.command({"HLEN", "kiqd:unique:held"}).integer() == 0);
     CHECK(f.conn.command({"KEYS", "*:EXEC"}).size() == 0);
+}
+
+TEST_CASE(
+    "batch acquire: fair tenant — a refill registers the jobs that stay; one a rule would "
+    "move is moved by its middleware as before",
+    "[batch_acquire][fair_tenant][batch][fetch]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    Fixture f(server);
+    const std::string key = "sidekiq-fair_tenant:enqueued:Fair:tenant:t";
+    f.conn.command({"LPUSH", "queue:default", job("Fair", "f1", "t"), job("Fair", "f2", "t"),
+                    job("Fair", "f3", "u")});
+    auto units = f.take_all(3);
+    // f1 (the first of tenant t: 1 is not over the threshold of 1) and f3 (tenant u) were
+    // registered by the refill; f2 would be t's second, so the refill left it alone.
+    CHECK(f.acquired(units, Acquired::Kind::fair_tenant) == 2);
+    CHECK(!units[1].acquired);
+    CHECK(zcard(f.conn, key) == 1);
+    std::vector<redis::Command> after_job, after_refill;
+    CHECK(f.run(*f.fair, units[0], after_job, after_refill, [] {}));
+    CHECK(zcard(f.conn, key) == 1);  // not registered twice
+    // f2's middleware registers and decides as before: over the threshold, moved.
+    CHECK_FALSE(f.run(*f.fair, units[1], after_job, after_refill, [] {}));
+    CHECK(llen(f.conn, "queue:throttled") == 1);
+    CHECK(f.run(*f.fair, units[2], after_job, after_refill, [] {}));
+    CHECK(zcard(f.conn, "sidekiq-fair_tenant:enqueued:Fair:tenant:u") == 1);
+    CHECK(after_job.empty());
+    CHECK(after_refill.empty());
 }
 
 TEST_CASE("batch acquire: jobs acquired then given back at stop release every slot and lock",
