@@ -181,8 +181,7 @@ std::optional<UnitOfWork> FetchBuffer::take_or_refill_unlocked(const Refill& ref
     // buffer was empty woke 99 threads at c100 each time this thread piled a whole refill.)
     const size_t per = pile ? pile->limit() : 1;
     size_t wake = std::min(waiting_, (jobs_.size() + per - 1) / per);
-    if (jobs_.empty() && refills_ == 0)
-        wake = drained ? waiting_ : std::min<size_t>(waiting_, 1);
+    if (jobs_.empty() && refills_ == 0) wake = drained ? waiting_ : std::min<size_t>(waiting_, 1);
     lock.unlock();
     if (wake == waiting_)
         cv_.notify_all();
