@@ -258,6 +258,15 @@ local function always_first(q)
   return true
 end
 
+-- Tenant t, at the ring's head (just rotated there), leaves the ring and Sidekiq's queue list
+-- until its next job: its list is empty.
+local function leave_ring(f, t, w)
+  redis.call('lpop', f.ring)
+  if f.ringlen then f.ringlen = f.ringlen - 1 end
+  redis.pcall('srem', queues, f.queue .. t)
+  if w > 1 then redis.pcall('hdel', f.served, t) end
+end
+
 -- The next job of queue q: the ring's current tenant's oldest job; moved into `move` (a
 -- working list) or popped.
 local function take_job(q, move)
@@ -299,12 +308,7 @@ local function take_job(q, move)
         for k = #got, 1, -1 do rev[#rev + 1] = got[k] end
         redis.call('lpush', move, unpack(rev))
       end
-      if redis.call('llen', list) == 0 then
-        redis.call('lpop', f.ring)
-        f.ringlen = 0
-        redis.pcall('srem', queues, f.queue .. t)
-        if w > 1 then redis.pcall('hdel', f.served, t) end
-      end
+      if redis.call('llen', list) == 0 then leave_ring(f, t, w) end
       local job = got[#got]
       got[#got] = nil
       if #got > 0 then f.stash = got end
@@ -329,13 +333,10 @@ local function take_job(q, move)
         return job
       end
     end
-    -- Its list is empty (now or before this pop): it leaves the ring (now at its head) and
-    -- Sidekiq's queue list until its next job. Eagerly: a split adds a tenant whose list is
-    -- missing to the ring, so an emptied tenant left in it would get two turns.
-    redis.call('lpop', f.ring)
-    if f.ringlen then f.ringlen = f.ringlen - 1 end
-    redis.pcall('srem', queues, f.queue .. t)
-    if w > 1 then redis.pcall('hdel', f.served, t) end
+    -- Its list is empty (now or before this pop): it leaves the ring now. Eagerly: a split adds
+    -- a tenant whose list is missing to the ring, so an emptied tenant left in it would get
+    -- two turns.
+    leave_ring(f, t, w)
     if job then return job end
   end
 end

@@ -171,30 +171,43 @@ TEST_CASE(
         return {};
     };
     bool drained = false;
-    // Slot 0 takes 40 jobs at once, alone: its jobs measure short, nobody waits, so no pile.
-    for (int i = 0; i < 40; ++i) {
-        auto unit = buffer.take_or_refill(refill, std::chrono::seconds(5), drained, 0);
-        REQUIRE(unit);
-        CHECK(unit->payload == "job-" + std::to_string(i));
-        buffer.defer_ack(std::move(*unit), 0);
-    }
-    CHECK(buffer.buffered() == 0);
-    // The refills ahead (empty here) sent the acknowledgements; the last one is the thread's
-    // own until it next takes from the shared buffer, and held meanwhile.
-    CHECK(buffer.held_payloads() == std::vector<std::string>{"job-39"});
-
-    // Slot 0 refills (the refill waits at the gate); slot 1 waits for that refill.
-    {
-        std::lock_guard lock(script.mutex);
-        script.armed = true;
-    }
+    // Slot 0's thread takes 40 jobs at once, alone: its jobs measure short, nobody waits, so no
+    // pile. Then it refills (the refill waits at the gate) straight away: the time from its last
+    // take to this one counts as its last job's, so no thread start or assertion may come in
+    // between (under ASan a thread start alone made that "job" long enough to shrink the pile).
+    // Catch's assertions are not thread-safe: the thread records, the test checks after.
+    std::vector<std::string> taken, held_before;
+    size_t buffered_before = 0;
     std::optional<UnitOfWork> first, woken;
-    std::thread refiller(
-        [&] { first = buffer.take_or_refill(refill, std::chrono::seconds(5), drained, 0); });
+    std::thread refiller([&] {
+        bool d = false;
+        for (int i = 0; i < 40; ++i) {
+            auto unit = buffer.take_or_refill(refill, std::chrono::seconds(5), d, 0);
+            if (!unit) break;
+            taken.push_back(unit->payload);
+            buffer.defer_ack(std::move(*unit), 0);
+        }
+        buffered_before = buffer.buffered();
+        held_before = buffer.held_payloads();
+        {
+            std::lock_guard lock(script.mutex);
+            script.armed = true;
+        }
+        first = buffer.take_or_refill(refill, std::chrono::seconds(5), d, 0);
+    });
     {
         std::unique_lock lock(script.mutex);
         script.cv.wait(lock, [&] { return script.in_gate; });
     }
+    // (CHECK, not REQUIRE: the refiller is still running and must be joined below.)
+    CHECK(taken.size() == 40);
+    for (size_t i = 0; i < taken.size(); ++i) CHECK(taken[i] == "job-" + std::to_string(i));
+    CHECK(buffered_before == 0);
+    // The refills ahead (empty here) sent the acknowledgements; the last one is the thread's
+    // own until it next takes from the shared buffer, and held meanwhile.
+    CHECK(held_before == std::vector<std::string>{"job-39"});
+
+    // Slot 1 waits for the refill in the gate.
     std::thread waiter([&] {
         bool d = false;
         woken = buffer.take_or_refill(refill, std::chrono::seconds(5), d, 1);

@@ -42,9 +42,10 @@ class Script {
     // Redis answers NOSCRIPT (its cache was flushed: they did not run) are sent again, once,
     // in one more pipeline after one SCRIPT LOAD.
     std::vector<Reply> pipeline_unchecked(Connection& conn, std::vector<Command> calls) const;
+    // The SHA1 learnt from SCRIPT LOAD; "" until this process has loaded the script.
+    std::string sha() const;
 
   private:
-    std::string sha() const;
     std::string source_;
     mutable std::mutex mutex_;
     mutable std::string sha_;  // guarded by mutex_

@@ -66,12 +66,9 @@ void ConcurrencyLimitMiddleware::call(JobContext& ctx, const Next& next) const {
                                       ctx.job.raw, scope,  keys_.prefix()};
         // The previous job's releases (after_job) go out in the same write; the last, when it
         // is a slot's, inside this very script call.
-        if (ctx.after_job && !ctx.after_job->empty() &&
-            redis::is_deferred_call(ctx.after_job->back(), release_script_, 2, 4)) {
-            const auto& r = ctx.after_job->back();
-            keys.insert(keys.end(), {r[3], r[4]});
-            args.insert(args.end(), {"r", r[5], r[6], r[7], r[8]});
-            ctx.after_job->pop_back();
+        if (auto r = redis::take_deferred_call(ctx.after_job, release_script_, 2, 4)) {
+            keys.insert(keys.end(), {(*r)[3], (*r)[4]});
+            args.insert(args.end(), {"r", (*r)[5], (*r)[6], (*r)[7], (*r)[8]});
         }
         auto reply = acquire_script_.run_after(ctx.redis, ctx.after_job, keys, args);
         if (reply.integer() == 0) {

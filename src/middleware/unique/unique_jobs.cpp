@@ -492,12 +492,9 @@ void UniqueJobsMiddleware::run_with_exec_lock(JobContext& ctx, const Next& next,
             std::to_string(std::chrono::milliseconds(kWaitLockTtl).count())};
         // The previous job's lock releases (after_job) go out in the same write; the last, when it
         // is an EXEC lock's, inside this very script call.
-        if (ctx.after_job && !ctx.after_job->empty() &&
-            redis::is_deferred_call(ctx.after_job->back(), release_script_, 2, 1)) {
-            const auto& r = ctx.after_job->back();
-            keys.insert(keys.end(), {r[3], r[4]});
-            args.push_back(r[5]);
-            ctx.after_job->pop_back();
+        if (auto r = redis::take_deferred_call(ctx.after_job, release_script_, 2, 1)) {
+            keys.insert(keys.end(), {(*r)[3], (*r)[4]});
+            args.push_back((*r)[5]);
         }
         auto reply = acquire_script_.run_after(ctx.redis, ctx.after_job, keys, args);
         const long long outcome = reply[0].integer();
