@@ -62,6 +62,10 @@ class RefillAcquirer {
     // Releases what `set` holds unclaimed (a job given back without running): unregisters it
     // from its keeper and appends the idempotent commands that free it in Redis.
     virtual void release_unclaimed(AcquiredSet& set, std::vector<redis::Command>& out) const = 0;
+    // On the refilling thread, before a refill's write: replaces the lock and slot releases
+    // deferred to it by one script call (release_fold.hpp). Never throws.
+    virtual void fold_releases(redis::Connection& /*conn*/,
+                               std::vector<redis::Command>& /*releases*/) const {}
 };
 
 }  // namespace kiqd

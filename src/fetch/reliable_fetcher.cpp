@@ -115,6 +115,7 @@ std::vector<UnitOfWork> ReliableFetcher::move_batch(redis::Connection& conn, std
     // Deferred acknowledgements and lock releases (this thread's, and those any thread deferred
     // to the next refill) go out in the same write as the fetch.
     auto deferred = take_deferred();
+    if (acquirer_) acquirer_->fold_releases(conn, deferred);  // one script call, not one each
     std::vector<redis::Command> cmds;
     cmds.reserve(acks.size() + deferred.size() + pending.size() + 1);
     for (const auto& a : acks) cmds.push_back(ack_command(a));

@@ -27,6 +27,7 @@
 #include "kiqd/redis/script.hpp"
 #include "middleware/fair_tenant.hpp"
 #include "middleware/limits/slot_keeper.hpp"
+#include "middleware/release_fold.hpp"
 #include "middleware/unique/lock_keeper.hpp"
 
 namespace kiqd {
@@ -41,6 +42,10 @@ class BatchAcquire final : public RefillAcquirer {
 
     void acquire(redis::Connection& conn, std::vector<UnitOfWork>& units) const override;
     void release_unclaimed(AcquiredSet& set, std::vector<redis::Command>& out) const override;
+    void fold_releases(redis::Connection& conn,
+                       std::vector<redis::Command>& releases) const override {
+        fold_.fold(conn, releases);
+    }
 
   private:
     // What one job asks for, found from its payload; appended to `keys`/`args` when it asks.
@@ -56,6 +61,7 @@ class BatchAcquire final : public RefillAcquirer {
     std::vector<std::string> class_names_;  // the classes with a run lock, a limit or fair rules
     FairTenant fair_;
     redis::Script script_;
+    ReleaseFold fold_;
 };
 
 }  // namespace kiqd

@@ -323,3 +323,96 @@ TEST_CASE(
     std::printf("batch acquire daemon test: %zu runs for %zu jobs, max overlap %ld\n",
                 events.size() / 2, jids.size(), most);
 }
+
+TEST_CASE(
+    "batch acquire: a refill's deferred releases are folded into one script call that frees "
+    "exactly what they held",
+    "[batch_acquire][concurrency][unique][batch][fetch]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    Fixture f(server);
+    // Limited allows 2: l1 and l2 take the slots with the refill, l3 parks in its middleware.
+    f.conn.command({"LPUSH", "queue:default", job("Limited", "l1", "a"), job("Limited", "l2", "b"),
+                    job("Limited", "l3", "c"), job("Uniq", "u1", "a"), job("Uniq", "u2", "b")});
+    // A lock of another owner, which a release of ours must leave alone.
+    f.conn.command({"SET", "foreign:EXEC", "someone-else"});
+    auto units = f.take_all(5);
+    CHECK(f.acquired(units, Acquired::Kind::slot) == 2);
+    CHECK(f.acquired(units, Acquired::Kind::exec_lock) == 2);
+    std::vector<redis::Command> after_job, after_refill;
+    REQUIRE(units[0].payload == job("Limited", "l1", "a"));
+    REQUIRE(units[2].payload == job("Limited", "l3", "c"));
+    // l3 comes while l1 and l2 run (a per-job acquire would take a slot freed already).
+    CHECK(f.run(*f.limit, units[0], after_job, after_refill, [&] {
+        CHECK(f.run(*f.limit, units[1], after_job, after_refill, [&] {
+            CHECK_FALSE(f.run(*f.limit, units[2], after_job, after_refill, [] {}));
+        }));
+    }));
+    for (size_t i = 3; i < 5; ++i)
+        CHECK(f.run(*f.unique, units[i], after_job, after_refill, [] {}));
+    CHECK(llen(f.conn, "kiqd:concurrency:Limited:waiting") == 1);
+    // Four releases (two slots, two locks) plus ones it must not fold: another owner's lock
+    // release (folded, and harmless) and a command of another kind (kept, after the fold).
+    std::vector<redis::Command> cmds;
+    for (auto& c : after_refill) cmds.push_back(std::move(c));
+    for (auto& c : after_job) cmds.push_back(std::move(c));
+    REQUIRE(cmds.size() == 4);
+    cmds.push_back({"EVAL", LockKeeper::release_script_source(), "2", "foreign:EXEC",
+                    "kiqd:unique:held", "not-the-owner"});
+    cmds.push_back({"SET", "untouched-marker", "1"});
+    f.acquire->fold_releases(f.conn, cmds);
+    REQUIRE(cmds.size() == 2);
+    CHECK(cmds[0][0] == "EVALSHA");
+    CHECK(cmds[1] == redis::Command{"SET", "untouched-marker", "1"});
+    auto replies = f.conn.pipeline(cmds);
+    CHECK(replies[0].integer() == 0);  // no release failed
+    // Both locks freed and forgotten, the foreign one kept; both slots freed, and the parked
+    // job moved back to its queue with its reservation, as the per-job release script does.
+    CHECK(f.conn.command({"HLEN", "kiqd:unique:held"}).integer() == 0);
+    CHECK(f.conn.command({"KEYS", "*unique*:EXEC"}).size() == 0);
+    CHECK(f.conn.command({"GET", "foreign:EXEC"}).str() == "someone-else");
+    CHECK(llen(f.conn, "kiqd:concurrency:Limited:waiting") == 0);
+    CHECK(llen(f.conn, "queue:default") == 1);
+    const auto members = zrange(f.conn, kSlots);
+    REQUIRE(members.size() == 1);
+    CHECK(members[0] == "@l3");
+    CHECK(f.conn.command({"GET", "untouched-marker"}).str() == "1");
+    // One release alone is left as it is (nothing to gain).
+    std::vector<redis::Command> one{
+        {"EVAL", LockKeeper::release_script_source(), "2", "x:EXEC", "kiqd:unique:held", "o"}};
+    f.acquire->fold_releases(f.conn, one);
+    CHECK(one[0][0] == "EVAL");
+}
+
+TEST_CASE(
+    "batch acquire daemon: when the queue goes idle, a release deferred to the next refill "
+    "goes out without waiting for more jobs",
+    "[batch_acquire][unique][batch][daemon]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    // A lock TTL of an hour: the lock can only go away by its release.
+    const std::string yaml = kiqd::test::kiqd_config(
+        server,
+        "concurrency: 2\nqueues: [default]\nlogging: {level: warn}\nfetch: reliable\n"
+        "handlers:\n  Test::Record:\n    lock: while_executing\n    lock_ttl: 3600\n");
+    KiqdProcess daemon(KIQD_TEST_DAEMON, yaml);
+    for (int round = 0; round < 3; ++round) {
+        kiqd::test::push_jobs(conn, 20, [&](int i) {
+            return nlohmann::ordered_json{{"class", "Test::Record"},
+                                          {"args", {0, round * 100 + i}}};
+        });
+        REQUIRE(
+            kiqd::test::wait_until([&] { return kiqd::test::ran_count(conn) >= 20 * (round + 1); },
+                                   std::chrono::seconds(60)));
+        // Nothing more is pushed: the releases still reach Redis (with the refill the idle
+        // threads make, or their flush), and every lock is free again.
+        REQUIRE(kiqd::test::wait_until(
+            [&] {
+                return conn.command({"HLEN", "kiqd:unique:held"}).integer() == 0 &&
+                       conn.command({"KEYS", "*:EXEC"}).size() == 0;
+            },
+            std::chrono::seconds(60)));
+    }
+    CHECK(daemon.stop() == 0);
+}

@@ -194,6 +194,10 @@ const std::string& concurrency_release_script() {
     return s;
 }
 
+std::string concurrency_script_with(const char* body) {
+    return std::string(kPrelude) + body;
+}
+
 const std::string& concurrency_check_script() {
     static const std::string s = std::string(kPrelude) + kCheckBody;
     return s;

@@ -11,5 +11,8 @@ namespace kiqd {
 const std::string& concurrency_acquire_script();
 const std::string& concurrency_release_script();
 const std::string& concurrency_check_script();
+// The shared prelude followed by `body`: a script of another component that calls release()
+// (release_fold.hpp folds a refill's slot and lock releases into one script call).
+std::string concurrency_script_with(const char* body);
 
 }  // namespace kiqd

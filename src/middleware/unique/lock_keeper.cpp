@@ -36,16 +36,8 @@ return 0
 // Returns 1 when the lock was freed, 0 when it had expired or belongs to someone else. Both
 // reads come before the first write, so a key of the wrong type fails the script before it has
 // written anything (Redis keeps the writes made before a failing command).
-constexpr const char* kReleaseScript = R"lua(
-local holder = redis.call('get', KEYS[1])
-local listed = redis.call('hget', KEYS[2], KEYS[1])
-local freed = 0
-if holder == ARGV[1] then
-  redis.call('del', KEYS[1])
-  freed = 1
-end
-if listed == ARGV[1] then redis.call('hdel', KEYS[2], KEYS[1]) end
-return freed
+constexpr const char* kReleaseScript = KIQD_LOCK_RELEASE_LUA R"lua(
+return release_lock(KEYS[1], KEYS[2], ARGV[1])
 )lua";
 
 constexpr auto kTick = std::chrono::milliseconds(500);

@@ -34,6 +34,22 @@
 #include "kiqd/redis/connection.hpp"
 #include "kiqd/redis/script.hpp"
 
+// release_lock(lock, held, owner): frees the EXEC lock `lock` if `owner` still holds it and
+// forgets it in the held hash `held`; 1 when it freed the lock. A Lua function shared by the
+// release script and the refill's folded releases (release_fold.hpp).
+#define KIQD_LOCK_RELEASE_LUA                                        \
+    "local function release_lock(lock, held, owner)\n"               \
+    "  local holder = redis.call('get', lock)\n"                     \
+    "  local listed = redis.call('hget', held, lock)\n"              \
+    "  local freed = 0\n"                                            \
+    "  if holder == owner then\n"                                    \
+    "    redis.call('del', lock)\n"                                  \
+    "    freed = 1\n"                                                \
+    "  end\n"                                                        \
+    "  if listed == owner then redis.call('hdel', held, lock) end\n" \
+    "  return freed\n"                                               \
+    "end\n"
+
 namespace kiqd {
 
 class LockKeeper {

@@ -1,0 +1,91 @@
+#include "middleware/release_fold.hpp"
+
+#include "middleware/limits/concurrency_scripts.hpp"
+#include "middleware/unique/lock_keeper.hpp"
+
+namespace kiqd {
+namespace {
+
+// ARGV is a list of releases, each a kind and its arguments; KEYS holds each release's two keys
+// in the same order:
+//   'u' (an EXEC lock): ARGV owner; KEYS the lock, the held-locks hash (LockKeeper's release)
+//   'c' (a concurrency slot): ARGV member, limit, slot TTL ms, key prefix; KEYS the slots
+//       ZSET, the waiting list (the concurrency release)
+// Returns how many releases failed (their errors are dropped, as a deferred release's reply
+// is).
+const std::string& folded_source() {
+    static const std::string s = concurrency_script_with(KIQD_LOCK_RELEASE_LUA R"lua(
+local k, a, failed = 1, 1, 0
+while a <= #ARGV do
+  local ok, r
+  if ARGV[a] == 'u' then
+    ok, r = pcall(release_lock, KEYS[k], KEYS[k + 1], ARGV[a + 1])
+    a = a + 2
+  else
+    ok, r = pcall(release, KEYS[k], KEYS[k + 1], ARGV[a + 1], tonumber(ARGV[a + 2]),
+                  tonumber(ARGV[a + 3]), ARGV[a + 4])
+    a = a + 5
+  end
+  if not ok or (type(r) == 'table' and r.err) then failed = failed + 1 end
+  k = k + 2
+end
+return failed
+)lua");
+    return s;
+}
+
+// Whether `cmd` calls the script of `sha`/`source` with 2 keys and `args` arguments.
+bool calls(const redis::Command& cmd, const std::string& sha, const char* source, size_t args) {
+    if (cmd.size() != 5 + args || cmd[2] != "2") return false;
+    return (cmd[0] == "EVALSHA" && cmd[1] == sha) || (cmd[0] == "EVAL" && cmd[1] == source);
+}
+
+}  // namespace
+
+ReleaseFold::ReleaseFold()
+    : lock_release_(LockKeeper::release_script_source()),
+      slot_release_(concurrency_release_script()),
+      folded_(folded_source()) {}
+
+bool ReleaseFold::loaded(redis::Connection& conn) const {
+    try {
+        for (const redis::Script* s : {&lock_release_, &slot_release_, &folded_})
+            if (s->sha().empty()) s->load(conn);
+        return true;
+    } catch (const redis::Error&) {
+        return false;  // unfolded: each release goes as it is
+    }
+}
+
+void ReleaseFold::fold(redis::Connection& conn, std::vector<redis::Command>& commands) const {
+    if (commands.size() < 2 || !loaded(conn)) return;
+    const std::string lock_sha = lock_release_.sha();
+    const std::string slot_sha = slot_release_.sha();
+    const char* lock_source = LockKeeper::release_script_source();
+    const char* slot_source = concurrency_release_script().c_str();
+    auto kind = [&](const redis::Command& c) {
+        if (calls(c, lock_sha, lock_source, 1)) return 'u';
+        if (calls(c, slot_sha, slot_source, 4)) return 'c';
+        return ' ';
+    };
+    size_t releases = 0;
+    for (const auto& c : commands) releases += kind(c) != ' ';
+    if (releases < 2) return;  // nothing to gain
+    std::vector<std::string> keys;
+    std::vector<std::string> args;
+    std::vector<redis::Command> out(1);
+    for (auto& c : commands) {
+        const char k = kind(c);
+        if (k == ' ') {
+            out.push_back(std::move(c));
+            continue;
+        }
+        keys.insert(keys.end(), {c[3], c[4]});
+        args.push_back(std::string(1, k));
+        args.insert(args.end(), c.begin() + 5, c.end());
+    }
+    out[0] = folded_.evalsha_command(keys, args);
+    commands = std::move(out);
+}
+
+}  // namespace kiqd
