@@ -11,4 +11,10 @@ Acquired* AcquiredSet::claim(Acquired::Kind kind, const std::string& key) {
     return nullptr;
 }
 
+const Acquired* AcquiredSet::find(Acquired::Kind kind) const {
+    for (const auto& a : items)
+        if (!a.claimed && a.kind == kind) return &a;
+    return nullptr;
+}
+
 }  // namespace kiqd

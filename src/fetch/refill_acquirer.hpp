@@ -22,6 +22,7 @@
 // An AcquiredSet is touched by one thread at a time: the refilling thread fills it, then the
 // thread that takes the job (or the one that puts it back) claims or releases its items.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,14 +30,15 @@
 
 namespace kiqd {
 
+struct LockSpec;  // middleware/unique/unique_jobs.hpp
+
 struct Acquired {
-    // fair_tenant: registered in its tenant's window and staying in its queue (nothing held,
-    // nothing to release: a registration counts an enqueue, as when a registered job is
-    // requeued today).
+    // fair_tenant: registered in its tenant's window and staying in its queue (nothing held;
+    // given back unclaimed, the registration is taken back: it leaves the window).
     enum class Kind : uint8_t { slot, exec_lock, fair_tenant };
     Kind kind = Kind::slot;
     std::string key;      // the slots ZSET, or the EXEC lock's key
-    std::string member;   // the slot member, or the lock owner
+    std::string member;   // the slot member, the lock owner, or the registered member
     std::string waiting;  // a slot: its scope's waiting list
     long long limit = 0;  // a slot: its scope's limit
     uint64_t held = 0;    // its registration with the SlotKeeper / LockKeeper
@@ -44,12 +46,18 @@ struct Acquired {
     // always): its release may wait for the next refill instead of a round trip of its own.
     bool roomy = false;
     bool claimed = false;  // a middleware took it over and releases it
+    // An EXEC lock: the job's lock options as the refill resolved them from its payload (the
+    // same payload and configuration as the middleware's), so the middleware does not resolve
+    // and digest them a second time.
+    std::shared_ptr<const LockSpec> lock{};
 };
 
 struct AcquiredSet {
     std::vector<Acquired> items;
     // The unclaimed item of `kind` on `key`, now claimed; null when there is none.
     Acquired* claim(Acquired::Kind kind, const std::string& key);
+    // The first unclaimed item of `kind`, left unclaimed; null when there is none.
+    const Acquired* find(Acquired::Kind kind) const;
 };
 
 class RefillAcquirer {

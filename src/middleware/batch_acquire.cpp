@@ -153,6 +153,7 @@ void BatchAcquire::plan(const UnitOfWork& unit, std::vector<Acquired>& wanted,
             Acquired a;
             a.kind = Acquired::Kind::fair_tenant;
             a.key = fair->key;
+            a.member = probe.at(3);  // the registered member ("jid:<jid>", the gem's)
             a.roomy = true;
             keys.push_back(a.key);
             args.push_back("f");
@@ -194,6 +195,7 @@ void BatchAcquire::plan(const UnitOfWork& unit, std::vector<Acquired>& wanted,
     keys.insert(keys.end(), {keys_.digest_key(lock->digest, ":WAIT"), a.key, locks_.held_hash()});
     args.insert(args.end(), {"u", lock->type == kUntilAndWhile ? "1" : "0", a.member,
                              std::to_string(lock->ttl.count())});
+    a.lock = std::make_shared<const LockSpec>(std::move(*lock));
     wanted.push_back(std::move(a));
 }
 
@@ -231,7 +233,14 @@ void BatchAcquire::release_unclaimed(AcquiredSet& set, std::vector<redis::Comman
     for (auto& a : set.items) {
         if (a.claimed) continue;
         a.claimed = true;
-        if (a.kind == Acquired::Kind::fair_tenant) continue;  // a count, nothing held
+        if (a.kind == Acquired::Kind::fair_tenant) {
+            // Registered by the refill but never reached its middleware (pause control parked
+            // it, the cpu gate gave it back, a stop requeued it): without the refill it would
+            // not be registered, so the registration is taken back; the job registers, and is
+            // moved if a rule says so, when it reaches its middleware.
+            out.push_back({"ZREM", a.key, a.member});
+            continue;
+        }
         // EVAL with the source: these go out in writes whose replies are checked (a requeue),
         // where a NOSCRIPT would count as a refusal.
         if (a.kind == Acquired::Kind::slot) {

@@ -350,6 +350,13 @@ bool FairTenantServerMiddleware::first_warning_for(const std::string& job_class)
 
 void FairTenantServerMiddleware::call(JobContext& ctx, const Next& next) const {
     const auto& job = ctx.job;
+    // A batched refill registered it already and found it stays here (refill_acquirer.hpp): it
+    // did so only where this call would reach its own registration (no registered mark, a
+    // plan, a jid), so the plan is not worked out a second time.
+    if (ctx.acquired)
+        if (const Acquired* a = ctx.acquired->find(Acquired::Kind::fair_tenant);
+            a && ctx.acquired->claim(Acquired::Kind::fair_tenant, a->key))
+            return next();
     if (auto m = job.member(kFairTenantRegistered); m && truthy(*m))
         return next();  // a kiqd client registered it at push time
     std::optional<FairTenantPlan> plan;
@@ -366,8 +373,6 @@ void FairTenantServerMiddleware::call(JobContext& ctx, const Next& next) const {
         return next();
     }
     if (!plan || job.jid.empty()) return next();
-    // A batched refill registered it already and found it stays here (refill_acquirer.hpp).
-    if (ctx.acquired && ctx.acquired->claim(Acquired::Kind::fair_tenant, plan->key)) return next();
     // Registered, and decided, without the payloads first: they are built only when a rule
     // would move the job (the probe then wrote nothing).
     std::vector<bool> would_move;

@@ -416,3 +416,29 @@ TEST_CASE(
     }
     CHECK(daemon.stop() == 0);
 }
+
+TEST_CASE(
+    "batch acquire: a fair-tenant registration of a job that never reached its middleware "
+    "(parked by pause control, given back) is taken back",
+    "[batch_acquire][fair_tenant][batch][fetch]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    Fixture f(server);
+    const std::string key = "sidekiq-fair_tenant:enqueued:Fair:tenant:t";
+    f.conn.command({"LPUSH", "queue:default", job("Fair", "f1", "t")});
+    auto units = f.take_all(1);
+    REQUIRE(f.acquired(units, Acquired::Kind::fair_tenant) == 1);
+    CHECK(zcard(f.conn, key) == 1);
+    // An outer middleware (pause control) parked it: the processor releases what it carries.
+    std::vector<redis::Command> out;
+    f.t.fetcher.release_acquired(units[0], out);
+    REQUIRE(out.size() == 1);
+    f.conn.pipeline(out);
+    CHECK(zcard(f.conn, key) == 0);  // not counted for a job that did not run
+    // Back from the pause (no refill item now), its middleware registers it as without
+    // batching.
+    units[0].acquired.reset();
+    std::vector<redis::Command> after_job, after_refill;
+    CHECK(f.run(*f.fair, units[0], after_job, after_refill, [] {}));
+    CHECK(zcard(f.conn, key) == 1);
+}

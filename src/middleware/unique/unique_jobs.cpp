@@ -379,9 +379,17 @@ std::vector<std::string> UniqueJobsMiddleware::client_lock_keys(const std::strin
 }
 
 void UniqueJobsMiddleware::call(JobContext& ctx, const Next& next) const {
-    auto cls = config_.classes.find(ctx.job.handler_name());
-    auto lock = resolve_lock(ctx.job, cls == config_.classes.end() ? nullptr : &cls->second,
-                             config_.unique_jobs);
+    std::optional<LockSpec> lock;
+    // A batched refill that took the EXEC lock resolved the options already (same payload, same
+    // configuration): resolving and digesting them again was most of this middleware's CPU.
+    const Acquired* pre = ctx.acquired ? ctx.acquired->find(Acquired::Kind::exec_lock) : nullptr;
+    if (pre && pre->lock) {
+        lock = *pre->lock;
+    } else {
+        auto cls = config_.classes.find(ctx.job.handler_name());
+        lock = resolve_lock(ctx.job, cls == config_.classes.end() ? nullptr : &cls->second,
+                            config_.unique_jobs);
+    }
     if (!lock) return next();
     // Runs the job; on a failure, does to the client lock what the gem's server does
     // (`relock`: take it again for the retry) before the failure goes on to the retry logic.
