@@ -58,8 +58,9 @@ ReliableFetcher::ReliableFetcher(const Keys& keys, const QueueOrder& order, std:
         for (size_t i = 0; i < threads; ++i) deferred_.push_back(std::make_unique<Deferred>());
 }
 
-void ReliableFetcher::set_acquirer(const RefillAcquirer* acquirer) {
+void ReliableFetcher::set_acquirer(const RefillAcquirer* acquirer, bool always) {
     if (buffer_) acquirer_ = acquirer;
+    acquire_always_ = always;
 }
 
 std::vector<redis::Command> ReliableFetcher::take_deferred() const {
@@ -108,7 +109,8 @@ redis::Command ReliableFetcher::ack_command(const UnitOfWork& unit) const {
 
 std::vector<UnitOfWork> ReliableFetcher::move_batch(redis::Connection& conn, std::mt19937_64& rng,
                                                     std::vector<redis::Command>& pending,
-                                                    const std::vector<UnitOfWork>& acks) const {
+                                                    const std::vector<UnitOfWork>& acks,
+                                                    bool acquire_ahead) const {
     thread_local std::vector<std::string> args;
     batch_order_args(order_, rng, batch_, args);
     if (fair_) fair_->fair_args(args);
@@ -138,7 +140,7 @@ std::vector<UnitOfWork> ReliableFetcher::move_batch(redis::Connection& conn, std
         reply = batch_script_.run(conn, batch_keys_, args);  // the acknowledgements went out
     }
     auto units = batch_units(reply, order_.names());
-    if (acquirer_ && !units.empty()) {
+    if (acquirer_ && acquire_ahead && !units.empty()) {
         try {
             acquirer_->acquire(conn, units);
         } catch (const redis::Error&) {
@@ -163,7 +165,14 @@ std::optional<UnitOfWork> ReliableFetcher::retrieve_work(
     if (buffer_) {
         bool drained = false;
         auto unit = buffer_->take_or_refill(
-            [&](std::vector<UnitOfWork>& acks) { return move_batch(conn, rng, pending, acks); },
+            [&](std::vector<UnitOfWork>& acks) {
+                // Locks and slots are taken ahead only while this thread's jobs are short: the
+                // refill's jobs then leave the buffer within about a refill's worth of short
+                // jobs, so none holds a slot or lock long without running. Long jobs: each
+                // middleware acquires for its own job, as without batching.
+                return move_batch(conn, rng, pending, acks,
+                                  acquire_always_ || buffer_->short_jobs(slot));
+            },
             std::chrono::seconds(kBlockSeconds), drained, slot);
         if (unit) {
             // Lock releases of the previous job stay in `pending`: they go out with this job's

@@ -73,7 +73,10 @@ class ReliableFetcher final : public Fetcher {
     size_t batch_size() const { return batch_; }
     // Batched fetch only: what each refill acquires for its jobs ahead of their middlewares
     // (refill_acquirer.hpp). Set before any processor starts; `acquirer` outlives this.
-    void set_acquirer(const RefillAcquirer* acquirer);
+    // `always`: acquire with every refill, whatever the jobs' pace (in-process tests, whose
+    // takes are not a thread's measured pace); otherwise only while the refilling thread's jobs
+    // are short (retrieve_work).
+    void set_acquirer(const RefillAcquirer* acquirer, bool always = false);
     void release_acquired(const UnitOfWork& unit, std::vector<redis::Command>& out) const override;
     bool defer_commands(std::vector<redis::Command>& commands, size_t slot) const override;
     const std::string* working_list(const std::string& queue) const override;
@@ -97,7 +100,8 @@ class ReliableFetcher final : public Fetcher {
     size_t idle_queue(size_t slot, unsigned round) const;
     std::vector<UnitOfWork> move_batch(redis::Connection& conn, std::mt19937_64& rng,
                                        std::vector<redis::Command>& pending,
-                                       const std::vector<UnitOfWork>& acks) const;
+                                       const std::vector<UnitOfWork>& acks,
+                                       bool acquire_ahead) const;  // with the acquirer_
     redis::Command ack_command(const UnitOfWork& unit) const;
 
     const Keys& keys_;
@@ -113,6 +117,7 @@ class ReliableFetcher final : public Fetcher {
     std::unique_ptr<FairFetch> fair_;      // only with fair queues
     std::vector<std::string> fair_keys_;   // queue keys, then working list keys
     const RefillAcquirer* acquirer_ = nullptr;
+    bool acquire_always_ = false;
     // Releases deferred to the next refill (defer_commands), one list per processor slot, so a
     // job costs no shared lock; a refill takes every list.
     struct Deferred {

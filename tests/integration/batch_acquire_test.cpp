@@ -56,7 +56,7 @@ struct Fixture {
         acquire = std::make_unique<BatchAcquire>(t.config, t.keys, t.rt.limits, locks, &slots,
                                                  TestRuntime::kIdentity);
         fetcher = const_cast<ReliableFetcher*>(t.reliable());  // also marks it ready
-        fetcher->set_acquirer(acquire.get());
+        fetcher->set_acquirer(acquire.get(), true);  // these takes have no pace to measure
     }
     // Every job the queue holds, taken through the fetch buffer (one refill of up to 50).
     std::vector<UnitOfWork> take_all(size_t n) {
@@ -441,4 +441,29 @@ TEST_CASE(
     std::vector<redis::Command> after_job, after_refill;
     CHECK(f.run(*f.fair, units[0], after_job, after_refill, [] {}));
     CHECK(zcard(f.conn, key) == 1);
+}
+
+TEST_CASE(
+    "batch acquire: a thread whose jobs are not measured short takes no slot or lock ahead "
+    "(buffered jobs hold nothing they may wait long to use)",
+    "[batch_acquire][concurrency][unique][batch][fetch]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    Fixture f(server);
+    f.fetcher->set_acquirer(f.acquire.get());  // the daemon's setting: by the thread's pace
+    f.conn.command({"LPUSH", "queue:default", job("Limited", "l1", "a"), job("Uniq", "u1", "a"),
+                    job("Limited", "l2", "b")});
+    // The first take of a thread has no pace yet: it counts as long.
+    auto units = f.take_all(3);
+    CHECK(f.acquired(units, Acquired::Kind::slot) == 0);
+    CHECK(f.acquired(units, Acquired::Kind::exec_lock) == 0);
+    CHECK(zcard(f.conn, kSlots) == 0);
+    CHECK(f.conn.command({"HLEN", "kiqd:unique:held"}).integer() == 0);
+    // Their middlewares acquire one by one, as without batching.
+    std::vector<redis::Command> after_job, after_refill;
+    CHECK(f.run(*f.limit, units[0], after_job, after_refill,
+                [&] { CHECK(zcard(f.conn, kSlots) == 1); }));
+    CHECK(f.run(*f.unique, units[1], after_job, after_refill, [&] {
+        CHECK(f.conn.command({"HLEN", "kiqd:unique:held"}).integer() == 1);
+    }));
 }
