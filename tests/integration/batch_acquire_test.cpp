@@ -467,3 +467,38 @@ TEST_CASE(
         CHECK(f.conn.command({"HLEN", "kiqd:unique:held"}).integer() == 1);
     }));
 }
+
+TEST_CASE(
+    "batch acquire daemon: slots taken ahead by cpu-bound jobs the cpu gate holds are given "
+    "back at a hard shutdown",
+    "[batch_acquire][concurrency][batch][daemon][cpu]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    const std::string yaml = kiqd::test::kiqd_config(
+        server,
+        "concurrency: 4\ncpu_bound_concurrency: 1\ntimeout: 1\nqueues: [default]\n"
+        "logging: {level: warn}\nfetch: reliable\n"
+        "handlers:\n  Test::Record:\n    resource_boundary: cpu\n    concurrency_limit: 100\n");
+    const std::string slots = "kiqd:concurrency:Test::Record:slots";
+    KiqdProcess daemon(KIQD_TEST_DAEMON, yaml);
+    // Short jobs first, so that the threads' pace is measured short and the refills that bring
+    // the cpu-bound jobs behind them (pushed at once: idle threads would take them one by one,
+    // with no refill) acquire ahead. Five cpu-bound jobs of 5 s: one runs, the gate holds the
+    // others (fetched, not started).
+    kiqd::test::push_jobs(conn, 300, [](int i) {
+        if (i >= 295) return nlohmann::ordered_json{{"class", "Test::Record"}, {"args", {5, i}}};
+        return nlohmann::ordered_json{{"class", "Test::Other"}, {"args", {0, i}}};
+    });
+    REQUIRE(kiqd::test::wait_until([&] { return llen(conn, "queue:default") == 0; },
+                                   std::chrono::seconds(30)));
+    // With the refill's acquire every fetched one holds a slot; without it only the running one.
+    const bool ahead =
+        kiqd::test::wait_until([&] { return zcard(conn, slots) == 5; }, std::chrono::seconds(3));
+    if (!ahead) WARN("the refill did not acquire ahead (a thread not measured short refilled)");
+    // Past the 1 s timeout: a hard shutdown. The held jobs go back to the queue and give their
+    // slots back; the running one's slot stays until its job returns or its TTL.
+    CHECK(daemon.stop() == 0);
+    CHECK(llen(conn, "queue:default") >= 4);
+    CHECK(zcard(conn, slots) <= 1);
+}
