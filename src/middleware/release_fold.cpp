@@ -11,24 +11,33 @@ namespace {
 //   'u' (an EXEC lock): ARGV owner; KEYS the lock, the held-locks hash (LockKeeper's release)
 //   'c' (a concurrency slot): ARGV member, limit, slot TTL ms, key prefix; KEYS the slots
 //       ZSET, the waiting list (the concurrency release)
-// Returns how many releases failed (their errors are dropped, as a deferred release's reply
-// is).
+// Returns how many releases failed, a scope's slots counting as one (their errors are dropped,
+// as a deferred release's reply is).
 const std::string& folded_source() {
     static const std::string s = concurrency_script_with(KIQD_LOCK_RELEASE_LUA R"lua(
 local k, a, failed = 1, 1, 0
+local function count(ok, r)
+  if not ok or (type(r) == 'table' and r.err) then failed = failed + 1 end
+end
+-- Slots are freed per scope: one ZREM for all of a scope's members, then one resume.
+local scopes, order = {}, {}
 while a <= #ARGV do
-  local ok, r
   if ARGV[a] == 'u' then
-    ok, r = pcall(release_lock, KEYS[k], KEYS[k + 1], ARGV[a + 1])
+    count(pcall(release_lock, KEYS[k], KEYS[k + 1], ARGV[a + 1]))
     a = a + 2
   else
-    ok, r = pcall(release, KEYS[k], KEYS[k + 1], ARGV[a + 1], tonumber(ARGV[a + 2]),
-                  tonumber(ARGV[a + 3]), ARGV[a + 4])
+    local s = scopes[KEYS[k]]
+    if not s then
+      s = {KEYS[k], KEYS[k + 1], {}, tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), ARGV[a + 4]}
+      scopes[KEYS[k]] = s
+      order[#order + 1] = s
+    end
+    s[3][#s[3] + 1] = ARGV[a + 1]
     a = a + 5
   end
-  if not ok or (type(r) == 'table' and r.err) then failed = failed + 1 end
   k = k + 2
 end
+for _, s in ipairs(order) do count(pcall(release, s[1], s[2], s[3], s[4], s[5], s[6])) end
 return failed
 )lua");
     return s;

@@ -6,11 +6,11 @@
 // although it no longer cost a round trip; folded, a refill of 50 jobs costs one.
 //
 // The folded script runs exactly the Lua of the two release scripts (release_lock(), shared
-// with LockKeeper's script; release() of concurrency_scripts.cpp), each inside a pcall, so a
-// failing release (a key of another type) stops none of the others: as separate commands
-// whose replies nobody reads, they behaved the same. Commands it does not recognise (other
-// scripts, other shapes, an EVAL whose source differs) are left where they are, in order
-// after the folded call.
+// with LockKeeper's script; release() of concurrency_scripts.cpp), each inside a pcall (the slots
+// of one scope freed together: one ZREM, one resume), so a failing release (a key of another type)
+// stops none of the others: as separate commands whose replies nobody reads, they behaved the same.
+// Commands it does not recognise (other scripts, other shapes, an EVAL whose source differs) are
+// left where they are, in order after the folded call.
 //
 // Immutable after construction apart from the Scripts' learnt SHA1s (their own mutex): any
 // thread; the refilling thread calls fold().

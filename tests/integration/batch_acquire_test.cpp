@@ -13,6 +13,7 @@
 #include "fetch/refill_acquirer.hpp"
 #include "middleware/fair_tenant.hpp"
 #include "middleware/limits/concurrency_limit.hpp"
+#include "middleware/limits/concurrency_scripts.hpp"
 #include "middleware/unique/unique_jobs.hpp"
 #include "support/job_pushes.hpp"
 #include "support/kiqd_process.hpp"
@@ -377,6 +378,18 @@ TEST_CASE(
     REQUIRE(members.size() == 1);
     CHECK(members[0] == "@l3");
     CHECK(f.conn.command({"GET", "untouched-marker"}).str() == "1");
+    // Many slots of one scope (more than Lua's unpack() takes at once) are all freed.
+    std::vector<redis::Command> many;
+    for (int i = 0; i < 9000; ++i) {
+        const std::string m = "m" + std::to_string(i);
+        f.conn.command({"ZADD", "kiqd:concurrency:Many:slots", "99999999999999", m});
+        many.push_back({"EVAL", concurrency_release_script(), "2", "kiqd:concurrency:Many:slots",
+                        "kiqd:concurrency:Many:waiting", m, "10000", "60000", ""});
+    }
+    f.acquire->fold_releases(f.conn, many);
+    REQUIRE(many.size() == 1);
+    CHECK(f.conn.pipeline(many)[0].integer() == 0);
+    CHECK(zcard(f.conn, "kiqd:concurrency:Many:slots") == 0);
     // One release alone is left as it is (nothing to gain).
     std::vector<redis::Command> one{
         {"EVAL", LockKeeper::release_script_source(), "2", "x:EXEC", "kiqd:unique:held", "o"}};

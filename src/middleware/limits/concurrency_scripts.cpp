@@ -64,8 +64,17 @@ end
 -- jobs back as slots are free (the release script below; also run by the acquire script for the
 -- previous job of the same thread). With nobody parked, expired slots are left for the next
 -- acquire or check to drop (each drops them before it counts): the common release is two calls.
+-- `member` may be a table of members of this scope (a refill's folded releases,
+-- release_fold.cpp): one ZREM per 1000, then one resume, which moves as many parked jobs as the
+-- releases one by one would have.
 local function release(slots, waiting, member, limit, ttl, prefix)
-  redis.call('zrem', slots, member)
+  if type(member) == 'table' then
+    for i = 1, #member, 1000 do  -- unpack() is bounded by Lua's C stack (8000)
+      redis.call('zrem', slots, unpack(member, i, math.min(i + 999, #member)))
+    end
+  else
+    redis.call('zrem', slots, member)
+  end
   if redis.pcall('llen', waiting) == 0 then return 0 end  -- nobody parked: no type checks needed
   local now = now_ms()
   redis.call('zremrangebyscore', slots, '-inf', now)
