@@ -11,19 +11,28 @@ namespace {
 //   'u' (an EXEC lock): ARGV owner; KEYS the lock, the held-locks hash (LockKeeper's release)
 //   'c' (a concurrency slot): ARGV member, limit, slot TTL ms, key prefix; KEYS the slots
 //       ZSET, the waiting list (the concurrency release)
-// Returns how many releases failed, a scope's slots counting as one (their errors are dropped,
-// as a deferred release's reply is).
+// Returns how many releases failed, a scope's slots (a held hash's locks) counting as one (their
+// errors are dropped, as a deferred release's reply is).
 const std::string& folded_source() {
     static const std::string s = concurrency_script_with(KIQD_LOCK_RELEASE_LUA R"lua(
 local k, a, failed = 1, 1, 0
 local function count(ok, r)
   if not ok or (type(r) == 'table' and r.err) then failed = failed + 1 end
 end
--- Slots are freed per scope: one ZREM for all of a scope's members, then one resume.
+-- Slots are freed per scope: one ZREM for all of a scope's members, then one resume; locks
+-- per held hash (release_locks).
 local scopes, order = {}, {}
+local helds, horder = {}, {}
 while a <= #ARGV do
   if ARGV[a] == 'u' then
-    count(pcall(release_lock, KEYS[k], KEYS[k + 1], ARGV[a + 1]))
+    local h = helds[KEYS[k + 1]]
+    if not h then
+      h = {KEYS[k + 1], {}, {}}
+      helds[KEYS[k + 1]] = h
+      horder[#horder + 1] = h
+    end
+    h[2][#h[2] + 1] = KEYS[k]
+    h[3][#h[3] + 1] = ARGV[a + 1]
     a = a + 2
   else
     local s = scopes[KEYS[k]]
@@ -37,6 +46,7 @@ while a <= #ARGV do
   end
   k = k + 2
 end
+for _, h in ipairs(horder) do count(pcall(release_locks, h[1], h[2], h[3])) end
 for _, s in ipairs(order) do count(pcall(release, s[1], s[2], s[3], s[4], s[5], s[6])) end
 return failed
 )lua");

@@ -390,6 +390,22 @@ TEST_CASE(
     REQUIRE(many.size() == 1);
     CHECK(f.conn.pipeline(many)[0].integer() == 0);
     CHECK(zcard(f.conn, "kiqd:concurrency:Many:slots") == 0);
+    // Many locks of one held hash (more than one MGET of the fold takes) are all freed, except
+    // the one whose owner changed.
+    std::vector<redis::Command> locks;
+    for (int i = 0; i < 2500; ++i) {
+        const std::string k = "many" + std::to_string(i) + ":EXEC";
+        f.conn.command({"SET", k, "o" + std::to_string(i)});
+        f.conn.command({"HSET", "kiqd:unique:held", k, "o" + std::to_string(i)});
+        locks.push_back({"EVAL", LockKeeper::release_script_source(), "2", k, "kiqd:unique:held",
+                         i == 1234 ? "stale-owner" : "o" + std::to_string(i)});
+    }
+    f.acquire->fold_releases(f.conn, locks);
+    REQUIRE(locks.size() == 1);
+    CHECK(f.conn.pipeline(locks)[0].integer() == 0);
+    CHECK(f.conn.command({"KEYS", "many*:EXEC"}).size() == 1);
+    CHECK(f.conn.command({"GET", "many1234:EXEC"}).str() == "o1234");
+    CHECK(f.conn.command({"HLEN", "kiqd:unique:held"}).integer() == 1);
     // One release alone is left as it is (nothing to gain).
     std::vector<redis::Command> one{
         {"EVAL", LockKeeper::release_script_source(), "2", "x:EXEC", "kiqd:unique:held", "o"}};

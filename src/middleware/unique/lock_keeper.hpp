@@ -35,19 +35,35 @@
 #include "kiqd/redis/script.hpp"
 
 // release_lock(lock, held, owner): frees the EXEC lock `lock` if `owner` still holds it and
-// forgets it in the held hash `held`; 1 when it freed the lock. A Lua function shared by the
+// forgets it in the held hash `held`; 1 when it freed the lock. release_locks(held, locks,
+// owners) does the same for many locks of one held hash with four calls per 1000 locks (MGET,
+// HMGET, DEL, HDEL; a lock key of another type reads as not held). Lua functions shared by the
 // release script and the refill's folded releases (release_fold.hpp).
-#define KIQD_LOCK_RELEASE_LUA                                        \
-    "local function release_lock(lock, held, owner)\n"               \
-    "  local holder = redis.call('get', lock)\n"                     \
-    "  local listed = redis.call('hget', held, lock)\n"              \
-    "  local freed = 0\n"                                            \
-    "  if holder == owner then\n"                                    \
-    "    redis.call('del', lock)\n"                                  \
-    "    freed = 1\n"                                                \
-    "  end\n"                                                        \
-    "  if listed == owner then redis.call('hdel', held, lock) end\n" \
-    "  return freed\n"                                               \
+#define KIQD_LOCK_RELEASE_LUA                                                       \
+    "local function release_lock(lock, held, owner)\n"                              \
+    "  local holder = redis.call('get', lock)\n"                                    \
+    "  local listed = redis.call('hget', held, lock)\n"                             \
+    "  local freed = 0\n"                                                           \
+    "  if holder == owner then\n"                                                   \
+    "    redis.call('del', lock)\n"                                                 \
+    "    freed = 1\n"                                                               \
+    "  end\n"                                                                       \
+    "  if listed == owner then redis.call('hdel', held, lock) end\n"                \
+    "  return freed\n"                                                              \
+    "end\n"                                                                         \
+    "local function release_locks(held, locks, owners)\n"                           \
+    "  for i = 1, #locks, 1000 do\n"                                                \
+    "    local j = math.min(i + 999, #locks)\n"                                     \
+    "    local holders = redis.call('mget', unpack(locks, i, j))\n"                 \
+    "    local listed = redis.call('hmget', held, unpack(locks, i, j))\n"           \
+    "    local del, hdel = {}, {}\n"                                                \
+    "    for n = i, j do\n"                                                         \
+    "      if holders[n - i + 1] == owners[n] then del[#del + 1] = locks[n] end\n"  \
+    "      if listed[n - i + 1] == owners[n] then hdel[#hdel + 1] = locks[n] end\n" \
+    "    end\n"                                                                     \
+    "    if #del > 0 then redis.call('del', unpack(del)) end\n"                     \
+    "    if #hdel > 0 then redis.call('hdel', held, unpack(hdel)) end\n"            \
+    "  end\n"                                                                       \
     "end\n"
 
 namespace kiqd {
