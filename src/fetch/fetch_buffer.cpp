@@ -89,8 +89,9 @@ std::vector<UnitOfWork> FetchBuffer::refill_unlocked(std::unique_lock<std::mutex
         // already gone does nothing, so sending one twice is harmless.
         for (auto& a : acks) acks_.push_back(std::move(a));
         --refills_;
+        const Wake all = pick_waiters(waiting_);
         lock.unlock();
-        cv_.notify_all();
+        notify(all);
         throw;
     }
     const auto took = std::chrono::steady_clock::now() - start;
@@ -158,9 +159,7 @@ std::optional<UnitOfWork> FetchBuffer::take_or_refill_unlocked(const Refill& ref
     // refill in flight is not enough. A job in another thread's pile is taken first.
     while (jobs_.empty() && refills_ > 0 && !running_low()) {
         if (auto stolen = steal(pile)) return stolen;
-        ++waiting_;
-        const auto status = cv_.wait_until(lock, deadline);
-        --waiting_;
+        const auto status = park(lock, pile, deadline);
         if (status == std::cv_status::timeout && jobs_.empty()) return steal(pile);
     }
     // Not running low: take a job and go. Running low: refill first; a job this thread would
@@ -182,13 +181,53 @@ std::optional<UnitOfWork> FetchBuffer::take_or_refill_unlocked(const Refill& ref
     const size_t per = pile ? pile->limit() : 1;
     size_t wake = std::min(waiting_, (jobs_.size() + per - 1) / per);
     if (jobs_.empty() && refills_ == 0) wake = drained ? waiting_ : std::min<size_t>(waiting_, 1);
+    const Wake woken = pick_waiters(wake);
     lock.unlock();
-    if (wake == waiting_)
-        cv_.notify_all();
-    else
-        for (size_t i = 0; i < wake; ++i) cv_.notify_one();
+    notify(woken);
     drained = drained && !unit;
     return unit;
+}
+
+std::cv_status FetchBuffer::park(std::unique_lock<std::mutex>& lock, Pile* pile,
+                                 std::chrono::steady_clock::time_point deadline) {
+    ++waiting_;
+    auto status = std::cv_status::no_timeout;
+    if (pile) {
+        pile->woken = false;
+        parked_.push_back(pile);
+        // Only pick_waiters ends the wait early (a late notify from an earlier wait is spurious).
+        while (!pile->woken && status == std::cv_status::no_timeout)
+            status = pile->cv.wait_until(lock, deadline);
+        if (!pile->woken) parked_.erase(std::find(parked_.begin(), parked_.end(), pile));
+    } else {
+        ++shared_waiting_;
+        status = cv_.wait_until(lock, deadline);
+        --shared_waiting_;
+    }
+    --waiting_;
+    return status;
+}
+
+FetchBuffer::Wake FetchBuffer::pick_waiters(size_t n) {
+    Wake wake;
+    while (n > 0 && !parked_.empty()) {
+        Pile* p = parked_.back();
+        parked_.pop_back();
+        p->woken = true;
+        wake.piles.push_back(p);
+        --n;
+    }
+    wake.shared = std::min(n, shared_waiting_);
+    wake.all_shared = wake.shared > 0 && wake.shared == shared_waiting_;
+    return wake;
+}
+
+void FetchBuffer::notify(const Wake& wake) {
+    for (Pile* p : wake.piles) p->cv.notify_one();
+    if (wake.all_shared)
+        cv_.notify_all();
+    else
+        for (size_t i = 0; i < wake.shared; ++i) cv_.notify_one();
 }
 
 void FetchBuffer::defer_ack(UnitOfWork unit, size_t slot) {

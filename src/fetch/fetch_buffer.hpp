@@ -25,6 +25,9 @@
 // under 1 ms on average). A successful job's deferred acknowledgement goes to its thread's own
 // list first (no shared lock per job), and joins the shared list on the thread's next visit to
 // the shared buffer (at the latest after a pile), in time for the next refill.
+// Waiting threads wake newest first: the thread that parked last wakes first, so that at c100
+// the same few threads (warm caches, their piles' measured pace) do the work while the others
+// stay parked, instead of the refills rotating through all hundred.
 // Shared by all processor threads; every member is guarded by one mutex, except each pile (and
 // its thread's acknowledgements), guarded by its own (taken after the shared one when both are
 // held).
@@ -112,6 +115,10 @@ class FetchBuffer {
         bool short_jobs() const { return job_seconds < kShortJob; }
         // The jobs one take may hand this thread: 1 (no pile) unless its jobs are short.
         size_t limit() const;
+        // Where the slot's thread parks while it waits for a refill. `woken`: set by the thread
+        // that wakes it (shared lock held), which also takes it off `parked_`.
+        std::condition_variable cv;
+        bool woken = false;
     };
     Pile* pile_of(size_t slot) const { return slot < piles_.size() ? piles_[slot].get() : nullptr; }
     // take_or_refill once `pile` (null: none) has measured the caller's last job.
@@ -125,9 +132,25 @@ class FetchBuffer {
     void share_acks(Pile* pile);
     // Takes the front job, and with waiters about, up to limit() - 1 more into `pile` (lock held).
     std::optional<UnitOfWork> take_locked(Pile* pile);
+    // Waits on `pile`'s own condition (parked, newest last) or, without a pile, on the shared one,
+    // until woken or `deadline` (lock held on entry and on return).
+    std::cv_status park(std::unique_lock<std::mutex>& lock, Pile* pile,
+                        std::chrono::steady_clock::time_point deadline);
+    // Takes up to `n` waiters off the stack, newest first, and says how many pileless waiters to
+    // wake besides (lock held); `notify` then wakes them without the lock (a pile outlives every
+    // wait, so a late notification is only a spurious wake-up).
+    struct Wake {
+        std::vector<Pile*> piles;
+        size_t shared = 0;
+        bool all_shared = false;
+    };
+    Wake pick_waiters(size_t n);
+    void notify(const Wake& wake);
 
     mutable std::mutex mutex_;
-    std::condition_variable cv_;
+    std::condition_variable cv_;  // where threads without a pile wait
+    size_t shared_waiting_ = 0;   // ... and how many do
+    std::vector<Pile*> parked_;   // piles' threads waiting for a refill, newest last
     std::deque<UnitOfWork> jobs_;
     std::vector<UnitOfWork> acks_;
     size_t refills_ = 0;  // in flight

@@ -261,3 +261,76 @@ TEST_CASE(
     CHECK(buffer.buffered() == 0);
     CHECK(buffer.held_payloads().empty());
 }
+
+TEST_CASE("fetch buffer: of the threads waiting for a refill, the one that parked last wakes first",
+          "[unit][batch]") {
+    // Batch 1 (no refill ahead: the low-water mark is 0), piles for 3 slots. Slot 0's refill
+    // waits at a gate and then hands out 2 jobs: slot 0 takes one, and one waiter is woken for
+    // the other. Slots 1 and 2 park in that order, so slot 2 is the one woken; slot 1 stays
+    // parked until the next refill. (Newest first keeps the same few threads warm at c100.)
+    FetchBuffer buffer(1, 1, 3);
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool open = false, in_gate = false;
+    int next = 0;
+    auto make = [&](int n) {
+        std::vector<UnitOfWork> out;
+        for (int i = 0; i < n; ++i) out.push_back({"default", "job-" + std::to_string(next++)});
+        return out;
+    };
+    const FetchBuffer::Refill gated = [&](std::vector<UnitOfWork>&) {
+        std::unique_lock lock(mutex);
+        in_gate = true;
+        cv.notify_all();
+        cv.wait(lock, [&] { return open; });
+        return make(2);
+    };
+    const FetchBuffer::Refill one = [&](std::vector<UnitOfWork>&) {
+        std::lock_guard lock(mutex);
+        return make(1);
+    };
+    std::optional<UnitOfWork> got0, got1, got2;
+    std::thread t0([&] {
+        bool d = false;
+        got0 = buffer.take_or_refill(gated, std::chrono::seconds(30), d, 0);
+    });
+    {
+        std::unique_lock lock(mutex);
+        cv.wait(lock, [&] { return in_gate; });
+    }
+    std::thread t1([&] {
+        bool d = false;
+        got1 = buffer.take_or_refill(one, std::chrono::seconds(30), d, 1);
+    });
+    const bool one_parked = await([&] { return buffer.waiting() == 1; });
+    std::thread t2([&] {
+        bool d = false;
+        got2 = buffer.take_or_refill(one, std::chrono::seconds(30), d, 2);
+    });
+    const bool two_parked = await([&] { return buffer.waiting() == 2; });
+    {
+        std::lock_guard lock(mutex);
+        open = true;
+    }
+    cv.notify_all();
+    t0.join();
+    t2.join();  // slot 2 parked last: it is the one woken for the second job
+    const size_t still_waiting = buffer.waiting();
+    // Slot 0 (no slot now) refills again: one job, taken by itself; with nothing left and no
+    // refill in flight one waiter wakes to refill for itself, which releases slot 1.
+    bool drained = false;
+    auto mine = buffer.take_or_refill(one, std::chrono::seconds(30), drained);
+    t1.join();
+    REQUIRE(one_parked);
+    REQUIRE(two_parked);
+    REQUIRE(got0);
+    REQUIRE(got2);
+    CHECK(got0->payload == "job-0");
+    CHECK(got2->payload == "job-1");
+    CHECK(still_waiting == 1);
+    REQUIRE(mine);
+    CHECK(mine->payload == "job-2");
+    REQUIRE(got1);
+    CHECK(got1->payload == "job-3");
+    CHECK(buffer.waiting() == 0);
+}
