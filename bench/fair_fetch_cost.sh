@@ -10,6 +10,9 @@
 #   EXTRA="fetch: reliable"       a YAML line added to both configs (batched reliable fetch)
 #   BINARIES="/tmp/kiqd.old build/kiqd"   A/B: each round runs every binary in turn (plain, fair)
 #   SVG=docs/fair-fetch-cost.svg          also a bar chart of µs per job (bench/lib/svg_plot.py)
+#   STATS=1                               also Redis's INFO commandstats per run, per job: calls
+#                                         and µs of each command (scripts as evalsha; the
+#                                         bench's own polls are in eval)
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
@@ -52,6 +55,7 @@ for ((round = 1; round <= RUNS; round++)); do
         rcli flushall >/dev/null
         /usr/bin/python3 "$here/lib/push_jobs.py" Kiqd::Noop "$GREEDY" "$TENANTS" "$PER_TENANT" | rcli --pipe >/dev/null
         [[ $(rcli llen queue:default) == "$total" ]] || die "push failed"
+        [[ -n ${STATS:-} ]] && rcli config resetstat >/dev/null
         cpu0=$(rcli info cpu | awk -F: '/^used_cpu_(sys|user):/ {s += $2} END {printf "%.2f", s}')
         "$KIQD" -C "$work/$mode.yml" >"$work/$mode.log" 2>&1 &
         kiqd_pid=$!
@@ -70,6 +74,12 @@ for ((round = 1; round <= RUNS; round++)); do
         cpu1=$(rcli info cpu | awk -F: '/^used_cpu_(sys|user):/ {s += $2} END {printf "%.2f", s}')
         left=$(rcli eval "local n = 0 for _, q in ipairs(redis.call('smembers', 'queues')) do n = n + redis.call('llen', 'queue:' .. q) end return n" 0)
         [[ $left == 0 ]] || die "$left jobs left in tenant lists with an empty ring"
+        if [[ -n ${STATS:-} ]]; then
+            # cmdstat_lpush:calls=3,usec=20,usec_per_call=6.67,... → per job
+            rcli info commandstats | tr -d '\r' | awk -F'[:,=]' -v total="$total" '
+                /^cmdstat_/ { sub(/^cmdstat_/, "", $1)
+                    printf "    %-12s %8.3f calls/job %7.3f µs/job %6.2f µs/call\n", $1, $3 / total, $5 / total, $7 }' >&2
+        fi
         kill -TERM "$kiqd_pid"; wait "$kiqd_pid" || true; kiqd_pid=""
         secs=$(/usr/bin/python3 -c "print('%.2f' % ($t1 - $t0))")
         rate=$(/usr/bin/python3 -c "print('%.0f' % ($total / ($t1 - $t0)))")
