@@ -200,7 +200,10 @@ local function split(q, f)
     -- reply says whether the list is new (its length is the pushed count). A tenant list of
     -- another type (someone else's key) refuses the LPUSH, and its jobs take the careful path
     -- below, which sends them to the tenantless bucket or back to the plain queue.
-    local rest = {}
+    -- The new tenants join the ring and `queues` together after the loop: one LPUSH and one
+    -- SADD per 1,000 new tenants instead of one each per tenant (a split of 2,000 jobs of
+    -- tenants with a few jobs each makes hundreds). Same order in the ring as one LPUSH each.
+    local rest, joined, listed = {}, {}, {}
     for _, t in ipairs(names) do
       local g = groups[t]
       local first = math.min(1000, #g)
@@ -212,11 +215,16 @@ local function split(q, f)
           redis.call('lpush', f.list .. t, unpack(g, s, math.min(s + 999, #g)))
         end
         if len == first then
-          redis.call('lpush', f.ring, t)
-          redis.call('sadd', queues, f.queue .. t)
+          joined[#joined + 1] = t
+          listed[#listed + 1] = f.queue .. t
           ringlen = ringlen + 1
         end
       end
+    end
+    for s = 1, #joined, 1000 do
+      local e = math.min(s + 999, #joined)
+      redis.call('lpush', f.ring, unpack(joined, s, e))
+      redis.call('sadd', queues, unpack(listed, s, e))
     end
     if #rest == 0 then return end
     -- Only the refused tenants go on, their jobs grouped by tenant (oldest first in each).
