@@ -80,15 +80,18 @@ for ((round = 1; round <= RUNS; round++)); do
                 /^cmdstat_/ { sub(/^cmdstat_/, "", $1)
                     printf "    %-12s %8.3f calls/job %7.3f µs/job %6.2f µs/call\n", $1, $3 / total, $5 / total, $7 }' >&2
         fi
+        # kiqd's own CPU seconds (user + system, all threads) up to here: fields 14 and 15.
+        kcpu=$(awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f", ($14 + $15) / hz}' "/proc/$kiqd_pid/stat")
         kill -TERM "$kiqd_pid"; wait "$kiqd_pid" || true; kiqd_pid=""
         secs=$(/usr/bin/python3 -c "print('%.2f' % ($t1 - $t0))")
         rate=$(/usr/bin/python3 -c "print('%.0f' % ($total / ($t1 - $t0)))")
         rcpu=$(/usr/bin/python3 -c "print('%.2f' % ($cpu1 - $cpu0))")
         us=$(/usr/bin/python3 -c "print('%.1f' % (1e6 * ($t1 - $t0) / $total))")
         rus=$(/usr/bin/python3 -c "print('%.1f' % (1e6 * ($cpu1 - $cpu0) / $total))")
-        echo "  round $round $KIQD $mode: $total jobs in $secs s = $rate jobs/s, $us µs per job, Redis CPU $rcpu s" >&2
+        echo "  round $round $KIQD $mode: $total jobs in $secs s = $rate jobs/s, $us µs per job, Redis CPU $rcpu s, kiqd CPU $kcpu s" >&2
         bars+=("${EXTRA:-basic fetch}, $mode, round $round, $(basename "$KIQD")=$us")
-        results+=("| $mode, round $round, $KIQD | $total | $secs | $rate | $us | $rcpu | $rus |")
+        kus=$(/usr/bin/python3 -c "print('%.1f' % (1e6 * $kcpu / $total))")
+        results+=("| $mode, round $round, $KIQD | $total | $secs | $rate | $us | $rcpu | $rus | $kus |")
     done
   done
 done
@@ -97,8 +100,8 @@ if [[ -n ${SVG:-} ]]; then
         "Fetch cost per job: $GREEDY greedy + $TENANTS tenants x $PER_TENANT no-op jobs, c=$CONCURRENCY" \
         "µs/job" "${bars[@]}" || die "svg_plot failed"
 fi
-echo "| run | jobs | seconds | jobs/s | µs per job | Redis CPU s | Redis CPU µs per job |"
-echo "|---|---|---|---|---|---|---|"
+echo "| run | jobs | seconds | jobs/s | µs per job | Redis CPU s | Redis CPU µs per job | kiqd CPU µs per job |"
+echo "|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${results[@]}"
 echo
 echo "EXTRA='${EXTRA:-}' GREEDY=$GREEDY TENANTS=$TENANTS PER_TENANT=$PER_TENANT CONCURRENCY=$CONCURRENCY; load average $(cut -d' ' -f1-3 /proc/loadavg); git $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"

@@ -9,16 +9,16 @@ std::optional<UnitOfWork> FetchCombiner::take(const Fetch& fetch) {
     const std::shared_ptr<Round> round = open_;
     const size_t mine = round->joined++;
     if (mine > 0) {
-        cv_.wait(lock, [&] { return round->done; });
+        round->cv.wait(lock, [&] { return round->done; });
         if (mine >= round->got.size()) return std::nullopt;
         ++handed_;
         return std::move(round->got[mine]);
     }
-    // The leader: the previous round's call first, so that a round gathers every thread that
-    // asked while Redis was busy with it.
-    cv_.wait(lock, [&] { return !in_flight_; });
+    // The leader: waits while max_in_flight_ calls are out, so that a round gathers every
+    // thread that asked while Redis was busy with them.
+    cv_.wait(lock, [&] { return in_flight_ < max_in_flight_; });
     if (open_ == round) open_.reset();
-    in_flight_ = true;
+    ++in_flight_;
     round->wanted = round->joined;
     ++rounds_;
     lock.unlock();
@@ -27,19 +27,28 @@ std::optional<UnitOfWork> FetchCombiner::take(const Fetch& fetch) {
         got = fetch(round->wanted);
     } catch (...) {
         lock.lock();
-        in_flight_ = false;
-        round->done = true;
-        cv_.notify_all();
+        finish(*round, lock);
         throw;
     }
     lock.lock();
-    in_flight_ = false;
     round->got = std::move(got);
-    round->done = true;
-    cv_.notify_all();
-    if (round->got.empty()) return std::nullopt;
-    ++handed_;
-    return std::move(round->got[0]);
+    std::optional<UnitOfWork> mine_first;
+    if (!round->got.empty()) {
+        ++handed_;
+        mine_first = std::move(round->got[0]);
+    }
+    finish(*round, lock);
+    return mine_first;
+}
+
+void FetchCombiner::finish(Round& round, std::unique_lock<std::mutex>& lock) {
+    --in_flight_;
+    round.done = true;
+    lock.unlock();
+    // Only this round's threads wake (each waits on its round's own condition), and one leader
+    // waiting for the call slot just freed: a wake-up per job, as a BRPOP's reply is.
+    round.cv.notify_all();
+    cv_.notify_one();
 }
 
 size_t FetchCombiner::rounds() const {

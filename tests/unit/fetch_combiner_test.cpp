@@ -18,13 +18,14 @@ namespace {
 using kiqd::FetchCombiner;
 using kiqd::UnitOfWork;
 
-// A fetch whose first call blocks until the test opens the gate, and which records how many
-// jobs each call asked for. Call k hands out min(count, limit) jobs named "k-i".
+// A fetch whose first `gated` calls block until the test opens the gate, and which records how
+// many jobs each call asked for. Call k hands out min(count, limit) jobs named "k-i".
 struct GatedFetch {
     std::mutex mutex;
     std::condition_variable cv;
     bool open = false;
-    bool first_entered = false;
+    size_t gated = 1;
+    size_t entered_calls = 0;
     std::vector<size_t> asked;
     size_t limit = 1000;
     bool fail_second = false;
@@ -33,8 +34,8 @@ struct GatedFetch {
         std::unique_lock lock(mutex);
         const size_t call = asked.size();
         asked.push_back(count);
-        if (call == 0) {
-            first_entered = true;
+        if (call < gated) {
+            ++entered_calls;
             cv.notify_all();
             cv.wait(lock, [&] { return open; });
         }
@@ -49,9 +50,9 @@ struct GatedFetch {
         open = true;
         cv.notify_all();
     }
-    bool entered() {
+    size_t entered() {
         std::lock_guard lock(mutex);
-        return first_entered;
+        return entered_calls;
     }
 };
 
@@ -78,11 +79,13 @@ std::thread taker(FetchCombiner& combiner, GatedFetch& fetch, Outcome& out) {
     });
 }
 
-// One thread's call in flight (gated), then `others` threads that ask meanwhile.
+// `fetch.gated` threads' calls in flight (gated), then `others` threads that ask meanwhile.
 void start_round(FetchCombiner& combiner, GatedFetch& fetch, Outcome& out,
                  std::vector<std::thread>& threads, size_t others) {
-    threads.push_back(taker(combiner, fetch, out));
-    REQUIRE(kiqd::test::wait_until([&] { return fetch.entered(); }));
+    for (size_t i = 0; i < fetch.gated; ++i) {
+        threads.push_back(taker(combiner, fetch, out));
+        REQUIRE(kiqd::test::wait_until([&] { return fetch.entered() == i + 1; }));
+    }
     for (size_t i = 0; i < others; ++i) threads.push_back(taker(combiner, fetch, out));
     REQUIRE(kiqd::test::wait_until([&] { return combiner.joined() == others; }));
 }
@@ -91,7 +94,7 @@ void start_round(FetchCombiner& combiner, GatedFetch& fetch, Outcome& out,
 
 TEST_CASE("fetch combiner: threads that ask during a call share the next one",
           "[fetch][fair_fetch]") {
-    FetchCombiner combiner(64);
+    FetchCombiner combiner(64, 1);
     GatedFetch fetch;
     Outcome out;
     std::vector<std::thread> threads;
@@ -108,12 +111,12 @@ TEST_CASE("fetch combiner: threads that ask during a call share the next one",
 
 TEST_CASE("fetch combiner: a round never asks for more than max_round jobs",
           "[fetch][fair_fetch]") {
-    FetchCombiner combiner(2);
+    FetchCombiner combiner(2, 1);
     GatedFetch fetch;
     Outcome out;
     std::vector<std::thread> threads;
     threads.push_back(taker(combiner, fetch, out));
-    REQUIRE(kiqd::test::wait_until([&] { return fetch.entered(); }));
+    REQUIRE(kiqd::test::wait_until([&] { return fetch.entered() == 1; }));
     for (int i = 0; i < 4; ++i) threads.push_back(taker(combiner, fetch, out));
     fetch.release();
     for (auto& t : threads) t.join();
@@ -129,7 +132,7 @@ TEST_CASE("fetch combiner: a round never asks for more than max_round jobs",
 
 TEST_CASE("fetch combiner: a short reply leaves the other threads empty-handed",
           "[fetch][fair_fetch]") {
-    FetchCombiner combiner(64);
+    FetchCombiner combiner(64, 1);
     GatedFetch fetch;
     fetch.limit = 2;  // the queues hold two jobs for the second round's four threads
     Outcome out;
@@ -145,7 +148,7 @@ TEST_CASE("fetch combiner: a short reply leaves the other threads empty-handed",
 
 TEST_CASE("fetch combiner: a failed call throws in its leader, the others get nothing",
           "[fetch][fair_fetch]") {
-    FetchCombiner combiner(64);
+    FetchCombiner combiner(64, 1);
     GatedFetch fetch;
     fetch.fail_second = true;
     Outcome out;
@@ -160,4 +163,20 @@ TEST_CASE("fetch combiner: a failed call throws in its leader, the others get no
     auto unit = combiner.take([&](size_t count) { return fetch(count); });
     REQUIRE(unit);
     REQUIRE(unit->payload == "2-0");
+}
+
+TEST_CASE("fetch combiner: two calls in flight, then the threads that asked share the third",
+          "[fetch][fair_fetch]") {
+    FetchCombiner combiner(64);  // kMaxInFlight: 2
+    REQUIRE(FetchCombiner::kMaxInFlight == 2);
+    GatedFetch fetch;
+    fetch.gated = 2;
+    Outcome out;
+    std::vector<std::thread> threads;
+    start_round(combiner, fetch, out, threads, 4);
+    fetch.release();
+    for (auto& t : threads) t.join();
+    REQUIRE(fetch.asked == std::vector<size_t>{1, 1, 4});
+    REQUIRE(out.jobs == std::multiset<std::string>{"0-0", "1-0", "2-0", "2-1", "2-2", "2-3"});
+    REQUIRE(combiner.handed() == 6);
 }
