@@ -90,6 +90,14 @@ void start_round(FetchCombiner& combiner, GatedFetch& fetch, Outcome& out,
     REQUIRE(kiqd::test::wait_until([&] { return combiner.joined() == others; }));
 }
 
+// start_round, then the gate opens and every thread finishes.
+void run_round(FetchCombiner& combiner, GatedFetch& fetch, Outcome& out, size_t others) {
+    std::vector<std::thread> threads;
+    start_round(combiner, fetch, out, threads, others);
+    fetch.release();
+    for (auto& t : threads) t.join();
+}
+
 }  // namespace
 
 TEST_CASE("fetch combiner: threads that ask during a call share the next one",
@@ -97,10 +105,7 @@ TEST_CASE("fetch combiner: threads that ask during a call share the next one",
     FetchCombiner combiner(64, 1);
     GatedFetch fetch;
     Outcome out;
-    std::vector<std::thread> threads;
-    start_round(combiner, fetch, out, threads, 5);
-    fetch.release();
-    for (auto& t : threads) t.join();
+    run_round(combiner, fetch, out, 5);
     // Two calls for six threads: the first for its own thread, the second for the five others.
     REQUIRE(fetch.asked == std::vector<size_t>{1, 5});
     REQUIRE(combiner.rounds() == 2);
@@ -136,10 +141,7 @@ TEST_CASE("fetch combiner: a short reply leaves the other threads empty-handed",
     GatedFetch fetch;
     fetch.limit = 2;  // the queues hold two jobs for the second round's four threads
     Outcome out;
-    std::vector<std::thread> threads;
-    start_round(combiner, fetch, out, threads, 4);
-    fetch.release();
-    for (auto& t : threads) t.join();
+    run_round(combiner, fetch, out, 4);
     REQUIRE(fetch.asked == std::vector<size_t>{1, 4});
     REQUIRE(out.jobs == std::multiset<std::string>{"0-0", "1-0", "1-1"});
     REQUIRE(out.empty == 2);
@@ -152,10 +154,7 @@ TEST_CASE("fetch combiner: a failed call throws in its leader, the others get no
     GatedFetch fetch;
     fetch.fail_second = true;
     Outcome out;
-    std::vector<std::thread> threads;
-    start_round(combiner, fetch, out, threads, 3);
-    fetch.release();
-    for (auto& t : threads) t.join();
+    run_round(combiner, fetch, out, 3);
     REQUIRE(out.jobs == std::multiset<std::string>{"0-0"});
     REQUIRE(out.failed == 1);
     REQUIRE(out.empty == 2);
@@ -172,10 +171,7 @@ TEST_CASE("fetch combiner: two calls in flight, then the threads that asked shar
     GatedFetch fetch;
     fetch.gated = 2;
     Outcome out;
-    std::vector<std::thread> threads;
-    start_round(combiner, fetch, out, threads, 4);
-    fetch.release();
-    for (auto& t : threads) t.join();
+    run_round(combiner, fetch, out, 4);
     REQUIRE(fetch.asked == std::vector<size_t>{1, 1, 4});
     REQUIRE(out.jobs == std::multiset<std::string>{"0-0", "1-0", "2-0", "2-1", "2-2", "2-3"});
     REQUIRE(combiner.handed() == 6);
