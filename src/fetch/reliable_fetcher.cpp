@@ -136,8 +136,11 @@ std::optional<UnitOfWork> ReliableFetcher::retrieve_work(
             [&](size_t count) { return fair_->take(conn, rng, pending, fair_keys_, count); });
         if (unit) return unit;
         const size_t index = idle_queue(slot, idle_rounds++);
-        auto blocked = conn.command({"BRPOPLPUSH", queue_keys_[index], working_[index].second,
-                                     std::to_string(kBlockSeconds)});
+        // A thread the combined call left without a job still holds its previous job's
+        // releases: they go out with the block, not 2 s later.
+        auto blocked = command_after(conn, pending,
+                                     {"BRPOPLPUSH", queue_keys_[index], working_[index].second,
+                                      std::to_string(kBlockSeconds)});
         if (blocked.is_nil()) return std::nullopt;
         return UnitOfWork{working_[index].first, std::string(blocked.str())};
     }
