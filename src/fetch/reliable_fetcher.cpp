@@ -4,6 +4,7 @@
 
 #include "fetch/fair_fetch.hpp"
 #include "fetch/fetch_buffer.hpp"
+#include "fetch/fetch_combiner.hpp"
 
 namespace kiqd {
 namespace {
@@ -53,6 +54,8 @@ ReliableFetcher::ReliableFetcher(const Keys& keys, const QueueOrder& order, std:
     fair_keys_ = batch_keys_;
     batch_keys_.push_back(suspects_key());
     if (batch_ > 1) buffer_ = std::make_unique<FetchBuffer>(batch_, max_refills, threads);
+    if (batch_ == 1 && fair_)
+        combiner_ = std::make_unique<FetchCombiner>(threads ? threads : BasicFetcher::kMaxRound);
 }
 
 ReliableFetcher::~ReliableFetcher() = default;
@@ -127,10 +130,17 @@ std::optional<UnitOfWork> ReliableFetcher::retrieve_work(
         return taken;
     }
     if (fair_) {
-        if (auto unit = fair_->take_one(conn, rng, pending, fair_keys_)) return unit;
+        // One script call for every thread waiting at this moment (fetch_combiner.hpp); each
+        // job is in the working list before any thread sees it, as with one call per job.
+        auto unit = combiner_->take(
+            [&](size_t count) { return fair_->take(conn, rng, pending, fair_keys_, count); });
+        if (unit) return unit;
         const size_t index = idle_queue(slot, idle_rounds++);
-        auto blocked = conn.command({"BRPOPLPUSH", queue_keys_[index], working_[index].second,
-                                     std::to_string(kBlockSeconds)});
+        // A thread the combined call left without a job still holds its previous job's
+        // releases: they go out with the block, not 2 s later.
+        auto blocked = command_after(conn, pending,
+                                     {"BRPOPLPUSH", queue_keys_[index], working_[index].second,
+                                      std::to_string(kBlockSeconds)});
         if (blocked.is_nil()) return std::nullopt;
         return UnitOfWork{working_[index].first, std::string(blocked.str())};
     }

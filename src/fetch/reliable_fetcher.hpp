@@ -105,6 +105,8 @@ class ReliableFetcher final : public Fetcher {
     std::unique_ptr<FetchBuffer> buffer_;  // only when batch_ > 1
     std::unique_ptr<FairFetch> fair_;      // only with fair queues
     std::vector<std::string> fair_keys_;   // queue keys, then working list keys
+    // Fair queues with batch_size 1: one script call for every waiting thread.
+    std::unique_ptr<FetchCombiner> combiner_;
     // A one-shot latch (StopSignal's shape: set once, awaitable), not a stop request.
     mutable StopSignal ready_;
 };
