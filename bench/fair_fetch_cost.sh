@@ -10,6 +10,9 @@
 #   EXTRA="fetch: reliable"       a YAML line added to both configs (batched reliable fetch)
 #   BINARIES="/tmp/kiqd.old build/kiqd"   A/B: each round runs every binary in turn (plain, fair)
 #   SVG=docs/fair-fetch-cost.svg          also a bar chart of µs per job (bench/lib/svg_plot.py)
+#   STATS=1                               also Redis's INFO commandstats per run, per job: calls
+#                                         and µs of each command (scripts as evalsha; the
+#                                         bench's own polls are in eval)
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
@@ -52,6 +55,7 @@ for ((round = 1; round <= RUNS; round++)); do
         rcli flushall >/dev/null
         /usr/bin/python3 "$here/lib/push_jobs.py" Kiqd::Noop "$GREEDY" "$TENANTS" "$PER_TENANT" | rcli --pipe >/dev/null
         [[ $(rcli llen queue:default) == "$total" ]] || die "push failed"
+        [[ -n ${STATS:-} ]] && rcli config resetstat >/dev/null
         cpu0=$(rcli info cpu | awk -F: '/^used_cpu_(sys|user):/ {s += $2} END {printf "%.2f", s}')
         "$KIQD" -C "$work/$mode.yml" >"$work/$mode.log" 2>&1 &
         kiqd_pid=$!
@@ -70,15 +74,24 @@ for ((round = 1; round <= RUNS; round++)); do
         cpu1=$(rcli info cpu | awk -F: '/^used_cpu_(sys|user):/ {s += $2} END {printf "%.2f", s}')
         left=$(rcli eval "local n = 0 for _, q in ipairs(redis.call('smembers', 'queues')) do n = n + redis.call('llen', 'queue:' .. q) end return n" 0)
         [[ $left == 0 ]] || die "$left jobs left in tenant lists with an empty ring"
+        if [[ -n ${STATS:-} ]]; then
+            # cmdstat_lpush:calls=3,usec=20,usec_per_call=6.67,... → per job
+            rcli info commandstats | tr -d '\r' | awk -F'[:,=]' -v total="$total" '
+                /^cmdstat_/ { sub(/^cmdstat_/, "", $1)
+                    printf "    %-12s %8.3f calls/job %7.3f µs/job %6.2f µs/call\n", $1, $3 / total, $5 / total, $7 }' >&2
+        fi
+        # kiqd's own CPU seconds (user + system, all threads) up to here: fields 14 and 15.
+        kcpu=$(awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f", ($14 + $15) / hz}' "/proc/$kiqd_pid/stat")
         kill -TERM "$kiqd_pid"; wait "$kiqd_pid" || true; kiqd_pid=""
         secs=$(/usr/bin/python3 -c "print('%.2f' % ($t1 - $t0))")
         rate=$(/usr/bin/python3 -c "print('%.0f' % ($total / ($t1 - $t0)))")
         rcpu=$(/usr/bin/python3 -c "print('%.2f' % ($cpu1 - $cpu0))")
         us=$(/usr/bin/python3 -c "print('%.1f' % (1e6 * ($t1 - $t0) / $total))")
         rus=$(/usr/bin/python3 -c "print('%.1f' % (1e6 * ($cpu1 - $cpu0) / $total))")
-        echo "  round $round $KIQD $mode: $total jobs in $secs s = $rate jobs/s, $us µs per job, Redis CPU $rcpu s" >&2
+        echo "  round $round $KIQD $mode: $total jobs in $secs s = $rate jobs/s, $us µs per job, Redis CPU $rcpu s, kiqd CPU $kcpu s" >&2
         bars+=("${EXTRA:-basic fetch}, $mode, round $round, $(basename "$KIQD")=$us")
-        results+=("| $mode, round $round, $KIQD | $total | $secs | $rate | $us | $rcpu | $rus |")
+        kus=$(/usr/bin/python3 -c "print('%.1f' % (1e6 * $kcpu / $total))")
+        results+=("| $mode, round $round, $KIQD | $total | $secs | $rate | $us | $rcpu | $rus | $kus |")
     done
   done
 done
@@ -87,8 +100,8 @@ if [[ -n ${SVG:-} ]]; then
         "Fetch cost per job: $GREEDY greedy + $TENANTS tenants x $PER_TENANT no-op jobs, c=$CONCURRENCY" \
         "µs/job" "${bars[@]}" || die "svg_plot failed"
 fi
-echo "| run | jobs | seconds | jobs/s | µs per job | Redis CPU s | Redis CPU µs per job |"
-echo "|---|---|---|---|---|---|---|"
+echo "| run | jobs | seconds | jobs/s | µs per job | Redis CPU s | Redis CPU µs per job | kiqd CPU µs per job |"
+echo "|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${results[@]}"
 echo
 echo "EXTRA='${EXTRA:-}' GREEDY=$GREEDY TENANTS=$TENANTS PER_TENANT=$PER_TENANT CONCURRENCY=$CONCURRENCY; load average $(cut -d' ' -f1-3 /proc/loadavg); git $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"

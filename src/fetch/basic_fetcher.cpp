@@ -6,6 +6,7 @@
 #include "fetch/batch_fetch_loop.hpp"
 #include "fetch/fair_fetch.hpp"
 #include "fetch/fetch_buffer.hpp"
+#include "fetch/fetch_combiner.hpp"
 #include "fetch/fetcher.hpp"
 #include "redis/lua_type_guard.hpp"
 
@@ -95,6 +96,8 @@ BasicFetcher::BasicFetcher(const Keys& keys, const QueueOrder& order, size_t pre
         pop_script_ =
             std::make_unique<redis::Script>(fair_ ? FairFetch::script_source() : kBatchFetchScript);
         buffer_ = std::make_unique<FetchBuffer>(prefetch_, max_refills, threads);
+    } else if (fair_) {
+        combiner_ = std::make_unique<FetchCombiner>(threads ? threads : kMaxRound);
     }
 }
 
@@ -164,7 +167,16 @@ std::optional<UnitOfWork> BasicFetcher::retrieve_work(redis::Connection& conn, s
     if (fair_) {
         // The fair queues are served from their tenant lists; BRPOP below (every queue empty)
         // then takes a new job straight from its plain queue.
-        if (auto unit = fair_->take_one(conn, rng, pending, queue_keys_)) return unit;
+        // Without prefetch: one script call for every thread waiting at this moment
+        // (fetch_combiner.hpp). With prefetch the buffer's refill found them empty just now.
+        std::optional<UnitOfWork> unit;
+        if (combiner_) {
+            unit = combiner_->take(
+                [&](size_t count) { return fair_->take(conn, rng, pending, queue_keys_, count); });
+        } else {
+            unit = fair_->take_one(conn, rng, pending, queue_keys_);
+        }
+        if (unit) return unit;
     }
     thread_local std::vector<const std::string*> names;
     thread_local std::vector<std::string> argv_storage;

@@ -103,6 +103,32 @@ local function plain_value(job, pos)
   return nil, false
 end
 
+-- Whether a marker after `before` (the payload from its `{` up to the marker) stands at depth
+-- 1: with its strings blanked out, no quote is left and the brackets balance. Payloads of one
+-- client share this prefix (`"retry":true,"queue":"default","class":"X",`), so the verdict is
+-- kept per prefix for the script's call: the blanking (a gsub, ~0.85 µs a job, more than the
+-- rest of the scan) then runs once per prefix instead of once per job.
+local verdicts, nverdicts = {}, 0
+local function top_level(before)
+  local v = verdicts[before]
+  if v ~= nil then return v end
+  local blanked = string.gsub(before, '"[^"]*"', '')
+  v = true
+  if string.find(blanked, '"', 1, true) then
+    v = false
+  elseif string.find(blanked, '[%[{]') then
+    local _, opens = string.gsub(blanked, '[%[{]', '')
+    local _, closes = string.gsub(blanked, '[%]}]', '')
+    v = opens == closes
+  elseif string.find(blanked, '[%]}]') then
+    v = false
+  end
+  if nverdicts >= 256 then verdicts, nverdicts = {}, 0 end  -- bounded: hostile prefixes
+  verdicts[before] = v
+  nverdicts = nverdicts + 1
+  return v
+end
+
 -- The cheap scan: finds the tenant with string.find/match only, for the compact JSON objects
 -- that Sidekiq clients write. It answers (nil when it is not sure) only when:
 --  * the payload is `{...}` without a single backslash, so every `"` delimits a string;
@@ -120,15 +146,7 @@ local function scanned_tenant(job, f)
   if string.find(job, '\\', 1, true) then return nil end
   local p, e = string.find(job, f.marker, 2, true)
   if not p or string.find(job, f.quoted, e + 1, true) then return nil end
-  local before = string.gsub(string.sub(job, 2, p - 1), '"[^"]*"', '')
-  if string.find(before, '"', 1, true) then return nil end
-  if string.find(before, '[%[{]') then
-    local _, opens = string.gsub(before, '[%[{]', '')
-    local _, closes = string.gsub(before, '[%]}]', '')
-    if opens ~= closes then return nil end
-  elseif string.find(before, '[%]}]') then
-    return nil
-  end
+  if not top_level(string.sub(job, 2, p - 1)) then return nil end
   local pos = e + 1
   if f.index then
     -- args[index]: the elements before it must be plain strings or numbers too.
@@ -182,7 +200,10 @@ local function split(q, f)
     -- reply says whether the list is new (its length is the pushed count). A tenant list of
     -- another type (someone else's key) refuses the LPUSH, and its jobs take the careful path
     -- below, which sends them to the tenantless bucket or back to the plain queue.
-    local rest = {}
+    -- The new tenants join the ring and `queues` together after the loop: one LPUSH and one
+    -- SADD per 1,000 new tenants instead of one each per tenant (a split of 2,000 jobs of
+    -- tenants with a few jobs each makes hundreds). Same order in the ring as one LPUSH each.
+    local rest, joined, listed = {}, {}, {}
     for _, t in ipairs(names) do
       local g = groups[t]
       local first = math.min(1000, #g)
@@ -194,11 +215,16 @@ local function split(q, f)
           redis.call('lpush', f.list .. t, unpack(g, s, math.min(s + 999, #g)))
         end
         if len == first then
-          redis.call('lpush', f.ring, t)
-          redis.call('sadd', queues, f.queue .. t)
+          joined[#joined + 1] = t
+          listed[#listed + 1] = f.queue .. t
           ringlen = ringlen + 1
         end
       end
+    end
+    for s = 1, #joined, 1000 do
+      local e = math.min(s + 999, #joined)
+      redis.call('lpush', f.ring, unpack(joined, s, e))
+      redis.call('sadd', queues, unpack(listed, s, e))
     end
     if #rest == 0 then return end
     -- Only the refused tenants go on, their jobs grouped by tenant (oldest first in each).
@@ -390,12 +416,18 @@ void FairFetch::fair_args(std::vector<std::string>& args) const {
 std::optional<UnitOfWork> FairFetch::take_one(redis::Connection& conn, std::mt19937_64& rng,
                                               std::vector<redis::Command>& pending,
                                               const std::vector<std::string>& keys) const {
-    thread_local std::vector<std::string> args;
-    batch_order_args(order_, rng, 1, args);
-    fair_args(args);
-    auto units = batch_units(script_.run_after(conn, &pending, keys, args), order_.names());
+    auto units = take(conn, rng, pending, keys, 1);
     if (units.empty()) return std::nullopt;
     return std::move(units.front());
+}
+
+std::vector<UnitOfWork> FairFetch::take(redis::Connection& conn, std::mt19937_64& rng,
+                                        std::vector<redis::Command>& pending,
+                                        const std::vector<std::string>& keys, size_t count) const {
+    thread_local std::vector<std::string> args;
+    batch_order_args(order_, rng, count, args);
+    fair_args(args);
+    return batch_units(script_.run_after(conn, &pending, keys, args), order_.names());
 }
 
 }  // namespace kiqd

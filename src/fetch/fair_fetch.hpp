@@ -51,6 +51,10 @@ class FairFetch {
     std::optional<UnitOfWork> take_one(redis::Connection& conn, std::mt19937_64& rng,
                                        std::vector<redis::Command>& pending,
                                        const std::vector<std::string>& keys) const;
+    // Up to `count` jobs in one script call (FetchCombiner: one per waiting thread).
+    std::vector<UnitOfWork> take(redis::Connection& conn, std::mt19937_64& rng,
+                                 std::vector<redis::Command>& pending,
+                                 const std::vector<std::string>& keys, size_t count) const;
 
     // Key names, for the drain and the metrics (fair_drain.hpp).
     static std::string ring_key(const Keys& keys, const std::string& queue) {

@@ -25,6 +25,7 @@ class FetchBuffer;
 class FairFetch;
 struct AcquiredSet;
 class RefillAcquirer;
+class FetchCombiner;
 
 struct UnitOfWork {
     std::string queue;    // without the "queue:" prefix
@@ -104,6 +105,8 @@ class Fetcher {
 class BasicFetcher final : public Fetcher {
   public:
     static constexpr int kTimeoutSeconds = 2;  // Sidekiq's BasicFetch::TIMEOUT
+    // The most jobs one fair fetch call takes for waiting threads, when `threads` is not given.
+    static constexpr size_t kMaxRound = 64;
 
     // `max_refills`: prefetch round trips that may be in flight at once; `threads`: processor
     // slots, each with a pile (see FetchBuffer).
@@ -132,8 +135,9 @@ class BasicFetcher final : public Fetcher {
     size_t prefetch_;
     std::vector<std::string> queue_keys_;  // by index in order_.names()
     std::unique_ptr<redis::Script> pop_script_;
-    std::unique_ptr<FetchBuffer> buffer_;  // only when prefetch_ > 1
-    std::unique_ptr<FairFetch> fair_;      // only with fair queues
+    std::unique_ptr<FetchBuffer> buffer_;      // only when prefetch_ > 1
+    std::unique_ptr<FairFetch> fair_;          // only with fair queues
+    std::unique_ptr<FetchCombiner> combiner_;  // fair queues without prefetch
 };
 
 // The script of every batched fetch (basic `prefetch` and batched reliable fetch): KEYS are

@@ -4,6 +4,7 @@
 
 #include "fetch/fair_fetch.hpp"
 #include "fetch/fetch_buffer.hpp"
+#include "fetch/fetch_combiner.hpp"
 #include "fetch/refill_acquirer.hpp"
 
 namespace kiqd {
@@ -56,6 +57,8 @@ ReliableFetcher::ReliableFetcher(const Keys& keys, const QueueOrder& order, std:
     if (batch_ > 1) buffer_ = std::make_unique<FetchBuffer>(batch_, max_refills, threads);
     if (buffer_)
         for (size_t i = 0; i < threads; ++i) deferred_.push_back(std::make_unique<Deferred>());
+    if (batch_ == 1 && fair_)
+        combiner_ = std::make_unique<FetchCombiner>(threads ? threads : BasicFetcher::kMaxRound);
 }
 
 void ReliableFetcher::set_acquirer(const RefillAcquirer* acquirer, bool always) {
@@ -193,10 +196,17 @@ std::optional<UnitOfWork> ReliableFetcher::retrieve_work(
         return taken;
     }
     if (fair_) {
-        if (auto unit = fair_->take_one(conn, rng, pending, fair_keys_)) return unit;
+        // One script call for every thread waiting at this moment (fetch_combiner.hpp); each
+        // job is in the working list before any thread sees it, as with one call per job.
+        auto unit = combiner_->take(
+            [&](size_t count) { return fair_->take(conn, rng, pending, fair_keys_, count); });
+        if (unit) return unit;
         const size_t index = idle_queue(slot, idle_rounds++);
-        auto blocked = conn.command({"BRPOPLPUSH", queue_keys_[index], working_[index].second,
-                                     std::to_string(kBlockSeconds)});
+        // A thread the combined call left without a job still holds its previous job's
+        // releases: they go out with the block, not 2 s later.
+        auto blocked = command_after(conn, pending,
+                                     {"BRPOPLPUSH", queue_keys_[index], working_[index].second,
+                                      std::to_string(kBlockSeconds)});
         if (blocked.is_nil()) return std::nullopt;
         return UnitOfWork{working_[index].first, std::string(blocked.str())};
     }

@@ -127,6 +127,8 @@ class ReliableFetcher final : public Fetcher {
     std::vector<std::unique_ptr<Deferred>> deferred_;  // by slot; the vector itself is immutable
     std::vector<redis::Command> take_deferred() const;
     void restore_deferred(std::vector<redis::Command> commands) const;
+    // Fair queues with batch_size 1: one script call for every waiting thread.
+    std::unique_ptr<FetchCombiner> combiner_;
     // A one-shot latch (StopSignal's shape: set once, awaitable), not a stop request.
     mutable StopSignal ready_;
 };

@@ -10,8 +10,10 @@
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <thread>
 
 #include "fetch/fair_drain.hpp"
 #include "fetch/reliable_fetcher.hpp"
@@ -175,6 +177,59 @@ TEST_CASE("fair fetch: batched reliable fetch moves jobs round-robin into the wo
     conn.pipeline_unchecked(fetcher.release_commands());
     CHECK(llen(conn, working) == 1);  // the one handed out, not acknowledged
     CHECK(sidekiq_total(conn) == 6);
+}
+
+// Threads fetching at once share script calls (fetch_combiner.hpp): each job still reaches
+// exactly one thread, and with reliable fetch each is in the working list until acknowledged.
+TEST_CASE("fair fetch: threads fetching at once get every job exactly once", "[fair_fetch]") {
+    const bool reliable = GENERATE(false, true);
+    CAPTURE(reliable);
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto setup = server.connect();
+    std::vector<std::string> raws;
+    for (int i = 1; i <= 200; ++i) raws.push_back(job("big", i));
+    for (const char* t : {"s1", "s2", "s3"})
+        for (int i = 1; i <= 20; ++i) raws.push_back(job(t, i));
+    kiqd::test::push_raw(setup, "default", raws);
+    FairSetup s({{"default", 0}}, fair_default());
+    constexpr int kThreads = 6;
+    std::unique_ptr<Fetcher> fetcher;
+    if (reliable) {
+        auto r =
+            std::make_unique<ReliableFetcher>(s.keys, s.order, kIdentity, 1, 1, s.fair(), kThreads);
+        r->set_ready();
+        fetcher = std::move(r);
+    } else {
+        fetcher = std::make_unique<BasicFetcher>(s.keys, s.order, 1, 1, s.fair(), kThreads);
+    }
+    std::mutex mutex;
+    std::multiset<std::string> got;
+    std::vector<std::thread> threads;
+    // A lost job would leave the threads polling empty queues: bounded, then the CHECK fails.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    for (int t = 0; t < kThreads; ++t)
+        threads.emplace_back([&, t] {
+            auto conn = server.connect();
+            std::mt19937_64 rng(t);
+            std::vector<redis::Command> pending;
+            for (;;) {
+                {
+                    std::lock_guard lock(mutex);
+                    if (got.size() >= raws.size()) return;
+                }
+                if (std::chrono::steady_clock::now() > deadline) return;
+                auto unit = fetcher->retrieve_work(conn, rng, static_cast<size_t>(t), pending);
+                if (!unit) continue;
+                std::lock_guard lock(mutex);
+                got.insert(unit->payload);
+            }
+        });
+    for (auto& t : threads) t.join();
+    CHECK(got == std::multiset<std::string>(raws.begin(), raws.end()));
+    CHECK(sidekiq_total(setup) == 0);
+    CHECK(llen(setup, "kiqd:fair:default:ring") == 0);
+    if (reliable) CHECK(llen(setup, "queue:sq|" + kIdentity + "|default") == 260);
 }
 
 TEST_CASE("fair fetch: a paused fair queue is not fetched, and its tenant lists stay",
