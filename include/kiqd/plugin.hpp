@@ -37,7 +37,7 @@
 // building the payload's tree.
 // 5: Config gains load_warnings `runners`, `runner_handlers`, `cron` and this release's other new sections; Connection remembers whether
 // it was ever open (reconnects are counted).
-#define KIQD_PLUGIN_ABI_VERSION 5
+#define KIQD_PLUGIN_ABI_VERSION 6
 
 namespace kiqd {
 
