@@ -35,8 +35,9 @@
 // type makes the connection reconnect).
 // 4: Job keeps the places of the members kiqd reads (member_json), for reading them without
 // building the payload's tree.
-// 5: Config gains load_warnings `runners`, `runner_handlers`, `cron` and this release's other new sections; Connection remembers whether
-// it was ever open (reconnects are counted).
+// 5: Config gains load_warnings `runners`, `runner_handlers`, `cron` and this release's other
+// new sections; Connection remembers whether it was ever open (reconnects are counted).
+// 6: JobContext::acquired and after_refill (what a batched refill acquired for the job).
 #define KIQD_PLUGIN_ABI_VERSION 6
 
 namespace kiqd {
