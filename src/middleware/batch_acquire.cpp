@@ -1,9 +1,6 @@
 #include "middleware/batch_acquire.hpp"
 
-#include <fmt/format.h>
-
 #include <algorithm>
-#include <random>
 
 #include "kiqd/clock.hpp"
 #include "middleware/fair_tenant.hpp"
@@ -92,11 +89,6 @@ return out
 constexpr const char* kUntilAndWhile = "until_and_while_executing";
 constexpr const char* kWhileExecuting = "while_executing";
 
-std::string token() {
-    thread_local std::mt19937_64 rng(std::random_device{}());
-    return fmt::format("{:012x}", rng() & 0xffffffffffffULL);
-}
-
 }  // namespace
 
 bool BatchAcquire::useful(const Config& config) {
@@ -170,7 +162,7 @@ void BatchAcquire::plan(const UnitOfWork& unit, std::vector<Acquired>& wanted,
         a.kind = Acquired::Kind::slot;
         a.key = keys_.concurrency_slots(scope);
         a.waiting = keys_.concurrency_waiting(scope);
-        a.member = identity_ + "|" + job->jid + "|" + token();
+        a.member = concurrency_slot_member(identity_, job->jid);
         a.limit = limit.limit;
         keys.insert(keys.end(), {a.key, a.waiting});
         args.insert(args.end(), {"c", std::to_string(limit.limit), a.member,

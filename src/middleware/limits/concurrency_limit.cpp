@@ -1,7 +1,6 @@
 #include "middleware/limits/concurrency_limit.hpp"
 
 #include <algorithm>
-#include <random>
 
 #include "fetch/refill_acquirer.hpp"
 #include "middleware/limits/concurrency_scripts.hpp"
@@ -9,22 +8,6 @@
 #include "redis/script_fold.hpp"
 
 namespace kiqd {
-namespace {
-
-std::string random_hex() {
-    thread_local std::mt19937_64 rng(std::random_device{}());
-    static constexpr char kHex[] = "0123456789abcdef";
-    std::string out(12, '0');
-    auto v = rng();
-    for (auto& c : out) {
-        c = kHex[v & 15];
-        v >>= 4;
-    }
-    return out;
-}
-
-}  // namespace
-
 bool ConcurrencyLimitMiddleware::configured(const Config& config) {
     return std::any_of(config.classes.begin(), config.classes.end(),
                        [](const auto& kv) { return kv.second.concurrency_limit.has_value(); });
@@ -54,8 +37,7 @@ void ConcurrencyLimitMiddleware::call(JobContext& ctx, const Next& next) const {
     const std::string ttl = std::to_string(keeper_.config().slot_ttl.count());
     // A batched refill may have taken the slot already (refill_acquirer.hpp): no round trip.
     Acquired* pre = ctx.acquired ? ctx.acquired->claim(Acquired::Kind::slot, slots) : nullptr;
-    const std::string member =
-        pre ? pre->member : identity_ + "|" + ctx.job.jid + "|" + random_hex();
+    const std::string member = pre ? pre->member : concurrency_slot_member(identity_, ctx.job.jid);
     uint64_t held = 0;
     if (pre) {
         held = pre->held;

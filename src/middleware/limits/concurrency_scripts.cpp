@@ -1,5 +1,7 @@
 #include "middleware/limits/concurrency_scripts.hpp"
 
+#include <random>
+
 #include "redis/lua_type_guard.hpp"
 
 namespace kiqd {
@@ -201,6 +203,18 @@ const std::string& concurrency_acquire_script() {
 const std::string& concurrency_release_script() {
     static const std::string s = std::string(kPrelude) + kReleaseBody;
     return s;
+}
+
+std::string concurrency_slot_member(const std::string& identity, const std::string& jid) {
+    thread_local std::mt19937_64 rng(std::random_device{}());
+    static constexpr char kHex[] = "0123456789abcdef";
+    std::string token(12, '0');
+    auto v = rng();
+    for (auto& ch : token) {
+        ch = kHex[v & 15];
+        v >>= 4;
+    }
+    return identity + "|" + jid + "|" + token;
 }
 
 std::string concurrency_script_with(const char* body) {

@@ -14,5 +14,9 @@ const std::string& concurrency_check_script();
 // The shared prelude followed by `body`: a script of another component that calls release()
 // (release_fold.hpp folds a refill's slot and lock releases into one script call).
 std::string concurrency_script_with(const char* body);
+// A new slot's member in the slots ZSET: "<identity>|<jid>|<12 hex digits>", unique per
+// acquire, and telling which process holds it to anyone reading the ZSET (the per-job acquire
+// and a batched refill's take the same shape). Any thread.
+std::string concurrency_slot_member(const std::string& identity, const std::string& jid);
 
 }  // namespace kiqd
