@@ -97,7 +97,7 @@ BasicFetcher::BasicFetcher(const Keys& keys, const QueueOrder& order, size_t pre
             std::make_unique<redis::Script>(fair_ ? FairFetch::script_source() : kBatchFetchScript);
         buffer_ = std::make_unique<FetchBuffer>(prefetch_, max_refills, threads);
     } else if (fair_) {
-        combiner_ = std::make_unique<FetchCombiner>(threads ? threads : kMaxRound);
+        combiner_ = std::make_unique<FetchCombiner>(threads);
     }
 }
 

@@ -36,10 +36,14 @@ class FetchCombiner {
     // against 23 for one (Redis CPU 9.3–10.4 against 9.2 µs/job); noisy, see docs.
     static constexpr size_t kMaxInFlight = 2;
 
-    // `max_round`: the most jobs one call takes (more waiting threads wait for the next round);
-    // `max_in_flight`: calls at once (a round's leader waits while that many are).
+    // The most jobs one call takes when the number of processor threads is not given.
+    static constexpr size_t kMaxRound = 64;
+
+    // `max_round`: the most jobs one call takes (more waiting threads wait for the next round),
+    // normally the processor threads (0: kMaxRound); `max_in_flight`: calls at once (a round's
+    // leader waits while that many are).
     explicit FetchCombiner(size_t max_round, size_t max_in_flight = kMaxInFlight)
-        : max_round_(max_round ? max_round : 1),
+        : max_round_(max_round ? max_round : kMaxRound),
           max_in_flight_(max_in_flight ? max_in_flight : 1) {}
 
     // The caller's job, fetched by this thread (the round's leader: `fetch` runs here, without

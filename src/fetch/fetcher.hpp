@@ -105,8 +105,6 @@ class Fetcher {
 class BasicFetcher final : public Fetcher {
   public:
     static constexpr int kTimeoutSeconds = 2;  // Sidekiq's BasicFetch::TIMEOUT
-    // The most jobs one fair fetch call takes for waiting threads, when `threads` is not given.
-    static constexpr size_t kMaxRound = 64;
 
     // `max_refills`: prefetch round trips that may be in flight at once; `threads`: processor
     // slots, each with a pile (see FetchBuffer).

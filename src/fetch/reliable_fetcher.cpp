@@ -57,8 +57,7 @@ ReliableFetcher::ReliableFetcher(const Keys& keys, const QueueOrder& order, std:
     if (batch_ > 1) buffer_ = std::make_unique<FetchBuffer>(batch_, max_refills, threads);
     if (buffer_)
         for (size_t i = 0; i < threads; ++i) deferred_.push_back(std::make_unique<Deferred>());
-    if (batch_ == 1 && fair_)
-        combiner_ = std::make_unique<FetchCombiner>(threads ? threads : BasicFetcher::kMaxRound);
+    if (batch_ == 1 && fair_) combiner_ = std::make_unique<FetchCombiner>(threads);
 }
 
 void ReliableFetcher::set_acquirer(const RefillAcquirer* acquirer, bool always) {
