@@ -189,6 +189,7 @@ std::optional<UnitOfWork> BasicFetcher::retrieve_work(redis::Connection& conn, s
     auto reply = command_after(conn, pending, argv_storage);
     if (reply.is_nil()) return std::nullopt;
     if (reply.size() != 2) reply.unexpected("BRPOP returned an unexpected reply");
+    if (buffer_) buffer_->note_taken(slot);
     return UnitOfWork{std::string(keys_.queue_name(reply[0].str())), std::string(reply[1].str())};
 }
 

@@ -90,6 +90,13 @@ class FetchBuffer {
         const Pile* pile = pile_of(slot);
         return pile && pile->short_jobs();
     }
+    // Records that `slot`'s thread took a job outside the buffer (the blocking pop once every
+    // queue was empty), so that its next take measures that job's run like a buffered one's.
+    // Without it, after an idle spell each thread's first refill counted its jobs as unmeasured
+    // (not short: no piles, nothing acquired ahead). Only the slot's own thread may call it.
+    void note_taken(size_t slot) {
+        if (Pile* pile = pile_of(slot)) pile->last = std::chrono::steady_clock::now();
+    }
     // Jobs in the threads' piles.
     size_t piled() const { return piled_.load(std::memory_order_relaxed); }
 

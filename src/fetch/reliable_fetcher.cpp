@@ -189,6 +189,7 @@ std::optional<UnitOfWork> ReliableFetcher::retrieve_work(
                                      {"BRPOPLPUSH", queue_keys_[index], working_[index].second,
                                       std::to_string(kBlockSeconds)});
         if (blocked.is_nil()) return std::nullopt;
+        buffer_->note_taken(slot);
         UnitOfWork taken{working_[index].first, std::string(blocked.str())};
         // What the batch script checks for each job it moves; one more round trip, when idle.
         taken.suspect = conn.command({"SREM", suspects_key(), taken.payload}).integer() == 1;

@@ -334,3 +334,32 @@ TEST_CASE("fetch buffer: of the threads waiting for a refill, the one that parke
     CHECK(got1->payload == "job-3");
     CHECK(buffer.waiting() == 0);
 }
+
+TEST_CASE("fetch buffer: a job taken outside the buffer counts toward the thread's pace",
+          "[unit][batch]") {
+    // After an idle spell a thread's job comes from the blocking pop, not from the buffer. Its
+    // next take must measure it: the refill it then makes sees the thread's jobs as short
+    // (piles, locks and slots taken ahead), instead of as unmeasured.
+    FetchBuffer buffer(4, 1, 2);
+    const FetchBuffer::Refill empty = [](std::vector<UnitOfWork>&) {
+        return std::vector<UnitOfWork>{};
+    };
+    auto short_at_refill = [&](size_t slot) {
+        bool seen = false;
+        const FetchBuffer::Refill refill = [&](std::vector<UnitOfWork>&) {
+            seen = buffer.short_jobs(slot);
+            return std::vector<UnitOfWork>{{"default", "job"}};
+        };
+        bool drained = false;
+        REQUIRE(buffer.take_or_refill(refill, std::chrono::seconds(5), drained, slot));
+        return seen;
+    };
+    bool drained = false;
+    for (size_t slot : {0, 1}) {
+        CHECK_FALSE(buffer.take_or_refill(empty, std::chrono::seconds(5), drained, slot));
+        CHECK(drained);  // every queue empty: the thread blocks on one
+    }
+    buffer.note_taken(0);  // slot 0's blocking pop returned a job; slot 1's timed out
+    CHECK(short_at_refill(0));
+    CHECK_FALSE(short_at_refill(1));
+}
