@@ -379,17 +379,18 @@ std::vector<std::string> UniqueJobsMiddleware::client_lock_keys(const std::strin
 }
 
 void UniqueJobsMiddleware::call(JobContext& ctx, const Next& next) const {
-    std::optional<LockSpec> lock;
     // A batched refill that took the EXEC lock resolved the options already (same payload, same
-    // configuration): resolving and digesting them again was most of this middleware's CPU.
+    // configuration): resolving and digesting them again was most of this middleware's CPU. Its
+    // LockSpec is used where it is (shared, never modified), not copied.
     const Acquired* pre = ctx.acquired ? ctx.acquired->find(Acquired::Kind::exec_lock) : nullptr;
-    if (pre && pre->lock) {
-        lock = *pre->lock;
-    } else {
+    const std::shared_ptr<const LockSpec> shared = pre ? pre->lock : nullptr;
+    std::optional<LockSpec> resolved;
+    if (!shared) {
         auto cls = config_.classes.find(ctx.job.handler_name());
-        lock = resolve_lock(ctx.job, cls == config_.classes.end() ? nullptr : &cls->second,
-                            config_.unique_jobs);
+        resolved = resolve_lock(ctx.job, cls == config_.classes.end() ? nullptr : &cls->second,
+                                config_.unique_jobs);
     }
+    const LockSpec* lock = shared ? shared.get() : resolved ? &*resolved : nullptr;
     if (!lock) return next();
     // Runs the job; on a failure, does to the client lock what the gem's server does
     // (`relock`: take it again for the retry) before the failure goes on to the retry logic.
