@@ -249,9 +249,19 @@ std::string unique_digest(const std::string& prefix, const std::string* job_clas
     // OpenSSL 3 looks EVP_md5() up in its provider on every use; fetch them once.
     static EVP_MD* const md5 = EVP_MD_fetch(nullptr, "MD5", nullptr);
     static EVP_MD* const sha3 = EVP_MD_fetch(nullptr, "SHA3-256", nullptr);
+    // One context per thread, reused: EVP_Digest allocates and frees one per call, which cost
+    // more than the hash of these few dozen bytes (issue 25's profile).
+    struct Ctx {
+        EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+        ~Ctx() { EVP_MD_CTX_free(ctx); }
+    };
+    thread_local Ctx reused;
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int len = 0;
-    EVP_Digest(text.data(), text.size(), md, &len, modern ? sha3 : md5, nullptr);
+    if (!reused.ctx || !EVP_DigestInit_ex(reused.ctx, modern ? sha3 : md5, nullptr) ||
+        !EVP_DigestUpdate(reused.ctx, text.data(), text.size()) ||
+        !EVP_DigestFinal_ex(reused.ctx, md, &len))
+        EVP_Digest(text.data(), text.size(), md, &len, modern ? sha3 : md5, nullptr);
     static constexpr char kHex[] = "0123456789abcdef";
     std::string out = prefix + ":";
     for (unsigned int i = 0; i < len; ++i) {
