@@ -34,7 +34,9 @@ namespace {
 // and its taken slots counted once, at its first item; the count then goes up by one per slot
 // taken (nothing else writes the scope while the script runs); the slots taken are added with
 // one ZADD per scope at the end. A held hash's type is read once, and the locks taken are
-// recorded with one HSET per held hash at the end. A slot member already in the ZSET (the same
+// recorded with one HSET per held hash at the end. The wait locks of all the refill's
+// until_and_while_executing items are checked with one EXISTS first; only when one of them
+// exists does each item check its own. A slot member already in the ZSET (the same
 // jid twice in a refill) is counted twice: a later item may then be refused where it would have
 // fit, which only sends its job down the per-job path. Writes go out per 1000 arguments (Lua's
 // unpack limit).
@@ -50,6 +52,31 @@ local function failed(r) return type(r) == 'table' and r.err ~= nil end
 local function write_all(cmd, key, list)
   for i = 1, #list, 1000 do
     redis.call(cmd, key, unpack(list, i, math.min(i + 999, #list)))
+  end
+end
+-- The wait locks of the until_and_while_executing items, checked with one EXISTS (this script
+-- writes none): when none exists, the common case, no item checks its own.
+local waits = {}
+do
+  local k, a = 1, 2
+  for i = 1, tonumber(ARGV[1]) do
+    if ARGV[a] == 'c' then
+      k = k + 2
+      a = a + 5
+    elseif ARGV[a] == 'f' then
+      k = k + 1
+      a = a + 2 + tonumber(ARGV[a + 1])
+    else
+      if ARGV[a + 1] == '1' then waits[#waits + 1] = KEYS[k] end
+      k = k + 3
+      a = a + 4
+    end
+  end
+end
+local some_wait = false
+for i = 1, #waits, 1000 do
+  if redis.call('exists', unpack(waits, i, math.min(i + 999, #waits))) > 0 then
+    some_wait = true
   end
 end
 local scopes, sorder = {}, {}
@@ -98,7 +125,7 @@ for i = 1, tonumber(ARGV[1]) do
       helds[held] = h
       horder[#horder + 1] = h
     end
-    if h.usable and (ARGV[a + 1] ~= '1' or redis.call('exists', KEYS[k]) == 0) and
+    if h.usable and (ARGV[a + 1] ~= '1' or not some_wait or redis.call('exists', KEYS[k]) == 0) and
        redis.call('set', KEYS[k + 1], ARGV[a + 2], 'NX', 'PX', ARGV[a + 3]) then
       h.fields[#h.fields + 1] = KEYS[k + 1]
       h.fields[#h.fields + 1] = ARGV[a + 2]

@@ -47,6 +47,7 @@ struct Fixture {
           conn(server.connect()) {
         t.config.classes["Limited"].concurrency_limit = ConcurrencySpec{2, LimitScope::job_class};
         t.config.classes["Uniq"].lock.lock = "while_executing";
+        t.config.classes["Waits"].lock.lock = "until_and_while_executing";
         t.config.classes["Wide"].concurrency_limit = ConcurrencySpec{1100, LimitScope::job_class};
         t.config.classes["Parked"].concurrency_limit = ConcurrencySpec{10, LimitScope::job_class};
         t.config.classes["Fair"].fair_tenant_queues = {FairTenantRule{"throttled", 1, 60.0}};
@@ -334,6 +335,47 @@ TEST_CASE(
     CHECK(f.conn.command({"ZSCORE", "kiqd:concurrency:Wide:slots", "expired"}).is_nil());
     CHECK(f.slots.held() == 1100);
     CHECK(zcard(f.conn, "kiqd:concurrency:Parked:slots") == 0);
+}
+
+// The wait locks of a refill's until_and_while_executing jobs are checked with one EXISTS (per
+// 1000); only when one exists does each job check its own: the job whose copy waits takes
+// nothing (its middleware decides as before), all the others take their locks.
+TEST_CASE(
+    "batch acquire: of 1,100 until_and_while_executing jobs in one refill, only the one whose "
+    "wait lock is held takes nothing",
+    "[batch_acquire][unique][batch]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    Fixture f(server);
+    std::vector<UnitOfWork> units;
+    for (int i = 0; i < 1100; ++i)
+        units.push_back({"default", job("Waits", "w" + std::to_string(i), std::to_string(i))});
+    auto parsed = parse_job(units[1050].payload, "default");
+    auto lock =
+        resolve_lock(std::get<Job>(parsed), &f.t.config.classes["Waits"], f.t.config.unique_jobs);
+    REQUIRE(lock);
+    const std::string wait_key = f.t.keys.digest_key(lock->digest, ":WAIT");
+    f.conn.command({"SET", wait_key, "a-waiting-copy"});
+    f.acquire->acquire(f.conn, units);
+    for (size_t i = 0; i < units.size(); ++i) {
+        if (i == 1050) {
+            CHECK_FALSE(units[i].acquired);
+            continue;
+        }
+        REQUIRE(units[i].acquired);
+        CHECK(units[i].acquired->items.size() == 1);
+    }
+    CHECK(f.conn.command({"HLEN", "kiqd:unique:held"}).integer() == 1099);
+    CHECK(f.conn.command({"EXISTS", f.t.keys.digest_key(lock->digest, ":EXEC")}).integer() == 0);
+    CHECK(f.conn.command({"GET", wait_key}).str() == "a-waiting-copy");
+    // With no wait lock anywhere, every one takes its lock.
+    f.conn.command({"FLUSHALL"});
+    for (auto& u : units) u.acquired.reset();
+    f.acquire->acquire(f.conn, units);
+    size_t taken = 0;
+    for (const auto& u : units) taken += u.acquired != nullptr;
+    CHECK(taken == 1100);
+    CHECK(f.conn.command({"HLEN", "kiqd:unique:held"}).integer() == 1100);
 }
 
 TEST_CASE(
