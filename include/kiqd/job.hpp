@@ -64,7 +64,7 @@ struct Job {
     std::optional<double> enqueued_at() const { return enqueued_at_; }
 
     // How many members member_json finds without a pass over the payload.
-    static constexpr size_t kIndexedMembers = 27;
+    static constexpr size_t kIndexedMembers = 29;
 
   private:
     friend std::variant<Job, InvalidJob> parse_job(std::string, std::string, const JobLimits&);

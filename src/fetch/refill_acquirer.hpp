@@ -23,10 +23,12 @@
 // thread that takes the job (or the one that puts it back) claims or releases its items.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "fetch/fetcher.hpp"
+#include "kiqd/job.hpp"
 
 namespace kiqd {
 
@@ -54,6 +56,10 @@ struct Acquired {
 
 struct AcquiredSet {
     std::vector<Acquired> items;
+    // The job as the refill parsed it from the unit's payload (with the processor's limits), so
+    // that the processor does not parse the same payload a second time: set whenever `items`
+    // is not empty. The processor moves it out (it is then empty).
+    std::optional<Job> job{};
     // The unclaimed item of `kind` on `key`, now claimed; null when there is none.
     Acquired* claim(Acquired::Kind kind, const std::string& key);
     // The first unclaimed item of `kind`, left unclaimed; null when there is none.

@@ -23,10 +23,10 @@ const nlohmann::json& empty_array() {
 // kiqd's own middleware and retry path read, so that deciding whether a job uses a feature reads
 // a few small members and never the tree of a large payload. Sorted, for the binary search.
 // clang-format off
-constexpr std::array<std::string_view, 27> kIndexedMembers = {
-    "apartment", "args", "backtrace", "class", "dead", "failed_at", "fair_tenant",
+constexpr std::array<std::string_view, 29> kIndexedMembers = {
+    "apartment", "args", "at", "backtrace", "class", "dead", "failed_at", "fair_tenant",
     "fair_tenant_queues", "fair_tenant_registered", "jid", "lock", "lock_args", "lock_digest",
-    "lock_expiration", "lock_prefix", "lock_timeout", "lock_ttl", "lock_wait_since",
+    "lock_expiration", "lock_limit", "lock_prefix", "lock_timeout", "lock_ttl", "lock_wait_since",
     "lock_wait_token", "on_conflict", "queue", "retry", "retry_for", "retry_queue",
     "unique_across_queues", "unique_across_workers", "wrapped"};
 // clang-format on

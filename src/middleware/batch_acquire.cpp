@@ -18,7 +18,7 @@ namespace {
 //   'c' (a concurrency slot): ARGV limit, member, slot TTL ms, jid; KEYS slots, waiting.
 //       Taken when the scope holds no reservation for this jid ('@<jid>', which the per-job
 //       acquire takes over), nobody is parked and fewer than `limit` slots are taken, after
-//       dropping the expired ones (once per scope).
+//       dropping the expired ones.
 //   'u' (an EXEC lock): ARGV use_wait ('1' until_and_while_executing), owner, TTL ms;
 //       KEYS <digest>:WAIT, <digest>:EXEC, the held-locks hash.
 //       Taken (SET NX PX, recorded in the hash) when no copy waits (use_wait) and the hash is
@@ -29,6 +29,18 @@ namespace {
 // Every check that could hit a key of another type is a pcall, and such a key means "not
 // taken": the per-job path then reports it as before.
 //
+// Per scope and per held hash, not per job (the interpreter's cost is per redis.call, and it
+// was most of Redis's CPU for these rows): a scope's expired slots are dropped, its parked jobs
+// and its taken slots counted once, at its first item; the count then goes up by one per slot
+// taken (nothing else writes the scope while the script runs); the slots taken are added with
+// one ZADD per scope at the end. A held hash's type is read once, and the locks taken are
+// recorded with one HSET per held hash at the end. The wait locks of all the refill's
+// until_and_while_executing items are checked with one EXISTS first; only when one of them
+// exists does each item check its own. A slot member already in the ZSET (the same
+// jid twice in a refill) is counted twice: a later item may then be refused where it would have
+// fit, which only sends its job down the per-job path. Writes go out per 1000 arguments (Lua's
+// unpack limit).
+//
 // Returns one integer per item: 0 not taken (nothing written), 1 taken with room to spare (a
 // slot: at most half the limit taken, nobody parked; a lock, a registration: always), 2 taken
 // (a slot, near the limit).
@@ -37,7 +49,38 @@ if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function failed(r) return type(r) == 'table' and r.err ~= nil end
-local swept = {}
+local function write_all(cmd, key, list)
+  for i = 1, #list, 1000 do
+    redis.call(cmd, key, unpack(list, i, math.min(i + 999, #list)))
+  end
+end
+-- The wait locks of the until_and_while_executing items, checked with one EXISTS (this script
+-- writes none): when none exists, the common case, no item checks its own.
+local waits = {}
+do
+  local k, a = 1, 2
+  for i = 1, tonumber(ARGV[1]) do
+    if ARGV[a] == 'c' then
+      k = k + 2
+      a = a + 5
+    elseif ARGV[a] == 'f' then
+      k = k + 1
+      a = a + 2 + tonumber(ARGV[a + 1])
+    else
+      if ARGV[a + 1] == '1' then waits[#waits + 1] = KEYS[k] end
+      k = k + 3
+      a = a + 4
+    end
+  end
+end
+local some_wait = false
+for i = 1, #waits, 1000 do
+  if redis.call('exists', unpack(waits, i, math.min(i + 999, #waits))) > 0 then
+    some_wait = true
+  end
+end
+local scopes, sorder = {}, {}
+local helds, horder = {}, {}
 local out = {}
 local k, a = 1, 2
 for i = 1, tonumber(ARGV[1]) do
@@ -45,16 +88,20 @@ for i = 1, tonumber(ARGV[1]) do
   if ARGV[a] == 'c' then
     local slots, waiting = KEYS[k], KEYS[k + 1]
     local limit = tonumber(ARGV[a + 1])
-    if swept[slots] == nil then
-      swept[slots] = not failed(redis.pcall('zremrangebyscore', slots, '-inf', now))
+    local s = scopes[slots]
+    if s == nil then
+      s = {key = slots, adds = {}}
+      s.usable = not failed(redis.pcall('zremrangebyscore', slots, '-inf', now)) and
+                 redis.pcall('llen', waiting) == 0
+      if s.usable then s.used = redis.call('zcard', slots) end
+      scopes[slots] = s
+      sorder[#sorder + 1] = s
     end
-    if swept[slots] and redis.pcall('llen', waiting) == 0 and
-       not redis.call('zscore', slots, '@' .. ARGV[a + 4]) then
-      local used = redis.call('zcard', slots)
-      if used < limit then
-        redis.call('zadd', slots, now + tonumber(ARGV[a + 3]), ARGV[a + 2])
-        if (used + 1) * 2 <= limit then r = 1 else r = 2 end
-      end
+    if s.usable and s.used < limit and not redis.call('zscore', slots, '@' .. ARGV[a + 4]) then
+      s.used = s.used + 1
+      s.adds[#s.adds + 1] = now + tonumber(ARGV[a + 3])
+      s.adds[#s.adds + 1] = ARGV[a + 2]
+      if s.used * 2 <= limit then r = 1 else r = 2 end
     end
     k = k + 2
     a = a + 5
@@ -71,11 +118,17 @@ for i = 1, tonumber(ARGV[1]) do
     a = a + 2 + m
   else
     local held = KEYS[k + 2]
-    local kind = redis.call('type', held)['ok']
-    if (kind == 'hash' or kind == 'none') and
-       (ARGV[a + 1] ~= '1' or redis.call('exists', KEYS[k]) == 0) and
+    local h = helds[held]
+    if h == nil then
+      local kind = redis.call('type', held)['ok']
+      h = {key = held, usable = kind == 'hash' or kind == 'none', fields = {}}
+      helds[held] = h
+      horder[#horder + 1] = h
+    end
+    if h.usable and (ARGV[a + 1] ~= '1' or not some_wait or redis.call('exists', KEYS[k]) == 0) and
        redis.call('set', KEYS[k + 1], ARGV[a + 2], 'NX', 'PX', ARGV[a + 3]) then
-      redis.call('hset', held, KEYS[k + 1], ARGV[a + 2])
+      h.fields[#h.fields + 1] = KEYS[k + 1]
+      h.fields[#h.fields + 1] = ARGV[a + 2]
       r = 1
     end
     k = k + 3
@@ -83,6 +136,8 @@ for i = 1, tonumber(ARGV[1]) do
   end
   out[i] = r
 end
+for _, s in ipairs(sorder) do write_all('zadd', s.key, s.adds) end
+for _, h in ipairs(horder) do write_all('hset', h.key, h.fields) end
 return out
 )lua";
 
@@ -115,18 +170,19 @@ BatchAcquire::BatchAcquire(const Config& config, const Keys& keys, const JobLimi
             class_names_.push_back(name);
 }
 
-void BatchAcquire::plan(const UnitOfWork& unit, std::vector<Acquired>& wanted,
-                        std::vector<std::string>& keys, std::vector<std::string>& args) const {
+std::optional<Job> BatchAcquire::plan(const UnitOfWork& unit, std::vector<Acquired>& wanted,
+                                      std::vector<std::string>& keys,
+                                      std::vector<std::string>& args) const {
     // Most payloads of a mixed queue are ruled out without parsing them.
     if (std::none_of(class_names_.begin(), class_names_.end(), [&](const std::string& name) {
             return unit.payload.find(name) != std::string::npos;
         }))
-        return;
+        return std::nullopt;
     auto parsed = parse_job(unit.payload, unit.queue, limits_);
-    const Job* job = std::get_if<Job>(&parsed);
-    if (!job) return;  // the processor sends it to the dead set
+    Job* job = std::get_if<Job>(&parsed);
+    if (!job) return std::nullopt;  // the processor sends it to the dead set
     auto cls = config_.classes.find(job->handler_name());
-    if (cls == config_.classes.end()) return;
+    if (cls == config_.classes.end()) return std::nullopt;
     const ClassSpec& spec = cls->second;
     // The fair-tenant registration first (outermost of the three middlewares). A job marked
     // by a client (fair_tenant_registered, whatever its value) is left to the middleware.
@@ -173,11 +229,12 @@ void BatchAcquire::plan(const UnitOfWork& unit, std::vector<Acquired>& wanted,
     try {
         lock = resolve_lock(*job, &spec, config_.unique_jobs);
     } catch (const std::exception&) {
-        return;  // the middleware reports it
+        // the middleware reports it
+        return wanted.empty() ? std::nullopt : std::optional<Job>(std::move(*job));
     }
     if (!lock || lock->client_lock || lock->wait_token ||
         (lock->type != kUntilAndWhile && lock->type != kWhileExecuting))
-        return;
+        return wanted.empty() ? std::nullopt : std::optional<Job>(std::move(*job));
     Acquired a;
     a.kind = Acquired::Kind::exec_lock;
     a.key = keys_.digest_key(lock->digest, ":EXEC");
@@ -189,15 +246,17 @@ void BatchAcquire::plan(const UnitOfWork& unit, std::vector<Acquired>& wanted,
                              std::to_string(lock->ttl.count())});
     a.lock = std::make_shared<const LockSpec>(std::move(*lock));
     wanted.push_back(std::move(a));
+    return std::optional<Job>(std::move(*job));
 }
 
 void BatchAcquire::acquire(redis::Connection& conn, std::vector<UnitOfWork>& units) const {
     std::vector<std::vector<Acquired>> wanted(units.size());
+    std::vector<std::optional<Job>> jobs(units.size());
     std::vector<std::string> keys;
     std::vector<std::string> args{""};
     size_t items = 0;
     for (size_t i = 0; i < units.size(); ++i) {
-        plan(units[i], wanted[i], keys, args);
+        jobs[i] = plan(units[i], wanted[i], keys, args);
         items += wanted[i].size();
     }
     if (items == 0) return;
@@ -215,7 +274,10 @@ void BatchAcquire::acquire(redis::Connection& conn, std::vector<UnitOfWork>& uni
             } else if (a.kind == Acquired::Kind::exec_lock) {
                 a.held = locks_.hold(a.key, a.member, std::chrono::milliseconds(a.limit));
             }
-            if (!units[i].acquired) units[i].acquired = std::make_shared<AcquiredSet>();
+            if (!units[i].acquired) {
+                units[i].acquired = std::make_shared<AcquiredSet>();
+                units[i].acquired->job = std::move(jobs[i]);
+            }
             units[i].acquired->items.push_back(std::move(a));
         }
     }

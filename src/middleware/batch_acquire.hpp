@@ -17,6 +17,7 @@
 //
 // Immutable after construction, shared by the processor threads (the refilling thread calls
 // acquire, the thread that puts a job back calls release_unclaimed).
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,8 +50,10 @@ class BatchAcquire final : public RefillAcquirer {
 
   private:
     // What one job asks for, found from its payload; appended to `keys`/`args` when it asks.
-    void plan(const UnitOfWork& unit, std::vector<Acquired>& wanted, std::vector<std::string>& keys,
-              std::vector<std::string>& args) const;
+    // Returns the parsed job when it asks for something (acquire() hands it to the processor
+    // with what it took), else nullopt.
+    std::optional<Job> plan(const UnitOfWork& unit, std::vector<Acquired>& wanted,
+                            std::vector<std::string>& keys, std::vector<std::string>& args) const;
 
     const Config& config_;
     const Keys& keys_;

@@ -129,6 +129,9 @@ class FairTenant {
 
     const Keys& keys() const { return keys_; }
     long long max_window() const { return settings_.max_throttling_window; }
+    // Whether some class configures fair_tenant_queues. Without, only a payload's own
+    // `fair_tenant_queues` can make plan() return a plan.
+    bool has_class_rules() const { return has_class_rules_; }
 
   private:
     struct ClassRules {
@@ -146,6 +149,7 @@ class FairTenant {
     Keys keys_;
     FairTenantConfig settings_;
     std::map<std::string, ClassRules> classes_;
+    bool has_class_rules_ = false;
     redis::Script script_;
 };
 

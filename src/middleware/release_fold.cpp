@@ -1,5 +1,7 @@
 #include "middleware/release_fold.hpp"
 
+#include <iterator>
+
 #include "middleware/limits/concurrency_scripts.hpp"
 #include "middleware/unique/lock_keeper.hpp"
 
@@ -99,9 +101,12 @@ void ReleaseFold::fold(redis::Connection& conn, std::vector<redis::Command>& com
             out.push_back(std::move(c));
             continue;
         }
-        keys.insert(keys.end(), {c[3], c[4]});
+        // `c` is dropped with `commands`: its arguments are moved, not copied.
+        keys.push_back(std::move(c[3]));
+        keys.push_back(std::move(c[4]));
         args.push_back(std::string(1, k));
-        args.insert(args.end(), c.begin() + 5, c.end());
+        args.insert(args.end(), std::make_move_iterator(c.begin() + 5),
+                    std::make_move_iterator(c.end()));
     }
     out[0] = folded_.evalsha_command(keys, args);
     commands = std::move(out);

@@ -8,6 +8,7 @@
 #include "common/log_fields.hpp"
 #include "common/outcome_counters.hpp"
 #include "fetch/cpu_gate.hpp"
+#include "fetch/refill_acquirer.hpp"
 #include "handlers/exec_handler.hpp"
 #include "handlers/runner_handler.hpp"
 #include "redis/transaction.hpp"
@@ -241,7 +242,12 @@ void Processor::process(redis::Connection& conn, UnitOfWork unit) {
 }
 
 void Processor::run_unit(redis::Connection& conn, UnitOfWork unit, const Admission& admit) {
-    auto parsed = parse_job(unit.payload, unit.queue, rt_.limits);
+    // A batched refill that acquired for this job parsed its payload already (same bytes, same
+    // limits): parsing it again was a measurable part of a job's CPU (issue 25).
+    auto parsed = unit.acquired && unit.acquired->job
+                      ? std::variant<Job, InvalidJob>(std::move(*unit.acquired->job))
+                      : parse_job(unit.payload, unit.queue, rt_.limits);
+    if (unit.acquired) unit.acquired->job.reset();
     if (auto* invalid = std::get_if<InvalidJob>(&parsed)) {
         increment(outcome_counters().unrunnable);
         increment(outcome_counters().dead);

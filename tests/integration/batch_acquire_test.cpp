@@ -47,6 +47,9 @@ struct Fixture {
           conn(server.connect()) {
         t.config.classes["Limited"].concurrency_limit = ConcurrencySpec{2, LimitScope::job_class};
         t.config.classes["Uniq"].lock.lock = "while_executing";
+        t.config.classes["Waits"].lock.lock = "until_and_while_executing";
+        t.config.classes["Wide"].concurrency_limit = ConcurrencySpec{1100, LimitScope::job_class};
+        t.config.classes["Parked"].concurrency_limit = ConcurrencySpec{10, LimitScope::job_class};
         t.config.classes["Fair"].fair_tenant_queues = {FairTenantRule{"throttled", 1, 60.0}};
         t.config.classes["Fair"].fair_tenant_arg = 0;
         fair = std::make_unique<FairTenantServerMiddleware>(t.config, t.keys);
@@ -273,6 +276,106 @@ TEST_CASE("batch acquire: jobs acquired then given back at stop release every sl
     std::vector<redis::Command> again;
     f.t.fetcher.release_acquired(*first, again);
     CHECK(again.empty());
+}
+
+// The acquire script counts a scope's slots once and adds them with one ZADD per scope, and
+// records the locks with one HSET per held hash, in writes of at most 1000 arguments (Lua's
+// unpack limit): a refill of 2,410 items checks the counts, the chunking and the values.
+TEST_CASE(
+    "batch acquire: one refill of 1,200 locks and 1,210 slots — exact counts, every lock "
+    "and slot recorded with its owner, a parked scope takes nothing",
+    "[batch_acquire][concurrency][unique][batch]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    Fixture f(server);
+    // An expired slot (dropped before counting) and a scope with a parked job (takes nothing).
+    f.conn.command({"ZADD", "kiqd:concurrency:Wide:slots", "1", "expired"});
+    f.conn.command({"RPUSH", "kiqd:concurrency:Parked:waiting", "{}"});
+    std::vector<UnitOfWork> units;
+    for (int i = 0; i < 1200; ++i) {
+        const std::string n = std::to_string(i);
+        units.push_back({"default", job("Uniq", "u" + n, n)});
+        units.push_back({"default", job("Wide", "w" + n, n)});
+    }
+    for (int i = 0; i < 10; ++i)
+        units.push_back({"default", job("Parked", "p" + std::to_string(i), "x")});
+    f.acquire->acquire(f.conn, units);
+
+    size_t locks = 0, slots = 0, roomy = 0;
+    for (const auto& u : units) {
+        if (!u.acquired) {
+            CHECK(u.payload.find("Uniq") == std::string::npos);
+            continue;
+        }
+        // What the processor runs: the refill's parse of this very payload.
+        REQUIRE(u.acquired->job);
+        CHECK(u.acquired->job->raw == u.payload);
+        REQUIRE(u.acquired->items.size() == 1);
+        const Acquired& a = u.acquired->items[0];
+        if (a.kind == Acquired::Kind::exec_lock) {
+            ++locks;
+            CHECK(f.conn.command({"GET", a.key}).str() == a.member);
+            CHECK(f.conn.command({"HGET", "kiqd:unique:held", a.key}).str() == a.member);
+            CHECK(f.conn.command({"PTTL", a.key}).integer() > 0);
+        } else {
+            REQUIRE(a.kind == Acquired::Kind::slot);
+            CHECK(a.key == "kiqd:concurrency:Wide:slots");
+            ++slots;
+            roomy += a.roomy;
+            CHECK_FALSE(f.conn.command({"ZSCORE", a.key, a.member}).is_nil());
+        }
+    }
+    CHECK(locks == 1200);
+    CHECK(f.conn.command({"HLEN", "kiqd:unique:held"}).integer() == 1200);
+    CHECK(f.locks.held() == 1200);
+    // 1,100 of the 1,200 Wide jobs fit; the first 550 (at most half the limit) with room to spare.
+    CHECK(slots == 1100);
+    CHECK(roomy == 550);
+    CHECK(zcard(f.conn, "kiqd:concurrency:Wide:slots") == 1100);
+    CHECK(f.conn.command({"ZSCORE", "kiqd:concurrency:Wide:slots", "expired"}).is_nil());
+    CHECK(f.slots.held() == 1100);
+    CHECK(zcard(f.conn, "kiqd:concurrency:Parked:slots") == 0);
+}
+
+// The wait locks of a refill's until_and_while_executing jobs are checked with one EXISTS (per
+// 1000); only when one exists does each job check its own: the job whose copy waits takes
+// nothing (its middleware decides as before), all the others take their locks.
+TEST_CASE(
+    "batch acquire: of 1,100 until_and_while_executing jobs in one refill, only the one whose "
+    "wait lock is held takes nothing",
+    "[batch_acquire][unique][batch]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    Fixture f(server);
+    std::vector<UnitOfWork> units;
+    for (int i = 0; i < 1100; ++i)
+        units.push_back({"default", job("Waits", "w" + std::to_string(i), std::to_string(i))});
+    auto parsed = parse_job(units[1050].payload, "default");
+    auto lock =
+        resolve_lock(std::get<Job>(parsed), &f.t.config.classes["Waits"], f.t.config.unique_jobs);
+    REQUIRE(lock);
+    const std::string wait_key = f.t.keys.digest_key(lock->digest, ":WAIT");
+    f.conn.command({"SET", wait_key, "a-waiting-copy"});
+    f.acquire->acquire(f.conn, units);
+    for (size_t i = 0; i < units.size(); ++i) {
+        if (i == 1050) {
+            CHECK_FALSE(units[i].acquired);
+            continue;
+        }
+        REQUIRE(units[i].acquired);
+        CHECK(units[i].acquired->items.size() == 1);
+    }
+    CHECK(f.conn.command({"HLEN", "kiqd:unique:held"}).integer() == 1099);
+    CHECK(f.conn.command({"EXISTS", f.t.keys.digest_key(lock->digest, ":EXEC")}).integer() == 0);
+    CHECK(f.conn.command({"GET", wait_key}).str() == "a-waiting-copy");
+    // With no wait lock anywhere, every one takes its lock.
+    f.conn.command({"FLUSHALL"});
+    for (auto& u : units) u.acquired.reset();
+    f.acquire->acquire(f.conn, units);
+    size_t taken = 0;
+    for (const auto& u : units) taken += u.acquired != nullptr;
+    CHECK(taken == 1100);
+    CHECK(f.conn.command({"HLEN", "kiqd:unique:held"}).integer() == 1100);
 }
 
 TEST_CASE(

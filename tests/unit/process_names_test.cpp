@@ -2,7 +2,9 @@
 // separators key names and lock owners are split on cannot occur in it; lock owners are split
 // at their last space; relative plugin paths are resolved beside the config file.
 #include <catch2/catch.hpp>
+#include <regex>
 
+#include "kiqd/clock.hpp"
 #include "kiqd/config.hpp"
 #include "middleware/unique/lock_keeper.hpp"
 #include "server/process_identity.hpp"
@@ -35,6 +37,20 @@ TEST_CASE("the identity of a process carries its name encoded", "[names]") {
     ::unsetenv("DYNO");
     CHECK(me.hostname == "web%201%7Cx");
     CHECK(me.identity == "web%201%7Cx:" + std::to_string(me.pid) + ":" + me.nonce);
+}
+
+TEST_CASE("lock owners: a new owner is '<identity> <16 hex>@<seconds>.<3 digits>', taken now",
+          "[names][unique]") {
+    const double before = kiqd::epoch_seconds();
+    const std::string owner = kiqd::LockKeeper::new_owner("host:1:abc");
+    const double after = kiqd::epoch_seconds();
+    CHECK(std::regex_match(owner, std::regex(R"(host:1:abc [0-9a-f]{16}@[0-9]+\.[0-9]{3})")));
+    CHECK(kiqd::LockKeeper::owner_identity(owner) == "host:1:abc");
+    const auto since = kiqd::LockKeeper::owner_since(owner);
+    REQUIRE(since);
+    CHECK(*since >= before - 0.0005);  // rounded to the millisecond
+    CHECK(*since <= after + 0.0005);
+    CHECK(kiqd::LockKeeper::new_owner("host:1:abc") != owner);
 }
 
 TEST_CASE("lock owners: the identity is everything before the last space", "[names][unique]") {

@@ -54,6 +54,33 @@ TEST_CASE("unique: the digest is sidekiq-unique-jobs' legacy MD5 digest", "[uniq
     CHECK(resolve_lock(q1, nullptr, cfg)->digest == resolve_lock(q2, nullptr, cfg)->digest);
 }
 
+// unique_digest reuses one digest context per thread: MD5 and SHA3-256 in turn on one thread
+// must each give the same digest as on their own (values from the two tests above and below).
+TEST_CASE("unique: digests alternating between MD5 and SHA3-256 on one thread stay exact",
+          "[unique][digest]") {
+    const std::string hard = "HardWorker", c = "C", queue = "default";
+    const std::string md5 = "uniquejobs:51379b77797b663b731d77364b7dde75";
+    const std::string sha3 =
+        "uniquejobs:e6f180f2e1d0cb41147546d95dc47565c015556630d8cf758eeb5895137e58d7";
+    for (int i = 0; i < 3; ++i) {
+        CHECK(unique_digest("uniquejobs", &hard, &queue, R"([1,"two",{"x":3.5}])") == md5);
+        CHECK(unique_digest("uniquejobs", &c, &queue, "[1]", std::nullopt, true) == sha3);
+    }
+}
+
+// The lock options read from the Job's member index ("at", "lock_limit" included) are the
+// same as read by a pass over the payload.
+TEST_CASE("unique: at and lock_limit are read from the payload", "[unique]") {
+    UniqueJobsConfig cfg;
+    auto lock = resolve_lock(
+        job_of(
+            R"({"class":"C","queue":"default","args":[1],"lock":"until_executed","lock_limit":3,"at":1700000000.5})"),
+        nullptr, cfg);
+    REQUIRE(lock);
+    CHECK(lock->limit == 3);
+    CHECK(lock->score == "1700000000.5");
+}
+
 TEST_CASE("unique: payload options, YAML defaults and the lock types' defaults", "[unique]") {
     UniqueJobsConfig cfg;
     CHECK_FALSE(resolve_lock(job_of(R"({"class":"C","args":[]})"), nullptr, cfg));

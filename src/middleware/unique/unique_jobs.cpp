@@ -249,9 +249,19 @@ std::string unique_digest(const std::string& prefix, const std::string* job_clas
     // OpenSSL 3 looks EVP_md5() up in its provider on every use; fetch them once.
     static EVP_MD* const md5 = EVP_MD_fetch(nullptr, "MD5", nullptr);
     static EVP_MD* const sha3 = EVP_MD_fetch(nullptr, "SHA3-256", nullptr);
+    // One context per thread, reused: EVP_Digest allocates and frees one per call, which cost
+    // more than the hash of these few dozen bytes (issue 25's profile).
+    struct Ctx {
+        EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+        ~Ctx() { EVP_MD_CTX_free(ctx); }
+    };
+    thread_local Ctx reused;
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int len = 0;
-    EVP_Digest(text.data(), text.size(), md, &len, modern ? sha3 : md5, nullptr);
+    if (!reused.ctx || !EVP_DigestInit_ex(reused.ctx, modern ? sha3 : md5, nullptr) ||
+        !EVP_DigestUpdate(reused.ctx, text.data(), text.size()) ||
+        !EVP_DigestFinal_ex(reused.ctx, md, &len))
+        EVP_Digest(text.data(), text.size(), md, &len, modern ? sha3 : md5, nullptr);
     static constexpr char kHex[] = "0123456789abcdef";
     std::string out = prefix + ":";
     for (unsigned int i = 0; i < len; ++i) {
@@ -379,17 +389,18 @@ std::vector<std::string> UniqueJobsMiddleware::client_lock_keys(const std::strin
 }
 
 void UniqueJobsMiddleware::call(JobContext& ctx, const Next& next) const {
-    std::optional<LockSpec> lock;
     // A batched refill that took the EXEC lock resolved the options already (same payload, same
-    // configuration): resolving and digesting them again was most of this middleware's CPU.
+    // configuration): resolving and digesting them again was most of this middleware's CPU. Its
+    // LockSpec is used where it is (shared, never modified), not copied.
     const Acquired* pre = ctx.acquired ? ctx.acquired->find(Acquired::Kind::exec_lock) : nullptr;
-    if (pre && pre->lock) {
-        lock = *pre->lock;
-    } else {
+    const std::shared_ptr<const LockSpec> shared = pre ? pre->lock : nullptr;
+    std::optional<LockSpec> resolved;
+    if (!shared) {
         auto cls = config_.classes.find(ctx.job.handler_name());
-        lock = resolve_lock(ctx.job, cls == config_.classes.end() ? nullptr : &cls->second,
-                            config_.unique_jobs);
+        resolved = resolve_lock(ctx.job, cls == config_.classes.end() ? nullptr : &cls->second,
+                                config_.unique_jobs);
     }
+    const LockSpec* lock = shared ? shared.get() : resolved ? &*resolved : nullptr;
     if (!lock) return next();
     // Runs the job; on a failure, does to the client lock what the gem's server does
     // (`relock`: take it again for the retry) before the failure goes on to the retry logic.
