@@ -195,11 +195,13 @@ local function split(q, f)
     return
   end
   local ringlen = redis.call('llen', f.ring)
-  if ringlen + #names <= f.max then
-    -- Every tenant fits under the cap even if all are new, so no TYPE per tenant: the LPUSH's
-    -- reply says whether the list is new (its length is the pushed count). A tenant list of
-    -- another type (someone else's key) refuses the LPUSH, and its jobs take the careful path
-    -- below, which sends them to the tenantless bucket or back to the plain queue.
+  do
+    -- No TYPE per tenant: the LPUSH's reply (the list's length) says whether the list is new (its
+    -- length is the pushed count). A tenant list of another type (someone else's key) refuses
+    -- the LPUSH, and a new tenant beyond max_tenants has its list taken back at once (it holds
+    -- only these jobs); their jobs take the careful path below, which sends them to the
+    -- tenantless bucket or back to the plain queue. (Before, a TYPE per tenant ran whenever the
+    -- ring might reach the cap within the batch: at 10,000 tenants, most splits.)
     -- The new tenants join the ring and `queues` together after the loop: one LPUSH and one
     -- SADD per 1,000 new tenants instead of one each per tenant (a split of 2,000 jobs of
     -- tenants with a few jobs each makes hundreds). Same order in the ring as one LPUSH each.
@@ -209,6 +211,9 @@ local function split(q, f)
       local first = math.min(1000, #g)
       local len = redis.pcall('lpush', f.list .. t, unpack(g, 1, first))
       if type(len) ~= 'number' then
+        rest[#rest + 1] = t
+      elseif len == first and t ~= '' and ringlen >= f.max then
+        redis.call('del', f.list .. t)
         rest[#rest + 1] = t
       else
         for s = first + 1, #g, 1000 do
@@ -284,13 +289,70 @@ local function always_first(q)
   return true
 end
 
--- Tenant t, at the ring's head (just rotated there), leaves the ring and Sidekiq's queue list
--- until its next job: its list is empty.
-local function leave_ring(f, t, w)
-  redis.call('lpop', f.ring)
-  if f.ringlen then f.ringlen = f.ringlen - 1 end
-  redis.pcall('srem', queues, f.queue .. t)
-  if w > 1 then redis.pcall('hdel', f.served, t) end
+-- The ring is walked a stretch at a time instead of one LMOVE per job. f.view holds tenants
+-- read from the ring's tail with one LRANGE (f.view[1] is the tail, served first); f.used of
+-- them have had their turn in this call, in order: f.back are those that stay (rotated to the
+-- head at the commit, as one LMOVE each would have), f.gone the Sidekiq queue names of those
+-- whose list is empty (they leave the ring and `queues`), f.reset the weighted tenants whose
+-- turn is over (their count leaves the served hash). f.cur is the tenant whose turn is under
+-- way (f.view[f.used + 1]) and f.count the jobs it has had in this turn.
+-- commit writes all that back: one LTRIM and one LPUSH of the ring, one SREM, one HDEL, and an
+-- HSET for a weighted tenant whose turn goes on into the next call. The script is atomic, so
+-- nobody sees the ring between the reads and the commit; it runs before the script returns
+-- (finish) and whenever the view is used up.
+local function commit(f)
+  if not f.view then return end
+  if f.used > 0 then
+    redis.call('ltrim', f.ring, 0, -(f.used + 1))
+    if #f.back > 0 then redis.call('lpush', f.ring, unpack(f.back)) end
+  end
+  -- After the pops nothing may fail: the served hash and the queues set, someone else's keys at
+  -- worst, are written with pcall (a served hash that is not one makes a weight count within a
+  -- call only).
+  if f.cur and f.count > 0 and (f.weights[f.cur] or 1) > 1 then
+    redis.pcall('hset', f.served, f.cur, f.count)
+  end
+  if #f.gone > 0 then redis.pcall('srem', queues, unpack(f.gone)) end
+  if #f.reset > 0 then redis.pcall('hdel', f.served, unpack(f.reset)) end
+  f.view, f.cur = nil, nil
+end
+
+local function finish()
+  for _, f in pairs(fair) do commit(f) end
+end
+
+-- Tenant f.cur's turn is over: it goes to the ring's head, or leaves the ring when its list is
+-- empty (eagerly: a split adds a tenant whose list is missing to the ring, so an emptied tenant
+-- left in it would get two turns).
+local function end_turn(f, empty)
+  local t = f.cur
+  f.used = f.used + 1
+  if empty then f.gone[#f.gone + 1] = f.queue .. t else f.back[#f.back + 1] = t end
+  if (f.weights[t] or 1) > 1 then f.reset[#f.reset + 1] = t end
+  f.cur = nil
+end
+
+-- A lone tenant t (the whole ring): nobody joins the ring before the next split (the next
+-- script), so the rest of this batch comes from its list in one LRANGE + LTRIM (+ LPUSH into
+-- the working list), oldest first, instead of two calls per job. always_first: every job taken
+-- ahead is returned by this script.
+local function take_lone(f, t, list, rest, move)
+  local got = redis.call('lrange', list, -rest, -1)
+  redis.call('ltrim', list, 0, -(#got + 1))
+  if move then
+    -- Oldest first, as one RPOPLPUSH after another would leave them.
+    local rev = {}
+    for k = #got, 1, -1 do rev[#rev + 1] = got[k] end
+    redis.call('lpush', move, unpack(rev))
+  end
+  if redis.call('llen', list) == 0 then
+    f.cur = t
+    end_turn(f, true)
+  end
+  local job = got[#got]
+  got[#got] = nil
+  if #got > 0 then f.stash = got end
+  return job
 end
 
 -- The next job of queue q: the ring's current tenant's oldest job; moved into `move` (a
@@ -313,56 +375,40 @@ local function take_job(q, move)
   end
   local rest = tonumber(ARGV[1]) - taken
   while true do
-    -- The ring's tail is served and rotated to its head in one call (LINDEX and RPOPLPUSH
-    -- before).
-    local t = redis.call('lmove', f.ring, f.ring, 'RIGHT', 'LEFT')
-    if not t then return false end
-    local list = f.list .. t
-    local w = f.weights[t] or 1
-    if rest > 1 and not f.ringlen then f.ringlen = redis.call('llen', f.ring) end
-    if rest > 1 and f.ringlen == 1 and always_first(q) and
-        redis.call('type', list).ok == 'list' then
-      -- A lone tenant: nobody joins the ring before the next split (the next script), so the
-      -- rest of this batch comes from its list in one LRANGE + LTRIM (+ LPUSH into the working
-      -- list), oldest first, instead of three calls per job. always_first: every job taken
-      -- ahead is returned by this script.
-      local got = redis.call('lrange', list, -rest, -1)
-      redis.call('ltrim', list, 0, -(#got + 1))
-      if move then
-        -- Oldest first, as one RPOPLPUSH after another would leave them.
-        local rev = {}
-        for k = #got, 1, -1 do rev[#rev + 1] = got[k] end
-        redis.call('lpush', move, unpack(rev))
+    if not f.cur then
+      if f.view and f.used >= #f.view then commit(f) end
+      if not f.view then
+        -- The next stretch of the ring, enough for the rest of this batch at one job a tenant.
+        local got = redis.call('lrange', f.ring, -math.min(rest, 1000), -1)
+        if #got == 0 then return false end
+        local view = {}
+        for k = #got, 1, -1 do view[#view + 1] = got[k] end
+        f.view, f.used, f.back, f.gone, f.reset = view, 0, {}, {}, {}
+        local t = view[1]
+        if rest > 1 and #got == 1 and always_first(q) and
+            redis.call('type', f.list .. t).ok == 'list' then
+          return take_lone(f, t, f.list .. t, rest, move)
+        end
       end
-      if redis.call('llen', list) == 0 then leave_ring(f, t, w) end
-      local job = got[#got]
-      got[#got] = nil
-      if #got > 0 then f.stash = got end
-      return job
+      f.cur = f.view[f.used + 1]
+      f.count = 0
+      if (f.weights[f.cur] or 1) > 1 then
+        f.count = tonumber(redis.pcall('hget', f.served, f.cur)) or 0
+      end
     end
+    local t = f.cur
+    local list = f.list .. t
     local job
     if move then job = redis.pcall('rpoplpush', list, move) else job = redis.pcall('rpop', list) end
     if type(job) == 'table' then job = false end  -- not a list any more: forget the tenant
-    -- After the pop nothing may fail: the ring is a list (LMOVE said so), and the served
-    -- hash and the queues set, someone else's keys at worst, are written with pcall (a served
-    -- hash that is not one makes the tenant's weight 1).
-    if job then
-      if redis.call('llen', list) > 0 then
-        if w > 1 then
-          local served = redis.pcall('hincrby', f.served, t, 1)
-          if type(served) == 'number' and served < w then
-            redis.call('lmove', f.ring, f.ring, 'LEFT', 'RIGHT')  -- its turn goes on
-          else
-            redis.pcall('hdel', f.served, t)
-          end
-        end
-        return job
-      end
+    if job and redis.call('llen', list) > 0 then
+      f.count = f.count + 1
+      -- With weights, the tenant keeps its turn for W jobs in a row (deficit round robin).
+      if f.count >= (f.weights[t] or 1) then end_turn(f, false) end
+      return job
     end
-    -- Its list is empty (now or before this pop): it leaves the ring now. Eagerly: a split adds
-    -- a tenant whose list is missing to the ring, so an emptied tenant left in it would get
-    -- two turns.
-    leave_ring(f, t, w)
+    -- Its list is empty (now or before this pop): it leaves the ring.
+    end_turn(f, true)
     if job then return job end
   end
 end
