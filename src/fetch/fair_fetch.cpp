@@ -140,13 +140,30 @@ end
 -- Anything else goes to cjson.decode, so the tenant is the decoder's whenever the payload is
 -- JSON; a payload that is not JSON but looks like it (`{"tenant":"a",}`) is served as that
 -- tenant's and dies when run, as in a plain queue.
+--
+-- Payloads of one client start alike up to the marker (`{"retry":true,...,"args":[`): the
+-- first payload that passes keeps that head (f.head, marker at f.hp..f.he), and a payload that
+-- starts with the same bytes (one plain find, which stops at its first `{`) skips the search
+-- for the marker, the cut of the text before it and the bracket check: the first marker from
+-- byte 2 and the text before it are the head's. A payload with another head takes the full
+-- path. (~0.5 µs a job saved of ~1.1 on this VM: the marker's find stops at every `"` before
+-- it, and each cut makes a Lua string.)
+local sbyte, sfind, ssub = string.byte, string.find, string.sub
 local function scanned_tenant(job, f)
   if not f.marker then return nil end
-  if string.byte(job, 1) ~= 123 or string.byte(job, -1) ~= 125 then return nil end
-  if string.find(job, '\\', 1, true) then return nil end
-  local p, e = string.find(job, f.marker, 2, true)
-  if not p or string.find(job, f.quoted, e + 1, true) then return nil end
-  if not top_level(string.sub(job, 2, p - 1)) then return nil end
+  if sbyte(job, -1) ~= 125 then return nil end
+  local p, e
+  local head = f.head
+  if head and sfind(job, head, 1, true) == 1 then
+    p, e = f.hp, f.he
+    if sfind(job, '\\', e + 1, true) then return nil end
+  else
+    if sbyte(job, 1) ~= 123 or sfind(job, '\\', 1, true) then return nil end
+    p, e = sfind(job, f.marker, 2, true)
+    if not p or not top_level(ssub(job, 2, p - 1)) then return nil end
+    f.head, f.hp, f.he = ssub(job, 1, e), p, e
+  end
+  if sfind(job, f.quoted, e + 1, true) then return nil end
   local pos = e + 1
   if f.index then
     -- args[index]: the elements before it must be plain strings or numbers too.
@@ -175,10 +192,8 @@ local function split(q, f)
   local got = redis.call('lrange', KEYS[q], -split_max, -1)
   if #got == 0 then return end
   redis.call('ltrim', KEYS[q], 0, -(#got + 1))
-  local popped = {}
   for k = #got, 1, -1 do
     local job = got[k]
-    popped[#popped + 1] = job
     local t = tenant_of(job, f)
     local g = groups[t]
     if not g then
@@ -188,13 +203,13 @@ local function split(q, f)
     end
     g[#g + 1] = job
   end
-  if #popped == 0 then return end
   -- Where each tenant's jobs go, decided before the first write.
   if wrong_type({f.ring, 'list', queues, 'set'}) then
-    for k = #popped, 1, -1 do redis.call('rpush', KEYS[q], popped[k]) end
+    for k = 1, #got do redis.call('rpush', KEYS[q], got[k]) end
     return
   end
   local ringlen = redis.call('llen', f.ring)
+  local popped
   do
     -- No TYPE per tenant: the LPUSH's reply (the list's length) says whether the list is new (its
     -- length is the pushed count). A tenant list of another type (someone else's key) refuses
@@ -317,8 +332,25 @@ local function commit(f)
   f.view, f.cur = nil, nil
 end
 
+-- The jobs a fair queue's takes moved (popped for a working list) go into it together at the
+-- end, in the order taken: one LPUSH per 1,000 jobs where one RPOPLPUSH per job inserted each
+-- at the head of the working list's first node (a memmove of that node each time, ~3x an RPOP
+-- here). The script is atomic, so nobody sees the jobs between their pop and this push, and
+-- the push cannot fail: the guard checked every working list's type.
+local function flush_moved(f)
+  local moved = f.moved
+  if not moved or #moved == 0 then return end
+  for s = 1, #moved, 1000 do
+    redis.call('lpush', f.move, unpack(moved, s, math.min(s + 999, #moved)))
+  end
+  f.moved = nil
+end
+
 local function finish()
-  for _, f in pairs(fair) do commit(f) end
+  for _, f in pairs(fair) do
+    commit(f)
+    flush_moved(f)
+  end
 end
 
 -- Tenant f.cur's turn is over: it goes to the ring's head, or leaves the ring when its list is
@@ -341,9 +373,7 @@ local function take_lone(f, t, list, rest, move)
   redis.call('ltrim', list, 0, -(#got + 1))
   if move then
     -- Oldest first, as one RPOPLPUSH after another would leave them.
-    local rev = {}
-    for k = #got, 1, -1 do rev[#rev + 1] = got[k] end
-    redis.call('lpush', move, unpack(rev))
+    for k = #got, 1, -1 do f.moved[#f.moved + 1] = got[k] end
   end
   if redis.call('llen', list) == 0 then
     f.cur = t
@@ -366,6 +396,7 @@ local function take_job(q, move)
   if not f.split then
     f.split = true
     split(q, f)
+    if move then f.move, f.moved = move, {} end
   end
   if f.stash then
     local job = f.stash[#f.stash]
@@ -398,9 +429,9 @@ local function take_job(q, move)
     end
     local t = f.cur
     local list = f.list .. t
-    local job
-    if move then job = redis.pcall('rpoplpush', list, move) else job = redis.pcall('rpop', list) end
+    local job = redis.pcall('rpop', list)
     if type(job) == 'table' then job = false end  -- not a list any more: forget the tenant
+    if job and move then f.moved[#f.moved + 1] = job end
     if job and redis.call('llen', list) > 0 then
       f.count = f.count + 1
       -- With weights, the tenant keeps its turn for W jobs in a row (deficit round robin).
