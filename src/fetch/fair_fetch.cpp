@@ -92,9 +92,13 @@ end
 
 -- The value that starts at `pos`, when it is a plain string (no escape, no control byte) or a
 -- number, followed by `,` `]` or `}`: (tenant, true); (nil, false) when the scan cannot tell.
+local smatch = string.match
 local function plain_value(job, pos)
-  local s = string.match(job, '^"([^"\\%c]*)"[,%]}]', pos)
-  if s then return string.sub(s, 1, 200), true end
+  local s = smatch(job, '^"([^"\\%c]*)"[,%]}]', pos)
+  if s then
+    if #s > 200 then s = string.sub(s, 1, 200) end
+    return s, true
+  end
   local num = string.match(job, '^(%-?%d[%d%.eE+%-]*)[,%]}]', pos)
   if num then
     local v = tonumber(num)
@@ -175,8 +179,12 @@ local function scanned_tenant(job, f)
     end
     if string.byte(job, pos) == 93 then return '' end  -- ']': fewer args than index
   end
-  local v = plain_value(job, pos)
-  return v
+  local s = smatch(job, '^"([^"\\%c]*)"[,%]}]', pos)  -- the usual case: a plain string
+  if s then
+    if #s > 200 then s = ssub(s, 1, 200) end
+    return s
+  end
+  return (plain_value(job, pos))
 end
 
 local function tenant_of(job, f)
