@@ -97,6 +97,14 @@ std::vector<std::string> fetch_labels(const Fetcher& f, redis::Connection& c, in
     return out;
 }
 
+// "tenant/n" of each job in a working list, oldest fetched first.
+std::vector<std::string> working_labels(redis::Connection& c, const std::string& working) {
+    std::vector<std::string> out;
+    auto in_work = lrange(c, working);
+    for (auto it = in_work.rbegin(); it != in_work.rend(); ++it) out.push_back(label(*it));
+    return out;
+}
+
 }  // namespace
 
 TEST_CASE("fair fetch: tenants are served round-robin, whatever order they were pushed in",
@@ -166,11 +174,7 @@ TEST_CASE("fair fetch: batched reliable fetch moves jobs round-robin into the wo
     REQUIRE(unit);
     CHECK(label(unit->payload) == "big/1");
     // One batch of 4 went into the working list, round robin: big/1, small/1, big/2, big/3.
-    auto in_work = lrange(conn, working);
-    REQUIRE(in_work.size() == 4);
-    std::vector<std::string> labels;
-    for (auto it = in_work.rbegin(); it != in_work.rend(); ++it) labels.push_back(label(*it));
-    CHECK(labels == list_of{"big/1", "small/1", "big/2", "big/3"});
+    CHECK(working_labels(conn, working) == list_of{"big/1", "small/1", "big/2", "big/3"});
     // Queued plus in the working list: nothing is anywhere else.
     CHECK(sidekiq_total(conn) + llen(conn, working) == 7);
     // A clean stop puts the buffered jobs back (into the plain queue, split again later).
@@ -182,13 +186,6 @@ TEST_CASE("fair fetch: batched reliable fetch moves jobs round-robin into the wo
 // One call serves several tenants from one read of the ring, and wraps round it when the ring is
 // shorter than the batch: the turn order must be exactly one LMOVE per job's, each tenant's jobs
 // in enqueue order, and a weighted tenant's turn (W jobs in a row) must go on across calls.
-std::vector<std::string> working_labels(redis::Connection& c, const std::string& working) {
-    std::vector<std::string> out;
-    auto in_work = lrange(c, working);
-    for (auto it = in_work.rbegin(); it != in_work.rend(); ++it) out.push_back(label(*it));
-    return out;
-}
-
 TEST_CASE("fair fetch: one call serves many tenants in ring order, weights included",
           "[fair_fetch]") {
     auto& server = RedisServer::shared();
@@ -210,8 +207,8 @@ TEST_CASE("fair fetch: one call serves many tenants in ring order, weights inclu
     std::mt19937_64 rng(5);
     for (int i = 0; i < 12; ++i) REQUIRE(fetcher.retrieve_work(conn, rng, 0));
     CHECK_FALSE(fetcher.retrieve_work(conn, rng, 0));
-    CHECK(working_labels(conn, working) == list_of{"p/1", "p/2", "p/3", "a/1", "b/1", "p/4",
-                                                   "p/5", "p/6", "a/2", "b/2", "p/7", "a/3"});
+    CHECK(working_labels(conn, working) == list_of{"p/1", "p/2", "p/3", "a/1", "b/1", "p/4", "p/5",
+                                                   "p/6", "a/2", "b/2", "p/7", "a/3"});
     CHECK(llen(conn, "kiqd:fair:default:ring") == 0);
     CHECK(conn.command({"EXISTS", "kiqd:fair:default:served"}).integer() == 0);
     CHECK(conn.command({"SMEMBERS", "queues"}).size() == 1);
