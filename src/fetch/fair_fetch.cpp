@@ -313,12 +313,14 @@ local function always_first(q)
 end
 
 -- The ring is walked a stretch at a time instead of one LMOVE per job. f.view holds tenants
--- read from the ring's tail with one LRANGE (f.view[1] is the tail, served first); f.used of
+-- read from the ring's tail with one LRANGE (as LRANGE gives them: f.view[#f.view] is the
+-- tail, served first; f.view[#f.view - k] the tenant k places before it); f.used of
 -- them have had their turn in this call, in order: f.back are those that stay (rotated to the
 -- head at the commit, as one LMOVE each would have), f.gone the Sidekiq queue names of those
 -- whose list is empty (they leave the ring and `queues`), f.reset the weighted tenants whose
 -- turn is over (their count leaves the served hash). f.cur is the tenant whose turn is under
--- way (f.view[f.used + 1]) and f.count the jobs it has had in this turn.
+-- way (f.view[#f.view - f.used]) and f.count the jobs it has had in this turn. The three
+-- lists are made on first use: a call of a few jobs (basic fetch) pays for no empty table.
 -- commit writes all that back: one LTRIM and one LPUSH of the ring, one SREM, one HDEL, and an
 -- HSET for a weighted tenant whose turn goes on into the next call. The script is atomic, so
 -- nobody sees the ring between the reads and the commit; it runs before the script returns
@@ -327,7 +329,7 @@ local function commit(f)
   if not f.view then return end
   if f.used > 0 then
     redis.call('ltrim', f.ring, 0, -(f.used + 1))
-    if #f.back > 0 then redis.call('lpush', f.ring, unpack(f.back)) end
+    if f.back then redis.call('lpush', f.ring, unpack(f.back)) end
   end
   -- After the pops nothing may fail: the served hash and the queues set, someone else's keys at
   -- worst, are written with pcall (a served hash that is not one makes a weight count within a
@@ -335,9 +337,9 @@ local function commit(f)
   if f.cur and f.count > 0 and (f.weights[f.cur] or 1) > 1 then
     redis.pcall('hset', f.served, f.cur, f.count)
   end
-  if #f.gone > 0 then redis.pcall('srem', queues, unpack(f.gone)) end
-  if #f.reset > 0 then redis.pcall('hdel', f.served, unpack(f.reset)) end
-  f.view, f.cur = nil, nil
+  if f.gone then redis.pcall('srem', queues, unpack(f.gone)) end
+  if f.reset then redis.pcall('hdel', f.served, unpack(f.reset)) end
+  f.view, f.cur, f.back, f.gone, f.reset = nil, nil, nil, nil, nil
 end
 
 -- The jobs a fair queue's takes moved (popped for a working list) go into it together at the
@@ -367,8 +369,20 @@ end
 local function end_turn(f, empty)
   local t = f.cur
   f.used = f.used + 1
-  if empty then f.gone[#f.gone + 1] = f.queue .. t else f.back[#f.back + 1] = t end
-  if (f.weights[t] or 1) > 1 then f.reset[#f.reset + 1] = t end
+  if empty then
+    local gone = f.gone or {}
+    gone[#gone + 1] = f.queue .. t
+    f.gone = gone
+  else
+    local back = f.back or {}
+    back[#back + 1] = t
+    f.back = back
+  end
+  if (f.weights[t] or 1) > 1 then
+    local reset = f.reset or {}
+    reset[#reset + 1] = t
+    f.reset = reset
+  end
   f.cur = nil
 end
 
@@ -376,8 +390,7 @@ end
 -- script), so the rest of this batch comes from its list in one LRANGE + LTRIM (+ LPUSH into
 -- the working list), oldest first, instead of two calls per job. always_first: every job taken
 -- ahead is returned by this script.
-local function take_lone(f, t, list, rest, move)
-  local got = redis.call('lrange', list, -rest, -1)
+local function take_lone(f, t, list, got, move)
   redis.call('ltrim', list, 0, -(#got + 1))
   if move then
     -- Oldest first, as one RPOPLPUSH after another would leave them.
@@ -418,18 +431,18 @@ local function take_job(q, move)
       if f.view and f.used >= #f.view then commit(f) end
       if not f.view then
         -- The next stretch of the ring, enough for the rest of this batch at one job a tenant.
-        local got = redis.call('lrange', f.ring, -math.min(rest, 1000), -1)
-        if #got == 0 then return false end
-        local view = {}
-        for k = #got, 1, -1 do view[#view + 1] = got[k] end
-        f.view, f.used, f.back, f.gone, f.reset = view, 0, {}, {}, {}
+        local view = redis.call('lrange', f.ring, -math.min(rest, 1000), -1)
+        if #view == 0 then return false end
+        f.view, f.used = view, 0
         local t = view[1]
-        if rest > 1 and #got == 1 and always_first(q) and
-            redis.call('type', f.list .. t).ok == 'list' then
-          return take_lone(f, t, f.list .. t, rest, move)
+        if rest > 1 and #view == 1 and always_first(q) then
+          -- Read with pcall: a list of another type (someone else's key) answers an error,
+          -- and a missing one nothing; both take the usual path below, which drops the tenant.
+          local jobs = redis.pcall('lrange', f.list .. t, -rest, -1)
+          if jobs.err == nil and #jobs > 0 then return take_lone(f, t, f.list .. t, jobs, move) end
         end
       end
-      f.cur = f.view[f.used + 1]
+      f.cur = f.view[#f.view - f.used]
       f.count = 0
       if (f.weights[f.cur] or 1) > 1 then
         f.count = tonumber(redis.pcall('hget', f.served, f.cur)) or 0
