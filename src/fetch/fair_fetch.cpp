@@ -327,7 +327,18 @@ end
 -- (finish) and whenever the view is used up.
 local function commit(f)
   if not f.view then return end
-  if f.used > 0 then
+  if f.rotated then
+    -- A one-job call read its tenant with an LMOVE to the head (below): it stays there, leaves
+    -- from there, or goes back to the tail when its weighted turn goes on.
+    if f.gone then
+      redis.call('lpop', f.ring)
+    elseif not f.back then
+      redis.call('lmove', f.ring, f.ring, 'LEFT', 'RIGHT')
+    end
+  elseif f.used == 1 then
+    -- One tenant's turn: one call instead of two.
+    if f.back then redis.call('lmove', f.ring, f.ring, 'RIGHT', 'LEFT') else redis.call('rpop', f.ring) end
+  elseif f.used > 0 then
     redis.call('ltrim', f.ring, 0, -(f.used + 1))
     if f.back then redis.call('lpush', f.ring, unpack(f.back)) end
   end
@@ -339,7 +350,7 @@ local function commit(f)
   end
   if f.gone then redis.pcall('srem', queues, unpack(f.gone)) end
   if f.reset then redis.pcall('hdel', f.served, unpack(f.reset)) end
-  f.view, f.cur, f.back, f.gone, f.reset = nil, nil, nil, nil, nil
+  f.view, f.cur, f.back, f.gone, f.reset, f.rotated = nil, nil, nil, nil, nil, nil
 end
 
 -- The jobs a fair queue's takes moved (popped for a working list) go into it together at the
@@ -431,8 +442,17 @@ local function take_job(q, move)
       if f.view and f.used >= #f.view then commit(f) end
       if not f.view then
         -- The next stretch of the ring, enough for the rest of this batch at one job a tenant.
-        local view = redis.call('lrange', f.ring, -math.min(rest, 1000), -1)
-        if #view == 0 then return false end
+        local view
+        if rest == 1 then
+          -- One job (basic fetch's usual call): rotate and read the tenant in one LMOVE.
+          local t = redis.call('lmove', f.ring, f.ring, 'RIGHT', 'LEFT')
+          if not t then return false end
+          view = {t}
+          f.rotated = true
+        else
+          view = redis.call('lrange', f.ring, -math.min(rest, 1000), -1)
+          if #view == 0 then return false end
+        end
         f.view, f.used = view, 0
         local t = view[1]
         if rest > 1 and #view == 1 and always_first(q) then
