@@ -51,6 +51,7 @@ local function take(q, dest)
   if dest then return redis.call('rpoplpush', KEYS[q], dest) end
   return redis.call('rpop', KEYS[q])
 end
+local finish = nil
 )lua" KIQD_BATCH_FETCH_LOOP;
 
 std::vector<UnitOfWork> batch_units(const redis::Reply& reply,

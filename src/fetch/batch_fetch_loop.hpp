@@ -10,6 +10,8 @@
 //   first    the ARGV index just before the first order
 //   take(q, dest)  the next job of queue q, moved into `dest` (a working list) or popped when
 //            `dest` is false; false when the queue has none
+//   finish   nil, or a function run once before the script returns (the fair fetch script
+//            writes back there the ring steps it has taken)
 //
 // ARGV[1] is how many jobs to take. The loop returns {q, payload, ...} (q negated for a
 // suspect), stopping at the first job that finds every queue of its order empty.
@@ -39,4 +41,5 @@
     "  end\n"                                                                          \
     "  if not got then break end\n"                                                    \
     "end\n"                                                                            \
+    "if finish then finish() end\n"                                                    \
     "return out\n"

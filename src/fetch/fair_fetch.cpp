@@ -92,9 +92,13 @@ end
 
 -- The value that starts at `pos`, when it is a plain string (no escape, no control byte) or a
 -- number, followed by `,` `]` or `}`: (tenant, true); (nil, false) when the scan cannot tell.
+local smatch = string.match
 local function plain_value(job, pos)
-  local s = string.match(job, '^"([^"\\%c]*)"[,%]}]', pos)
-  if s then return string.sub(s, 1, 200), true end
+  local s = smatch(job, '^"([^"\\%c]*)"[,%]}]', pos)
+  if s then
+    if #s > 200 then s = string.sub(s, 1, 200) end
+    return s, true
+  end
   local num = string.match(job, '^(%-?%d[%d%.eE+%-]*)[,%]}]', pos)
   if num then
     local v = tonumber(num)
@@ -140,13 +144,30 @@ end
 -- Anything else goes to cjson.decode, so the tenant is the decoder's whenever the payload is
 -- JSON; a payload that is not JSON but looks like it (`{"tenant":"a",}`) is served as that
 -- tenant's and dies when run, as in a plain queue.
+--
+-- Payloads of one client start alike up to the marker (`{"retry":true,...,"args":[`): the
+-- first payload that passes keeps that head (f.head, marker at f.hp..f.he), and a payload that
+-- starts with the same bytes (one plain find, which stops at its first `{`) skips the search
+-- for the marker, the cut of the text before it and the bracket check: the first marker from
+-- byte 2 and the text before it are the head's. A payload with another head takes the full
+-- path. (~0.5 µs a job saved of ~1.1 on this VM: the marker's find stops at every `"` before
+-- it, and each cut makes a Lua string.)
+local sbyte, sfind, ssub = string.byte, string.find, string.sub
 local function scanned_tenant(job, f)
   if not f.marker then return nil end
-  if string.byte(job, 1) ~= 123 or string.byte(job, -1) ~= 125 then return nil end
-  if string.find(job, '\\', 1, true) then return nil end
-  local p, e = string.find(job, f.marker, 2, true)
-  if not p or string.find(job, f.quoted, e + 1, true) then return nil end
-  if not top_level(string.sub(job, 2, p - 1)) then return nil end
+  if sbyte(job, -1) ~= 125 then return nil end
+  local p, e
+  local head = f.head
+  if head and sfind(job, head, 1, true) == 1 then
+    p, e = f.hp, f.he
+    if sfind(job, '\\', e + 1, true) then return nil end
+  else
+    if sbyte(job, 1) ~= 123 or sfind(job, '\\', 1, true) then return nil end
+    p, e = sfind(job, f.marker, 2, true)
+    if not p or not top_level(ssub(job, 2, p - 1)) then return nil end
+    f.head, f.hp, f.he = ssub(job, 1, e), p, e
+  end
+  if sfind(job, f.quoted, e + 1, true) then return nil end
   local pos = e + 1
   if f.index then
     -- args[index]: the elements before it must be plain strings or numbers too.
@@ -158,8 +179,12 @@ local function scanned_tenant(job, f)
     end
     if string.byte(job, pos) == 93 then return '' end  -- ']': fewer args than index
   end
-  local v = plain_value(job, pos)
-  return v
+  local s = smatch(job, '^"([^"\\%c]*)"[,%]}]', pos)  -- the usual case: a plain string
+  if s then
+    if #s > 200 then s = ssub(s, 1, 200) end
+    return s
+  end
+  return (plain_value(job, pos))
 end
 
 local function tenant_of(job, f)
@@ -175,10 +200,8 @@ local function split(q, f)
   local got = redis.call('lrange', KEYS[q], -split_max, -1)
   if #got == 0 then return end
   redis.call('ltrim', KEYS[q], 0, -(#got + 1))
-  local popped = {}
   for k = #got, 1, -1 do
     local job = got[k]
-    popped[#popped + 1] = job
     local t = tenant_of(job, f)
     local g = groups[t]
     if not g then
@@ -188,18 +211,20 @@ local function split(q, f)
     end
     g[#g + 1] = job
   end
-  if #popped == 0 then return end
   -- Where each tenant's jobs go, decided before the first write.
   if wrong_type({f.ring, 'list', queues, 'set'}) then
-    for k = #popped, 1, -1 do redis.call('rpush', KEYS[q], popped[k]) end
+    for k = 1, #got do redis.call('rpush', KEYS[q], got[k]) end
     return
   end
   local ringlen = redis.call('llen', f.ring)
-  if ringlen + #names <= f.max then
-    -- Every tenant fits under the cap even if all are new, so no TYPE per tenant: the LPUSH's
-    -- reply says whether the list is new (its length is the pushed count). A tenant list of
-    -- another type (someone else's key) refuses the LPUSH, and its jobs take the careful path
-    -- below, which sends them to the tenantless bucket or back to the plain queue.
+  local popped
+  do
+    -- No TYPE per tenant: the LPUSH's reply (the list's length) says whether the list is new (its
+    -- length is the pushed count). A tenant list of another type (someone else's key) refuses
+    -- the LPUSH, and a new tenant beyond max_tenants has its list taken back at once (it holds
+    -- only these jobs); their jobs take the careful path below, which sends them to the
+    -- tenantless bucket or back to the plain queue. (Before, a TYPE per tenant ran whenever the
+    -- ring might reach the cap within the batch: at 10,000 tenants, most splits.)
     -- The new tenants join the ring and `queues` together after the loop: one LPUSH and one
     -- SADD per 1,000 new tenants instead of one each per tenant (a split of 2,000 jobs of
     -- tenants with a few jobs each makes hundreds). Same order in the ring as one LPUSH each.
@@ -209,6 +234,9 @@ local function split(q, f)
       local first = math.min(1000, #g)
       local len = redis.pcall('lpush', f.list .. t, unpack(g, 1, first))
       if type(len) ~= 'number' then
+        rest[#rest + 1] = t
+      elseif len == first and t ~= '' and ringlen >= f.max then
+        redis.call('del', f.list .. t)
         rest[#rest + 1] = t
       else
         for s = first + 1, #g, 1000 do
@@ -284,13 +312,109 @@ local function always_first(q)
   return true
 end
 
--- Tenant t, at the ring's head (just rotated there), leaves the ring and Sidekiq's queue list
--- until its next job: its list is empty.
-local function leave_ring(f, t, w)
-  redis.call('lpop', f.ring)
-  if f.ringlen then f.ringlen = f.ringlen - 1 end
-  redis.pcall('srem', queues, f.queue .. t)
-  if w > 1 then redis.pcall('hdel', f.served, t) end
+-- The ring is walked a stretch at a time instead of one LMOVE per job. f.view holds tenants
+-- read from the ring's tail with one LRANGE (as LRANGE gives them: f.view[#f.view] is the
+-- tail, served first; f.view[#f.view - k] the tenant k places before it); f.used of
+-- them have had their turn in this call, in order: f.back are those that stay (rotated to the
+-- head at the commit, as one LMOVE each would have), f.gone the Sidekiq queue names of those
+-- whose list is empty (they leave the ring and `queues`), f.reset the weighted tenants whose
+-- turn is over (their count leaves the served hash). f.cur is the tenant whose turn is under
+-- way (f.view[#f.view - f.used]) and f.count the jobs it has had in this turn. The three
+-- lists are made on first use: a call of a few jobs (basic fetch) pays for no empty table.
+-- commit writes all that back: one LTRIM and one LPUSH of the ring, one SREM, one HDEL, and an
+-- HSET for a weighted tenant whose turn goes on into the next call. The script is atomic, so
+-- nobody sees the ring between the reads and the commit; it runs before the script returns
+-- (finish) and whenever the view is used up.
+local function commit(f)
+  if not f.view then return end
+  if f.rotated then
+    -- A one-job call read its tenant with an LMOVE to the head (below): it stays there, leaves
+    -- from there, or goes back to the tail when its weighted turn goes on.
+    if f.gone then
+      redis.call('lpop', f.ring)
+    elseif not f.back then
+      redis.call('lmove', f.ring, f.ring, 'LEFT', 'RIGHT')
+    end
+  elseif f.used == 1 then
+    -- One tenant's turn: one call instead of two.
+    if f.back then redis.call('lmove', f.ring, f.ring, 'RIGHT', 'LEFT') else redis.call('rpop', f.ring) end
+  elseif f.used > 0 then
+    redis.call('ltrim', f.ring, 0, -(f.used + 1))
+    if f.back then redis.call('lpush', f.ring, unpack(f.back)) end
+  end
+  -- After the pops nothing may fail: the served hash and the queues set, someone else's keys at
+  -- worst, are written with pcall (a served hash that is not one makes a weight count within a
+  -- call only).
+  if f.cur and f.count > 0 and (f.weights[f.cur] or 1) > 1 then
+    redis.pcall('hset', f.served, f.cur, f.count)
+  end
+  if f.gone then redis.pcall('srem', queues, unpack(f.gone)) end
+  if f.reset then redis.pcall('hdel', f.served, unpack(f.reset)) end
+  f.view, f.cur, f.back, f.gone, f.reset, f.rotated = nil, nil, nil, nil, nil, nil
+end
+
+-- The jobs a fair queue's takes moved (popped for a working list) go into it together at the
+-- end, in the order taken: one LPUSH per 1,000 jobs where one RPOPLPUSH per job inserted each
+-- at the head of the working list's first node (a memmove of that node each time, ~3x an RPOP
+-- here). The script is atomic, so nobody sees the jobs between their pop and this push, and
+-- the push cannot fail: the guard checked every working list's type.
+local function flush_moved(f)
+  local moved = f.moved
+  if not moved or #moved == 0 then return end
+  for s = 1, #moved, 1000 do
+    redis.call('lpush', f.move, unpack(moved, s, math.min(s + 999, #moved)))
+  end
+  f.moved = nil
+end
+
+local function finish()
+  for _, f in pairs(fair) do
+    commit(f)
+    flush_moved(f)
+  end
+end
+
+-- Tenant f.cur's turn is over: it goes to the ring's head, or leaves the ring when its list is
+-- empty (eagerly: a split adds a tenant whose list is missing to the ring, so an emptied tenant
+-- left in it would get two turns).
+local function end_turn(f, empty)
+  local t = f.cur
+  f.used = f.used + 1
+  if empty then
+    local gone = f.gone or {}
+    gone[#gone + 1] = f.queue .. t
+    f.gone = gone
+  else
+    local back = f.back or {}
+    back[#back + 1] = t
+    f.back = back
+  end
+  if (f.weights[t] or 1) > 1 then
+    local reset = f.reset or {}
+    reset[#reset + 1] = t
+    f.reset = reset
+  end
+  f.cur = nil
+end
+
+-- A lone tenant t (the whole ring): nobody joins the ring before the next split (the next
+-- script), so the rest of this batch comes from its list in one LRANGE + LTRIM (+ LPUSH into
+-- the working list), oldest first, instead of two calls per job. always_first: every job taken
+-- ahead is returned by this script.
+local function take_lone(f, t, list, got, move)
+  redis.call('ltrim', list, 0, -(#got + 1))
+  if move then
+    -- Oldest first, as one RPOPLPUSH after another would leave them.
+    for k = #got, 1, -1 do f.moved[#f.moved + 1] = got[k] end
+  end
+  if redis.call('llen', list) == 0 then
+    f.cur = t
+    end_turn(f, true)
+  end
+  local job = got[#got]
+  got[#got] = nil
+  if #got > 0 then f.stash = got end
+  return job
 end
 
 -- The next job of queue q: the ring's current tenant's oldest job; moved into `move` (a
@@ -304,6 +428,7 @@ local function take_job(q, move)
   if not f.split then
     f.split = true
     split(q, f)
+    if move then f.move, f.moved = move, {} end
   end
   if f.stash then
     local job = f.stash[#f.stash]
@@ -313,56 +438,49 @@ local function take_job(q, move)
   end
   local rest = tonumber(ARGV[1]) - taken
   while true do
-    -- The ring's tail is served and rotated to its head in one call (LINDEX and RPOPLPUSH
-    -- before).
-    local t = redis.call('lmove', f.ring, f.ring, 'RIGHT', 'LEFT')
-    if not t then return false end
-    local list = f.list .. t
-    local w = f.weights[t] or 1
-    if rest > 1 and not f.ringlen then f.ringlen = redis.call('llen', f.ring) end
-    if rest > 1 and f.ringlen == 1 and always_first(q) and
-        redis.call('type', list).ok == 'list' then
-      -- A lone tenant: nobody joins the ring before the next split (the next script), so the
-      -- rest of this batch comes from its list in one LRANGE + LTRIM (+ LPUSH into the working
-      -- list), oldest first, instead of three calls per job. always_first: every job taken
-      -- ahead is returned by this script.
-      local got = redis.call('lrange', list, -rest, -1)
-      redis.call('ltrim', list, 0, -(#got + 1))
-      if move then
-        -- Oldest first, as one RPOPLPUSH after another would leave them.
-        local rev = {}
-        for k = #got, 1, -1 do rev[#rev + 1] = got[k] end
-        redis.call('lpush', move, unpack(rev))
+    if not f.cur then
+      if f.view and f.used >= #f.view then commit(f) end
+      if not f.view then
+        -- The next stretch of the ring, enough for the rest of this batch at one job a tenant.
+        local view
+        if rest == 1 then
+          -- One job (basic fetch's usual call): rotate and read the tenant in one LMOVE.
+          local t = redis.call('lmove', f.ring, f.ring, 'RIGHT', 'LEFT')
+          if not t then return false end
+          view = {t}
+          f.rotated = true
+        else
+          view = redis.call('lrange', f.ring, -math.min(rest, 1000), -1)
+          if #view == 0 then return false end
+        end
+        f.view, f.used = view, 0
+        local t = view[1]
+        if rest > 1 and #view == 1 and always_first(q) then
+          -- Read with pcall: a list of another type (someone else's key) answers an error,
+          -- and a missing one nothing; both take the usual path below, which drops the tenant.
+          local jobs = redis.pcall('lrange', f.list .. t, -rest, -1)
+          if jobs.err == nil and #jobs > 0 then return take_lone(f, t, f.list .. t, jobs, move) end
+        end
       end
-      if redis.call('llen', list) == 0 then leave_ring(f, t, w) end
-      local job = got[#got]
-      got[#got] = nil
-      if #got > 0 then f.stash = got end
+      f.cur = f.view[#f.view - f.used]
+      f.count = 0
+      if (f.weights[f.cur] or 1) > 1 then
+        f.count = tonumber(redis.pcall('hget', f.served, f.cur)) or 0
+      end
+    end
+    local t = f.cur
+    local list = f.list .. t
+    local job = redis.pcall('rpop', list)
+    if type(job) == 'table' then job = false end  -- not a list any more: forget the tenant
+    if job and move then f.moved[#f.moved + 1] = job end
+    if job and redis.call('llen', list) > 0 then
+      f.count = f.count + 1
+      -- With weights, the tenant keeps its turn for W jobs in a row (deficit round robin).
+      if f.count >= (f.weights[t] or 1) then end_turn(f, false) end
       return job
     end
-    local job
-    if move then job = redis.pcall('rpoplpush', list, move) else job = redis.pcall('rpop', list) end
-    if type(job) == 'table' then job = false end  -- not a list any more: forget the tenant
-    -- After the pop nothing may fail: the ring is a list (LMOVE said so), and the served
-    -- hash and the queues set, someone else's keys at worst, are written with pcall (a served
-    -- hash that is not one makes the tenant's weight 1).
-    if job then
-      if redis.call('llen', list) > 0 then
-        if w > 1 then
-          local served = redis.pcall('hincrby', f.served, t, 1)
-          if type(served) == 'number' and served < w then
-            redis.call('lmove', f.ring, f.ring, 'LEFT', 'RIGHT')  -- its turn goes on
-          else
-            redis.pcall('hdel', f.served, t)
-          end
-        end
-        return job
-      end
-    end
-    -- Its list is empty (now or before this pop): it leaves the ring now. Eagerly: a split adds
-    -- a tenant whose list is missing to the ring, so an emptied tenant left in it would get
-    -- two turns.
-    leave_ring(f, t, w)
+    -- Its list is empty (now or before this pop): it leaves the ring.
+    end_turn(f, true)
     if job then return job end
   end
 end

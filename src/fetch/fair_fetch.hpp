@@ -10,10 +10,13 @@
 //   tenant, goes to the tenantless bucket `queue:<q>@t:` (never dropped). Beyond `max_tenants`
 //   active tenants, new tenants share that bucket too.
 // * Ring. `kiqd:fair:<q>:ring` (a LIST) holds the tenants whose list is not empty; its tail is
-//   the tenant served next. A fetch pops one job from that tenant's list (into the working
-//   list, with reliable fetch), then rotates the ring (after `weight` jobs with weights, counted
-//   in the HASH `kiqd:fair:<q>:served`), or drops the tenant when its list is empty. The state
-//   is in Redis, so the rotation is cluster-wide, and a tenant that vanishes costs nothing.
+//   the tenant served next. A fetch reads as many tenants from the tail as it needs jobs (one
+//   LRANGE), pops each one's oldest job in turn, and writes the turn back at the end of the
+//   call (one LTRIM + LPUSH: served tenants to the head after `weight` jobs in a row, counted
+//   across calls in the HASH `kiqd:fair:<q>:served`; emptied tenants out of the ring and
+//   `queues`). With reliable fetch, the call's jobs enter the working list in one LPUSH, in
+//   the order taken. The state is in Redis, so the rotation is cluster-wide, and a tenant that
+//   vanishes costs nothing.
 //
 // Both steps run inside the fetch script, so every job is always in exactly one list; a
 // kill -9 finds it in the plain queue, a tenant list or a working list. The script has the

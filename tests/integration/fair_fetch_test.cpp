@@ -97,6 +97,14 @@ std::vector<std::string> fetch_labels(const Fetcher& f, redis::Connection& c, in
     return out;
 }
 
+// "tenant/n" of each job in a working list, oldest fetched first.
+std::vector<std::string> working_labels(redis::Connection& c, const std::string& working) {
+    std::vector<std::string> out;
+    auto in_work = lrange(c, working);
+    for (auto it = in_work.rbegin(); it != in_work.rend(); ++it) out.push_back(label(*it));
+    return out;
+}
+
 }  // namespace
 
 TEST_CASE("fair fetch: tenants are served round-robin, whatever order they were pushed in",
@@ -166,17 +174,70 @@ TEST_CASE("fair fetch: batched reliable fetch moves jobs round-robin into the wo
     REQUIRE(unit);
     CHECK(label(unit->payload) == "big/1");
     // One batch of 4 went into the working list, round robin: big/1, small/1, big/2, big/3.
-    auto in_work = lrange(conn, working);
-    REQUIRE(in_work.size() == 4);
-    std::vector<std::string> labels;
-    for (auto it = in_work.rbegin(); it != in_work.rend(); ++it) labels.push_back(label(*it));
-    CHECK(labels == list_of{"big/1", "small/1", "big/2", "big/3"});
+    CHECK(working_labels(conn, working) == list_of{"big/1", "small/1", "big/2", "big/3"});
     // Queued plus in the working list: nothing is anywhere else.
     CHECK(sidekiq_total(conn) + llen(conn, working) == 7);
     // A clean stop puts the buffered jobs back (into the plain queue, split again later).
     conn.pipeline_unchecked(fetcher.release_commands());
     CHECK(llen(conn, working) == 1);  // the one handed out, not acknowledged
     CHECK(sidekiq_total(conn) == 6);
+}
+
+// One call serves several tenants from one read of the ring, and wraps round it when the ring is
+// shorter than the batch: the turn order must be exactly one LMOVE per job's, each tenant's jobs
+// in enqueue order, and a weighted tenant's turn (W jobs in a row) must go on across calls.
+TEST_CASE("fair fetch: one call serves many tenants in ring order, weights included",
+          "[fair_fetch]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    std::vector<std::string> raws;
+    for (int i = 1; i <= 7; ++i) raws.push_back(job("p", i));
+    for (int i = 1; i <= 3; ++i) raws.push_back(job("a", i));
+    for (int i = 1; i <= 2; ++i) raws.push_back(job("b", i));
+    kiqd::test::push_raw(conn, "default", raws);
+    const std::string working = "queue:sq|" + kIdentity + "|default";
+    // batch_size 2: p's turn of 3 spans calls (its count is kept between them); batch_size 20:
+    // one call wraps round the ring three times.
+    const size_t batch = GENERATE(size_t{2}, size_t{20});
+    CAPTURE(batch);
+    FairSetup s({{"default", 0}}, fair_default({{"p", 3}}));
+    ReliableFetcher fetcher(s.keys, s.order, kIdentity, batch, 1, s.fair());
+    fetcher.set_ready();
+    std::mt19937_64 rng(5);
+    for (int i = 0; i < 12; ++i) REQUIRE(fetcher.retrieve_work(conn, rng, 0));
+    CHECK_FALSE(fetcher.retrieve_work(conn, rng, 0));
+    CHECK(working_labels(conn, working) == list_of{"p/1", "p/2", "p/3", "a/1", "b/1", "p/4", "p/5",
+                                                   "p/6", "a/2", "b/2", "p/7", "a/3"});
+    CHECK(llen(conn, "kiqd:fair:default:ring") == 0);
+    CHECK(conn.command({"EXISTS", "kiqd:fair:default:served"}).integer() == 0);
+    CHECK(conn.command({"SMEMBERS", "queues"}).size() == 1);
+}
+
+// Tenants that empty within a call leave the ring at once, and one that stays goes to the back
+// of the turn: a tenant pushed later joins behind them.
+TEST_CASE("fair fetch: a call's leavers and stayers leave the ring as one LMOVE per job would",
+          "[fair_fetch]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    std::vector<std::string> raws;
+    for (int i = 1; i <= 3; ++i) raws.push_back(job("a", i));
+    for (const char* t : {"b", "c", "d"}) raws.push_back(job(t, 1));
+    kiqd::test::push_raw(conn, "default", raws);
+    FairSetup s({{"default", 0}}, fair_default());
+    BasicFetcher fetcher(s.keys, s.order, 3, 1, s.fair());  // prefetch 3: calls of 3 jobs
+    std::mt19937_64 rng(9);
+    auto first = fetcher.retrieve_work(conn, rng, 0);
+    REQUIRE(first);
+    CHECK(label(first->payload) == "a/1");
+    // The call took a/1, b/1, c/1: b and c left; a went to the head, d is next.
+    CHECK(lrange(conn, "kiqd:fair:default:ring") == list_of{"a", "d"});
+    CHECK(conn.command({"SISMEMBER", "queues", "default@t:b"}).integer() == 0);
+    CHECK(conn.command({"SISMEMBER", "queues", "default@t:a"}).integer() == 1);
+    kiqd::test::push_raw(conn, "default", {job("e", 1)});
+    CHECK(fetch_labels(fetcher, conn, 10) == list_of{"b/1", "c/1", "d/1", "a/2", "e/1", "a/3"});
+    CHECK(llen(conn, "kiqd:fair:default:ring") == 0);
 }
 
 // Threads fetching at once share script calls (fetch_combiner.hpp): each job still reaches
