@@ -144,6 +144,8 @@ TEST_CASE("throttle: tokens taken in advance never let more than the limit run i
     // 300 a day: an increment takes up to throttle_chunk(300) == 3 tokens.
     REQUIRE(throttle_chunk(300) == 3);
     REQUIRE(throttle_chunk(199) == 1);
+    REQUIRE(throttle_chunk(50'000) == 500);          // 1 % of the limit
+    REQUIRE(throttle_chunk(1'000'000'000) == 1024);  // capped
     t.config.classes["Bulk"].throttle = ThrottleSpec{300, 86400, LimitScope::job_class, -1};
     auto conn = server.connect();
     for (int attempt = 0; attempt < 2; ++attempt) {

@@ -17,7 +17,7 @@
 // Tokens in advance: a window's counter is incremented by more than one when this process keeps
 // running jobs of one scope, and the jobs past the first run on the tokens left over without a
 // round trip. The first increment of a scope in a window takes 1 token; each next one takes
-// twice the last, up to throttle_chunk(limit) (limit / 100, 1..64; 1 for a limit under 200: such
+// twice the last, up to throttle_chunk(limit) (limit / 100, 1..1024; 1 for a limit under 200: such
 // a throttle behaves exactly as one token per job). An increment that returns count c for k
 // tokens grants min(k, L - (c - k)) of them: the jobs run never exceed L per window, across all
 // processes. What a process took and did not use when its window ends is lost (at most
