@@ -1,7 +1,6 @@
 #include "middleware/limits/concurrency_scripts.hpp"
 
-#include <random>
-
+#include "common/random_hex.hpp"
 #include "redis/lua_type_guard.hpp"
 
 namespace kiqd {
@@ -206,15 +205,7 @@ const std::string& concurrency_release_script() {
 }
 
 std::string concurrency_slot_member(const std::string& identity, const std::string& jid) {
-    thread_local std::mt19937_64 rng(std::random_device{}());
-    static constexpr char kHex[] = "0123456789abcdef";
-    std::string token(12, '0');
-    auto v = rng();
-    for (auto& ch : token) {
-        ch = kHex[v & 15];
-        v >>= 4;
-    }
-    return identity + "|" + jid + "|" + token;
+    return identity + "|" + jid + "|" + random_hex(12);
 }
 
 std::string concurrency_script_with(const char* body) {

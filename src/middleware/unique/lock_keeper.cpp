@@ -1,13 +1,11 @@
 #include "middleware/unique/lock_keeper.hpp"
 
-#include <fmt/format.h>
-
 #include <cmath>
-#include <random>
 #include <set>
 #include <vector>
 
 #include "common/outcome_counters.hpp"
+#include "common/random_hex.hpp"
 #include "kiqd/clock.hpp"
 #include "middleware/unique/lock_survey.hpp"
 
@@ -60,17 +58,14 @@ std::vector<bool> LockKeeper::identities_alive(redis::Connection& conn, const Ke
 }
 
 std::string LockKeeper::new_owner(const std::string& identity) {
-    thread_local std::mt19937_64 rng(std::random_device{}());
     // "<identity> <16 hex>@<seconds>.<milliseconds>", built by hand from integers: formatting
     // was most of this function's cost, and it runs once per lock taken.
-    static constexpr char kHex[] = "0123456789abcdef";
     const long long ms = std::llround(epoch_seconds() * 1000.0);
     std::string out;
     out.reserve(identity.size() + 40);
     out += identity;
     out += ' ';
-    const uint64_t token = rng();
-    for (int shift = 60; shift >= 0; shift -= 4) out += kHex[(token >> shift) & 15];
+    out += random_hex(16);
     out += '@';
     out += std::to_string(ms / 1000);
     out += '.';

@@ -3,9 +3,9 @@
 #include <openssl/evp.h>
 
 #include <cmath>
-#include <random>
 
 #include "common/outcome_counters.hpp"
+#include "common/random_hex.hpp"
 #include "fetch/refill_acquirer.hpp"
 #include "job/raw_json_object.hpp"
 #include "kiqd/clock.hpp"
@@ -200,18 +200,6 @@ std::optional<std::chrono::milliseconds> seconds_field(const nlohmann::json& p, 
     if (!std::isfinite(seconds) || std::abs(seconds) > 1e10)
         invalid(std::string(key) + " is out of range");
     return std::chrono::milliseconds(static_cast<long long>(seconds * 1000.0));
-}
-
-std::string random_hex() {
-    thread_local std::mt19937_64 rng(std::random_device{}());
-    static constexpr char kHex[] = "0123456789abcdef";
-    std::string out(16, '0');
-    auto v = rng();
-    for (auto& c : out) {
-        c = kHex[v & 15];
-        v >>= 4;
-    }
-    return out;
 }
 
 // The identity arguments as Ruby's JSON.generate writes them (ruby_json.hpp), from the
@@ -505,7 +493,7 @@ void UniqueJobsMiddleware::run_with_exec_lock(JobContext& ctx, const Next& next,
         std::vector<std::string> args{
             use_wait ? "1" : "0",
             carried,
-            random_hex(),
+            random_hex(16),
             owner,
             std::to_string(lock.ttl.count()),
             std::to_string(std::chrono::milliseconds(kWaitLockTtl).count())};
