@@ -377,23 +377,20 @@ end
 -- Tenant f.cur's turn is over: it goes to the ring's head, or leaves the ring when its list is
 -- empty (eagerly: a split adds a tenant whose list is missing to the ring, so an emptied tenant
 -- left in it would get two turns).
+-- (f.back, f.gone and f.reset are made on first use: most calls need one or none of them.)
+local function note(f, field, v)
+  local list = f[field]
+  if not list then
+    list = {}
+    f[field] = list
+  end
+  list[#list + 1] = v
+end
 local function end_turn(f, empty)
   local t = f.cur
   f.used = f.used + 1
-  if empty then
-    local gone = f.gone or {}
-    gone[#gone + 1] = f.queue .. t
-    f.gone = gone
-  else
-    local back = f.back or {}
-    back[#back + 1] = t
-    f.back = back
-  end
-  if (f.weights[t] or 1) > 1 then
-    local reset = f.reset or {}
-    reset[#reset + 1] = t
-    f.reset = reset
-  end
+  if empty then note(f, 'gone', f.queue .. t) else note(f, 'back', t) end
+  if (f.weights[t] or 1) > 1 then note(f, 'reset', t) end
   f.cur = nil
 end
 
