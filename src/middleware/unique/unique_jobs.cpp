@@ -478,7 +478,6 @@ void UniqueJobsMiddleware::run_with_exec_lock(JobContext& ctx, const Next& next,
     const bool use_wait = lock.type == kUntilAndWhile;
     const std::string carried = lock.wait_token ? lock.wait_token->get<std::string>() : "";
     const double since = lock.wait_since ? lock.wait_since->get<double>() : 0.0;
-    const std::string wait_key = keys_.digest_key(lock.digest, ":WAIT");
     const std::string exec_key = keys_.digest_key(lock.digest, ":EXEC");
     // A batched refill may have taken the EXEC lock already (refill_acquirer.hpp): no round
     // trip. It takes it only where no copy waits and the lock was free, so the job just runs.
@@ -489,6 +488,7 @@ void UniqueJobsMiddleware::run_with_exec_lock(JobContext& ctx, const Next& next,
     if (pre) {
         held = pre->held;
     } else {
+        const std::string wait_key = keys_.digest_key(lock.digest, ":WAIT");
         std::vector<std::string> keys{wait_key, exec_key, keeper_.held_hash()};
         std::vector<std::string> args{
             use_wait ? "1" : "0",
@@ -526,8 +526,13 @@ void UniqueJobsMiddleware::run_with_exec_lock(JobContext& ctx, const Next& next,
     auto release = [&] {
         keeper_.release(held);
         if (channel) {  // sent with the outcome or the next fetch: one round trip less
-            channel->push_back(release_script_.deferred_command(
-                ctx.redis, {exec_key, keeper_.held_hash()}, {owner}));
+            // Built in place and moved into the command: each string is copied once.
+            std::vector<std::string> keys(2);
+            keys[0] = exec_key;
+            keys[1] = keeper_.held_hash();
+            std::vector<std::string> args(1, owner);
+            channel->push_back(
+                release_script_.deferred_command(ctx.redis, std::move(keys), std::move(args)));
             return;
         }
         try {
