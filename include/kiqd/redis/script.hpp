@@ -30,8 +30,7 @@ class Script {
     // rvalue form moves the arguments in instead of copying them.
     Command evalsha_command(const std::vector<std::string>& keys,
                             const std::vector<std::string>& args) const;
-    Command evalsha_command(std::vector<std::string>&& keys,
-                            std::vector<std::string>&& args) const;
+    Command evalsha_command(std::vector<std::string>&& keys, std::vector<std::string>&& args) const;
     // run() with `pending` (idempotent commands left over from the previous job: lock releases)
     // sent first in the same write, their replies unchecked; `pending` is cleared once sent
     // and kept when the connection fails. Null or empty `pending`: run().

@@ -228,12 +228,32 @@ std::string unique_digest(const std::string& prefix, const std::string* job_clas
                           const std::string* queue, const std::string& lock_args,
                           const std::optional<std::string>& apartment, bool modern) {
     // JSON.generate of the sorted [key, value] pairs: apartment < class < lock_args < queue.
-    std::string text = "[";
-    if (apartment) text += "[\"apartment\"," + *apartment + "],";
-    if (job_class) text += "[\"class\"," + ruby_json_string(*job_class) + "],";
-    text += "[\"lock_args\"," + lock_args + "]";
-    if (queue) text += ",[\"queue\"," + ruby_json_string(*queue) + "]";
-    text += "]";
+    // Appended piece by piece into one reserved buffer (temporaries were a third of its cost).
+    const std::string cls = job_class ? ruby_json_string(*job_class) : std::string();
+    const std::string que = queue ? ruby_json_string(*queue) : std::string();
+    std::string text;
+    text.reserve(48 + (apartment ? apartment->size() : 0) + cls.size() + lock_args.size() +
+                 que.size());
+    text += '[';
+    if (apartment) {
+        text += "[\"apartment\",";
+        text += *apartment;
+        text += "],";
+    }
+    if (job_class) {
+        text += "[\"class\",";
+        text += cls;
+        text += "],";
+    }
+    text += "[\"lock_args\",";
+    text += lock_args;
+    text += ']';
+    if (queue) {
+        text += ",[\"queue\",";
+        text += que;
+        text += ']';
+    }
+    text += ']';
     // OpenSSL 3 looks EVP_md5() up in its provider on every use; fetch them once.
     static EVP_MD* const md5 = EVP_MD_fetch(nullptr, "MD5", nullptr);
     static EVP_MD* const sha3 = EVP_MD_fetch(nullptr, "SHA3-256", nullptr);
@@ -251,7 +271,10 @@ std::string unique_digest(const std::string& prefix, const std::string* job_clas
         !EVP_DigestFinal_ex(reused.ctx, md, &len))
         EVP_Digest(text.data(), text.size(), md, &len, modern ? sha3 : md5, nullptr);
     static constexpr char kHex[] = "0123456789abcdef";
-    std::string out = prefix + ":";
+    std::string out;
+    out.reserve(prefix.size() + 1 + 2 * len);
+    out += prefix;
+    out += ':';
     for (unsigned int i = 0; i < len; ++i) {
         out += kHex[md[i] >> 4];
         out += kHex[md[i] & 15];
