@@ -108,12 +108,9 @@ for i = 1, tonumber(ARGV[1]) do
   elseif ARGV[a] == 'f' then
     local key = KEYS[k]
     local m = tonumber(ARGV[a + 1])
-    local kind = redis.call('type', key)['ok']
-    if (kind == 'zset' or kind == 'none') and not redis.call('zscore', key, ARGV[a + 5]) then
-      local A = {}
-      for j = 1, m do A[j] = ARGV[a + 1 + j] end
-      if fair_probe(key, A) >= 0 then r = 1 end
-    end
+    -- false (another type), -1 (registered already), -2 (a rule would move it): not taken
+    local got = fair_probe(key, ARGV, a + 1)
+    if got and got >= 0 then r = 1 end
     k = k + 1
     a = a + 2 + m
   else

@@ -48,7 +48,8 @@ namespace {
 //             the winning rule would move the job it returns -2 with nothing written: the caller
 //             then builds the payloads and calls again in 's' mode. Otherwise it registers the
 //             job as 's' does and returns the same, touching KEYS[1] alone. Most jobs match no
-//             rule, so most pay neither the payloads nor their type checks.
+//             rule, so most pay neither the payloads nor their type checks. It is fair_probe
+//             (fair_tenant.hpp), which skips the calls that cannot change its answer.
 //
 // Returns the 1-based index of the winning rule (the last that matched), 0 when none matched,
 // and in server mode -1 when ARGV[4] is already in KEYS[1] (registered by the gem at push time
@@ -57,6 +58,12 @@ namespace {
 // written, when a key it may write holds another type (lua_type_guard.hpp): in server mode the
 // job is then still in hand, and fails instead of being registered but not moved.
 constexpr const char* kScript = KIQD_LUA_TYPE_GUARD KIQD_FAIR_PROBE_LUA R"lua(
+if ARGV[1] == 'p' then
+  -- false: KEYS[1] holds another type, which wrong_type then reports (nothing written)
+  local r = fair_probe(KEYS[1], ARGV, 0)
+  if r then return r end
+  return wrong_type({KEYS[1], 'zset'})
+end
 local checks = {KEYS[1], 'zset'}
 if ARGV[1] == 's' then
   checks[3] = KEYS[2]
@@ -74,7 +81,6 @@ local max = tonumber(ARGV[3])
 local n = tonumber(ARGV[5])
 if ARGV[1] ~= 'c' and redis.call('zscore', key, ARGV[4]) then return -1 end
 local t = math.floor(now)
-if ARGV[1] == 'p' then return fair_probe(key, ARGV) end
 redis.call('zremrangebyscore', key, '-inf', string.format('%d', math.floor(now - max)))
 redis.call('zadd', key, string.format('%d', t), ARGV[4])
 redis.call('expire', key, ARGV[3])

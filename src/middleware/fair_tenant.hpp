@@ -45,30 +45,50 @@
 
 namespace kiqd {
 
-// fair_probe(key, A): the server probe ('p' mode of the registration script, fair_tenant.cpp),
-// as a Lua function of the enqueues ZSET `key` and that mode's ARGV `A` (any table laid out as
-// it), after the caller checked the key's type and that A[4] is not registered yet: -2 (nothing
-// written) when the winning rule would move the job, else registers it and returns the rule
-// (0: none). Shared by that script and the batched refill's (batch_acquire.cpp).
-#define KIQD_FAIR_PROBE_LUA                                                            \
-    "local function fair_probe(key, A)\n"                                              \
-    "  local now, max, n = tonumber(A[2]), tonumber(A[3]), tonumber(A[5])\n"           \
-    "  local t = math.floor(now)\n"                                                    \
-    "  local oldest = math.floor(now - max) + 1  -- what the trim below keeps\n"       \
-    "  local chosen = 0\n"                                                             \
-    "  for i = 1, n do\n"                                                              \
-    "    local per = A[4 + 2 * i]\n"                                                   \
-    "    if per == '' then per = max else per = tonumber(per) end\n"                   \
-    "    local count = redis.call('zcount', key,\n"                                    \
-    "      string.format('%d', math.max(math.floor(now - per), oldest)),\n"            \
-    "      string.format('%d', t)) + 1\n"                                              \
-    "    if tonumber(A[5 + 2 * i]) < count then chosen = i end\n"                      \
-    "  end\n"                                                                          \
-    "  if chosen > 0 and A[5 + 2 * n + chosen] ~= '' then return -2 end\n"             \
-    "  redis.call('zremrangebyscore', key, '-inf', string.format('%d', oldest - 1))\n" \
-    "  redis.call('zadd', key, string.format('%d', t), A[4])\n"                        \
-    "  redis.call('expire', key, A[3])\n"                                              \
-    "  return chosen\n"                                                                \
+// fair_probe(key, A, o): the server probe ('p' mode of the registration script, fair_tenant.cpp),
+// as a Lua function of the enqueues ZSET `key` and that mode's ARGV laid out in the table `A`
+// from A[o + 1] on (A[o + 1] = 'p', A[o + 2] = now, ...; an offset rather than a copy, so that
+// the batched refill passes its own ARGV). Returns false (nothing written) when `key` holds
+// another type, -1 when A[o + 4] is registered already, -2 (nothing written) when the winning
+// rule would move the job, else registers it and returns the rule (0: none). Shared by that
+// script and the batched refill's (batch_acquire.cpp).
+//
+// Redis's CPU for this is mostly the interpreter's cost per redis.call, so it makes only the
+// calls that can change the outcome. ZCARD first (its WRONGTYPE error, under pcall, is the type
+// check). A rule's count is ZCOUNT + 1 <= ZCARD + 1, so a rule whose threshold is at least
+// ZCARD + 1 cannot match and needs no ZCOUNT; an empty (absent) key counts 1 for every rule
+// without one. An absent key holds neither the jid nor anything to trim, so it gets neither the
+// ZSCORE nor the ZREMRANGEBYSCORE: a tenant's first job in the window costs ZCARD, ZADD, EXPIRE.
+#define KIQD_FAIR_PROBE_LUA                                                              \
+    "local function fair_probe(key, A, o)\n"                                             \
+    "  local card = redis.pcall('zcard', key)\n"                                         \
+    "  if type(card) ~= 'number' then return false end\n"                                \
+    "  if card > 0 and redis.call('zscore', key, A[o + 4]) then return -1 end\n"         \
+    "  local now, max, n = tonumber(A[o + 2]), tonumber(A[o + 3]), tonumber(A[o + 5])\n" \
+    "  local t = math.floor(now)\n"                                                      \
+    "  local oldest = math.floor(now - max) + 1  -- what the trim below keeps\n"         \
+    "  local chosen = 0\n"                                                               \
+    "  for i = 1, n do\n"                                                                \
+    "    local threshold = tonumber(A[o + 5 + 2 * i])\n"                                 \
+    "    if threshold < card + 1 then\n"                                                 \
+    "      local count = 1\n"                                                            \
+    "      if card > 0 then\n"                                                           \
+    "        local per = A[o + 4 + 2 * i]\n"                                             \
+    "        if per == '' then per = max else per = tonumber(per) end\n"                 \
+    "        count = redis.call('zcount', key,\n"                                        \
+    "          string.format('%d', math.max(math.floor(now - per), oldest)),\n"          \
+    "          string.format('%d', t)) + 1\n"                                            \
+    "      end\n"                                                                        \
+    "      if threshold < count then chosen = i end\n"                                   \
+    "    end\n"                                                                          \
+    "  end\n"                                                                            \
+    "  if chosen > 0 and A[o + 5 + 2 * n + chosen] ~= '' then return -2 end\n"           \
+    "  if card > 0 then\n"                                                               \
+    "    redis.call('zremrangebyscore', key, '-inf', string.format('%d', oldest - 1))\n" \
+    "  end\n"                                                                            \
+    "  redis.call('zadd', key, string.format('%d', t), A[o + 4])\n"                      \
+    "  redis.call('expire', key, A[o + 3])\n"                                            \
+    "  return chosen\n"                                                                  \
     "end\n"
 
 // The payload field with which kiqd's client marks a job it registered.
