@@ -215,14 +215,22 @@ std::optional<nlohmann::json> raw_tenant_arg(const Job& job, size_t i) {
     return nlohmann::json::parse(*text);
 }
 
+// The key's %<job_class>s: `wrapped` (ActiveJob) when it is a string, else `class`.
+template <class Json>
+std::string tree_job_class(const Json& job) {
+    if (auto w = job.find("wrapped"); w != job.end() && w->is_string())
+        return w->template get<std::string>();
+    if (auto c = job.find("class"); c != job.end() && c->is_string())
+        return c->template get<std::string>();
+    return {};
+}
+
 template <class Json, class TenantArg>
-std::optional<FairTenantPlan> FairTenant::plan_impl(const Json& job, const std::string& queue,
+std::optional<FairTenantPlan> FairTenant::plan_impl(const Json& job, std::string job_class,
+                                                    const std::string& queue,
                                                     const TenantArg& tenant_arg) const {
     FairTenantPlan plan;
-    if (auto w = job.find("wrapped"); w != job.end() && w->is_string())
-        plan.job_class = w->template get<std::string>();
-    else if (auto c = job.find("class"); c != job.end() && c->is_string())
-        plan.job_class = c->template get<std::string>();
+    plan.job_class = std::move(job_class);
     const auto cls_it = classes_.find(plan.job_class);
     const ClassRules* cls = cls_it == classes_.end() ? nullptr : &cls_it->second;
 
@@ -260,31 +268,46 @@ std::optional<FairTenantPlan> FairTenant::plan_impl(const Json& job, const std::
 
 std::optional<FairTenantPlan> FairTenant::plan(const nlohmann::json& job,
                                                const std::string& queue) const {
-    return plan_impl(job, queue, [&](size_t i) { return tree_tenant_arg(job, i); });
+    return plan_impl(job, tree_job_class(job), queue,
+                     [&](size_t i) { return tree_tenant_arg(job, i); });
 }
 
 std::optional<FairTenantPlan> FairTenant::plan(const nlohmann::ordered_json& job,
                                                const std::string& queue) const {
-    return plan_impl(job, queue, [&](size_t i) { return tree_tenant_arg(job, i); });
+    return plan_impl(job, tree_job_class(job), queue,
+                     [&](size_t i) { return tree_tenant_arg(job, i); });
 }
 
 std::optional<FairTenantPlan> FairTenant::plan(const Job& job) const {
     // The members the plan reads, each parsed on its own, and the tenant argument alone: a
     // job's args can be as large as the payload limit, and their tree many times that.
-    const nlohmann::json fields =
-        job.members({"wrapped", "class", "fair_tenant_queues", "fair_tenant", "apartment"});
-    return plan_impl(fields, job.queue, [&](size_t i) { return raw_tenant_arg(job, i); });
+    // The class is not parsed again: parse_job keeps `class` and `wrapped`, and refuses a job
+    // where either is present but not a string, so a present `wrapped` is job.wrapped (even "").
+    const nlohmann::json fields = job.members({"fair_tenant_queues", "fair_tenant", "apartment"});
+    return plan_impl(fields, job.member_json("wrapped") ? job.wrapped : job.job_class, job.queue,
+                     [&](size_t i) { return raw_tenant_arg(job, i); });
+}
+
+std::string FairTenant::now_text(double now) {
+    return fmt::format("{:.6f}", now);
+}
+
+void FairTenant::append_rule_args(std::vector<std::string>& out, const FairTenantPlan& plan,
+                                  const std::string& jid, std::string now) const {
+    out.push_back(std::move(now));
+    out.push_back(std::to_string(settings_.max_throttling_window));
+    out.push_back("jid:" + jid);
+    out.push_back(std::to_string(plan.rules.size()));
+    for (const auto& rule : plan.rules) {
+        out.push_back(rule.per ? number_text(*rule.per) : "");
+        out.push_back(number_text(rule.threshold));
+    }
 }
 
 std::vector<std::string> FairTenant::script_args(char mode, const FairTenantPlan& plan,
                                                  const std::string& jid, double now) const {
-    std::vector<std::string> args{std::string(1, mode), fmt::format("{:.6f}", now),
-                                  std::to_string(settings_.max_throttling_window), "jid:" + jid,
-                                  std::to_string(plan.rules.size())};
-    for (const auto& rule : plan.rules) {
-        args.push_back(rule.per ? number_text(*rule.per) : "");
-        args.push_back(number_text(rule.threshold));
-    }
+    std::vector<std::string> args{std::string(1, mode)};
+    append_rule_args(args, plan, jid, now_text(now));
     return args;
 }
 
@@ -314,9 +337,16 @@ long long FairTenant::register_and_move(redis::Connection& redis, const FairTena
 std::vector<std::string> FairTenant::probe_args(const FairTenantPlan& plan, const std::string& jid,
                                                 double now,
                                                 const std::vector<bool>& would_move) const {
-    auto args = script_args('p', plan, jid, now);
-    for (bool m : would_move) args.push_back(m ? "1" : "");
+    std::vector<std::string> args{"p"};
+    append_probe_args(args, plan, jid, now_text(now), would_move);
     return args;
+}
+
+void FairTenant::append_probe_args(std::vector<std::string>& out, const FairTenantPlan& plan,
+                                   const std::string& jid, std::string now,
+                                   const std::vector<bool>& would_move) const {
+    append_rule_args(out, plan, jid, std::move(now));
+    for (bool m : would_move) out.push_back(m ? "1" : "");
 }
 
 long long FairTenant::register_unless_moved(redis::Connection& redis, const FairTenantPlan& plan,

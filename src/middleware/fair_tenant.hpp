@@ -143,9 +143,16 @@ class FairTenant {
                                     const std::vector<bool>& would_move,
                                     std::vector<redis::Command>* pending = nullptr) const;
 
-    // The probe's ARGV (register_unless_moved), for a batched refill's script (batch_acquire.hpp).
+    // The probe's ARGV (register_unless_moved).
     std::vector<std::string> probe_args(const FairTenantPlan& plan, const std::string& jid,
                                         double now, const std::vector<bool>& would_move) const;
+    // The same from ARGV[2] (`now`) on, appended to `out`: a batched refill's item
+    // (batch_acquire.cpp), whose kind takes ARGV[1]'s place. `now` is now_text(seconds), which
+    // a refill formats once for all its jobs.
+    void append_probe_args(std::vector<std::string>& out, const FairTenantPlan& plan,
+                           const std::string& jid, std::string now,
+                           const std::vector<bool>& would_move) const;
+    static std::string now_text(double now);
 
     const Keys& keys() const { return keys_; }
     long long max_window() const { return settings_.max_throttling_window; }
@@ -160,9 +167,14 @@ class FairTenant {
         std::optional<int> tenant_arg;
     };
     // `tenant_arg(i)`: the job's tenant argument i (nullopt when it has none).
+    // `job_class`: the key's %<job_class>s, `wrapped` or `class` (callers read it their way).
     template <class Json, class TenantArg>
-    std::optional<FairTenantPlan> plan_impl(const Json& job, const std::string& queue,
+    std::optional<FairTenantPlan> plan_impl(const Json& job, std::string job_class,
+                                            const std::string& queue,
                                             const TenantArg& tenant_arg) const;
+    // ARGV[2..5+2n]: now, max window, member, n, then each rule's per and threshold.
+    void append_rule_args(std::vector<std::string>& out, const FairTenantPlan& plan,
+                          const std::string& jid, std::string now) const;
     std::vector<std::string> script_args(char mode, const FairTenantPlan& plan,
                                          const std::string& jid, double now) const;
 
