@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <stdexcept>
 
 #include "common/outcome_counters.hpp"
@@ -200,6 +202,23 @@ std::optional<nlohmann::json> tree_tenant_arg(const Json& job, size_t i) {
     return nlohmann::json((*args)[i]);
 }
 
+// A tenant argument's JSON text (checked by parse_job's scan) as a value: the usual tenant, a
+// string without escapes or a non-negative integer of up to 18 digits, is built directly
+// (json::parse would give the same: a string, or a number_unsigned), anything else parsed.
+// Called per fetched job; the parser's set-up was a measurable part of a refill's CPU.
+static nlohmann::json scalar_json(std::string_view text) {
+    if (text.size() >= 2 && text.front() == '"' && text.back() == '"' &&
+        text.find('\\') == std::string_view::npos)
+        return nlohmann::json(std::string(text.substr(1, text.size() - 2)));
+    if (!text.empty() && text.size() <= 18 &&
+        std::all_of(text.begin(), text.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
+        std::uint64_t v = 0;
+        for (char ch : text) v = v * 10 + static_cast<std::uint64_t>(ch - '0');
+        return nlohmann::json(v);
+    }
+    return nlohmann::json::parse(text);
+}
+
 // The same read from a fetched job's text: only that argument is parsed, never the others.
 std::optional<nlohmann::json> raw_tenant_arg(const Job& job, size_t i) {
     std::optional<std::string_view> text;
@@ -212,7 +231,7 @@ std::optional<nlohmann::json> raw_tenant_arg(const Job& job, size_t i) {
         text = job.arg_json(i);  // args[0] is not an object: args themselves, as above
     }
     if (!text) return std::nullopt;
-    return nlohmann::json::parse(*text);
+    return scalar_json(*text);
 }
 
 // The key's %<job_class>s: `wrapped` (ActiveJob) when it is a string, else `class`.
