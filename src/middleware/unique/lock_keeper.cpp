@@ -228,6 +228,7 @@ size_t LockKeeper::reap_run_locks(redis::Connection& conn) {
     std::vector<std::pair<std::string, std::string>> entries;  // lock key, owner
     std::set<std::string> identities;
     for (size_t i = 0; i + 1 < held.size(); i += 2) {
+        if (is_marker(held[i].str())) continue;
         std::string owner(held[i + 1].str());
         identities.insert(owner_identity(owner));
         entries.emplace_back(std::string(held[i].str()), std::move(owner));
