@@ -42,6 +42,7 @@ namespace {
 // jid twice in a refill) is counted twice: a later item may then be refused where it would have
 // fit, which only sends its job down the per-job path. Writes go out per 1000 arguments (Lua's
 // unpack limit).
+// The held hash's marker field goes out with its locks (lock_keeper.hpp).
 //
 // Returns one integer per item: 0 not taken (nothing written), 1 taken with room to spare (a
 // slot: at most half the limit taken, nobody parked; a lock, a registration: always), 2 taken
@@ -118,7 +119,8 @@ for i = 1, tonumber(ARGV[1]) do
     local h = helds[held]
     if h == nil then
       local kind = redis.call('type', held)['ok']
-      h = {key = held, usable = kind == 'hash' or kind == 'none', fields = {}}
+      h = {key = held, usable = kind == 'hash' or kind == 'none',
+           fields = {')lua" KIQD_HELD_MARKER_FIELD R"lua(', ')lua" KIQD_HELD_MARKER_VALUE R"lua('}}
       helds[held] = h
       horder[#horder + 1] = h
     end
@@ -134,7 +136,9 @@ for i = 1, tonumber(ARGV[1]) do
   out[i] = r
 end
 for _, s in ipairs(sorder) do write_all('zadd', s.key, s.adds) end
-for _, h in ipairs(horder) do write_all('hset', h.key, h.fields) end
+for _, h in ipairs(horder) do
+  if #h.fields > 2 then write_all('hset', h.key, h.fields) end
+end
 return out
 )lua";
 
