@@ -8,6 +8,7 @@
 #include "middleware/batch_acquire.hpp"
 
 #include <catch2/catch.hpp>
+#include <map>
 #include <set>
 
 #include "fetch/refill_acquirer.hpp"
@@ -584,6 +585,47 @@ TEST_CASE(
             std::chrono::seconds(60)));
     }
     CHECK(daemon.stop() == 0);
+}
+
+// The refill's probe reads its 'f' items in place (an offset into ARGV): items of several kinds
+// in one refill, before and after a refused one, each get their own answer.
+TEST_CASE(
+    "batch acquire: fair tenant — a key of another type refuses its item alone; the items "
+    "around it are taken",
+    "[batch_acquire][fair_tenant][batch][fetch]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    Fixture f(server);
+    const std::string bad = "sidekiq-fair_tenant:enqueued:Fair:tenant:bad";
+    f.conn.command({"SET", bad, "x"});
+    f.conn.command({"RPUSH", "queue:default", job("Fair", "f1", "a"), job("Limited", "l1", "x"),
+                    job("Fair", "f2", "bad"), job("Uniq", "u1", "x"), job("Fair", "f3", "c")});
+    auto units = f.take_all(5);
+    std::map<std::string, const UnitOfWork*> by_jid;
+    for (const auto& u : units) by_jid[std::get<Job>(parse_job(u.payload, "default")).jid] = &u;
+    for (const char* jid : {"f1", "f3", "l1", "u1"}) {
+        INFO(jid);
+        REQUIRE(by_jid[jid]->acquired);
+        CHECK(by_jid[jid]->acquired->items.size() == 1);
+    }
+    CHECK(!by_jid["f2"]->acquired);
+    CHECK(f.conn.command({"GET", bad}).str() == "x");
+    CHECK(zrange(f.conn, "sidekiq-fair_tenant:enqueued:Fair:tenant:a") ==
+          std::vector<std::string>{"jid:f1"});
+    CHECK(zrange(f.conn, "sidekiq-fair_tenant:enqueued:Fair:tenant:c") ==
+          std::vector<std::string>{"jid:f3"});
+    CHECK(f.conn.command({"TTL", "sidekiq-fair_tenant:enqueued:Fair:tenant:c"}).integer() > 0);
+    // The refused job's middleware meets the same key and reports it: the job is in hand.
+    std::vector<redis::Command> after_job, after_refill;
+    UnitOfWork& f2 = const_cast<UnitOfWork&>(*by_jid["f2"]);
+    CHECK_THROWS_WITH(f.run(*f.fair, f2, after_job, after_refill, [] {}),
+                      Catch::Contains("WRONGTYPE " + bad));
+    for (auto& u : units)
+        if (u.acquired) {
+            std::vector<redis::Command> out;
+            f.acquire->release_unclaimed(*u.acquired, out);
+            for (auto& cmd : out) f.conn.command(cmd);
+        }
 }
 
 TEST_CASE(
