@@ -24,9 +24,11 @@ namespace {
 //       KEYS <digest>:WAIT, <digest>:EXEC, the held-locks hash.
 //       Taken (SET NX PX, recorded in the hash) when no copy waits (use_wait) and the hash is
 //       a hash or absent.
-//   'f' (a fair-tenant registration): ARGV m, then the m ARGV of the registration script's
-//       probe (FairTenant::probe_args); KEYS the tenant's enqueues ZSET. Registered (the probe,
-//       fair_tenant.hpp) unless the jid is registered already or a rule would move the job.
+//   'f' (a fair-tenant registration): the registration script's probe ARGV from its second on
+//       (FairTenant::append_probe_args: now, max window, member, n, 2n rule arguments, n
+//       marks), its 'p' replaced by the 'f'; KEYS the tenant's enqueues ZSET. Registered (the
+//       probe, fair_tenant.hpp, reading this ARGV in place) unless the key holds another type,
+//       the jid is registered already or a rule would move the job.
 // Every check that could hit a key of another type is a pcall, and such a key means "not
 // taken": the per-job path then reports it as before.
 //
@@ -41,6 +43,7 @@ namespace {
 // jid twice in a refill) is counted twice: a later item may then be refused where it would have
 // fit, which only sends its job down the per-job path. Writes go out per 1000 arguments (Lua's
 // unpack limit).
+// The held hash's marker field goes out with its locks (lock_keeper.hpp).
 //
 // Returns one integer per item: 0 not taken (nothing written), 1 taken with room to spare (a
 // slot: at most half the limit taken, nobody parked; a lock, a registration: always), 2 taken
@@ -66,7 +69,7 @@ do
       a = a + 5
     elseif ARGV[a] == 'f' then
       k = k + 1
-      a = a + 2 + tonumber(ARGV[a + 1])
+      a = a + 5 + 3 * tonumber(ARGV[a + 4])
     else
       if ARGV[a + 1] == '1' then waits[#waits + 1] = KEYS[k] end
       k = k + 3
@@ -107,22 +110,18 @@ for i = 1, tonumber(ARGV[1]) do
     k = k + 2
     a = a + 5
   elseif ARGV[a] == 'f' then
-    local key = KEYS[k]
-    local m = tonumber(ARGV[a + 1])
-    local kind = redis.call('type', key)['ok']
-    if (kind == 'zset' or kind == 'none') and not redis.call('zscore', key, ARGV[a + 5]) then
-      local A = {}
-      for j = 1, m do A[j] = ARGV[a + 1 + j] end
-      if fair_probe(key, A) >= 0 then r = 1 end
-    end
+    -- false (another type), -1 (registered already), -2 (a rule would move it): not taken
+    local got = fair_probe(KEYS[k], ARGV, a - 1)
+    if got and got >= 0 then r = 1 end
     k = k + 1
-    a = a + 2 + m
+    a = a + 5 + 3 * tonumber(ARGV[a + 4])
   else
     local held = KEYS[k + 2]
     local h = helds[held]
     if h == nil then
       local kind = redis.call('type', held)['ok']
-      h = {key = held, usable = kind == 'hash' or kind == 'none', fields = {}}
+      h = {key = held, usable = kind == 'hash' or kind == 'none',
+           fields = {')lua" KIQD_HELD_MARKER_FIELD R"lua(', ')lua" KIQD_HELD_MARKER_VALUE R"lua('}}
       helds[held] = h
       horder[#horder + 1] = h
     end
@@ -138,7 +137,9 @@ for i = 1, tonumber(ARGV[1]) do
   out[i] = r
 end
 for _, s in ipairs(sorder) do write_all('zadd', s.key, s.adds) end
-for _, h in ipairs(horder) do write_all('hset', h.key, h.fields) end
+for _, h in ipairs(horder) do
+  if #h.fields > 2 then write_all('hset', h.key, h.fields) end
+end
 return out
 )lua";
 
@@ -200,16 +201,16 @@ std::optional<Job> BatchAcquire::plan(const UnitOfWork& unit, std::vector<Acquir
         if (fair) {
             std::vector<bool> would_move;
             for (const auto& rule : fair->rules) would_move.push_back(rule.queue != job->queue);
-            auto probe = fair_.probe_args(*fair, job->jid, epoch_seconds(), would_move);
             Acquired a;
             a.kind = Acquired::Kind::fair_tenant;
             a.key = fair->key;
-            a.member = probe.at(3);  // the registered member ("jid:<jid>", the gem's)
+            a.member = "jid:" + job->jid;  // the registered member, the gem's
             a.roomy = true;
             keys.push_back(a.key);
             args.push_back("f");
-            args.push_back(std::to_string(probe.size()));
-            for (auto& p : probe) args.push_back(std::move(p));
+            fair_.append_probe_args(args.staging(), *fair, job->jid,
+                                    FairTenant::now_text(epoch_seconds()), would_move);
+            args.take_staged();
             wanted.push_back(std::move(a));
         }
     }

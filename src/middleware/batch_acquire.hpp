@@ -64,11 +64,20 @@ class BatchAcquire final : public RefillAcquirer {
         // `s` must outlive the script call.
         void view(std::string_view s) { views_.push_back(s); }
         void set(size_t i, std::string_view s) { views_.at(i) = s; }
+        // For helpers that append to a vector of strings (FairTenant::append_probe_args):
+        // they append to staging(), take_staged() keeps what they appended, in order. The
+        // vector is reused, so it allocates only for the first such item.
+        std::vector<std::string>& staging() { return staged_; }
+        void take_staged() {
+            for (auto& s : staged_) push_back(std::move(s));
+            staged_.clear();
+        }
         const std::vector<std::string_view>& views() const { return views_; }
 
       private:
         std::deque<std::string> owned_;
         std::vector<std::string_view> views_;
+        std::vector<std::string> staged_;
     };
 
     // What one job asks for, found from its payload; appended to `keys`/`args` when it asks,

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <stdexcept>
 
 #include "common/outcome_counters.hpp"
@@ -48,7 +50,8 @@ namespace {
 //             the winning rule would move the job it returns -2 with nothing written: the caller
 //             then builds the payloads and calls again in 's' mode. Otherwise it registers the
 //             job as 's' does and returns the same, touching KEYS[1] alone. Most jobs match no
-//             rule, so most pay neither the payloads nor their type checks.
+//             rule, so most pay neither the payloads nor their type checks. It is fair_probe
+//             (fair_tenant.hpp), which skips the calls that cannot change its answer.
 //
 // Returns the 1-based index of the winning rule (the last that matched), 0 when none matched,
 // and in server mode -1 when ARGV[4] is already in KEYS[1] (registered by the gem at push time
@@ -57,6 +60,12 @@ namespace {
 // written, when a key it may write holds another type (lua_type_guard.hpp): in server mode the
 // job is then still in hand, and fails instead of being registered but not moved.
 constexpr const char* kScript = KIQD_LUA_TYPE_GUARD KIQD_FAIR_PROBE_LUA R"lua(
+if ARGV[1] == 'p' then
+  -- false: KEYS[1] holds another type, which wrong_type then reports (nothing written)
+  local r = fair_probe(KEYS[1], ARGV, 0)
+  if r then return r end
+  return wrong_type({KEYS[1], 'zset'})
+end
 local checks = {KEYS[1], 'zset'}
 if ARGV[1] == 's' then
   checks[3] = KEYS[2]
@@ -74,7 +83,6 @@ local max = tonumber(ARGV[3])
 local n = tonumber(ARGV[5])
 if ARGV[1] ~= 'c' and redis.call('zscore', key, ARGV[4]) then return -1 end
 local t = math.floor(now)
-if ARGV[1] == 'p' then return fair_probe(key, ARGV) end
 redis.call('zremrangebyscore', key, '-inf', string.format('%d', math.floor(now - max)))
 redis.call('zadd', key, string.format('%d', t), ARGV[4])
 redis.call('expire', key, ARGV[3])
@@ -194,6 +202,23 @@ std::optional<nlohmann::json> tree_tenant_arg(const Json& job, size_t i) {
     return nlohmann::json((*args)[i]);
 }
 
+// A tenant argument's JSON text (checked by parse_job's scan) as a value: the usual tenant, a
+// string without escapes or a non-negative integer of up to 18 digits, is built directly
+// (json::parse would give the same: a string, or a number_unsigned), anything else parsed.
+// Called per fetched job; the parser's set-up was a measurable part of a refill's CPU.
+static nlohmann::json scalar_json(std::string_view text) {
+    if (text.size() >= 2 && text.front() == '"' && text.back() == '"' &&
+        text.find('\\') == std::string_view::npos)
+        return nlohmann::json(std::string(text.substr(1, text.size() - 2)));
+    if (!text.empty() && text.size() <= 18 &&
+        std::all_of(text.begin(), text.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
+        std::uint64_t v = 0;
+        for (char ch : text) v = v * 10 + static_cast<std::uint64_t>(ch - '0');
+        return nlohmann::json(v);
+    }
+    return nlohmann::json::parse(text);
+}
+
 // The same read from a fetched job's text: only that argument is parsed, never the others.
 std::optional<nlohmann::json> raw_tenant_arg(const Job& job, size_t i) {
     std::optional<std::string_view> text;
@@ -206,17 +231,25 @@ std::optional<nlohmann::json> raw_tenant_arg(const Job& job, size_t i) {
         text = job.arg_json(i);  // args[0] is not an object: args themselves, as above
     }
     if (!text) return std::nullopt;
-    return nlohmann::json::parse(*text);
+    return scalar_json(*text);
+}
+
+// The key's %<job_class>s: `wrapped` (ActiveJob) when it is a string, else `class`.
+template <class Json>
+std::string tree_job_class(const Json& job) {
+    if (auto w = job.find("wrapped"); w != job.end() && w->is_string())
+        return w->template get<std::string>();
+    if (auto c = job.find("class"); c != job.end() && c->is_string())
+        return c->template get<std::string>();
+    return {};
 }
 
 template <class Json, class TenantArg>
-std::optional<FairTenantPlan> FairTenant::plan_impl(const Json& job, const std::string& queue,
+std::optional<FairTenantPlan> FairTenant::plan_impl(const Json& job, std::string job_class,
+                                                    const std::string& queue,
                                                     const TenantArg& tenant_arg) const {
     FairTenantPlan plan;
-    if (auto w = job.find("wrapped"); w != job.end() && w->is_string())
-        plan.job_class = w->template get<std::string>();
-    else if (auto c = job.find("class"); c != job.end() && c->is_string())
-        plan.job_class = c->template get<std::string>();
+    plan.job_class = std::move(job_class);
     const auto cls_it = classes_.find(plan.job_class);
     const ClassRules* cls = cls_it == classes_.end() ? nullptr : &cls_it->second;
 
@@ -254,31 +287,46 @@ std::optional<FairTenantPlan> FairTenant::plan_impl(const Json& job, const std::
 
 std::optional<FairTenantPlan> FairTenant::plan(const nlohmann::json& job,
                                                const std::string& queue) const {
-    return plan_impl(job, queue, [&](size_t i) { return tree_tenant_arg(job, i); });
+    return plan_impl(job, tree_job_class(job), queue,
+                     [&](size_t i) { return tree_tenant_arg(job, i); });
 }
 
 std::optional<FairTenantPlan> FairTenant::plan(const nlohmann::ordered_json& job,
                                                const std::string& queue) const {
-    return plan_impl(job, queue, [&](size_t i) { return tree_tenant_arg(job, i); });
+    return plan_impl(job, tree_job_class(job), queue,
+                     [&](size_t i) { return tree_tenant_arg(job, i); });
 }
 
 std::optional<FairTenantPlan> FairTenant::plan(const Job& job) const {
     // The members the plan reads, each parsed on its own, and the tenant argument alone: a
     // job's args can be as large as the payload limit, and their tree many times that.
-    const nlohmann::json fields =
-        job.members({"wrapped", "class", "fair_tenant_queues", "fair_tenant", "apartment"});
-    return plan_impl(fields, job.queue, [&](size_t i) { return raw_tenant_arg(job, i); });
+    // The class is not parsed again: parse_job keeps `class` and `wrapped`, and refuses a job
+    // where either is present but not a string, so a present `wrapped` is job.wrapped (even "").
+    const nlohmann::json fields = job.members({"fair_tenant_queues", "fair_tenant", "apartment"});
+    return plan_impl(fields, job.member_json("wrapped") ? job.wrapped : job.job_class, job.queue,
+                     [&](size_t i) { return raw_tenant_arg(job, i); });
+}
+
+std::string FairTenant::now_text(double now) {
+    return fmt::format("{:.6f}", now);
+}
+
+void FairTenant::append_rule_args(std::vector<std::string>& out, const FairTenantPlan& plan,
+                                  const std::string& jid, std::string now) const {
+    out.push_back(std::move(now));
+    out.push_back(std::to_string(settings_.max_throttling_window));
+    out.push_back("jid:" + jid);
+    out.push_back(std::to_string(plan.rules.size()));
+    for (const auto& rule : plan.rules) {
+        out.push_back(rule.per ? number_text(*rule.per) : "");
+        out.push_back(number_text(rule.threshold));
+    }
 }
 
 std::vector<std::string> FairTenant::script_args(char mode, const FairTenantPlan& plan,
                                                  const std::string& jid, double now) const {
-    std::vector<std::string> args{std::string(1, mode), fmt::format("{:.6f}", now),
-                                  std::to_string(settings_.max_throttling_window), "jid:" + jid,
-                                  std::to_string(plan.rules.size())};
-    for (const auto& rule : plan.rules) {
-        args.push_back(rule.per ? number_text(*rule.per) : "");
-        args.push_back(number_text(rule.threshold));
-    }
+    std::vector<std::string> args{std::string(1, mode)};
+    append_rule_args(args, plan, jid, now_text(now));
     return args;
 }
 
@@ -308,9 +356,16 @@ long long FairTenant::register_and_move(redis::Connection& redis, const FairTena
 std::vector<std::string> FairTenant::probe_args(const FairTenantPlan& plan, const std::string& jid,
                                                 double now,
                                                 const std::vector<bool>& would_move) const {
-    auto args = script_args('p', plan, jid, now);
-    for (bool m : would_move) args.push_back(m ? "1" : "");
+    std::vector<std::string> args{"p"};
+    append_probe_args(args, plan, jid, now_text(now), would_move);
     return args;
+}
+
+void FairTenant::append_probe_args(std::vector<std::string>& out, const FairTenantPlan& plan,
+                                   const std::string& jid, std::string now,
+                                   const std::vector<bool>& would_move) const {
+    append_rule_args(out, plan, jid, std::move(now));
+    for (bool m : would_move) out.push_back(m ? "1" : "");
 }
 
 long long FairTenant::register_unless_moved(redis::Connection& redis, const FairTenantPlan& plan,

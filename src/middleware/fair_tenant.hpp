@@ -45,30 +45,50 @@
 
 namespace kiqd {
 
-// fair_probe(key, A): the server probe ('p' mode of the registration script, fair_tenant.cpp),
-// as a Lua function of the enqueues ZSET `key` and that mode's ARGV `A` (any table laid out as
-// it), after the caller checked the key's type and that A[4] is not registered yet: -2 (nothing
-// written) when the winning rule would move the job, else registers it and returns the rule
-// (0: none). Shared by that script and the batched refill's (batch_acquire.cpp).
-#define KIQD_FAIR_PROBE_LUA                                                            \
-    "local function fair_probe(key, A)\n"                                              \
-    "  local now, max, n = tonumber(A[2]), tonumber(A[3]), tonumber(A[5])\n"           \
-    "  local t = math.floor(now)\n"                                                    \
-    "  local oldest = math.floor(now - max) + 1  -- what the trim below keeps\n"       \
-    "  local chosen = 0\n"                                                             \
-    "  for i = 1, n do\n"                                                              \
-    "    local per = A[4 + 2 * i]\n"                                                   \
-    "    if per == '' then per = max else per = tonumber(per) end\n"                   \
-    "    local count = redis.call('zcount', key,\n"                                    \
-    "      string.format('%d', math.max(math.floor(now - per), oldest)),\n"            \
-    "      string.format('%d', t)) + 1\n"                                              \
-    "    if tonumber(A[5 + 2 * i]) < count then chosen = i end\n"                      \
-    "  end\n"                                                                          \
-    "  if chosen > 0 and A[5 + 2 * n + chosen] ~= '' then return -2 end\n"             \
-    "  redis.call('zremrangebyscore', key, '-inf', string.format('%d', oldest - 1))\n" \
-    "  redis.call('zadd', key, string.format('%d', t), A[4])\n"                        \
-    "  redis.call('expire', key, A[3])\n"                                              \
-    "  return chosen\n"                                                                \
+// fair_probe(key, A, o): the server probe ('p' mode of the registration script, fair_tenant.cpp),
+// as a Lua function of the enqueues ZSET `key` and that mode's ARGV laid out in the table `A`
+// from A[o + 1] on (A[o + 1] = 'p', A[o + 2] = now, ...; an offset rather than a copy, so that
+// the batched refill passes its own ARGV). Returns false (nothing written) when `key` holds
+// another type, -1 when A[o + 4] is registered already, -2 (nothing written) when the winning
+// rule would move the job, else registers it and returns the rule (0: none). Shared by that
+// script and the batched refill's (batch_acquire.cpp).
+//
+// Redis's CPU for this is mostly the interpreter's cost per redis.call, so it makes only the
+// calls that can change the outcome. ZCARD first (its WRONGTYPE error, under pcall, is the type
+// check). A rule's count is ZCOUNT + 1 <= ZCARD + 1, so a rule whose threshold is at least
+// ZCARD + 1 cannot match and needs no ZCOUNT; an empty (absent) key counts 1 for every rule
+// without one. An absent key holds neither the jid nor anything to trim, so it gets neither the
+// ZSCORE nor the ZREMRANGEBYSCORE: a tenant's first job in the window costs ZCARD, ZADD, EXPIRE.
+#define KIQD_FAIR_PROBE_LUA                                                              \
+    "local function fair_probe(key, A, o)\n"                                             \
+    "  local card = redis.pcall('zcard', key)\n"                                         \
+    "  if type(card) ~= 'number' then return false end\n"                                \
+    "  if card > 0 and redis.call('zscore', key, A[o + 4]) then return -1 end\n"         \
+    "  local now, max, n = tonumber(A[o + 2]), tonumber(A[o + 3]), tonumber(A[o + 5])\n" \
+    "  local t = math.floor(now)\n"                                                      \
+    "  local oldest = math.floor(now - max) + 1  -- what the trim below keeps\n"         \
+    "  local chosen = 0\n"                                                               \
+    "  for i = 1, n do\n"                                                                \
+    "    local threshold = tonumber(A[o + 5 + 2 * i])\n"                                 \
+    "    if threshold < card + 1 then\n"                                                 \
+    "      local count = 1\n"                                                            \
+    "      if card > 0 then\n"                                                           \
+    "        local per = A[o + 4 + 2 * i]\n"                                             \
+    "        if per == '' then per = max else per = tonumber(per) end\n"                 \
+    "        count = redis.call('zcount', key,\n"                                        \
+    "          string.format('%d', math.max(math.floor(now - per), oldest)),\n"          \
+    "          string.format('%d', t)) + 1\n"                                            \
+    "      end\n"                                                                        \
+    "      if threshold < count then chosen = i end\n"                                   \
+    "    end\n"                                                                          \
+    "  end\n"                                                                            \
+    "  if chosen > 0 and A[o + 5 + 2 * n + chosen] ~= '' then return -2 end\n"           \
+    "  if card > 0 then\n"                                                               \
+    "    redis.call('zremrangebyscore', key, '-inf', string.format('%d', oldest - 1))\n" \
+    "  end\n"                                                                            \
+    "  redis.call('zadd', key, string.format('%d', t), A[o + 4])\n"                      \
+    "  redis.call('expire', key, A[o + 3])\n"                                            \
+    "  return chosen\n"                                                                  \
     "end\n"
 
 // The payload field with which kiqd's client marks a job it registered.
@@ -123,9 +143,16 @@ class FairTenant {
                                     const std::vector<bool>& would_move,
                                     std::vector<redis::Command>* pending = nullptr) const;
 
-    // The probe's ARGV (register_unless_moved), for a batched refill's script (batch_acquire.hpp).
+    // The probe's ARGV (register_unless_moved).
     std::vector<std::string> probe_args(const FairTenantPlan& plan, const std::string& jid,
                                         double now, const std::vector<bool>& would_move) const;
+    // The same from ARGV[2] (`now`) on, appended to `out`: a batched refill's item
+    // (batch_acquire.cpp), whose kind takes ARGV[1]'s place. `now` is now_text(seconds), which
+    // a refill formats once for all its jobs.
+    void append_probe_args(std::vector<std::string>& out, const FairTenantPlan& plan,
+                           const std::string& jid, std::string now,
+                           const std::vector<bool>& would_move) const;
+    static std::string now_text(double now);
 
     const Keys& keys() const { return keys_; }
     long long max_window() const { return settings_.max_throttling_window; }
@@ -140,9 +167,14 @@ class FairTenant {
         std::optional<int> tenant_arg;
     };
     // `tenant_arg(i)`: the job's tenant argument i (nullopt when it has none).
+    // `job_class`: the key's %<job_class>s, `wrapped` or `class` (callers read it their way).
     template <class Json, class TenantArg>
-    std::optional<FairTenantPlan> plan_impl(const Json& job, const std::string& queue,
+    std::optional<FairTenantPlan> plan_impl(const Json& job, std::string job_class,
+                                            const std::string& queue,
                                             const TenantArg& tenant_arg) const;
+    // ARGV[2..5+2n]: now, max window, member, n, then each rule's per and threshold.
+    void append_rule_args(std::vector<std::string>& out, const FairTenantPlan& plan,
+                          const std::string& jid, std::string now) const;
     std::vector<std::string> script_args(char mode, const FairTenantPlan& plan,
                                          const std::string& jid, double now) const;
 

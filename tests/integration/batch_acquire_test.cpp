@@ -8,12 +8,14 @@
 #include "middleware/batch_acquire.hpp"
 
 #include <catch2/catch.hpp>
+#include <map>
 #include <set>
 
 #include "fetch/refill_acquirer.hpp"
 #include "middleware/fair_tenant.hpp"
 #include "middleware/limits/concurrency_limit.hpp"
 #include "middleware/limits/concurrency_scripts.hpp"
+#include "middleware/unique/lock_survey.hpp"
 #include "middleware/unique/unique_jobs.hpp"
 #include "support/job_pushes.hpp"
 #include "support/kiqd_process.hpp"
@@ -24,6 +26,8 @@
 #include "support/wait_until.hpp"
 
 using namespace kiqd;
+using kiqd::test::held_lock_count;
+using kiqd::test::held_locks;
 using kiqd::test::KiqdProcess;
 using kiqd::test::llen;
 using kiqd::test::RedisServer;
@@ -177,6 +181,42 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "batch acquire: the held hash carries its marker — a hashtable from the first lock, never "
+    "a lock to the survey or the reaper",
+    "[batch_acquire][unique][batch][fetch]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    Fixture f(server);
+    const std::string held = "kiqd:unique:held";
+    f.conn.command({"LPUSH", "queue:default", job("Uniq", "m1", "a"), job("Uniq", "m2", "b")});
+    auto units = f.take_all(2);
+    REQUIRE(f.acquired(units, Acquired::Kind::exec_lock) == 2);
+    // Two short locks would fit a listpack; the marker's long value makes it a hashtable.
+    CHECK(f.conn.command({"HLEN", held}).integer() == 3);
+    CHECK(std::string(f.conn.command({"HGET", held, KIQD_HELD_MARKER_FIELD}).str()) ==
+          KIQD_HELD_MARKER_VALUE);
+    CHECK(std::string(f.conn.command({"OBJECT", "ENCODING", held}).str()) == "hashtable");
+    // `kiqd unique` lists the two run locks and not the marker.
+    size_t run_locks = 0;
+    for (const auto& l : survey_unique_locks(f.conn, f.t.keys)) {
+        CHECK_FALSE(LockKeeper::is_marker(l.key));
+        run_locks += l.kind == "run";
+    }
+    CHECK(run_locks == 2);
+
+    std::vector<redis::Command> after_job, after_refill;
+    for (auto& u : units) CHECK(f.run(*f.unique, u, after_job, after_refill, [] {}));
+    for (const auto& c : after_refill) f.conn.command(c);
+    // The locks are gone; the marker stays, and with it the encoding.
+    CHECK(held_lock_count(f.conn) == 0);
+    CHECK(f.conn.command({"HLEN", held}).integer() == 1);
+    CHECK(std::string(f.conn.command({"OBJECT", "ENCODING", held}).str()) == "hashtable");
+    // The reaper does not take the marker for a dead owner's lock.
+    CHECK(f.locks.reap(f.conn, false) == 0);
+    CHECK(f.conn.command({"HEXISTS", held, KIQD_HELD_MARKER_FIELD}).integer() == 1);
+}
+
+TEST_CASE(
     "batch acquire: duplicates inside one refill — one takes the lock, the other's "
     "middleware decides as before",
     "[batch_acquire][unique][batch][fetch]") {
@@ -190,7 +230,7 @@ TEST_CASE(
     CHECK(f.acquired(units, Acquired::Kind::exec_lock) == 2);
     CHECK(!units[1].acquired);
     CHECK(f.locks.held() == 2);
-    CHECK(f.conn.command({"HLEN", "kiqd:unique:held"}).integer() == 2);
+    CHECK(held_lock_count(f.conn) == 2);
 
     std::vector<redis::Command> after_job, after_refill;
     // u1 runs on its lock; u2, meanwhile, finds it busy: while_executing's default on_conflict
@@ -204,16 +244,15 @@ TEST_CASE(
     CHECK(after_refill.size() == 1);
     CHECK(f.locks.held() == 1);
     // u3 runs on its own lock without an acquire of its own: still exactly one lock of it.
-    CHECK(f.run(*f.unique, units[2], after_job, after_refill, [&] {
-        CHECK(f.conn.command({"HLEN", "kiqd:unique:held"}).integer() == 2);
-    }));
+    CHECK(f.run(*f.unique, units[2], after_job, after_refill,
+                [&] { CHECK(held_lock_count(f.conn) == 2); }));
     CHECK(after_refill.size() == 2);
     CHECK(f.locks.held() == 0);
     // This fetcher has no processor slots (threads = 0), so it takes no deferred release: the
     // processor would send them with its next write. Sent here by hand.
     REQUIRE(f.fetcher->defer_commands(after_refill, 0) == false);
     for (const auto& c : after_refill) f.conn.command(c);
-    CHECK(f.conn.command({"HLEN", "kiqd:unique:held"}).integer() == 0);
+    CHECK(held_lock_count(f.conn) == 0);
     CHECK(f.conn.command({"KEYS", "*:EXEC"}).size() == 0);
 }
 
@@ -258,13 +297,13 @@ TEST_CASE("batch acquire: jobs acquired then given back at stop release every sl
     REQUIRE(first);
     CHECK(first->payload == job("Limited", "l1", "a"));
     CHECK(zcard(f.conn, kSlots) == 1);
-    CHECK(f.conn.command({"HLEN", "kiqd:unique:held"}).integer() == 2);
+    CHECK(held_lock_count(f.conn) == 2);
     CHECK(f.locks.held() == 2);
     // A stop: the buffered jobs go back to the queue and release what they hold.
     auto release = f.t.fetcher.release_commands();
     f.conn.pipeline(release);
     CHECK(llen(f.conn, "queue:default") == 3);
-    CHECK(f.conn.command({"HLEN", "kiqd:unique:held"}).integer() == 0);
+    CHECK(held_lock_count(f.conn) == 0);
     CHECK(f.conn.command({"KEYS", "*:EXEC"}).size() == 0);
     CHECK(f.locks.held() == 0);
     // The job taken but put back (quiet) releases its slot through the requeue as well.
@@ -326,7 +365,7 @@ TEST_CASE(
         }
     }
     CHECK(locks == 1200);
-    CHECK(f.conn.command({"HLEN", "kiqd:unique:held"}).integer() == 1200);
+    CHECK(held_lock_count(f.conn) == 1200);
     CHECK(f.locks.held() == 1200);
     // 1,100 of the 1,200 Wide jobs fit; the first 550 (at most half the limit) with room to spare.
     CHECK(slots == 1100);
@@ -365,7 +404,7 @@ TEST_CASE(
         REQUIRE(units[i].acquired);
         CHECK(units[i].acquired->items.size() == 1);
     }
-    CHECK(f.conn.command({"HLEN", "kiqd:unique:held"}).integer() == 1099);
+    CHECK(held_lock_count(f.conn) == 1099);
     CHECK(f.conn.command({"EXISTS", f.t.keys.digest_key(lock->digest, ":EXEC")}).integer() == 0);
     CHECK(f.conn.command({"GET", wait_key}).str() == "a-waiting-copy");
     // With no wait lock anywhere, every one takes its lock.
@@ -375,7 +414,7 @@ TEST_CASE(
     size_t taken = 0;
     for (const auto& u : units) taken += u.acquired != nullptr;
     CHECK(taken == 1100);
-    CHECK(f.conn.command({"HLEN", "kiqd:unique:held"}).integer() == 1100);
+    CHECK(held_lock_count(f.conn) == 1100);
 }
 
 TEST_CASE(
@@ -472,7 +511,7 @@ TEST_CASE(
     CHECK(replies[0].integer() == 0);  // no release failed
     // Both locks freed and forgotten, the foreign one kept; both slots freed, and the parked
     // job moved back to its queue with its reservation, as the per-job release script does.
-    CHECK(f.conn.command({"HLEN", "kiqd:unique:held"}).integer() == 0);
+    CHECK(held_lock_count(f.conn) == 0);
     CHECK(f.conn.command({"KEYS", "*unique*:EXEC"}).size() == 0);
     CHECK(f.conn.command({"GET", "foreign:EXEC"}).str() == "someone-else");
     CHECK(llen(f.conn, "kiqd:concurrency:Limited:waiting") == 0);
@@ -508,7 +547,7 @@ TEST_CASE(
     CHECK(f.conn.pipeline(locks)[0].integer() == 0);
     CHECK(f.conn.command({"KEYS", "many*:EXEC"}).size() == 1);
     CHECK(f.conn.command({"GET", "many1234:EXEC"}).str() == "o1234");
-    CHECK(f.conn.command({"HLEN", "kiqd:unique:held"}).integer() == 1);
+    CHECK(held_lock_count(f.conn) == 1);
     // One release alone is left as it is (nothing to gain).
     std::vector<redis::Command> one{
         {"EVAL", LockKeeper::release_script_source(), "2", "x:EXEC", "kiqd:unique:held", "o"}};
@@ -541,12 +580,52 @@ TEST_CASE(
         // threads make, or their flush), and every lock is free again.
         REQUIRE(kiqd::test::wait_until(
             [&] {
-                return conn.command({"HLEN", "kiqd:unique:held"}).integer() == 0 &&
-                       conn.command({"KEYS", "*:EXEC"}).size() == 0;
+                return held_lock_count(conn) == 0 && conn.command({"KEYS", "*:EXEC"}).size() == 0;
             },
             std::chrono::seconds(60)));
     }
     CHECK(daemon.stop() == 0);
+}
+
+// The refill's probe reads its 'f' items in place (an offset into ARGV): items of several kinds
+// in one refill, before and after a refused one, each get their own answer.
+TEST_CASE(
+    "batch acquire: fair tenant — a key of another type refuses its item alone; the items "
+    "around it are taken",
+    "[batch_acquire][fair_tenant][batch][fetch]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    Fixture f(server);
+    const std::string bad = "sidekiq-fair_tenant:enqueued:Fair:tenant:bad";
+    f.conn.command({"SET", bad, "x"});
+    f.conn.command({"RPUSH", "queue:default", job("Fair", "f1", "a"), job("Limited", "l1", "x"),
+                    job("Fair", "f2", "bad"), job("Uniq", "u1", "x"), job("Fair", "f3", "c")});
+    auto units = f.take_all(5);
+    std::map<std::string, const UnitOfWork*> by_jid;
+    for (const auto& u : units) by_jid[std::get<Job>(parse_job(u.payload, "default")).jid] = &u;
+    for (const char* jid : {"f1", "f3", "l1", "u1"}) {
+        INFO(jid);
+        REQUIRE(by_jid[jid]->acquired);
+        CHECK(by_jid[jid]->acquired->items.size() == 1);
+    }
+    CHECK(!by_jid["f2"]->acquired);
+    CHECK(f.conn.command({"GET", bad}).str() == "x");
+    CHECK(zrange(f.conn, "sidekiq-fair_tenant:enqueued:Fair:tenant:a") ==
+          std::vector<std::string>{"jid:f1"});
+    CHECK(zrange(f.conn, "sidekiq-fair_tenant:enqueued:Fair:tenant:c") ==
+          std::vector<std::string>{"jid:f3"});
+    CHECK(f.conn.command({"TTL", "sidekiq-fair_tenant:enqueued:Fair:tenant:c"}).integer() > 0);
+    // The refused job's middleware meets the same key and reports it: the job is in hand.
+    std::vector<redis::Command> after_job, after_refill;
+    UnitOfWork& f2 = const_cast<UnitOfWork&>(*by_jid["f2"]);
+    CHECK_THROWS_WITH(f.run(*f.fair, f2, after_job, after_refill, [] {}),
+                      Catch::Contains("WRONGTYPE " + bad));
+    for (auto& u : units)
+        if (u.acquired) {
+            std::vector<redis::Command> out;
+            f.acquire->release_unclaimed(*u.acquired, out);
+            for (auto& cmd : out) f.conn.command(cmd);
+        }
 }
 
 TEST_CASE(
@@ -590,14 +669,13 @@ TEST_CASE(
     CHECK(f.acquired(units, Acquired::Kind::slot) == 0);
     CHECK(f.acquired(units, Acquired::Kind::exec_lock) == 0);
     CHECK(zcard(f.conn, kSlots) == 0);
-    CHECK(f.conn.command({"HLEN", "kiqd:unique:held"}).integer() == 0);
+    CHECK(held_lock_count(f.conn) == 0);
     // Their middlewares acquire one by one, as without batching.
     std::vector<redis::Command> after_job, after_refill;
     CHECK(f.run(*f.limit, units[0], after_job, after_refill,
                 [&] { CHECK(zcard(f.conn, kSlots) == 1); }));
-    CHECK(f.run(*f.unique, units[1], after_job, after_refill, [&] {
-        CHECK(f.conn.command({"HLEN", "kiqd:unique:held"}).integer() == 1);
-    }));
+    CHECK(f.run(*f.unique, units[1], after_job, after_refill,
+                [&] { CHECK(held_lock_count(f.conn) == 1); }));
 }
 
 TEST_CASE(

@@ -14,6 +14,7 @@
 #include <regex>
 
 #include "kiqd/client.hpp"
+#include "kiqd/clock.hpp"
 #include "server/processor.hpp"
 #include "support/kiqd_process.hpp"
 #include "support/redis_reads.hpp"
@@ -229,18 +230,26 @@ fair_tenant: {max_throttling_window: 1000}
     CHECK(zrange(c, key) == std::vector<std::string>{"jid:J4"});
 }
 
+// Rule 1: more than 1 in 500 s → slower; rule 2: more than 3 in the max window → slow. Read at
+// the fixed clock kNow (kT its whole second).
+const std::string kTwoRulesYaml =
+    "handlers: {SomeJob: {queue: default, fair_tenant_queues: [{queue: slower, threshold: 1, "
+    "per: 500}, {queue: slow, threshold: 3}]}}\nfair_tenant: {max_throttling_window: 1000}\n";
+constexpr double kNow = 1800000000.75;
+constexpr long long kT = 1800000000;
+
+const FairTenant& two_rules() {
+    static const Config config = rules_config(kTwoRulesYaml);
+    static const FairTenant fair(config, Keys{});
+    return fair;
+}
+
 TEST_CASE("fair tenant: the server's first call counts before writing, as the script counts after",
           "[fair_tenant]") {
     auto& server = RedisServer::shared();
     server.flushall();
     auto c = server.connect();
-    // Rule 1: more than 1 in 500 s → slower; rule 2: more than 3 in the max window → slow.
-    Config config = rules_config(
-        "handlers: {SomeJob: {queue: default, fair_tenant_queues: [{queue: slower, threshold: 1, "
-        "per: 500}, {queue: slow, threshold: 3}]}}\nfair_tenant: {max_throttling_window: 1000}\n");
-    FairTenant fair(config, Keys{});
-    const double now = 1800000000.75;
-    const long long t = 1800000000;
+    const FairTenant& fair = two_rules();
     // The same history for two tenants: one at exactly now-1000 (the trim drops it, so the
     // max-window rule 2 counts 3, not 4: no match), one inside it, one at exactly now-500 (the
     // 500 s rule 1 counts it: 2 > 1, a match). Counting the trimmed entry would pick rule 2.
@@ -249,23 +258,104 @@ TEST_CASE("fair tenant: the server's first call counts before writing, as the sc
         auto plan = fair.plan(json{{"class", "SomeJob"}, {"fair_tenant", tenant}}, "default");
         REQUIRE(plan);
         keys.push_back(plan->key);
-        c.command({"ZADD", plan->key, std::to_string(t - 1000), "jid:old", std::to_string(t - 999),
-                   "jid:kept", std::to_string(t - 500), "jid:edge"});
+        c.command({"ZADD", plan->key, std::to_string(kT - 1000), "jid:old",
+                   std::to_string(kT - 999), "jid:kept", std::to_string(kT - 500), "jid:edge"});
     }
     auto acme = fair.plan(json{{"class", "SomeJob"}, {"fair_tenant", "acme"}}, "default");
     auto other = fair.plan(json{{"class", "SomeJob"}, {"fair_tenant", "other"}}, "default");
     // The script that writes first and counts after decides rule 1.
-    CHECK(fair.register_and_decide(c, *other, "J", now) == 1);
+    CHECK(fair.register_and_decide(c, *other, "J", kNow) == 1);
     // The first call: rule 1 would move the job, so it writes nothing and asks for payloads.
-    CHECK(fair.register_unless_moved(c, *acme, "J", now, {true, true}) == -2);
+    CHECK(fair.register_unless_moved(c, *acme, "J", kNow, {true, true}) == -2);
     CHECK(c.command({"ZSCORE", keys[0], "jid:J"}).is_nil());
     CHECK(c.command({"ZCARD", keys[0]}).integer() == 3);  // not even trimmed
     // A rule whose queue is the job's own does not move it: registered, trimmed, same answer.
-    CHECK(fair.register_unless_moved(c, *acme, "J", now, {false, true}) == 1);
+    CHECK(fair.register_unless_moved(c, *acme, "J", kNow, {false, true}) == 1);
     CHECK(zrange(c, keys[0]) == zrange(c, keys[1]));
     CHECK(c.command({"TTL", keys[0]}).integer() > 990);
     // Registered now: a second run of that jid is left alone.
-    CHECK(fair.register_unless_moved(c, *acme, "J", now, {true, true}) == -1);
+    CHECK(fair.register_unless_moved(c, *acme, "J", kNow, {true, true}) == -1);
+}
+
+// The probe (fair_probe, fair_tenant.hpp) skips the ZCOUNT of a rule whose threshold is at
+// least ZCARD + 1, and on an absent key the ZSCORE, the ZCOUNTs and the trim. Across histories
+// of 0 to 4 entries (one the trim drops, one outside the 500 s rule, one on its edge) and
+// thresholds around each history's size, it must decide and write exactly as the client mode,
+// which always trims, writes and counts every rule.
+TEST_CASE("fair tenant: the probe's shortcuts decide and write as the full count does",
+          "[fair_tenant]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto c = server.connect();
+    const FairTenant& fair = two_rules();
+    const std::vector<long long> history{kT - 1000, kT - 999, kT - 500, kT - 10};
+    auto with_scores = [&](const std::string& key) {
+        std::vector<std::string> out;
+        auto r = c.command({"ZRANGE", key, "0", "-1", "WITHSCORES"});
+        for (size_t i = 0; i < r.size(); ++i) out.emplace_back(r[i].str());
+        return out;
+    };
+    size_t cases = 0, matched = 0;
+    for (size_t h = 0; h <= history.size(); ++h) {
+        const double n = static_cast<double>(h);
+        const std::vector<double> thresholds{-1, 0, 0.5, n - 1, n, n + 0.5, n + 1};
+        for (double first : thresholds) {
+            for (double second : thresholds) {
+                std::map<std::string, FairTenantPlan> plans;
+                for (const char* tenant : {"moved", "stays", "client"}) {
+                    auto plan =
+                        fair.plan(json{{"class", "SomeJob"}, {"fair_tenant", tenant}}, "default");
+                    REQUIRE(plan);
+                    plan->rules[0].threshold = first;
+                    plan->rules[1].threshold = second;
+                    c.command({"DEL", plan->key});
+                    for (size_t i = 0; i < h; ++i)
+                        c.command({"ZADD", plan->key, std::to_string(history[i]),
+                                   "jid:h" + std::to_string(i)});
+                    plans.emplace(tenant, std::move(*plan));
+                }
+                INFO("history " << h << ", thresholds " << first << ", " << second);
+                const auto before = with_scores(plans["moved"].key);
+                const long long moved =
+                    fair.register_unless_moved(c, plans["moved"], "J", kNow, {true, true});
+                const long long stays =
+                    fair.register_unless_moved(c, plans["stays"], "J", kNow, {false, false});
+                const auto expected =
+                    static_cast<long long>(fair.register_and_decide(c, plans["client"], "J", kNow));
+                CHECK(stays == expected);
+                CHECK(moved == (expected > 0 ? -2 : 0));
+                CHECK(with_scores(plans["stays"].key) == with_scores(plans["client"].key));
+                CHECK(c.command({"TTL", plans["stays"].key}).integer() > 990);
+                if (expected > 0) {
+                    CHECK(with_scores(plans["moved"].key) == before);  // nothing written
+                    ++matched;
+                } else {
+                    CHECK(with_scores(plans["moved"].key) == with_scores(plans["client"].key));
+                }
+                ++cases;
+            }
+        }
+    }
+    CHECK(matched > 0);
+    CHECK(matched < cases);
+}
+
+// The probe's type check is its ZCARD's WRONGTYPE: a key of another type still answers the
+// guard's error, naming the key, with nothing written.
+TEST_CASE("fair tenant: the server probe refuses an enqueues key of another type",
+          "[fair_tenant]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto c = server.connect();
+    Config config = rules_config();
+    FairTenant fair(config, Keys{});
+    auto plan = fair.plan(json{{"class", "SomeJob"}, {"args", {"acme"}}}, "default");
+    REQUIRE(plan);
+    c.command({"SET", plan->key, "not a zset"});
+    CHECK_THROWS_WITH(fair.register_unless_moved(c, *plan, "J", epoch_seconds(), {true, true}),
+                      Catch::Contains("WRONGTYPE " + plan->key + " holds a string, not a zset"));
+    CHECK(c.command({"GET", plan->key}).str() == "not a zset");
+    CHECK(c.command({"TTL", plan->key}).integer() == -1);
 }
 
 TEST_CASE("fair tenant: kiqd's client reroutes a greedy tenant and marks its jobs",

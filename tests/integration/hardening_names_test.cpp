@@ -23,6 +23,8 @@
 #include "support/wait_until.hpp"
 
 using namespace kiqd;
+using kiqd::test::held_lock_count;
+using kiqd::test::held_locks;
 using kiqd::test::KiqdProcess;
 using kiqd::test::llen;
 using kiqd::test::RedisServer;
@@ -108,8 +110,8 @@ TEST_CASE(
 
     const std::string held = push(conn, "Test::Hold", "hold1", nlohmann::json::array({"k"}));
     REQUIRE(wait_until([&] { return exists(dir.file("started.hold1")); }));
-    REQUIRE(wait_until([&] { return conn.command({"HLEN", "kiqd:unique:held"}).integer() == 1; }));
-    const auto owner = std::string(conn.command({"HVALS", "kiqd:unique:held"})[0].str());
+    REQUIRE(wait_until([&] { return held_lock_count(conn) == 1; }));
+    const auto owner = held_locks(conn).begin()->second;
     CHECK(LockKeeper::owner_identity(owner) == identity);
     const auto working = kiqd::test::only_member(conn, "kiqd:reliable:working");
     REQUIRE(working);
@@ -123,7 +125,7 @@ TEST_CASE(
     LockKeeper reaper(peer.keys, server.options(), std::chrono::seconds(1), TestRuntime::kIdentity,
                       *peer.log);
     CHECK(reaper.reap(conn, false) == 0);
-    CHECK(conn.command({"HLEN", "kiqd:unique:held"}).integer() == 1);
+    CHECK(held_lock_count(conn) == 1);
     CHECK(llen(conn, "queue:default") == 0);
 
     // kill -9: once its liveness key has expired, the peer puts the job back in `default`.
@@ -164,7 +166,7 @@ TEST_CASE(
     keeper.stop();  // a clean exit takes its liveness key with it
     CHECK(reaper.reap(conn, false) == 1);
     CHECK(conn.command({"EXISTS", "uniquejobs:z:EXEC"}).integer() == 0);
-    CHECK(conn.command({"HLEN", "kiqd:unique:held"}).integer() == 0);
+    CHECK(held_lock_count(conn) == 0);
 }
 
 TEST_CASE("durations: beyond 366 days stops the load with exit 78 naming the key and line",

@@ -25,6 +25,8 @@
 #include "support/wait_until.hpp"
 
 using namespace kiqd;
+using kiqd::test::held_lock_count;
+using kiqd::test::held_locks;
 using kiqd::test::KiqdFleet;
 using kiqd::test::KiqdProcess;
 using kiqd::test::ran_count;
@@ -108,7 +110,7 @@ TEST_CASE(
     // B runs as the wait-lock holder and gives the wait lock up.
     CHECK(f.run(parked, [&] { CHECK_FALSE(exists(c, "uniquejobs:acct1:WAIT")); }));
     CHECK(c.command({"KEYS", "uniquejobs:acct1*"}).size() == 0);
-    CHECK(c.command({"HLEN", "kiqd:unique:held"}).integer() == 0);
+    CHECK(held_lock_count(c) == 0);
     CHECK(f.keeper.held() == 0);
 }
 
@@ -128,7 +130,9 @@ TEST_CASE("unique: a deferred release runs inside the next job's acquire, before
     CHECK(run(payload("A", "while_executing"), [] {}));
     REQUIRE(pending.size() == 1);  // A's release, not sent yet
     CHECK(exists(c, "uniquejobs:acct1:EXEC"));
-    CHECK(c.command({"HLEN", "kiqd:unique:held"}).integer() == 1);
+    CHECK(held_lock_count(c) == 1);
+    // The per-job acquire wrote the held hash's marker with the lock: a hashtable already.
+    CHECK(std::string(c.command({"OBJECT", "ENCODING", "kiqd:unique:held"}).str()) == "hashtable");
     // EVALSHA calls since the last CONFIG RESETSTAT (INFO commandstats).
     const auto evalsha_calls = [&](redis::Connection& conn) {
         const std::string info(conn.command({"INFO", "commandstats"}).str());
@@ -141,7 +145,7 @@ TEST_CASE("unique: a deferred release runs inside the next job's acquire, before
         CHECK(pending.empty());  // taken into the acquire call
         CHECK_FALSE(exists(c, "uniquejobs:acct1:EXEC"));
         CHECK(exists(c, "uniquejobs:acct2:EXEC"));
-        CHECK(c.command({"HLEN", "kiqd:unique:held"}).integer() == 1);
+        CHECK(held_lock_count(c) == 1);
     }));
     REQUIRE(pending.size() == 1);
     CHECK(evalsha_calls(c) == 1);  // one script call for the release and the acquire
@@ -158,13 +162,13 @@ TEST_CASE("unique: a deferred release runs inside the next job's acquire, before
     c.command({"LPUSH", "uniquejobs:acct2:EXEC", "x"});
     CHECK(run(payload("B", "while_executing"), [&] {
         CHECK(exists(c, "uniquejobs:acct1:EXEC"));
-        CHECK(c.command({"HLEN", "kiqd:unique:held"}).integer() == 1);  // B's alone
+        CHECK(held_lock_count(c) == 1);  // B's alone
     }));
     c.command({"DEL", "uniquejobs:acct2:EXEC"});
     REQUIRE(pending.size() == 1);
     c.command(pending.back());
     CHECK_FALSE(exists(c, "uniquejobs:acct1:EXEC"));
-    CHECK(c.command({"HLEN", "kiqd:unique:held"}).integer() == 0);
+    CHECK(held_lock_count(c) == 0);
     CHECK(f.keeper.held() == 0);
 }
 
@@ -399,7 +403,7 @@ TEST_CASE("unique: the keeper extends running locks and reaps those of dead proc
     CHECK(f.keeper.reap(c) == 1);
     CHECK_FALSE(exists(c, "uniquejobs:x:EXEC"));
     CHECK(exists(c, "uniquejobs:y:EXEC"));
-    CHECK(c.command({"HKEYS", "kiqd:unique:held"}).size() == 1);
+    CHECK(held_lock_count(c) == 1);
     CHECK(f.keeper.reap(c) == 0);  // within the interval another pass does not run
 }
 
@@ -457,8 +461,7 @@ TEST_CASE(
         [&] {
             sample_waiters();
             return kiqd::test::llen(conn, "queue:default") == 0 && zcard(conn, "schedule") == 0 &&
-                   conn.command({"HLEN", "kiqd:unique:held"}).integer() == 0 &&
-                   conn.command({"KEYS", "uniquejobs:*"}).size() == 0;
+                   held_lock_count(conn) == 0 && conn.command({"KEYS", "uniquejobs:*"}).size() == 0;
         },
         std::chrono::seconds(60)));
     for (int status : fleet.stop()) CHECK(status == 0);
@@ -515,9 +518,9 @@ TEST_CASE("unique daemons: kill -9 of the lock holder — a later copy runs, not
     {
         KiqdProcess victim(KIQD_TEST_DAEMON, yaml);
         REQUIRE(wait_until([&] {
-            auto held = conn.command({"HVALS", "kiqd:unique:held"});
+            auto held = held_locks(conn);
             if (held.size() != 1) return false;
-            owner = std::string(held[0].str());
+            owner = held.begin()->second;
             return true;
         }));
         victim.signal(SIGKILL);
@@ -531,8 +534,7 @@ TEST_CASE("unique daemons: kill -9 of the lock holder — a later copy runs, not
     KiqdProcess successor(KIQD_TEST_DAEMON, yaml);
     REQUIRE(wait_until([&] { return ran_count(conn) == 1; }, std::chrono::seconds(30)));
     REQUIRE(wait_until([&] {
-        return conn.command({"KEYS", "uniquejobs:*"}).size() == 0 &&
-               conn.command({"HLEN", "kiqd:unique:held"}).integer() == 0;
+        return conn.command({"KEYS", "uniquejobs:*"}).size() == 0 && held_lock_count(conn) == 0;
     }));
     CHECK(successor.stop() == 0);
     CHECK_THAT(successor.output(), Catch::Contains("is gone"));

@@ -1,5 +1,7 @@
 #include "support/redis_reads.hpp"
 
+#include "middleware/unique/lock_keeper.hpp"
+
 namespace kiqd::test {
 namespace {
 
@@ -42,6 +44,18 @@ std::vector<nlohmann::json> parse_each(const std::vector<std::string>& payloads)
     std::vector<nlohmann::json> out;
     for (const auto& p : payloads) out.push_back(nlohmann::json::parse(p));
     return out;
+}
+
+std::map<std::string, std::string> held_locks(redis::Connection& c) {
+    auto all = c.command({"HGETALL", "kiqd:unique:held"});
+    std::map<std::string, std::string> out;
+    for (size_t i = 0; i + 1 < all.size(); i += 2)
+        if (!LockKeeper::is_marker(all[i].str())) out.emplace(all[i].str(), all[i + 1].str());
+    return out;
+}
+
+long long held_lock_count(redis::Connection& c) {
+    return static_cast<long long>(held_locks(c).size());
 }
 
 }  // namespace kiqd::test

@@ -132,6 +132,18 @@ TEST_CASE("fair tenant: a fetched job's plan, read from its members, is its tree
         {{"class", "SomeJob"}, {"args", {"acme"}}, {"fair_tenant_queues", json::array()}},
         {{"class", "NoQueueJob"}, {"fair_tenant", "t"}},
         {{"class", "Unknown"}, {"fair_tenant", "t"}},
+        // Tenant arguments of every scalar shape: the usual ones (a string without escapes,
+        // a non-negative integer of up to 18 digits) are read without the parser.
+        {{"class", "SomeJob"}, {"args", {"a\"b\\c\u00e9\n"}}},
+        {{"class", "SomeJob"}, {"args", {""}}},
+        {{"class", "SomeJob"}, {"args", {0}}},
+        {{"class", "SomeJob"}, {"args", {123456789012345678ULL}}},
+        {{"class", "SomeJob"}, {"args", {1234567890123456789ULL}}},
+        {{"class", "SomeJob"}, {"args", {18446744073709551615ULL}}},
+        {{"class", "SomeJob"}, {"args", {json::parse("99999999999999999999")}}},
+        {{"class", "SomeJob"}, {"args", {-3}}},
+        {{"class", "SomeJob"}, {"args", {1.5}}},
+        {{"class", "SomeJob"}, {"args", {true}}},
     };
     for (const auto& tree : jobs) {
         for (const std::string queue : {"default", "throttled_2x", "slow"}) {
@@ -143,6 +155,7 @@ TEST_CASE("fair tenant: a fetched job's plan, read from its members, is its tree
             if (!plan) continue;
             CHECK(plan->tenant == expected->tenant);
             CHECK(plan->tenant_value == expected->tenant_value);
+            CHECK(plan->tenant_value.dump() == expected->tenant_value.dump());
             CHECK(plan->key == expected->key);
             CHECK(plan->job_class == expected->job_class);
             CHECK(plan->rules.size() == expected->rules.size());

@@ -33,8 +33,8 @@ return 0
 // --
 // ARGV[1] -> the owner ("<identity> <token>")
 // Returns 1 when the lock was freed, 0 when it had expired or belongs to someone else. Both
-// reads come before the first write, so a key of the wrong type fails the script before it has
-// written anything (Redis keeps the writes made before a failing command).
+// reads come before the first write, so a held hash of the wrong type fails the script before
+// it has written anything (Redis keeps the writes made before a failing command).
 constexpr const char* kReleaseScript = KIQD_LOCK_RELEASE_LUA R"lua(
 return release_lock(KEYS[1], KEYS[2], ARGV[1])
 )lua";
@@ -228,6 +228,7 @@ size_t LockKeeper::reap_run_locks(redis::Connection& conn) {
     std::vector<std::pair<std::string, std::string>> entries;  // lock key, owner
     std::set<std::string> identities;
     for (size_t i = 0; i + 1 < held.size(); i += 2) {
+        if (is_marker(held[i].str())) continue;
         std::string owner(held[i + 1].str());
         identities.insert(owner_identity(owner));
         entries.emplace_back(std::string(held[i].str()), std::move(owner));

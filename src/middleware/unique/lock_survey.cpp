@@ -89,6 +89,7 @@ std::vector<SurveyedLock> survey_unique_locks(redis::Connection& conn, const Key
     auto held = conn.command({"HGETALL", keys.unique_held()});
     std::vector<std::string> ids;
     for (size_t i = 0; i + 1 < held.size(); i += 2) {
+        if (LockKeeper::is_marker(held[i].str())) continue;
         SurveyedLock l;
         l.kind = "run";
         l.key = std::string(held[i].str());

@@ -114,16 +114,14 @@ constexpr double kRescheduleSeconds = 5.0;  // the gem's default schedule_in
 //               a duplicate; nothing written.
 //   a WRONGTYPE error, with nothing written, when KEYS[3] holds another type
 //   {1}         the exec lock was free and is now ARGV[4]'s (SET NX PX ARGV[5]), recorded in
-//               KEYS[3]; the wait lock, if this copy held it, is deleted: run the job.
+//               KEYS[3] (with the hash's marker, lock_keeper.hpp); the wait lock, if this copy held
+//               it, is deleted: run the job.
 //   {2, ''}     without the wait lock: the exec lock is busy; nothing written.
 //   {2, token}  with the wait lock: the exec lock is busy, and this copy now holds the wait lock
 //               under `token` (the one it carried, else ARGV[3]) for another ARGV[6] ms: park it
 //               with the token.
-constexpr const char* kAcquireScript = KIQD_LUA_TYPE_GUARD R"lua(
-if KEYS[5] then
-  if redis.pcall('get', KEYS[4]) == ARGV[7] then redis.pcall('del', KEYS[4]) end
-  if redis.pcall('hget', KEYS[5], KEYS[4]) == ARGV[7] then redis.pcall('hdel', KEYS[5], KEYS[4]) end
-end
+constexpr const char* kAcquireScript = KIQD_LUA_TYPE_GUARD KIQD_LOCK_RELEASE_LUA R"lua(
+if KEYS[5] then pcall(release_lock, KEYS[4], KEYS[5], ARGV[7]) end
 local w = false
 if ARGV[1] == '1' then
   w = redis.call('get', KEYS[1])
@@ -133,7 +131,8 @@ local refused = wrong_type({KEYS[3], 'hash'})
 if refused then return refused end
 if redis.call('set', KEYS[2], ARGV[4], 'NX', 'PX', ARGV[5]) then
   if w then redis.call('del', KEYS[1]) end
-  redis.call('hset', KEYS[3], KEYS[2], ARGV[4])
+  redis.call('hset', KEYS[3], KEYS[2], ARGV[4], ')lua" KIQD_HELD_MARKER_FIELD R"lua(',
+             ')lua" KIQD_HELD_MARKER_VALUE R"lua(')
   return {1}
 end
 if ARGV[1] ~= '1' then return {2, ''} end
