@@ -3,6 +3,7 @@
 #include <openssl/evp.h>
 
 #include <cmath>
+#include <string_view>
 
 #include "common/outcome_counters.hpp"
 #include "common/random_hex.hpp"
@@ -233,25 +234,16 @@ std::string unique_digest(const std::string& prefix, const std::string* job_clas
     std::string text;
     text.reserve(48 + (apartment ? apartment->size() : 0) + cls.size() + lock_args.size() +
                  que.size());
+    auto pair = [&text](std::string_view head, const std::string& value, std::string_view tail) {
+        text += head;
+        text += value;
+        text += tail;
+    };
     text += '[';
-    if (apartment) {
-        text += "[\"apartment\",";
-        text += *apartment;
-        text += "],";
-    }
-    if (job_class) {
-        text += "[\"class\",";
-        text += cls;
-        text += "],";
-    }
-    text += "[\"lock_args\",";
-    text += lock_args;
-    text += ']';
-    if (queue) {
-        text += ",[\"queue\",";
-        text += que;
-        text += ']';
-    }
+    if (apartment) pair("[\"apartment\",", *apartment, "],");
+    if (job_class) pair("[\"class\",", cls, "],");
+    pair("[\"lock_args\",", lock_args, "]");
+    if (queue) pair(",[\"queue\",", que, "]");
     text += ']';
     // OpenSSL 3 looks EVP_md5() up in its provider on every use; fetch them once.
     static EVP_MD* const md5 = EVP_MD_fetch(nullptr, "MD5", nullptr);
