@@ -59,7 +59,12 @@ class Keys {
     // Unique jobs (unique_jobs.hpp): a digest's keys, the hash of held EXEC locks
     // (key → "<identity> <token>") and the reaper's election lock.
     std::string digest_key(std::string_view digest, std::string_view suffix = "") const {
-        return prefix_ + std::string(digest) + std::string(suffix);
+        std::string key;  // one allocation: a batched refill builds two per lock
+        key.reserve(prefix_.size() + digest.size() + suffix.size());
+        key += prefix_;
+        key += digest;
+        key += suffix;
+        return key;
     }
     std::string unique_held() const { return prefix_ + "kiqd:unique:held"; }
     std::string unique_reaper_lock() const { return prefix_ + "kiqd:unique:reaper"; }

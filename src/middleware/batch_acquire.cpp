@@ -1,6 +1,7 @@
 #include "middleware/batch_acquire.hpp"
 
 #include <algorithm>
+#include <iterator>
 
 #include "kiqd/clock.hpp"
 #include "middleware/fair_tenant.hpp"
@@ -172,8 +173,7 @@ BatchAcquire::BatchAcquire(const Config& config, const Keys& keys, const JobLimi
 }
 
 std::optional<Job> BatchAcquire::plan(const UnitOfWork& unit, std::vector<Acquired>& wanted,
-                                      std::vector<std::string>& keys,
-                                      std::vector<std::string>& args) const {
+                                      Args& keys, Args& args) const {
     // Most payloads of a mixed queue are ruled out without parsing them.
     if (std::none_of(class_names_.begin(), class_names_.end(), [&](const std::string& name) {
             return unit.payload.find(name) != std::string::npos;
@@ -185,6 +185,9 @@ std::optional<Job> BatchAcquire::plan(const UnitOfWork& unit, std::vector<Acquir
     auto cls = config_.classes.find(job->handler_name());
     if (cls == config_.classes.end()) return std::nullopt;
     const ClassSpec& spec = cls->second;
+    // A fair-tenant registration, a slot and a lock at most: `keys` and `args` refer to the
+    // items' strings, so the items must not move (Args).
+    wanted.reserve(wanted.size() + 3);
     // The fair-tenant registration first (outermost of the three middlewares). A job marked
     // by a client (fair_tenant_registered, whatever its value) is left to the middleware.
     if (!spec.fair_tenant_queues.empty() && !job->jid.empty() &&
@@ -205,8 +208,9 @@ std::optional<Job> BatchAcquire::plan(const UnitOfWork& unit, std::vector<Acquir
             a.roomy = true;
             keys.push_back(a.key);
             args.push_back("f");
-            fair_.append_probe_args(args, *fair, job->jid, FairTenant::now_text(epoch_seconds()),
-                                    would_move);
+            fair_.append_probe_args(args.staging(), *fair, job->jid,
+                                    FairTenant::now_text(epoch_seconds()), would_move);
+            args.take_staged();
             wanted.push_back(std::move(a));
         }
     }
@@ -220,10 +224,14 @@ std::optional<Job> BatchAcquire::plan(const UnitOfWork& unit, std::vector<Acquir
         a.waiting = keys_.concurrency_waiting(scope);
         a.member = concurrency_slot_member(identity_, job->jid);
         a.limit = limit.limit;
-        keys.insert(keys.end(), {a.key, a.waiting});
-        args.insert(args.end(), {"c", std::to_string(limit.limit), a.member,
-                                 std::to_string(slots_->config().slot_ttl.count()), job->jid});
-        wanted.push_back(std::move(a));
+        const Acquired& w = wanted.emplace_back(std::move(a));
+        keys.view(w.key);
+        keys.view(w.waiting);
+        args.view("c");
+        args.push_back(std::to_string(limit.limit));
+        args.view(w.member);
+        args.push_back(std::to_string(slots_->config().slot_ttl.count()));
+        args.push_back(job->jid);  // `job` is moved out at the end
     }
     std::optional<LockSpec> lock;
     try {
@@ -241,31 +249,41 @@ std::optional<Job> BatchAcquire::plan(const UnitOfWork& unit, std::vector<Acquir
     a.member = LockKeeper::new_owner(identity_);
     a.limit = lock->ttl.count();  // kept for the keeper's registration
     a.roomy = true;
-    keys.insert(keys.end(), {keys_.digest_key(lock->digest, ":WAIT"), a.key, locks_.held_hash()});
-    args.insert(args.end(), {"u", lock->type == kUntilAndWhile ? "1" : "0", a.member,
-                             std::to_string(lock->ttl.count())});
+    keys.push_back(keys_.digest_key(lock->digest, ":WAIT"));
+    args.view("u");
+    args.view(lock->type == kUntilAndWhile ? "1" : "0");
     a.lock = std::make_shared<const LockSpec>(std::move(*lock));
-    wanted.push_back(std::move(a));
+    const Acquired& w = wanted.emplace_back(std::move(a));
+    keys.view(w.key);
+    keys.view(locks_.held_hash());
+    args.view(w.member);
+    args.push_back(std::to_string(w.limit));  // the TTL ms
     return std::optional<Job>(std::move(*job));
 }
 
 void BatchAcquire::acquire(redis::Connection& conn, std::vector<UnitOfWork>& units) const {
     std::vector<std::vector<Acquired>> wanted(units.size());
     std::vector<std::optional<Job>> jobs(units.size());
-    std::vector<std::string> keys;
-    std::vector<std::string> args{""};
+    Args keys;
+    Args args;
+    args.view("");  // the number of items, known once all are planned
     size_t items = 0;
     for (size_t i = 0; i < units.size(); ++i) {
         jobs[i] = plan(units[i], wanted[i], keys, args);
         items += wanted[i].size();
     }
     if (items == 0) return;
-    args[0] = std::to_string(items);
-    const redis::Reply reply = script_.run(conn, keys, args);
+    const std::string count = std::to_string(items);
+    args.set(0, count);
+    const redis::Reply reply = script_.run_views(conn, keys.views(), args.views());
     if (reply.size() != items) reply.unexpected("batch acquire: unexpected reply");
+    // `keys` and `args` are done with: the items may move now.
     size_t r = 0;
     for (size_t i = 0; i < units.size(); ++i) {
-        for (auto& a : wanted[i]) {
+        std::vector<Acquired>& want = wanted[i];
+        size_t taken = 0;  // the items taken, moved to the front in order
+        for (size_t j = 0; j < want.size(); ++j) {
+            Acquired& a = want[j];
             const long long got = reply[r++].integer();
             if (got == 0) continue;
             if (a.kind == Acquired::Kind::slot) {
@@ -274,11 +292,21 @@ void BatchAcquire::acquire(redis::Connection& conn, std::vector<UnitOfWork>& uni
             } else if (a.kind == Acquired::Kind::exec_lock) {
                 a.held = locks_.hold(a.key, a.member, std::chrono::milliseconds(a.limit));
             }
-            if (!units[i].acquired) {
-                units[i].acquired = std::make_shared<AcquiredSet>();
-                units[i].acquired->job = std::move(jobs[i]);
-            }
-            units[i].acquired->items.push_back(std::move(a));
+            if (taken != j) want[taken] = std::move(a);
+            ++taken;
+        }
+        if (taken == 0) continue;
+        want.erase(want.begin() + static_cast<std::ptrdiff_t>(taken), want.end());
+        if (!units[i].acquired) {
+            units[i].acquired = std::make_shared<AcquiredSet>();
+            units[i].acquired->job = std::move(jobs[i]);
+        }
+        auto& into = units[i].acquired->items;
+        if (into.empty()) {
+            into = std::move(want);  // the usual case: no copy, no allocation
+        } else {
+            into.insert(into.end(), std::make_move_iterator(want.begin()),
+                        std::make_move_iterator(want.end()));
         }
     }
 }

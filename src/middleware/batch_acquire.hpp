@@ -17,8 +17,10 @@
 //
 // Immutable after construction, shared by the processor threads (the refilling thread calls
 // acquire, the thread that puts a job back calls release_unclaimed).
+#include <deque>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "fetch/refill_acquirer.hpp"
@@ -49,11 +51,42 @@ class BatchAcquire final : public RefillAcquirer {
     }
 
   private:
-    // What one job asks for, found from its payload; appended to `keys`/`args` when it asks.
+    // A script call's keys or arguments, handed to hiredis as views (Script::run_views): a
+    // refill's hundreds of strings are not copied into a command first, and those that outlive
+    // the call (the held hash's name, constants, the keys and members the refill's Acquired
+    // items hold) are referred to, not copied. Kept strings live in a deque: they never move.
+    class Args {
+      public:
+        void push_back(std::string s) {
+            owned_.push_back(std::move(s));
+            views_.emplace_back(owned_.back());
+        }
+        // `s` must outlive the script call.
+        void view(std::string_view s) { views_.push_back(s); }
+        void set(size_t i, std::string_view s) { views_.at(i) = s; }
+        // For helpers that append to a vector of strings (FairTenant::append_probe_args):
+        // they append to staging(), take_staged() keeps what they appended, in order. The
+        // vector is reused, so it allocates only for the first such item.
+        std::vector<std::string>& staging() { return staged_; }
+        void take_staged() {
+            for (auto& s : staged_) push_back(std::move(s));
+            staged_.clear();
+        }
+        const std::vector<std::string_view>& views() const { return views_; }
+
+      private:
+        std::deque<std::string> owned_;
+        std::vector<std::string_view> views_;
+        std::vector<std::string> staged_;
+    };
+
+    // What one job asks for, found from its payload; appended to `keys`/`args` when it asks,
+    // some as views into `wanted`'s items (which therefore must not move until the script
+    // call: plan() reserves room for every item a job can ask for before adding the first).
     // Returns the parsed job when it asks for something (acquire() hands it to the processor
     // with what it took), else nullopt.
-    std::optional<Job> plan(const UnitOfWork& unit, std::vector<Acquired>& wanted,
-                            std::vector<std::string>& keys, std::vector<std::string>& args) const;
+    std::optional<Job> plan(const UnitOfWork& unit, std::vector<Acquired>& wanted, Args& keys,
+                            Args& args) const;
 
     const Config& config_;
     const Keys& keys_;

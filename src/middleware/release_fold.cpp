@@ -108,7 +108,7 @@ void ReleaseFold::fold(redis::Connection& conn, std::vector<redis::Command>& com
         args.insert(args.end(), std::make_move_iterator(c.begin() + 5),
                     std::make_move_iterator(c.end()));
     }
-    out[0] = folded_.evalsha_command(keys, args);
+    out[0] = folded_.evalsha_command(std::move(keys), std::move(args));
     commands = std::move(out);
 }
 

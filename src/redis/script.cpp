@@ -36,21 +36,21 @@ void resend_noscript(Connection& conn, const std::vector<Command>& sent,
     if (!again.empty()) conn.pipeline_unchecked(again);
 }
 
-Command Script::deferred_command(Connection& conn, const std::vector<std::string>& keys,
-                                 const std::vector<std::string>& args) const {
+Command Script::deferred_command(Connection& conn, std::vector<std::string> keys,
+                                 std::vector<std::string> args) const {
     if (sha().empty()) {
         try {
             load(conn);
         } catch (const Error&) {
             // Never throws (callers run it while a job's failure is on its way): the source
             // then goes itself, as with EVAL.
-            Command eval = evalsha_command(keys, args);
+            Command eval = evalsha_command(std::move(keys), std::move(args));
             eval[0] = "EVAL";
             eval[1] = source_;
             return eval;
         }
     }
-    return evalsha_command(keys, args);
+    return evalsha_command(std::move(keys), std::move(args));
 }
 
 std::string Script::load(Connection& conn) const {
@@ -103,6 +103,18 @@ Command Script::evalsha_command(const std::vector<std::string>& keys,
     return cmd;
 }
 
+Command Script::evalsha_command(std::vector<std::string>&& keys,
+                                std::vector<std::string>&& args) const {
+    Command cmd;
+    cmd.reserve(3 + keys.size() + args.size());
+    cmd.push_back("EVALSHA");
+    cmd.push_back(sha());
+    cmd.push_back(std::to_string(keys.size()));
+    for (auto& k : keys) cmd.push_back(std::move(k));
+    for (auto& a : args) cmd.push_back(std::move(a));
+    return cmd;
+}
+
 Reply Script::run_after(Connection& conn, std::vector<Command>* pending,
                         const std::vector<std::string>& keys,
                         const std::vector<std::string>& args) const {
@@ -135,6 +147,28 @@ Reply Script::run(Connection& conn, const std::vector<std::string>& keys,
         if (!e.starts_with("NOSCRIPT")) throw;
         load(conn);
         return conn.command(evalsha_command(keys, args));
+    }
+}
+
+Reply Script::run_views(Connection& conn, const std::vector<std::string_view>& keys,
+                        const std::vector<std::string_view>& args) const {
+    std::string current = sha();
+    if (current.empty()) current = load(conn);
+    const std::string count = std::to_string(keys.size());
+    std::vector<std::string_view> argv;
+    argv.reserve(3 + keys.size() + args.size());
+    auto send = [&] {
+        argv.assign({"EVALSHA", current, count});
+        argv.insert(argv.end(), keys.begin(), keys.end());
+        argv.insert(argv.end(), args.begin(), args.end());
+        return conn.command(argv);
+    };
+    try {
+        return send();
+    } catch (const ReplyError& e) {
+        if (!e.starts_with("NOSCRIPT")) throw;
+        current = load(conn);
+        return send();
     }
 }
 

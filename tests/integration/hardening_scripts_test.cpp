@@ -268,3 +268,40 @@ TEST_CASE("scripts: a deferred release answered NOSCRIPT is sent again with its 
     kiqd::redis::resend_noscript(c, sent, replies, 0, sent.size());
     CHECK(zcard(c, slots) == 0);
 }
+
+// Script::run_views hands hiredis views of its keys and arguments (a batched refill's hundreds
+// of strings are not copied into a command first): what arrives must be byte for byte what was
+// given (empty strings, embedded NULs), and a flushed script cache must be survived as run()
+// survives it. The rvalue evalsha_command moves its strings into the same command the copying
+// one builds.
+TEST_CASE(
+    "script: run_views sends its keys and arguments byte for byte and reloads after "
+    "SCRIPT FLUSH",
+    "[scripts]") {
+    RedisServer server;
+    auto conn = server.connect();
+    // Returns KEYS then ARGV, as one flat array.
+    const kiqd::redis::Script echo(
+        "local out = {} for _, k in ipairs(KEYS) do out[#out + 1] = k end "
+        "for _, a in ipairs(ARGV) do out[#out + 1] = a end return out");
+    const std::string nul("a\0b", 3);
+    const std::string long_arg(300, 'x');
+    const std::vector<std::string_view> keys{"k1", nul};
+    const std::vector<std::string_view> args{"", long_arg, "3"};
+    const std::vector<std::string> expected{"k1", nul, "", long_arg, "3"};
+    auto check = [&](const kiqd::redis::Reply& reply) {
+        REQUIRE(reply.size() == expected.size());
+        for (size_t i = 0; i < expected.size(); ++i) CHECK(reply[i].str() == expected[i]);
+    };
+    check(echo.run_views(conn, keys, args));  // loads it first
+    conn.command({"SCRIPT", "FLUSH"});
+    check(echo.run_views(conn, keys, args));  // NOSCRIPT: loaded again
+    check(echo.run_views(conn, keys, args));
+
+    const std::vector<std::string> ck{"k1", nul}, ca{"", long_arg};
+    const kiqd::redis::Command copied = echo.evalsha_command(ck, ca);
+    std::vector<std::string> k = ck, a = ca;
+    const kiqd::redis::Command moved = echo.evalsha_command(std::move(k), std::move(a));
+    CHECK(moved == copied);
+    CHECK(moved == kiqd::redis::Command{"EVALSHA", echo.sha(), "2", "k1", nul, "", long_arg});
+}

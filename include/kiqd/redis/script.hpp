@@ -4,6 +4,7 @@
 // script is loaded again and the call retried once, as Sidekiq's scheduler does.
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kiqd/redis/connection.hpp"
@@ -21,9 +22,15 @@ class Script {
     explicit Script(std::string source) : source_(std::move(source)) {}
     Reply run(Connection& conn, const std::vector<std::string>& keys,
               const std::vector<std::string>& args) const;
-    // The EVALSHA command, for pipelining; callers that pipeline must call load() first.
+    // run() with views: hiredis formats the command from them, nothing is copied first (a
+    // batched refill's script call has hundreds of arguments). They must outlive the call.
+    Reply run_views(Connection& conn, const std::vector<std::string_view>& keys,
+                    const std::vector<std::string_view>& args) const;
+    // The EVALSHA command, for pipelining; callers that pipeline must call load() first. The
+    // rvalue form moves the arguments in instead of copying them.
     Command evalsha_command(const std::vector<std::string>& keys,
                             const std::vector<std::string>& args) const;
+    Command evalsha_command(std::vector<std::string>&& keys, std::vector<std::string>&& args) const;
     // run() with `pending` (idempotent commands left over from the previous job: lock releases)
     // sent first in the same write, their replies unchecked; `pending` is cleared once sent
     // and kept when the connection fails. Null or empty `pending`: run().
@@ -35,8 +42,9 @@ class Script {
     // releases), loading the script first the first time; senders of such commands pass their
     // replies to resend_noscript, so a flushed script cache loses none of them. Never throws:
     // when the load fails it returns an EVAL with the source.
-    Command deferred_command(Connection& conn, const std::vector<std::string>& keys,
-                             const std::vector<std::string>& args) const;
+    // Takes its arguments by value: a caller's temporaries are moved in, not copied.
+    Command deferred_command(Connection& conn, std::vector<std::string> keys,
+                             std::vector<std::string> args) const;
     // Sends `calls` (this script's evalsha_command()s) in one pipeline, replies unchecked (an
     // error stays in its reply). Loads the script first if this process never has; the calls
     // Redis answers NOSCRIPT (its cache was flushed: they did not run) are sent again, once,

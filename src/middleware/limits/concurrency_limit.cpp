@@ -68,8 +68,17 @@ void ConcurrencyLimitMiddleware::call(JobContext& ctx, const Next& next) const {
     auto release = [&] {
         keeper_.release(held);
         if (channel) {  // sent with the outcome or the next fetch: one round trip less
-            channel->push_back(release_script_.deferred_command(
-                ctx.redis, {slots, waiting}, {member, limit, ttl, keys_.prefix()}));
+            // Built in place and moved into the command: each string is copied once.
+            std::vector<std::string> keys(2);
+            keys[0] = slots;
+            keys[1] = waiting;
+            std::vector<std::string> args(4);
+            args[0] = member;
+            args[1] = limit;
+            args[2] = ttl;
+            args[3] = keys_.prefix();
+            channel->push_back(
+                release_script_.deferred_command(ctx.redis, std::move(keys), std::move(args)));
             return;
         }
         try {
