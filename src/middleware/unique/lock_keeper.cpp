@@ -33,8 +33,8 @@ return 0
 // --
 // ARGV[1] -> the owner ("<identity> <token>")
 // Returns 1 when the lock was freed, 0 when it had expired or belongs to someone else. Both
-// reads come before the first write, so a held hash of the wrong type fails the script before
-// it has written anything (Redis keeps the writes made before a failing command).
+// reads come before the first write, so a key of the wrong type fails the script before it has
+// written anything (Redis keeps the writes made before a failing command).
 constexpr const char* kReleaseScript = KIQD_LOCK_RELEASE_LUA R"lua(
 return release_lock(KEYS[1], KEYS[2], ARGV[1])
 )lua";

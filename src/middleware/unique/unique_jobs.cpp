@@ -121,8 +121,13 @@ constexpr double kRescheduleSeconds = 5.0;  // the gem's default schedule_in
 //   {2, token}  with the wait lock: the exec lock is busy, and this copy now holds the wait lock
 //               under `token` (the one it carried, else ARGV[3]) for another ARGV[6] ms: park it
 //               with the token.
-constexpr const char* kAcquireScript = KIQD_LUA_TYPE_GUARD KIQD_LOCK_RELEASE_LUA R"lua(
-if KEYS[5] then pcall(release_lock, KEYS[4], KEYS[5], ARGV[7]) end
+constexpr const char* kAcquireScript = KIQD_LUA_TYPE_GUARD R"lua(
+-- Not release_lock (lock_keeper.hpp): each call on its own pcall, so that a lock key of another
+-- type (whose GET fails) still lets the held hash forget the entry.
+if KEYS[5] then
+  if redis.pcall('get', KEYS[4]) == ARGV[7] then redis.pcall('del', KEYS[4]) end
+  if redis.pcall('hget', KEYS[5], KEYS[4]) == ARGV[7] then redis.pcall('hdel', KEYS[5], KEYS[4]) end
+end
 local w = false
 if ARGV[1] == '1' then
   w = redis.call('get', KEYS[1])
