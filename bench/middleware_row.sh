@@ -21,20 +21,8 @@ binary=$(realpath "$1") row=$2 fetch=$3 jobs=${4:-60000}
 [[ -f $here/middleware_rows/$row.yml ]] || die "no bench/middleware_rows/$row.yml"
 [[ $fetch == basic || $fetch == batched ]] || die "FETCH is basic or batched, not $fetch"
 work=$(mktemp -d "${TMPDIR:-/tmp}/kiqd-mwrow.XXXXXX")
-redis_pid=""
-cleanup() {
-    local rc=$?
-    trap - EXIT INT TERM
-    if [[ -n $redis_pid ]] && kill -0 "$redis_pid" 2>/dev/null; then
-        kill -TERM "$redis_pid" 2>/dev/null || true
-        wait "$redis_pid" 2>/dev/null || true
-    fi
-    rm -rf "$work"
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+redis_pid="" drain_pid=""
+source "$here/lib/cleanup.sh"
 source "$here/lib/redis.sh"
 start_redis "$(/usr/bin/python3 "$here/lib/kiqbench.py" freeport)" "$work"
 {
