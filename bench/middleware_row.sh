@@ -46,12 +46,5 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 print(sys.argv[2], sys.argv[3], int(r["jobs_per_s"]), r["worker_cpu_us_per_job"], r["redis_cpu_us_per_job"])
 EOF
-rcli info commandstats | tr -d '\r' | /usr/bin/python3 -c '
-import re, sys
-n = int(sys.argv[1])
-for line in sys.stdin:
-    m = re.match(r"cmdstat_([\w|]+):calls=(\d+),usec=(\d+),usec_per_call=([\d.]+)", line)
-    if m and int(m.group(2)) * 100 >= n:
-        calls, usec = int(m.group(2)), int(m.group(3))
-        print("  %-16s calls/job %6.2f  usec/call %7.2f  usec/job %6.2f"
-              % (m.group(1), calls / n, float(m.group(4)), usec / n))' "$jobs"
+rcli info commandstats | tr -d '\r' |
+    /usr/bin/python3 "$here/lib/kiqbench.py" cmdstats --jobs "$jobs"

@@ -20,6 +20,7 @@ Subcommands:
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -98,6 +99,17 @@ def cmd_freeport(_args):
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         print(s.getsockname()[1])
+
+
+def cmd_cmdstats(args):
+    """Redis's INFO commandstats (on stdin) per job: calls, µs per call and µs per job of each
+    command called at least once per 100 jobs (commands run inside scripts included)."""
+    n = args.jobs
+    for line in sys.stdin:
+        m = re.match(r"cmdstat_([\w|]+):calls=(\d+),usec=(\d+),usec_per_call=([\d.]+)", line)
+        if m and int(m[2]) * 100 >= n:
+            print("%s%-16s %6.3f calls/job  %7.2f us/call  %6.2f us/job"
+                  % (" " * args.indent, m[1], int(m[2]) / n, float(m[4]), int(m[3]) / n))
 
 
 # ---------------------------------------------------------------------- push
@@ -686,12 +698,16 @@ def main():
     rp.add_argument("--out", required=True, help="directory for the PNGs and data files")
     rp.add_argument("--markdown", required=True)
     rp.add_argument("--notes", default="")
+    cs = sub.add_parser("cmdstats")
+    cs.add_argument("--jobs", type=int, required=True)
+    cs.add_argument("--indent", type=int, default=2)
     t = sub.add_parser("table")
     t.add_argument("--results", required=True)
     t.add_argument("--baseline", default="sidekiq")
     args = ap.parse_args()
     {"freeport": cmd_freeport, "push": cmd_push, "drain": cmd_drain,
-     "table": cmd_table, "latency": cmd_latency, "report": cmd_report}[args.cmd](args)
+     "table": cmd_table, "latency": cmd_latency, "report": cmd_report,
+     "cmdstats": cmd_cmdstats}[args.cmd](args)
 
 
 if __name__ == "__main__":
