@@ -13,6 +13,10 @@
 #   STATS=1                               also Redis's INFO commandstats per run, per job: calls
 #                                         and µs of each command (scripts as evalsha; the
 #                                         bench's own polls are in eval)
+#   PHASES=1                              also the run's script calls in order, summed by phase
+#                                         (Redis's SLOWLOG of commands of 10 µs or more:
+#                                         kiqbench.py phases): the split's calls, then the rest
+#                                         in thirds; compare plain and fair phase by phase
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
@@ -55,7 +59,13 @@ for ((round = 1; round <= RUNS; round++)); do
         rcli flushall >/dev/null
         /usr/bin/python3 "$here/lib/push_jobs.py" Kiqd::Noop "$GREEDY" "$TENANTS" "$PER_TENANT" | rcli --pipe >/dev/null
         [[ $(rcli llen queue:default) == "$total" ]] || die "push failed"
-        [[ -n ${STATS:-} ]] && rcli config resetstat >/dev/null
+        [[ -n ${STATS:-}${PHASES:-} ]] && rcli config resetstat >/dev/null
+        if [[ -n ${PHASES:-} ]]; then
+            # Room for every script call of a basic drain (~0.3 a job) and the odd slow command.
+            rcli config set slowlog-max-len $((total / 2 + 1000)) >/dev/null
+            rcli config set slowlog-log-slower-than 10 >/dev/null
+            rcli slowlog reset >/dev/null
+        fi
         cpu0=$(rcli info cpu | awk -F: '/^used_cpu_(sys|user):/ {s += $2} END {printf "%.2f", s}')
         "$KIQD" -C "$work/$mode.yml" >"$work/$mode.log" 2>&1 &
         kiqd_pid=$!
@@ -79,6 +89,11 @@ for ((round = 1; round <= RUNS; round++)); do
             rcli info commandstats | tr -d '\r' | awk -F'[:,=]' -v total="$total" '
                 /^cmdstat_/ { sub(/^cmdstat_/, "", $1)
                     printf "    %-12s %8.3f calls/job %7.3f µs/job %6.2f µs/call\n", $1, $3 / total, $5 / total, $7 }' >&2
+        fi
+        if [[ -n ${PHASES:-} ]]; then
+            calls=$(rcli info commandstats | tr -d '\r' | awk -F'[:,=]' '/^cmdstat_evalsha:/ {print $3}')
+            rcli --json slowlog get -1 | /usr/bin/python3 "$here/lib/kiqbench.py" phases \
+                --jobs "$total" --calls "${calls:-0}" >&2
         fi
         # kiqd's own CPU seconds (user + system, all threads) up to here: fields 14 and 15.
         kcpu=$(awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f", ($14 + $15) / hz}' "/proc/$kiqd_pid/stat")

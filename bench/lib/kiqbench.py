@@ -112,6 +112,28 @@ def cmd_cmdstats(args):
                   % (" " * args.indent, m[1], int(m[2]) / n, float(m[4]), int(m[3]) / n))
 
 
+def cmd_phases(args):
+    """A drain's script calls in order, summed by phase, from SLOWLOG GET as `redis-cli --json`
+    prints it (on stdin): the first ceil(jobs / 2000) calls (while a fair queue's plain list
+    still held jobs to split, 2000 a call), then the rest in --chunks equal parts."""
+    # Each entry: [id, time, µs, [command, args...], client, name]; newest first.
+    entries = sorted(json.load(sys.stdin), key=lambda e: e[0])
+    us = [e[2] for e in entries if e[3] and e[3][0].lower() == "evalsha"]
+    pad = " " * args.indent
+    print(f"{pad}script calls recorded (10 µs or more): {len(us)} of {args.calls},"
+          f" {sum(us) / 1000:.1f} ms of Redis time")
+    split = -(-args.jobs // 2000)
+    bounds = [(0, split, f"calls 1-{split} (a fair queue splits its plain list here)")]
+    rest = len(us) - split
+    for k in range(args.chunks):
+        a, b = split + rest * k // args.chunks, split + rest * (k + 1) // args.chunks
+        bounds.append((a, b, f"calls {a + 1}-{b}"))
+    for a, b, label in bounds:
+        part = us[a:b]
+        if part:
+            print(f"{pad}  {label}: {sum(part) / 1000:.1f} ms, {sum(part) / len(part):.1f} µs a call")
+
+
 # ---------------------------------------------------------------------- push
 
 def cmd_push(args):
@@ -701,13 +723,18 @@ def main():
     cs = sub.add_parser("cmdstats")
     cs.add_argument("--jobs", type=int, required=True)
     cs.add_argument("--indent", type=int, default=2)
+    ph = sub.add_parser("phases")
+    ph.add_argument("--jobs", type=int, required=True)
+    ph.add_argument("--calls", type=int, required=True, help="script calls (commandstats)")
+    ph.add_argument("--chunks", type=int, default=3)
+    ph.add_argument("--indent", type=int, default=4)
     t = sub.add_parser("table")
     t.add_argument("--results", required=True)
     t.add_argument("--baseline", default="sidekiq")
     args = ap.parse_args()
     {"freeport": cmd_freeport, "push": cmd_push, "drain": cmd_drain,
      "table": cmd_table, "latency": cmd_latency, "report": cmd_report,
-     "cmdstats": cmd_cmdstats}[args.cmd](args)
+     "cmdstats": cmd_cmdstats, "phases": cmd_phases}[args.cmd](args)
 
 
 if __name__ == "__main__":
