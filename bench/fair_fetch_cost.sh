@@ -17,6 +17,11 @@
 #                                         (Redis's SLOWLOG of commands of 10 µs or more:
 #                                         kiqbench.py phases): the split's calls, then the rest
 #                                         in thirds; compare plain and fair phase by phase
+#   PRESPLIT=all|greedy                   the fair runs start with the split already done, before
+#                                         the clock (bench/lib/fair_presplit.lua): every job, or
+#                                         only the greedy backlog. A bound: what fair fetch would
+#                                         cost if its split cost nothing (all), or if the greedy
+#                                         tenant's jobs needed no split (greedy)
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
@@ -59,6 +64,9 @@ for ((round = 1; round <= RUNS; round++)); do
         rcli flushall >/dev/null
         /usr/bin/python3 "$here/lib/push_jobs.py" Kiqd::Noop "$GREEDY" "$TENANTS" "$PER_TENANT" | rcli --pipe >/dev/null
         [[ $(rcli llen queue:default) == "$total" ]] || die "push failed"
+        if [[ $mode == fair && -n ${PRESPLIT:-} ]]; then
+            rcli eval "$(cat "$here/lib/fair_presplit.lua")" 0 "$PRESPLIT" "$GREEDY" >/dev/null
+        fi
         [[ -n ${STATS:-}${PHASES:-} ]] && rcli config resetstat >/dev/null
         if [[ -n ${PHASES:-} ]]; then
             # Room for every script call of a basic drain (~0.3 a job) and the odd slow command.
@@ -67,16 +75,21 @@ for ((round = 1; round <= RUNS; round++)); do
             rcli slowlog reset >/dev/null
         fi
         cpu0=$(rcli info cpu | awk -F: '/^used_cpu_(sys|user):/ {s += $2} END {printf "%.2f", s}')
+        # The first job taken starts the clock; done when the plain queue and the ring are empty
+        # (a tenant leaves the ring when its list empties). A few LLENs a poll: a poll over every
+        # queue in `queues` (10,000 tenant lists) cost Redis more than the fetches it measured.
+        # The greedy tenant's list is counted too: with PRESPLIT, its first job is the first
+        # taken (it is the ring's tail), so `left` falls from `left0` with it.
+        poll="return redis.call('llen', KEYS[1]) + redis.call('llen', KEYS[2]) + redis.call('llen', KEYS[3])"
+        poll_keys=(3 queue:default kiqd:fair:default:ring queue:default@t:greedy)
+        left0=$(rcli eval "$poll" "${poll_keys[@]}")
         "$KIQD" -C "$work/$mode.yml" >"$work/$mode.log" 2>&1 &
         kiqd_pid=$!
-        # The first job taken starts the clock; done when the plain queue and the ring are empty
-        # (a tenant leaves the ring when its list empties). Two LLENs a poll: a poll over every
-        # queue in `queues` (10,000 tenant lists) cost Redis more than the fetches it measured.
         t0="" t1=""
         while :; do
-            left=$(rcli eval "return redis.call('llen', KEYS[1]) + redis.call('llen', KEYS[2])" 2 queue:default kiqd:fair:default:ring)
+            left=$(rcli eval "$poll" "${poll_keys[@]}")
             now=$(date +%s.%N)
-            [[ -z $t0 && $left -lt $total ]] && t0=$now
+            [[ -z $t0 && $left -lt $left0 ]] && t0=$now
             [[ -n $t0 && $left == 0 ]] && { t1=$now; break; }
             kill -0 "$kiqd_pid" 2>/dev/null || die "kiqd exited: $(tail -5 "$work/$mode.log")"
             sleep 0.01
@@ -119,4 +132,4 @@ echo "| run | jobs | seconds | jobs/s | µs per job | Redis CPU s | Redis CPU µ
 echo "|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${results[@]}"
 echo
-echo "EXTRA='${EXTRA:-}' GREEDY=$GREEDY TENANTS=$TENANTS PER_TENANT=$PER_TENANT CONCURRENCY=$CONCURRENCY; load average $(cut -d' ' -f1-3 /proc/loadavg); git $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+echo "EXTRA='${EXTRA:-}' PRESPLIT=${PRESPLIT:-} GREEDY=$GREEDY TENANTS=$TENANTS PER_TENANT=$PER_TENANT CONCURRENCY=$CONCURRENCY; load average $(cut -d' ' -f1-3 /proc/loadavg); git $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
