@@ -18,10 +18,11 @@
 #                                         kiqbench.py phases): the split's calls, then the rest
 #                                         in thirds; compare plain and fair phase by phase
 #   PRESPLIT=all|greedy                   the fair runs start with the split already done, before
-#                                         the clock (bench/lib/fair_presplit.lua): every job, or
-#                                         only the greedy backlog. A bound: what fair fetch would
-#                                         cost if its split cost nothing (all), or if the greedy
-#                                         tenant's jobs needed no split (greedy)
+#                                         the clock, by the fetch script's own split (cut out of
+#                                         src/fetch/fair_fetch.cpp): every job, or only the greedy
+#                                         backlog. A bound: what fair fetch would cost if its
+#                                         split cost nothing (all), or if the greedy tenant's
+#                                         jobs needed no split (greedy)
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
@@ -57,6 +58,30 @@ for mode in plain fair; do
     } >"$work/$mode.yml"
 done
 total=$((GREEDY + TENANTS * PER_TENANT))
+if [[ -n ${PRESPLIT:-} ]]; then
+    case $PRESPLIT in
+        all) presplit_jobs=$total ;;
+        greedy) presplit_jobs=$GREEDY ;;
+        *) die "PRESPLIT is all or greedy, not $PRESPLIT" ;;
+    esac
+    source "$here/lib/fair_lua.sh"
+    {
+        fair_lua_type_guard
+        cat <<'LUA'
+-- The fetch script's split (cut out of fair_fetch.cpp below) of the oldest ARGV[1] jobs of
+-- queue:default in one go, with the settings of this bench's `fair_fetch: {default: {arg: 0}}`
+-- (max_tenants: the default 10,000), as the script builds them.
+local split_max = tonumber(ARGV[1])
+local queues = 'queues'
+local f = {mode = 'arg', field = '0', index = 1, marker = '"args":[', quoted = '"args"',
+           max = 10000, name = 'default', weights = {}, ring = 'kiqd:fair:default:ring',
+           list = 'queue:default@t:', queue = 'default@t:'}
+LUA
+        fair_lua_from_scan_to split
+        echo "split(1, f)"
+        echo "return redis.call('llen', f.ring)"
+    } >"$work/presplit.lua" || die "cannot cut the split out of fair_fetch.cpp"
+fi
 results=() bars=()
 for ((round = 1; round <= RUNS; round++)); do
   for KIQD in $BINARIES; do
@@ -65,7 +90,7 @@ for ((round = 1; round <= RUNS; round++)); do
         /usr/bin/python3 "$here/lib/push_jobs.py" Kiqd::Noop "$GREEDY" "$TENANTS" "$PER_TENANT" | rcli --pipe >/dev/null
         [[ $(rcli llen queue:default) == "$total" ]] || die "push failed"
         if [[ $mode == fair && -n ${PRESPLIT:-} ]]; then
-            rcli eval "$(cat "$here/lib/fair_presplit.lua")" 0 "$PRESPLIT" "$GREEDY" >/dev/null
+            rcli eval "$(cat "$work/presplit.lua")" 1 queue:default "$presplit_jobs" >/dev/null
         fi
         [[ -n ${STATS:-}${PHASES:-} ]] && rcli config resetstat >/dev/null
         if [[ -n ${PHASES:-} ]]; then

@@ -25,16 +25,14 @@
 #              Redis if kiqd found the tenants itself.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-repo=$(cd "$here/.." && pwd)
 die() { echo "fair_split_pieces: $*" >&2; exit 1; }
 REPS=${REPS:-100}
 work=$(mktemp -d "${TMPDIR:-/tmp}/kiqd-pieces.XXXXXX")
 redis_pid="" drain_pid=""
 source "$here/lib/cleanup.sh"
 source "$here/lib/redis.sh"
-awk '/^-- The job.s tenant: a string/ {p = 1} p {print} /^local function tenant_of/ {q = 1}
-     q && /^end$/ {exit}' "$repo/src/fetch/fair_fetch.cpp" >"$work/tenant_scan.lua"
-grep -q '^local function tenant_of' "$work/tenant_scan.lua" || die "tenant_of not found in fair_fetch.cpp"
+source "$here/lib/fair_lua.sh"
+fair_lua_from_scan_to tenant_of >"$work/tenant_scan.lua" || die "cannot cut the scan out of fair_fetch.cpp"
 start_redis "$(/usr/bin/python3 "$here/lib/kiqbench.py" freeport)" "$work"
 # The two lists, in the bench's payload shape (bench/lib/push_jobs.py pushes to queue:default).
 /usr/bin/python3 "$here/lib/push_jobs.py" Kiqd::Noop 2000 0 1 | rcli --pipe >/dev/null
