@@ -22,7 +22,8 @@
 #                                         src/fetch/fair_fetch.cpp): every job, or only the greedy
 #                                         backlog. A bound: what fair fetch would cost if its
 #                                         split cost nothing (all), or if the greedy tenant's
-#                                         jobs needed no split (greedy)
+#                                         jobs needed no split (greedy). The split is this
+#                                         checkout's, whatever BINARIES run the drains
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
@@ -65,8 +66,10 @@ if [[ -n ${PRESPLIT:-} ]]; then
         *) die "PRESPLIT is all or greedy, not $PRESPLIT" ;;
     esac
     source "$here/lib/fair_lua.sh"
+    guard_lua=$(fair_lua_type_guard) || die "cannot cut the type guard out of lua_type_guard.hpp"
+    split_lua=$(fair_lua_from_scan_to split) || die "cannot cut the split out of fair_fetch.cpp"
     {
-        fair_lua_type_guard
+        printf '%s\n' "$guard_lua"
         cat <<'LUA'
 -- The fetch script's split (cut out of fair_fetch.cpp below) of the oldest ARGV[1] jobs of
 -- queue:default in one go, with the settings of this bench's `fair_fetch: {default: {arg: 0}}`
@@ -77,10 +80,8 @@ local f = {mode = 'arg', field = '0', index = 1, marker = '"args":[', quoted = '
            max = 10000, name = 'default', weights = {}, ring = 'kiqd:fair:default:ring',
            list = 'queue:default@t:', queue = 'default@t:'}
 LUA
-        fair_lua_from_scan_to split
-        echo "split(1, f)"
-        echo "return redis.call('llen', f.ring)"
-    } >"$work/presplit.lua" || die "cannot cut the split out of fair_fetch.cpp"
+        printf '%s\n' "$split_lua" "split(1, f)" "return redis.call('llen', f.ring)"
+    } >"$work/presplit.lua"
 fi
 results=() bars=()
 for ((round = 1; round <= RUNS; round++)); do

@@ -1,7 +1,7 @@
 # Sourced by the fair fetch benches: pieces of the fetch script's Lua, cut out of
 # src/fetch/fair_fetch.cpp (and the type guard out of src/redis/lua_type_guard.hpp), so that a
-# bench runs the code that ships rather than a copy of it. Each dies with a message when its
-# markers have moved; CI's smoke run of the benches catches that.
+# bench runs the code that ships rather than a copy of it. Each prints the piece, or a message on
+# stderr and returns 1 when its markers have moved (CI's smoke run of the benches catches that).
 fair_lua_src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/src
 
 # fair_lua_from_scan_to FUNC: from the tenant scan's first comment to the end of `local function
