@@ -21,6 +21,13 @@
 #              shared list. `group`, then one SMISMEMBER of the split's tenants against a set of
 #              pending newcomers, one LPUSH of the single jobs into the shared list, one SADD
 #              and one ring LPUSH of their names; then the DELs;
+#   rounds     a sketch of another data model (docs/fair-fetch.md, "A bound"): jobs wait in
+#              lists of rounds, one job per tenant per round, so that a turn is a plain pop.
+#              `group`, then the current round (GET) and the tenants' next rounds (HMGET), each
+#              tenant's jobs given to rounds from its next one on, up to 8 rounds ahead (the
+#              rest wait in a list of its own and join a set of such tenants), one LPUSH per
+#              round, the rounds' names added to `queues`, the next rounds written back (HSET);
+#              then the DELs. Leaves out moving a waiting job into a round when rounds advance;
 #   read       the 2,000 jobs read by a client (LRANGE), in Redis CPU time: what it would cost
 #              Redis if kiqd found the tenants itself.
 set -euo pipefail
@@ -90,6 +97,50 @@ for s = 1, #jobs, 1000 do
 end
 redis.call('del', 'newcomers', 'pending', 'ring')
 return #names"
+    [rounds]="$read_jobs
+$group
+local ahead = 8
+local cur = tonumber(redis.call('get', 'rounds:cur')) or 0
+local nexts = {}
+for s = 1, #names, 1000 do
+  local part = redis.call('hmget', 'rounds:next', unpack(names, s, math.min(s + 999, #names)))
+  for k = 1, #part do nexts[s + k - 1] = part[k] end
+end
+local byround, order, waiting, written = {}, {}, {}, {}
+for k, t in ipairs(names) do
+  local g = groups[t]
+  local r = math.max(tonumber(nexts[k]) or cur, cur)
+  for j = 1, #g do
+    if r >= cur + ahead then
+      local w = waiting[t]
+      if not w then w = {}; waiting[t] = w end
+      w[#w + 1] = g[j]
+    else
+      local b = byround[r]
+      if not b then b = {}; byround[r] = b; order[#order + 1] = r end
+      b[#b + 1] = g[j]
+      r = r + 1
+    end
+  end
+  written[#written + 1] = t
+  written[#written + 1] = r
+end
+local listed = {}
+for _, r in ipairs(order) do
+  local b = byround[r]
+  for s = 1, #b, 1000 do redis.call('lpush', 'round:' .. r, unpack(b, s, math.min(s + 999, #b))) end
+  listed[#listed + 1] = 'default@r:' .. r
+end
+if #listed > 0 then redis.call('sadd', 'queues', unpack(listed)) end
+for t, w in pairs(waiting) do
+  for s = 1, #w, 1000 do redis.call('lpush', 'wait:' .. t, unpack(w, s, math.min(s + 999, #w))) end
+  redis.call('sadd', 'waiting', t)
+end
+for s = 1, #written, 1000 do redis.call('hset', 'rounds:next', unpack(written, s, math.min(s + 999, #written))) end
+for _, r in ipairs(order) do redis.call('del', 'round:' .. r) end
+for t in pairs(waiting) do redis.call('del', 'wait:' .. t) end
+redis.call('del', 'rounds:next', 'waiting', 'queues')
+return #names"
     [copy]="$read_jobs
 for s = 1, #got, 1000 do redis.call('lpush', 'scratch', unpack(got, s, math.min(s + 999, #got))) end
 redis.call('del', 'scratch')
@@ -97,7 +148,7 @@ return #got"
 )
 echo "µs of Redis per job (EVALSHA time / 2000), REPS=$REPS"
 printf '%-10s %8s %8s\n' step G S
-for step in lrange scan group push copy newcomers; do
+for step in lrange scan group push copy newcomers rounds; do
     {
         echo "local f = {mode = 'arg', field = '0', index = 1, marker = '\"args\":[',"
         echo "           quoted = '\"args\"', weights = {}}"
