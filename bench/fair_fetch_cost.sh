@@ -24,6 +24,8 @@
 #                                         split cost nothing (all), or if the greedy tenant's
 #                                         jobs needed no split (greedy). The split is this
 #                                         checkout's, whatever BINARIES run the drains
+#   PIN=1                                 Redis on CPU 0 and kiqd on CPU 1 (taskset): Redis with
+#                                         a core of its own, as on a host of its own
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
@@ -48,6 +50,12 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 source "$here/lib/redis.sh"
 start_redis "$(/usr/bin/python3 "$here/lib/kiqbench.py" freeport)" "$work"
+pin_kiqd=()
+if [[ -n ${PIN:-} ]]; then
+    [[ $(nproc) -ge 2 ]] || die "PIN=1 needs two CPUs"
+    taskset -pc 0 "$redis_pid" >/dev/null || die "taskset failed"
+    pin_kiqd=(taskset -c 1)
+fi
 for mode in plain fair; do
     {
         echo "redis: {url: \"$redis_url\"}"
@@ -109,7 +117,7 @@ for ((round = 1; round <= RUNS; round++)); do
         poll="return redis.call('llen', KEYS[1]) + redis.call('llen', KEYS[2]) + redis.call('llen', KEYS[3])"
         poll_keys=(3 queue:default kiqd:fair:default:ring queue:default@t:greedy)
         left0=$(rcli eval "$poll" "${poll_keys[@]}")
-        "$KIQD" -C "$work/$mode.yml" >"$work/$mode.log" 2>&1 &
+        "${pin_kiqd[@]}" "$KIQD" -C "$work/$mode.yml" >"$work/$mode.log" 2>&1 &
         kiqd_pid=$!
         t0="" t1=""
         while :; do
@@ -158,4 +166,4 @@ echo "| run | jobs | seconds | jobs/s | µs per job | Redis CPU s | Redis CPU µ
 echo "|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${results[@]}"
 echo
-echo "EXTRA='${EXTRA:-}' PRESPLIT=${PRESPLIT:-} GREEDY=$GREEDY TENANTS=$TENANTS PER_TENANT=$PER_TENANT CONCURRENCY=$CONCURRENCY; load average $(cut -d' ' -f1-3 /proc/loadavg); git $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+echo "EXTRA='${EXTRA:-}' PRESPLIT=${PRESPLIT:-} PIN=${PIN:-} GREEDY=$GREEDY TENANTS=$TENANTS PER_TENANT=$PER_TENANT CONCURRENCY=$CONCURRENCY; load average $(cut -d' ' -f1-3 /proc/loadavg); git $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
