@@ -71,7 +71,7 @@ return #names"
 $group
 for _, t in ipairs(names) do
   local g = groups[t]
-  for s = 1, #g, 1000 do redis.call('lpush', 'scratch:' .. t, unpack(g, s, math.min(s + 999, #g))) end
+  in_chunks('lpush', 'scratch:' .. t, g)
   redis.call('del', 'scratch:' .. t)
 end
 return #names"
@@ -127,22 +127,21 @@ for k, t in ipairs(names) do
 end
 local listed = {}
 for _, r in ipairs(order) do
-  local b = byround[r]
-  for s = 1, #b, 1000 do redis.call('lpush', 'round:' .. r, unpack(b, s, math.min(s + 999, #b))) end
+  in_chunks('lpush', 'round:' .. r, byround[r])
   listed[#listed + 1] = 'default@r:' .. r
 end
 if #listed > 0 then redis.call('sadd', 'queues', unpack(listed)) end
 for t, w in pairs(waiting) do
-  for s = 1, #w, 1000 do redis.call('lpush', 'wait:' .. t, unpack(w, s, math.min(s + 999, #w))) end
+  in_chunks('lpush', 'wait:' .. t, w)
   redis.call('sadd', 'waiting', t)
 end
-for s = 1, #written, 1000 do redis.call('hset', 'rounds:next', unpack(written, s, math.min(s + 999, #written))) end
+in_chunks('hset', 'rounds:next', written)
 for _, r in ipairs(order) do redis.call('del', 'round:' .. r) end
 for t in pairs(waiting) do redis.call('del', 'wait:' .. t) end
 redis.call('del', 'rounds:next', 'waiting', 'queues')
 return #names"
     [copy]="$read_jobs
-for s = 1, #got, 1000 do redis.call('lpush', 'scratch', unpack(got, s, math.min(s + 999, #got))) end
+in_chunks('lpush', 'scratch', got)
 redis.call('del', 'scratch')
 return #got"
 )
@@ -152,6 +151,10 @@ for step in lrange scan group push copy newcomers rounds; do
     {
         echo "local f = {mode = 'arg', field = '0', index = 1, marker = '\"args\":[',"
         echo "           quoted = '\"args\"', weights = {}}"
+        # One command per 1,000 items, as the fetch script writes its lists.
+        echo "local function in_chunks(cmd, key, items)"
+        echo "  for s = 1, #items, 1000 do redis.call(cmd, key, unpack(items, s, math.min(s + 999, #items))) end"
+        echo "end"
         cat "$work/tenant_scan.lua"
         echo "${bodies[$step]}"
     } >"$work/$step.lua"
