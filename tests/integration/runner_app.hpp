@@ -60,7 +60,7 @@ inline std::map<std::string, std::string> app_env(const RedisServer& server) {
 
 // kiqd's config with a runner `ruby` for every class ("*"), plus `runner_extra` under it.
 inline std::string runner_config(const RedisServer& server, const std::string& runner_extra = "",
-                          const std::string& extra = "") {
+                                 const std::string& extra = "") {
     return kiqd::test::default_queue_config(
         server,
         "concurrency: 2\ntimeout: 10\nrunners:\n  ruby:\n    command: [\"/usr/bin/ruby\", \"" +
@@ -105,7 +105,7 @@ inline std::vector<nlohmann::json> records(redis::Connection& conn, const std::s
 
 // Waits until the app's list app:<list> holds n records; the case stops there if it never does.
 inline void require_records(redis::Connection& conn, const std::string& list, size_t n,
-                     std::chrono::seconds within = std::chrono::seconds(60)) {
+                            std::chrono::seconds within = std::chrono::seconds(60)) {
     INFO("waiting for " << n << " record(s) in app:" << list);
     REQUIRE(wait_until([&] { return records(conn, list).size() == n; }, within));
 }
@@ -115,6 +115,5 @@ inline std::set<long long> pids_of(const std::vector<nlohmann::json>& rows, size
     for (const auto& r : rows) pids.insert(r[index].get<long long>());
     return pids;
 }
-
 
 }  // namespace kiqd::test::runner_app

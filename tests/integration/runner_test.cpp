@@ -33,7 +33,6 @@ using kiqd::test::wait_until;
 using kiqd::test::zrange;
 namespace fs = std::filesystem;
 
-
 TEST_CASE("runner: the app's Sidekiq and ActiveJob jobs run with its server middleware",
           "[runner]") {
     RUBY_CASE_BEGIN();

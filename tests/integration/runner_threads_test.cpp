@@ -32,10 +32,11 @@ std::string pool_config(const RedisServer& server, int concurrency, int processe
                         const std::string& runner_extra = "", const std::string& handlers = "",
                         const std::string& top = "timeout: 10\n") {
     return kiqd::test::default_queue_config(
-        server, fmt::format("concurrency: {}\n{}runners:\n  ruby:\n    command: [\"/usr/bin/ruby\", "
-                            "\"{}\", \"--require\", \"{}/app.rb\"]\n    processes: {}\n{}"
-                            "handlers:\n  \"*\": {{runner: ruby}}\n{}",
-                            concurrency, top, kRunner, kApp, processes, runner_extra, handlers));
+        server,
+        fmt::format("concurrency: {}\n{}runners:\n  ruby:\n    command: [\"/usr/bin/ruby\", "
+                    "\"{}\", \"--require\", \"{}/app.rb\"]\n    processes: {}\n{}"
+                    "handlers:\n  \"*\": {{runner: ruby}}\n{}",
+                    concurrency, top, kRunner, kApp, processes, runner_extra, handlers));
 }
 
 std::vector<std::string> keys(const std::string& prefix, int n) {
@@ -62,9 +63,10 @@ std::set<std::string> column(const std::vector<nlohmann::json>& rows, size_t ind
 
 }  // namespace
 
-TEST_CASE("runner threads: one process runs several jobs at once; the default keeps "
-          "concurrency in flight",
-          "[runner][threads]") {
+TEST_CASE(
+    "runner threads: one process runs several jobs at once; the default keeps "
+    "concurrency in flight",
+    "[runner][threads]") {
     RUBY_CASE_BEGIN();
     // concurrency 6 over 2 processes: 3 jobs at once each, without a `threads:` key.
     KiqdProcess kiqd(KIQD_BINARY, pool_config(server, 6, 2), {}, app_env(server));
@@ -84,9 +86,10 @@ TEST_CASE("runner threads: one process runs several jobs at once; the default ke
     CHECK(zrange(conn, "retry").empty());
 }
 
-TEST_CASE("runner threads: a timeout fails its job; the others on its process are requeued, "
-          "never failed",
-          "[runner][threads]") {
+TEST_CASE(
+    "runner threads: a timeout fails its job; the others on its process are requeued, "
+    "never failed",
+    "[runner][threads]") {
     RUBY_CASE_BEGIN();
     // One process, three jobs at once: a hang that times out after 1 s and two gated jobs.
     KiqdProcess kiqd(KIQD_BINARY,
@@ -98,14 +101,15 @@ TEST_CASE("runner threads: a timeout fails its job; the others on its process ar
     const auto hang = enqueue(server, {{"TroubleJob", "hang"}});
     // The hang fails with Kiqd::Timeout; the process takes no new job, its two gated jobs get
     // the grace, then the process is stopped and they go back to their queue.
-    REQUIRE(wait_until([&] { return zrange(conn, "retry").size() == 1; }, std::chrono::seconds(60)));
+    REQUIRE(
+        wait_until([&] { return zrange(conn, "retry").size() == 1; }, std::chrono::seconds(60)));
     const auto failed = nlohmann::json::parse(zrange(conn, "retry")[0]);
     CHECK(failed["jid"] == hang[0]);
     CHECK(failed["error_class"] == "Kiqd::Timeout");
     REQUIRE(kiqd.wait_for_output("another job on it timed out", std::chrono::seconds(30)));
     // A new process runs them again: they start twice (the first run was cut), finish once.
-    REQUIRE(wait_until([&] { return records(conn, "started").size() == 5; },
-                       std::chrono::seconds(60)));
+    REQUIRE(
+        wait_until([&] { return records(conn, "started").size() == 5; }, std::chrono::seconds(60)));
     open_gates(conn, ks);
     require_records(conn, "finished", 2);
     CHECK(column(records(conn, "finished"), 2) ==
@@ -123,7 +127,8 @@ TEST_CASE("runner threads: a process that crashes fails every job it held; the o
     const auto gated = gate_jobs(server, ks);
     require_records(conn, "started", 2);
     const auto crash = enqueue(server, {{"TroubleJob", "exit"}});
-    REQUIRE(wait_until([&] { return zrange(conn, "retry").size() == 3; }, std::chrono::seconds(60)));
+    REQUIRE(
+        wait_until([&] { return zrange(conn, "retry").size() == 3; }, std::chrono::seconds(60)));
     std::set<std::string> failed;
     for (const auto& s : zrange(conn, "retry")) {
         const auto j = nlohmann::json::parse(s);
@@ -220,9 +225,10 @@ TEST_CASE("runner threads: a selector key sends CPU-bound classes to their own p
 
     // A selector that does not parse is a config error naming the key.
     auto [status, out] = kiqd::test::check_config(
-        KIQD_BINARY, kiqd::test::default_queue_config(
-                         server, "runners:\n  app: {command: [\"/bin/true\"]}\nhandlers:\n"
-                                 "  \"resource_boundary=gpu\": {runner: app}\n"));
+        KIQD_BINARY,
+        kiqd::test::default_queue_config(server,
+                                         "runners:\n  app: {command: [\"/bin/true\"]}\nhandlers:\n"
+                                         "  \"resource_boundary=gpu\": {runner: app}\n"));
     CHECK(status == 78);
     CHECK(out.find("handlers.resource_boundary=gpu") != std::string::npos);
 }
@@ -241,4 +247,39 @@ TEST_CASE("runner threads: Sidekiq 7's sidekiq_retry_in :kill sends the job to t
     require_records(conn, "exhausted", 1);
     CHECK(records(conn, "exhausted")[0][0] == jids[0]);
     CHECK(kiqd.stop() == 0);
+}
+
+TEST_CASE("runner threads: quiet makes an iterable job save its cursor; the next run resumes",
+          "[runner][threads][sidekiq7]") {
+    RUBY_CASE_BEGIN();
+    if (!std::getenv("KIQD_TEST_RUBYLIB")) {
+        WARN("skipped: iterable jobs are Sidekiq 7.3's (ctest's runner_sidekiq7)");
+        return;
+    }
+    const int n = 200;  // 50 ms each: it is still running when the quiet comes
+    std::string jid;
+    {
+        KiqdProcess kiqd(KIQD_BINARY, pool_config(server, 2, 1), {}, app_env(server));
+        jid = enqueue(server, {{"CountJob", n}})[0];
+        REQUIRE(wait_until([&] { return records(conn, "iteration").size() >= 5; }));
+        kiqd.signal(SIGTSTP);
+        // It stops at its next iteration and pushes itself back to its queue.
+        REQUIRE(wait_until([&] { return lrange(conn, "queue:default").size() == 1; },
+                           std::chrono::seconds(30)));
+        CHECK(kiqd.stop() == 0);
+    }
+    const size_t before = records(conn, "iteration").size();
+    CHECK(before < static_cast<size_t>(n));
+    CHECK(zrange(conn, "retry").empty());
+    KiqdProcess again(KIQD_BINARY, pool_config(server, 2, 1), {}, app_env(server));
+    require_records(conn, "iteration", n, std::chrono::seconds(60));
+    // Every index ran exactly once, across the two runs, by two processes.
+    std::set<long long> indexes;
+    for (const auto& r : records(conn, "iteration")) {
+        CHECK(r[0] == jid);
+        indexes.insert(r[1].get<long long>());
+    }
+    CHECK(indexes.size() == static_cast<size_t>(n));
+    CHECK(pids_of(records(conn, "iteration"), 2).size() == 2);
+    CHECK(again.stop() == 0);
 }

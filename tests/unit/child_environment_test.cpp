@@ -57,24 +57,25 @@ std::vector<std::string> for_runner(std::vector<std::string> env, const kiqd::Co
 
 }  // namespace
 
-TEST_CASE("runner environment: the app gets what it would under sidekiq, plus env:",
-          "[runner]") {
+TEST_CASE("runner environment: the app gets what it would under sidekiq, plus env:", "[runner]") {
     kiqd::Config c;
     c.redis.url = "redis://:hunter2-long@127.0.0.1:6390/0";
     c.redis.password = "hunter2-long";
     kiqd::RunnerSpec spec;
     // kiqd's REDIS_URL and passwords pass (a runner is the application); what belongs to kiqd's
     // own process does not.
-    const std::vector<std::string> base{
-        "PATH=/usr/bin:/bin", "REDIS_URL=redis://127.0.0.1:6379/0", "MY_PW=hunter2-long",
-        "NOTIFY_SOCKET=/run/systemd/notify", "WATCHDOG_USEC=1", "WATCHDOG_PID=1",
-        "KIQD_JID=stale", "KIQD_RUNNER_FD=9", "NOT_A_PAIR"};
+    const std::vector<std::string> base{"PATH=/usr/bin:/bin", "REDIS_URL=redis://127.0.0.1:6379/0",
+                                        "MY_PW=hunter2-long", "NOTIFY_SOCKET=/run/systemd/notify",
+                                        "WATCHDOG_USEC=1",    "WATCHDOG_PID=1",
+                                        "KIQD_JID=stale",     "KIQD_RUNNER_FD=9",
+                                        "NOT_A_PAIR"};
     CHECK(for_runner(base, c, spec) ==
           std::vector<std::string>{"PATH=/usr/bin:/bin", "REDIS_URL=redis://127.0.0.1:6379/0",
                                    "MY_PW=hunter2-long"});
     // Without REDIS_URL in kiqd's environment: the URL kiqd uses from its config.
-    CHECK(for_runner({"PATH=/bin"}, c, spec) ==
-          std::vector<std::string>{"PATH=/bin", "REDIS_URL=redis://:hunter2-long@127.0.0.1:6390/0"});
+    CHECK(
+        for_runner({"PATH=/bin"}, c, spec) ==
+        std::vector<std::string>{"PATH=/bin", "REDIS_URL=redis://:hunter2-long@127.0.0.1:6390/0"});
     // REDIS_PROVIDER is the app's own way: left as it is.
     CHECK(for_runner({"REDIS_PROVIDER=CLOUD_URL", "CLOUD_URL=redis://c"}, c, spec) ==
           std::vector<std::string>{"REDIS_PROVIDER=CLOUD_URL", "CLOUD_URL=redis://c"});

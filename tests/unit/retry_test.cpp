@@ -143,8 +143,8 @@ TEST_CASE("a job class's kill and discard (Sidekiq 7's sidekiq_retry_in :kill, :
     auto killed = f.retry.plan(job_of(R"({"class":"W","retry":5})"), f.failure, 1, f.rng);
     CHECK(killed.outcome == FailureOutcome::Dead);
     CHECK(killed.exhausted);  // sidekiq_retries_exhausted and the death handlers run
-    auto kept = f.retry.plan(job_of(R"({"class":"W","retry":5,"dead":false})"), f.failure, 1,
-                             f.rng);
+    auto kept =
+        f.retry.plan(job_of(R"({"class":"W","retry":5,"dead":false})"), f.failure, 1, f.rng);
     CHECK(kept.outcome == FailureOutcome::Discarded);
     CHECK(kept.exhausted);
     f.failure.give_up = Failure::GiveUp::discard;

@@ -124,8 +124,8 @@ TEST_CASE("the tagged dialect: tags on the type line, threads in ready, kill and
     auto plain = parse_ready({"ready", R"({"pid":1})"}, error);
     REQUIRE(plain);
     CHECK(plain->threads == 0);
-    for (const char* bad : {R"({"threads":0})", R"({"threads":1025})", R"({"threads":"4"})",
-                            R"({"threads":2.5})"}) {
+    for (const char* bad :
+         {R"({"threads":0})", R"({"threads":1025})", R"({"threads":"4"})", R"({"threads":2.5})"}) {
         INFO(bad);
         CHECK_FALSE(parse_ready({"ready", bad}, error));
         CHECK(error == "a ready frame whose \"threads\" is not a whole number from 1 to 1024");

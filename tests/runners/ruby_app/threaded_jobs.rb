@@ -48,3 +48,21 @@ class CpuJob
     App.record("cpu", [n, ENV["KIQD_RUNNER_NAME"], Process.pid])
   end
 end
+
+# Sidekiq 7.3's iterable jobs: on quiet or shutdown (Sidekiq's `stopping?`) one saves its cursor
+# and pushes itself back; the next run resumes from the cursor.
+if defined?(Sidekiq::IterableJob)
+  class CountJob
+    include Sidekiq::IterableJob
+    sidekiq_options queue: "default", retry: 3
+
+    def build_enumerator(n, cursor:)
+      array_enumerator((0...n).to_a, cursor: cursor)
+    end
+
+    def each_iteration(i, _n)
+      App.record("iteration", [jid, i, Process.pid])
+      sleep 0.05
+    end
+  end
+end
