@@ -35,8 +35,7 @@ shows Ruby's); retries and the dead set are kiqd's. Standard library only.
 KIQD_RUNNER_THREADS (default 1) jobs run at once, on a pool of threads that share the socket: a
 thread reads one frame under the read lock, runs the job and writes its answer under the write
 lock (the tagged dialect: `job TAG` is answered `done TAG` / `fail TAG`; an untagged `job` is
-answered untagged). There is one thread more than that, so a frame is read while every job
-runs. After kiqd's `quiet` (or SIGTERM), `kiqd_runner.stopping()` is true: a long job may stop
+answered untagged); a watcher thread reads `quiet` while every worker runs a long job. After kiqd's `quiet` (or SIGTERM), `kiqd_runner.stopping()` is true: a long job may stop
 early. SIGTERM exits at once without answering for the running jobs (kiqd requeues them); end
 of file on the socket lets the running jobs finish and answer, then the process exits 0.
 """
@@ -49,6 +48,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 import traceback
 
 __all__ = ["job", "registry", "stopping", "main"]
@@ -179,12 +179,18 @@ def _exhausted(data):
 
 class _Server:
     """The thread pool of a runner process. Each worker reads a frame, runs it and answers it
-    itself (no hand-off per job); the main thread waits for SIGTERM or for the workers to end."""
+    itself (no hand-off per job). kiqd sends at most `threads` jobs at once, so while every worker
+    runs one nobody reads and `quiet` would wait: a watcher thread looks every QUIET_TICK and,
+    when every worker is busy and one is still on the job it had at the last look, reads in
+    their place (short jobs never wake it). The main thread waits for SIGTERM or for the end."""
+
+    QUIET_TICK = 0.05
 
     def __init__(self, channel, threads):
         self.channel = channel
         self.threads = threads
         self.eof = False
+        self.running = [None] * threads  # per worker: its job count while it runs one
 
     def _next_frame(self):
         with self.channel.read_lock:
@@ -198,21 +204,44 @@ class _Server:
                     return kind, data
             return None, None
 
-    def _work(self):
+    def _serve(self, kind, data):
+        name, _, tag = kind.partition(" ")
+        if name == "job":
+            answer, obj = _run(data)
+        elif name == "exhausted":
+            answer, obj = _exhausted(data)
+        else:
+            _fatal("unknown frame %r" % kind)
+        self.channel.send(answer + " " + tag if tag else answer, obj)
+
+    def _work(self, slot):
         try:
+            started = 0
             while True:
                 kind, data = self._next_frame()
                 if kind is None:
                     return
-                name, _, tag = kind.partition(" ")
-                if name == "job":
-                    answer, obj = _run(data)
-                elif name == "exhausted":
-                    answer, obj = _exhausted(data)
-                else:
-                    _fatal("unknown frame %r" % kind)
-                self.channel.send(answer + " " + tag if tag else answer, obj)
+                started += 1
+                self.running[slot] = started
+                self._serve(kind, data)
+                self.running[slot] = None
         except Exception as exc:  # the socket or the protocol, not a job: the process is done
+            _fatal("%s: %s" % (type(exc).__name__, exc))
+
+    def _watch(self):
+        try:
+            last = None
+            while not self.eof:
+                time.sleep(self.QUIET_TICK)
+                now = list(self.running)
+                if last and all(now) and any(a == b for a, b in zip(now, last)):
+                    kind, data = self._next_frame()
+                    if kind is None:
+                        return
+                    self._serve(kind, data)
+                    now = None
+                last = now
+        except Exception as exc:
             _fatal("%s: %s" % (type(exc).__name__, exc))
 
     def _terminate(self, signum, frame):
@@ -226,8 +255,9 @@ class _Server:
         signal.signal(signal.SIGTERM, self._terminate)
         self.channel.send("ready", {"pid": os.getpid(), "threads": self.threads,
                                     "runner": "kiqd_runner.py (python %s)" % sys.version.split()[0]})
-        workers = [threading.Thread(target=self._work, name="kiqd-runner-%d" % i, daemon=True)
-                   for i in range(self.threads + 1)]
+        workers = [threading.Thread(target=self._work, args=(i,), name="kiqd-runner-%d" % i, daemon=True)
+                   for i in range(self.threads)]
+        workers.append(threading.Thread(target=self._watch, name="kiqd-runner-watch", daemon=True))
         for w in workers:
             w.start()
         for w in workers:

@@ -123,7 +123,8 @@ class GreetJob < ActiveJob::Base
 end
 
 if defined?(Sidekiq::IterableJob)
-  # Walks 0..4; at item 1 it waits at the gate "<key>-1" (the test sends `quiet` meanwhile).
+  # Walks 0..4. At item 1 it waits at the gate "<key>-1" (the test sends `quiet` meanwhile),
+  # then up to 10 s for the runner to have read the `quiet` (Sidekiq's interrupted?).
   class WalkJob
     include Sidekiq::IterableJob
 
@@ -133,7 +134,10 @@ if defined?(Sidekiq::IterableJob)
 
     def each_iteration(item, key)
       App.record("walked", [key, item, jid])
-      App.gate("#{key}-1") if item == 1
+      return unless item == 1 && !interrupted?
+      App.gate("#{key}-1")
+      deadline = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC) + 10
+      sleep 0.01 until interrupted? || ::Process.clock_gettime(::Process::CLOCK_MONOTONIC) > deadline
     end
   end
 end
