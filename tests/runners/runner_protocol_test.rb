@@ -20,6 +20,8 @@ require "securerandom"
 require "time"
 require "redis"
 Redis.silence_deprecations = true if Redis.respond_to?(:silence_deprecations=)
+# The tests mostly wait for runner processes: three at a time, each with its own Redis database.
+Minitest.parallel_executor = Minitest::Parallel::Executor.new(3)
 
 module RunnerHarness
   ROOT = File.expand_path("../..", __dir__)
@@ -37,9 +39,17 @@ module RunnerHarness
     s&.close
   end
 
-  # One redis-server for the whole file, stopped by its PID at the end.
+  # One redis-server for the whole file, stopped by its PID at the end; each test running at
+  # the same time has a database of its own (DATABASES).
+  REDIS_LOCK = Mutex.new
+  DATABASES = Queue.new.tap { |q| 16.times { |i| q << i } }
+
   def self.redis_url
-    @redis_url ||= begin
+    REDIS_LOCK.synchronize { @redis_url ||= start_redis }
+  end
+
+  def self.start_redis
+    begin
       port = free_port
       @redis_pid = Process.spawn("redis-server", "--port", port.to_s, "--bind", "127.0.0.1", "--save", "",
                                  "--appendonly", "no", in: File::NULL, out: File::NULL, err: File::NULL)
@@ -66,21 +76,34 @@ module RunnerHarness
   class Runner
     attr_reader :pid, :log
 
-    def initialize(cmd, env, log)
+    # Starts `cmd` with its end of a new socketpair as descriptor 3.
+    def self.spawn(cmd, env, log)
       ours, theirs = Socket.pair(:UNIX, :STREAM)
       theirs.nonblock = false # as kiqd hands it over (Ruby makes new sockets non-blocking)
-      @log = log
-      @pid = Process.spawn(env.merge("KIQD_RUNNER_FD" => "3"), *cmd, 3 => theirs,
-                           in: File::NULL, out: log, err: [:child, :out])
+      pid = Process.spawn(env.merge("KIQD_RUNNER_FD" => "3"), *cmd, 3 => theirs,
+                          in: File::NULL, out: log, err: [:child, :out])
       theirs.close
-      @sock = ours
+      new(ours, pid, log, own: true)
+    end
+
+    # own: false for a runner forked by a master (not our child: stop only closes its socket).
+    def initialize(sock, pid, log, own:)
+      @sock = sock
+      @pid = pid
+      @log = log
       @buf = "".b
-      @status = nil
+      @status = own ? nil : :not_ours
     end
 
     def send_frame(type, data)
       body = "#{type}\n".b << data.b
       @sock.write([body.bytesize].pack("N"), body)
+    end
+
+    # A frame with descriptors attached (SCM_RIGHTS), as kiqd's `fork`.
+    def send_fds(type, data, ios)
+      body = "#{type}\n".b << data.b
+      @sock.sendmsg([body.bytesize].pack("N") + body, 0, nil, Socket::AncillaryData.unix_rights(*ios))
     end
 
     def job(tag, payload) = send_frame(tag ? "job #{tag}" : "job", JSON.generate(payload))
@@ -137,7 +160,9 @@ module RunnerHarness
       @gates = File.join(@dir, "gates")
       @out = File.join(@dir, "out")
       FileUtils.mkdir_p([@gates, @out])
-      @redis = Redis.new(url: RunnerHarness.redis_url)
+      @db = RunnerHarness::DATABASES.pop
+      @redis_url = RunnerHarness.redis_url.sub(%r{/0\z}, "/#{@db}")
+      @redis = Redis.new(url: @redis_url)
       @redis.flushdb
       @runners = []
     end
@@ -145,6 +170,7 @@ module RunnerHarness
     def teardown
       @runners.each(&:stop)
       @redis.close
+      RunnerHarness::DATABASES << @db
       if passed? || skipped?
         FileUtils.rm_rf(@dir)
       else
@@ -152,12 +178,12 @@ module RunnerHarness
       end
     end
 
-    def env = {"REDIS_URL" => RunnerHarness.redis_url, "APP_GATES" => @gates, "APP_OUT" => @out}
+    def env = {"REDIS_URL" => @redis_url, "APP_GATES" => @gates, "APP_OUT" => @out}
 
     # Starts a runner with KIQD_RUNNER_THREADS=threads and returns it once it said `ready`.
     def start_runner(threads: 5)
       log = File.join(@dir, "runner-#{@runners.size}.log")
-      r = RunnerHarness::Runner.new(command, env.merge("KIQD_RUNNER_THREADS" => threads.to_s), log)
+      r = RunnerHarness::Runner.spawn(command, env.merge("KIQD_RUNNER_THREADS" => threads.to_s), log)
       @runners << r
       type, data = r.read_frame(30)
       assert_equal "ready", type, File.read(log)
@@ -281,6 +307,42 @@ module RunnerHarness
       assert ensured.all? { |_, err| err == "Sidekiq::Shutdown" }, ensured.inspect
     end
 
+    # KIQD_RUNNER_PRELOAD=1: the master boots once, runs no job, and forks a child per `fork`
+    # frame; the child starts its threads after the fork.
+    def test_preload_master_forks_children_that_run_jobs_on_threads
+      master = RunnerHarness::Runner.spawn(command, env.merge("KIQD_RUNNER_THREADS" => "5", "KIQD_RUNNER_PRELOAD" => "1"),
+                                         File.join(@dir, "master.log"))
+      @runners << master
+      type, data = master.read_frame(30)
+      assert_equal "ready", type
+      assert_equal true, JSON.parse(data)["preload"]
+      ours, theirs = Socket.pair(:UNIX, :STREAM)
+      theirs.nonblock = false
+      child_log = File.open(File.join(@dir, "child.log"), "w")
+      master.send_fds("fork", JSON.generate({"slot" => 1}), [theirs, child_log, child_log])
+      [theirs, child_log].each(&:close)
+      type, data = master.read_frame
+      assert_equal "forked", type
+      forked = JSON.parse(data)
+      assert_equal 1, forked["slot"]
+      child = RunnerHarness::Runner.new(ours, forked["pid"], File.join(@dir, "child.log"), own: false)
+      @runners << child
+      type, data = child.read_frame
+      assert_equal "ready", type
+      assert_equal({"pid" => forked["pid"], "threads" => 5}, JSON.parse(data).slice("pid", "threads"))
+      %w[p1 p2].each { |k| gate(k) }
+      %w[p1 p2].each_with_index { |k, i| child.job(i + 1, payload("GateJob", k)) }
+      wait_until("both jobs running at once in the forked child") { records("started").size == 2 }
+      %w[p2 p1].each { |k| release(k) }
+      assert_equal ["done 1", "done 2"], Array.new(2) { child.read_frame.first }.sort
+      child.close_write
+      assert_equal :eof, child.read_frame
+      type, data = master.read_frame
+      assert_equal ["exited", {"pid" => forked["pid"], "status" => 0}], [type, JSON.parse(data)]
+      master.close_write
+      assert_equal 0, master.wait_exit.exitstatus
+    end
+
     def test_middleware_context_redis_url_skip_activejob_and_handlers
       r = start_runner
       jid = SecureRandom.hex(12)
@@ -324,6 +386,7 @@ module RunnerHarness
 end
 
 class RubyRunnerSidekiq6Test < Minitest::Test
+  parallelize_me!
   include RunnerHarness::RubyRunnerTests
 
   def ruby_flags = []
@@ -331,6 +394,7 @@ class RubyRunnerSidekiq6Test < Minitest::Test
 end
 
 class RubyRunnerSidekiq7Test < Minitest::Test
+  parallelize_me!
   include RunnerHarness::RubyRunnerTests
 
   def setup
@@ -378,6 +442,7 @@ class RubyRunnerSidekiq7Test < Minitest::Test
 end
 
 class PythonRunnerTest < Minitest::Test
+  parallelize_me!
   include RunnerHarness::SharedTests
 
   def command = ["/usr/bin/python3", RunnerHarness::PY_RUNNER, "--path", File.join(RunnerHarness::ROOT, "tests/runners/python_app"),
