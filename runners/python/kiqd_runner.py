@@ -225,8 +225,8 @@ class _Server:
                 self.running[slot] = started
                 self._serve(kind, data)
                 self.running[slot] = None
-        except Exception as exc:  # the socket or the protocol, not a job: the process is done
-            _fatal("%s: %s" % (type(exc).__name__, exc))
+        except BaseException as exc:  # the socket, the protocol, or a job's sys.exit(): the
+            _fatal("%s: %s" % (type(exc).__name__, exc))  # process ends, kiqd fails its jobs
 
     def _watch(self):
         try:
@@ -241,7 +241,7 @@ class _Server:
                     self._serve(kind, data)
                     now = None
                 last = now
-        except Exception as exc:
+        except BaseException as exc:
             _fatal("%s: %s" % (type(exc).__name__, exc))
 
     def _terminate(self, signum, frame):
