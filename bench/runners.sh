@@ -5,10 +5,14 @@
 #     processes = P (default: the CPUs) vs one Sidekiq process, both at concurrency C, and vs P
 #     Sidekiq processes at C/P each;
 #   * memory: PSS of kiqd and its runner processes vs the Sidekiq process(es);
-#   * a Python no-op job through `exec:` (a process per job) vs the Python runner.
+#   * a Python no-op job through `exec:` (a process per job) vs the Python runner;
+#   * the Rails app on PostgreSQL (bench/lib/rails_pg.sh): an ActiveJob that reads and updates
+#     one row, RAILS_JOBS of them at concurrency RAILS_CONCURRENCY, kiqd with the runner pool's
+#     defaults vs one Sidekiq process (6.4.1, and 7.3.10 when ../shared/gems has it);
+#     RAILS_JOBS=0 leaves it out.
 #
-#   bench/runners.sh                     # JOBS=5000 CPU_JOBS=1000 CONCURRENCY=4
-#   JOBS=500 CPU_JOBS=200 bench/runners.sh   # smoke mode
+#   bench/runners.sh                     # JOBS=5000 CPU_JOBS=1000 CONCURRENCY=4 RAILS_JOBS=3000
+#   JOBS=500 CPU_JOBS=200 RAILS_JOBS=0 bench/runners.sh   # smoke mode
 #
 # Method, per row: a private redis-server (127.0.0.1, free port, no persistence); start the
 # workers on empty queues and wait until they are ready (Sidekiq: in the `processes` set; kiqd:
@@ -24,6 +28,8 @@ JOBS=${JOBS:-5000}
 CPU_JOBS=${CPU_JOBS:-1000}
 CONCURRENCY=${CONCURRENCY:-4}
 PROCESSES=${PROCESSES:-$(nproc)}
+RAILS_JOBS=${RAILS_JOBS:-3000}
+RAILS_CONCURRENCY=${RAILS_CONCURRENCY:-10}
 KIQD=${KIQD:-$repo/build/kiqd}
 RUNNER=$repo/runners/ruby/kiqd-ruby-runner
 PYRUNNER=$repo/runners/python/kiqd_runner.py
@@ -48,10 +54,12 @@ stop_all() {
 cleanup() {
     for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
     [[ -n $redis_pid ]] && kill -TERM "$redis_pid" 2>/dev/null && wait "$redis_pid" 2>/dev/null || true
+    stop_pg
     rm -rf "$work"
 }
 trap cleanup EXIT INT TERM
 source "$repo/bench/lib/redis.sh"
+source "$repo/bench/lib/rails_pg.sh"
 start_redis "$(free_port)" "$work"
 
 # push CLASS N: N payloads as Sidekiq 6.4.1 writes them.
@@ -208,9 +216,11 @@ YAML
     row "kiqd python $mode, Bench::PyNoop" "$rate" "-" "concurrency $CONCURRENCY"
 done
 
+(( RAILS_JOBS > 0 )) && run_rails_rows
+
 echo
 echo "| Setup | jobs/s | PSS MB | Notes |"
 echo "| --- | --- | --- | --- |"
 printf '%s\n' "${results[@]}"
 echo
-echo "JOBS=$JOBS CPU_JOBS=$CPU_JOBS CONCURRENCY=$CONCURRENCY PROCESSES=$PROCESSES, $(nproc) CPUs, $(date -u +%F)"
+echo "JOBS=$JOBS CPU_JOBS=$CPU_JOBS CONCURRENCY=$CONCURRENCY PROCESSES=$PROCESSES RAILS_JOBS=$RAILS_JOBS RAILS_CONCURRENCY=$RAILS_CONCURRENCY, $(nproc) CPUs, $(date -u +%F)"
