@@ -65,7 +65,10 @@ module KiqdInterop
       end
     end
 
-    def self.connect(dbname) = PG.connect(host: "127.0.0.1", port: port, user: "postgres", dbname: dbname)
+    def self.connect(dbname)
+      port = start[:port] # (requires pg)
+      PG.connect(host: "127.0.0.1", port: port, user: "postgres", dbname: dbname)
+    end
   end
 end
 
@@ -98,7 +101,6 @@ class RailsPgInteropTest < Minitest::Test
     skip "the Rails/PostgreSQL test needs #{missing}" if missing
     @db = "rails_pg_#{version.delete(".")}"
     admin = KiqdInterop::PgCluster.connect("postgres")
-    admin.exec("DROP DATABASE IF EXISTS #{@db}")
     admin.exec("CREATE DATABASE #{@db}")
     admin.close
     @pg = KiqdInterop::PgCluster.connect(@db)
@@ -187,7 +189,7 @@ class RailsPgInteropTest < Minitest::Test
   end
 
   def connections
-    @pg.exec_params("SELECT count(*) FROM pg_stat_activity WHERE datname = $1", [@db]).getvalue(0, 0).to_i
+    ConnectionSampler.count(@pg, @db, @pg.backend_pid)
   end
 
   # {job_key => committed ledger rows}
@@ -208,14 +210,20 @@ class RailsPgInteropTest < Minitest::Test
   # Counts the app database's connections every 20 ms on a connection of its own (to another
   # database, so it does not count itself); stop returns [the most seen, samples above zero].
   class ConnectionSampler
-    def initialize(db)
+    # Connections to `db` but the test's own (backend `own`).
+    def self.count(pg, db, own)
+      pg.exec_params("SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND pid <> $2", [db, own])
+        .getvalue(0, 0).to_i
+    end
+
+    def initialize(db, own)
       @max = 0
       @busy = 0
       @stop = false
       @thread = Thread.new do
         pg = KiqdInterop::PgCluster.connect("postgres")
         until @stop
-          n = pg.exec_params("SELECT count(*) FROM pg_stat_activity WHERE datname = $1", [db]).getvalue(0, 0).to_i
+          n = self.class.count(pg, db, own)
           @max = n if n > @max
           @busy += 1 if n > 0
           sleep 0.02
@@ -232,5 +240,5 @@ class RailsPgInteropTest < Minitest::Test
     end
   end
 
-  def start_connection_sampler = ConnectionSampler.new(@db)
+  def start_connection_sampler = ConnectionSampler.new(@db, @pg.backend_pid)
 end
