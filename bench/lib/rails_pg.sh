@@ -1,10 +1,10 @@
 # Sourced by bench/runners.sh: the Rails app on PostgreSQL (tests/runners/rails_pg_app), an
 # ActiveJob that reads one account row and updates it (BumpJob), RAILS_JOBS of them, at
-# concurrency RAILS_CONCURRENCY:
+# concurrency CONCURRENCY:
 #   * kiqd + kiqd-ruby-runner with the runner pool's defaults (processes: the CPUs; threads:
 #     concurrency / processes, rounded up); Active Record's pool per process = its threads
 #     (KIQD_RUNNER_THREADS);
-#   * one Sidekiq 6.4.1 process, `sidekiq -r <app> -c RAILS_CONCURRENCY`, pool = concurrency;
+#   * one Sidekiq 6.4.1 process, `sidekiq -r <app> -c CONCURRENCY`, pool = concurrency;
 #   * the same with Sidekiq 7.3.10 (and kiqd's runner on it) when ../shared/gems has it.
 # Every system runs the app quiet (APP_LOG_LEVEL=warn). A private PostgreSQL cluster
 # (tests/support/pg_cluster.sh) serves the rows, one database, 100 accounts; a row counts only
@@ -67,7 +67,7 @@ run_rails_kiqd() {  # run_rails_kiqd VERSION RUBY...: kiqd + runner, the pool's 
     local version=$1; shift
     local mport; mport=$(free_port)
     local command; command=$(printf '"%s", ' "$@" "$RUNNER" --require "$rails_app")
-    { CONCURRENCY=$RAILS_CONCURRENCY yaml_head "$mport"; cat; } >"$work/kiqd.yml" <<YAML
+    { yaml_head "$mport"; cat; } >"$work/kiqd.yml" <<YAML
 runners:
   rails:
     command: [${command%, }]
@@ -85,14 +85,14 @@ YAML
     local pss; pss=$(pss_mb "${pids[@]}")
     stop_all
     row "kiqd + ruby runner (defaults: processes $(nproc)), Sidekiq $version, Rails app on PostgreSQL, BumpJob" \
-        "$rate" "$pss" "${verdict}concurrency $RAILS_CONCURRENCY; CPU µs/job: kiqd $(cpu_us_per_job "$k0" "$k1" "$RAILS_JOBS"), runners $(cpu_us_per_job "$c0" "$c1" "$RAILS_JOBS"), postgres $(cpu_us_per_job "$p0" "$p1" "$RAILS_JOBS")"
+        "$rate" "$pss" "${verdict}concurrency $CONCURRENCY; CPU µs/job: kiqd $(cpu_us_per_job "$k0" "$k1" "$RAILS_JOBS"), runners $(cpu_us_per_job "$c0" "$c1" "$RAILS_JOBS"), postgres $(cpu_us_per_job "$p0" "$p1" "$RAILS_JOBS")"
 }
 
 run_rails_sidekiq() {  # run_rails_sidekiq VERSION SIDEKIQ_COMMAND...: one Sidekiq process
     local version=$1; shift
     rcli flushall >/dev/null
-    REDIS_URL=$redis_url RAILS_MAX_THREADS=$RAILS_CONCURRENCY "$@" -r "$rails_app" \
-        -c "$RAILS_CONCURRENCY" -q default >"$work/sidekiq.log" 2>&1 &
+    REDIS_URL=$redis_url RAILS_MAX_THREADS=$CONCURRENCY "$@" -r "$rails_app" \
+        -c "$CONCURRENCY" -q default >"$work/sidekiq.log" 2>&1 &
     pids=($!)
     wait_processes 1
     local w0 p0 w1 p1 before
@@ -103,7 +103,7 @@ run_rails_sidekiq() {  # run_rails_sidekiq VERSION SIDEKIQ_COMMAND...: one Sidek
     local pss; pss=$(pss_mb "${pids[@]}")
     stop_all
     row "sidekiq $version x1, Rails app on PostgreSQL, BumpJob" "$rate" "$pss" \
-        "${verdict}concurrency $RAILS_CONCURRENCY, pool $RAILS_CONCURRENCY; log lines during drain: $(( $(wc -l <"$work/sidekiq.log") - before )); CPU µs/job: sidekiq $(cpu_us_per_job "$w0" "$w1" "$RAILS_JOBS"), postgres $(cpu_us_per_job "$p0" "$p1" "$RAILS_JOBS")"
+        "${verdict}concurrency $CONCURRENCY, pool $CONCURRENCY; log lines during drain: $(( $(wc -l <"$work/sidekiq.log") - before )); CPU µs/job: sidekiq $(cpu_us_per_job "$w0" "$w1" "$RAILS_JOBS"), postgres $(cpu_us_per_job "$p0" "$p1" "$RAILS_JOBS")"
 }
 
 run_rails_rows() {
