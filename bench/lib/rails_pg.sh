@@ -84,7 +84,7 @@ YAML
     k1=$(cpu_s --self "${pids[@]}"); c1=$(cpu_s --children "${pids[@]}"); p1=$(cpu_s "$pg_pid")
     local pss; pss=$(pss_mb "${pids[@]}")
     stop_all
-    row "kiqd + ruby runner (defaults: processes $(nproc)), Sidekiq $version, Rails app on PostgreSQL, BumpJob" \
+    row "kiqd + ruby runner, default runner settings (processes $(nproc), threads $(( (CONCURRENCY + $(nproc) - 1) / $(nproc) ))), Sidekiq $version, Rails app on PostgreSQL, BumpJob" \
         "$rate" "$pss" "${verdict}concurrency $CONCURRENCY; CPU µs/job: kiqd $(cpu_us_per_job "$k0" "$k1" "$RAILS_JOBS"), runners $(cpu_us_per_job "$c0" "$c1" "$RAILS_JOBS"), postgres $(cpu_us_per_job "$p0" "$p1" "$RAILS_JOBS")"
 }
 

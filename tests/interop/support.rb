@@ -204,9 +204,8 @@ module KiqdInterop
     attr_reader :redis, :redis_url
 
     # Starts kiqd (or kiqd_test_daemon with test_daemon: true) with a temporary YAML config.
-    # `config` is merged over the defaults; `args` are extra command-line flags; `env` is added to
-    # kiqd's environment (which its runner processes inherit).
-    def start_kiqd(config = {}, args: [], test_daemon: false, name: "kiqd", env: {})
+    # `config` is merged over the defaults; `args` are extra command-line flags.
+    def start_kiqd(config = {}, args: [], test_daemon: false, name: "kiqd")
       bin = test_daemon ? KiqdInterop::KIQD_TEST_BIN : KiqdInterop::KIQD_BIN
       skip "#{bin} is not built (set KIQD_BIN / KIQD_TEST_BIN)" unless File.executable?(bin)
       n = children.count { |c| c.is_a?(KiqdProcess) }
@@ -222,7 +221,7 @@ module KiqdInterop
         "logging" => { "level" => "debug", "file" => log_path },
       }.merge(config)
       File.write(config_path, full.to_yaml)
-      pid = Process.spawn(env, bin, "-C", config_path, *args,
+      pid = Process.spawn(bin, "-C", config_path, *args,
                           in: File::NULL, out: out_path, err: [:child, :out])
       proc = KiqdProcess.new(name, pid, log_path, out_path, config_path, redis)
       children << proc

@@ -114,9 +114,8 @@ class RailsPgInteropTest < Minitest::Test
 
     kiqd = start_kiqd({"concurrency" => CONCURRENCY,
                        "runners" => {"rails" => {"command" => [KiqdInterop::RUBY, *ruby_flags, RUNNER, "--require", APP],
-                                                 "processes" => PROCESSES}},
-                       "handlers" => {"*" => {"runner" => "rails"}}},
-                      env: app_env.merge("REDIS_URL" => redis_url))
+                                                 "processes" => PROCESSES, "env" => app_env}},
+                       "handlers" => {"*" => {"runner" => "rails"}}})
     keys = (0...JOBS).map { |i| i.even? ? "deposit-#{i}" : "ledger-#{i}" }
     wait_until(120, "#{JOBS} jobs and FlakyWorker's retry to commit their ledger rows") do
       committed = ledger_counts
@@ -145,7 +144,7 @@ class RailsPgInteropTest < Minitest::Test
     SQL
 
     # Jobs that enqueue jobs: the app's Sidekiq client inside a runner process reaches Redis
-    # through REDIS_URL, as under `sidekiq`.
+    # through REDIS_URL (kiqd's redis.url: its own environment has none), as under `sidekiq`.
     children = (0...FAN_OUTS).flat_map { |i| ["fan-#{i}/active_job", "fan-#{i}/sidekiq"] }
     wait_until(30, "the jobs FanOutJob enqueued (through REDIS_URL) to commit") do
       committed = ledger_counts
