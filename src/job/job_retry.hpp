@@ -46,7 +46,9 @@ struct RetryPlan {
     FailureOutcome outcome = FailureOutcome::Discarded;
     std::string payload;     // the retry/dead member
     double score = 0;        // retry-at (Retried) or time of death (Dead)
-    bool exhausted = false;  // retries used up (Dead, or Discarded by "dead": false)
+    // Retries used up (Dead, or Discarded by "dead": false), or none allowed (retry: false;
+    // payload is then the job as it was): the runner's exhausted hook runs.
+    bool exhausted = false;
 };
 
 class JobRetry {

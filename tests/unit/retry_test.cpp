@@ -151,9 +151,12 @@ TEST_CASE("a job class's kill and discard (Sidekiq 7's sidekiq_retry_in :kill, :
     auto dropped = f.retry.plan(job_of(R"({"class":"W","retry":5})"), f.failure, 1, f.rng);
     CHECK(dropped.outcome == FailureOutcome::Discarded);
     CHECK_FALSE(dropped.exhausted);  // :discard runs no hook
-    // retry: false wins over either: no retry, no morgue, as in Sidekiq.
+    // retry: false wins over either: no retry, no morgue, as in Sidekiq, whose death handlers
+    // still run (the exhausted hook, with the job as it was).
     f.failure.give_up = Failure::GiveUp::kill;
-    auto off = f.retry.plan(job_of(R"({"class":"W","retry":false})"), f.failure, 1, f.rng);
+    const std::string raw = R"({"class":"W","retry":false})";
+    auto off = f.retry.plan(job_of(raw), f.failure, 1, f.rng);
     CHECK(off.outcome == FailureOutcome::Discarded);
-    CHECK_FALSE(off.exhausted);
+    CHECK(off.exhausted);
+    CHECK(off.payload == raw);
 }
