@@ -35,7 +35,7 @@ start_pg() {
     psql -h 127.0.0.1 -p "$pg_port" -U postgres -qc "CREATE DATABASE rails_bench" >/dev/null
     export DATABASE_HOST=127.0.0.1 DATABASE_PORT=$pg_port DATABASE_NAME=rails_bench APP_LOG_LEVEL=warn
     ACCOUNTS=100 ruby -e 'require ARGV[0] + "/config/environment"
-        load "db/schema.rb"; load "db/seeds.rb"' "$rails_app" >"$work/schema.log" 2>&1 ||
+        %w[schema seeds].each { |f| load Rails.root.join("db", "#{f}.rb").to_s }' "$rails_app" >"$work/schema.log" 2>&1 ||
         die "loading the app's schema failed: $(cat "$work/schema.log")"
 }
 
