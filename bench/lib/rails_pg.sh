@@ -47,7 +47,7 @@ stop_pg() {
     rm -rf "$pg_dir"
 }
 
-# rails_drain LABEL: drains RAILS_JOBS BumpJobs (the caller's workers are up) and checks that all
+# rails_drain: drains RAILS_JOBS BumpJobs (the caller's workers are up) and checks that all
 # of them committed; sets rate and verdict.
 rails_drain() {
     local before after
