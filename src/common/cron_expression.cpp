@@ -13,11 +13,21 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <set>
 
+#include "common/cron_natural.hpp"
+
 namespace kiqd {
 namespace {
+
+std::int64_t floor_div(std::int64_t a, std::int64_t b) {
+    return a / b - ((a % b != 0) && ((a < 0) != (b < 0)));
+}
+std::int64_t floor_mod(std::int64_t a, std::int64_t b) {
+    return a - floor_div(a, b) * b;
+}
 
 enum class Kind { sec, min, hour, dom, mon, dow };
 
@@ -103,8 +113,26 @@ std::optional<int> value_of(Kind k, std::string_view v) {
 // One element of a field, as fugit's rewrite_elt returns it: [a, z, slash, hash].
 struct Element {
     std::optional<int> a, z, slash, hash;
+    std::optional<std::pair<int, int>> mod;  // weekday `%n+m`
     bool star = false;
+    bool tilde = false;  // `a~z`: fugit's random pick
 };
+
+// fugit's random(min, max, sta, edn, sla): a value from sta up to edn (wrapping past max), or
+// among the first sla when a step is given. fugit draws it with Ruby's Random, again at every
+// parse; kiqd draws it from a hash of the line, so every kiqd process and restart picks the same
+// value (CronExpression::pick).
+int random_pick(int min, int max, std::optional<int> sta, std::optional<int> edn,
+                std::optional<int> sla, const std::function<int(int)>& rand) {
+    const int a = sta.value_or(min);
+    const int z = edn.value_or(max);
+    int n = z - a + 1;
+    if (n <= 0) n = max - min + 1 + n;
+    if (sla && *sla < n) n = *sla;
+    int r = a + rand(n);
+    if (r > max) r = r + min - max - 1;
+    return r;
+}
 
 std::optional<int> slash_value(std::string_view s) {  // \d\d?
     if (!all_digits(s) || s.size() > 2) return {};
@@ -113,12 +141,24 @@ std::optional<int> slash_value(std::string_view s) {  // \d\d?
 
 Element parse_element(Kind k, std::string_view text) {
     Element e;
-    if (text.find('~') != std::string_view::npos)
-        fail(k, text, "fugit's random '~' is not supported (each process would pick its own)");
-    if (text.find('%') != std::string_view::npos)
-        fail(k, text, "fugit's '%' weekday modulo is not supported");
     std::string_view rest = text;
     if (k == Kind::dow) {
+        if (auto p = rest.find('%'); p != std::string_view::npos) {
+            // fugit's mod_dow: a weekday, then %n or %n+m (weeks counted from 2018-12-31).
+            auto day = value_of(k, rest.substr(0, p));
+            std::string_view m = rest.substr(p + 1);
+            const auto plus = m.find('+');
+            const std::string_view n = m.substr(0, plus);
+            const std::string_view o = plus == std::string_view::npos ? "0" : m.substr(plus + 1);
+            if (!day) fail(k, text, "not a day of the week");
+            if (!all_digits(n) || !all_digits(o) || n.size() > 6 || o.size() > 6)
+                fail(k, text, "'%' takes a number, then optionally + and a number");
+            const int mod = std::atoi(std::string(n).c_str());
+            if (mod == 0) fail(k, text, "'%0' divides by zero");
+            e.a = *day;
+            e.mod = std::make_pair(mod, std::atoi(std::string(o).c_str()));
+            return e;
+        }
         if (auto h = rest.find('#'); h != std::string_view::npos) {
             auto day = value_of(k, rest.substr(0, h));
             const std::string nth = lower(rest.substr(h + 1));
@@ -147,6 +187,13 @@ Element parse_element(Kind k, std::string_view text) {
     }
     if (rest == "*") {
         e.star = true;
+        return e;
+    }
+    if (auto t = rest.find('~'); t != std::string_view::npos) {
+        e.tilde = true;
+        const std::string_view a = rest.substr(0, t), z = rest.substr(t + 1);
+        if (!a.empty() && !(e.a = value_of(k, a))) fail(k, text, "not a valid value before '~'");
+        if (!z.empty() && !(e.z = value_of(k, z))) fail(k, text, "not a valid value after '~'");
         return e;
     }
     // a or a-b; a day of month may itself be negative ("-5", "1--5" is not meant to be read).
@@ -210,28 +257,34 @@ void for_each_item(Kind k, std::string_view token, Each each) {
     if (count == 0) fail(k, token, "empty");
 }
 
-// fugit's do_determine over a comma-separated list (seconds to months).
-std::optional<std::vector<int>> determine(Kind k, std::string_view token, int min, int max) {
+// fugit's do_determine over a comma-separated list (seconds to months), each element through
+// fugit's expand.
+std::optional<std::vector<int>> determine(Kind k, std::string_view token, int min, int max,
+                                          const std::function<int(int)>& rand) {
     std::set<int> values;
     bool any = false;
     for_each_item(k, token, [&](std::string_view item) {
         const Element e = parse_element(k, item);
         if (e.slash && *e.slash < 1) fail(k, item, "a step must be at least 1");
         std::optional<int> sta = e.a, edn = e.z;
-        if (e.slash && !edn) edn = max;
-        if (e.star && !e.slash) {
+        const std::optional<int> sla = e.slash;
+        if (e.tilde) {
+            sta = random_pick(min, max, sta, edn, sla, rand);
+            if (!sla) edn.reset();
+        }
+        if (sla && !edn) edn = max;
+        if (!sta && !edn && !sla) {
             any = true;
             return;
         }
-        if (sta && !e.z && !e.slash) {
+        if (sta && !edn) {
             values.insert(k == Kind::hour && *sta == 24 ? 0 : *sta);
             return;
         }
-        const int sla = e.slash.value_or(1);
         const int s = sta.value_or(min);
-        int z = edn.value_or(max);
+        int z = *edn;
         if (z < 0 && s > 0) z = max;
-        auto r = range(k, item, min, max, s, z, sla);
+        auto r = range(k, item, min, max, s, z, sla.value_or(1));
         if (!r) {
             any = true;
             return;
@@ -317,6 +370,9 @@ CronExpression CronExpression::parse(std::string_view text) {
         CronExpression t;
         t.original_ = c.original_;
         size_t i = 0;
+        // fugit draws its random values field by field, element by element; so does `rand`.
+        int draws = 0;
+        const std::function<int(int)> rand = [&](int n) { return pick(c.original_, draws++, n); };
         std::string_view dom = tokens[n - 3], dow = tokens[n - 1];
         if (!dom.empty() && dom.back() == '&') {
             t.day_and_ = true;
@@ -327,33 +383,41 @@ CronExpression CronExpression::parse(std::string_view text) {
             dow.remove_suffix(1);
         }
         try {
-            t.seconds_ = n == 6 ? determine(Kind::sec, tokens[i++], 0, 59) : std::vector<int>{0};
-            t.minutes_ = determine(Kind::min, tokens[i++], 0, 59);
-            t.hours_ = determine(Kind::hour, tokens[i++], 0, 23);
-            t.monthdays_ = determine(Kind::dom, dom, 1, 31);
+            t.seconds_ =
+                n == 6 ? determine(Kind::sec, tokens[i++], 0, 59, rand) : std::vector<int>{0};
+            t.minutes_ = determine(Kind::min, tokens[i++], 0, 59, rand);
+            t.hours_ = determine(Kind::hour, tokens[i++], 0, 23, rand);
+            t.monthdays_ = determine(Kind::dom, dom, 1, 31, rand);
             ++i;
-            t.months_ = determine(Kind::mon, tokens[i++], 1, 12);
+            t.months_ = determine(Kind::mon, tokens[i++], 1, 12, rand);
             ++i;
             // fugit's determine_weekdays.
             std::vector<Weekday> wd;
             for_each_item(Kind::dow, dow, [&](std::string_view item) {
                 const Element e = parse_element(Kind::dow, item);
                 auto add = [&](int d, std::optional<int> nth = {}) {
-                    wd.push_back({d > 6 ? d - 7 : d, nth});
+                    wd.push_back({d > 6 ? d - 7 : d, nth, std::nullopt});
                 };
+                std::optional<int> a = e.a, z = e.z;
+                if (e.tilde) {
+                    a = random_pick(0, 6, a, z, e.slash, rand);
+                    if (!e.slash) z.reset();
+                }
                 if (e.hash) {
                     add(*e.a, e.hash);
+                } else if (e.mod) {
+                    wd.push_back({*e.a > 6 ? *e.a - 7 : *e.a, std::nullopt, e.mod});
                 } else if (e.slash) {
-                    int z = e.z ? *e.z : (e.a ? *e.a : 6);
-                    int a = e.a.value_or(0);
-                    if (a > z) z += 7;
-                    for (int d = a; d <= z; d += std::max(1, *e.slash)) add(d);
-                } else if (e.z) {
-                    int z = *e.z;
-                    if (*e.a > z) z += 7;
-                    for (int d = *e.a; d <= z; ++d) add(d);
-                } else if (e.a) {
-                    add(*e.a);
+                    int zz = z ? *z : (a ? *a : 6);
+                    int aa = a.value_or(0);
+                    if (aa > zz) zz += 7;
+                    for (int d = aa; d <= zz; d += std::max(1, *e.slash)) add(d);
+                } else if (z) {
+                    int zz = *z;
+                    if (*a > zz) zz += 7;
+                    for (int d = *a; d <= zz; ++d) add(d);
+                } else if (a) {
+                    add(*a);
                 }
             });
             for (auto& w : wd)
@@ -361,9 +425,15 @@ CronExpression CronExpression::parse(std::string_view text) {
             std::vector<Weekday> unique;
             for (const auto& w : wd)
                 if (std::none_of(unique.begin(), unique.end(), [&](const Weekday& u) {
-                        return u.day == w.day && u.nth == w.nth;
+                        return u.day == w.day && u.nth == w.nth && u.mod == w.mod;
                     }))
                     unique.push_back(w);
+            // fugit sorts [day, #n] and [day, [mod, plus]] together: Ruby cannot compare a
+            // number with a pair, so one day with both a '#' and a '%' fails its parse.
+            for (const auto& u : unique)
+                for (const auto& w : unique)
+                    if (u.day == w.day && u.nth && w.mod)
+                        fail(Kind::dow, dow, "one day cannot take both '#' and '%'");
             if (!unique.empty()) t.weekdays_ = std::move(unique);
         } catch (const CronError&) {
             if (n == 6 && tokens.size() == 6) return false;  // may be 5 fields and a zone
@@ -413,6 +483,25 @@ CronExpression CronExpression::parse(std::string_view text) {
     throw CronError("expected 5 or 6 fields and an optional time zone");
 }
 
+CronExpression CronExpression::parse_cronish(std::string_view text) {
+    try {
+        return parse(text);
+    } catch (const CronError& as_cron) {
+        const auto line = natural_cron_line(text);
+        if (!line)
+            throw CronError(std::string(as_cron.what()) +
+                            " (nor is it a natural-language schedule fugit reads)");
+        try {
+            CronExpression c = parse(*line);
+            c.original_ = std::string(text);
+            c.natural_ = *line;
+            return c;
+        } catch (const CronError& e) {
+            throw CronError("natural-language schedule read as '" + *line + "': " + e.what());
+        }
+    }
+}
+
 std::string CronExpression::zone_name() const {
     if (!zone_text_.empty()) return zone_text_;
     return zone_ ? std::string(zone_->name()) : "UTC";
@@ -459,6 +548,27 @@ std::int64_t CronExpression::local_midnight(int y, int m, int d, bool* skipped) 
     return ls.time_since_epoch().count() - li.first.offset.count();  // earliest when ambiguous
 }
 
+std::int64_t CronExpression::noon(int y, int m, int d) const {
+    const date::local_seconds ls =
+        date::local_days{date::year{y} / date::month{static_cast<unsigned>(m)} /
+                         date::day{static_cast<unsigned>(d)}} +
+        std::chrono::hours{12};
+    if (!zone_) return ls.time_since_epoch().count() - offset_;
+    const auto li = zone_->get_info(ls);
+    return ls.time_since_epoch().count() - li.first.offset.count();
+}
+
+int CronExpression::pick(const std::string& line, int draw, int n) {
+    // FNV-1a (64 bits) of "<line>#<draw>": stable across processes, machines and versions.
+    std::uint64_t h = 14695981039346656037ULL;
+    const std::string text = line + "#" + std::to_string(draw);
+    for (unsigned char ch : text) {
+        h ^= ch;
+        h *= 1099511628211ULL;
+    }
+    return static_cast<int>(h % static_cast<std::uint64_t>(n));
+}
+
 bool CronExpression::in(const Field& f, int v) {
     return !f || std::binary_search(f->begin(), f->end(), v);
 }
@@ -471,6 +581,15 @@ bool CronExpression::weekday_match(const Local& l) const {
     if (!weekdays_) return true;
     for (const auto& w : *weekdays_) {
         if (w.day != l.wday) continue;
+        if (w.mod) {
+            // et-orbi's rweek: whole weeks between the noons of 2018-12-31 and this day, in
+            // this zone (floored: a daylight-saving hour short of a week counts one less).
+            const auto days = floor_div(noon(l.year, l.month, l.day) - noon(2018, 12, 31), 86400);
+            const auto rweek = floor_div(days, 7);
+            const auto m = static_cast<std::int64_t>(w.mod->first);
+            if (floor_mod(rweek, m) == floor_mod(w.mod->second, m)) return true;
+            continue;
+        }
         if (!w.nth) return true;
         // et-orbi's wday_in_month: weeks counted from the month's start, and from its end.
         const int last = static_cast<int>(static_cast<unsigned>(
