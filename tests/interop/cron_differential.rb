@@ -5,7 +5,7 @@
 # (kiqd_cron_times). Both must accept the same lines with the same next, following and previous
 # times, and the same cron line for a natural-language one, from instants around daylight-saving
 # changes in Europe/Berlin, America/New_York, America/Santiago and Australia/Sydney, with the
-# machine's zone (TZ) set to each in turn. `~` draws: fugit is handed the draws kiqd makes (a
+# machine's zone (TZ) set to each (a quarter of the lines each). `~` draws: fugit is handed the draws kiqd makes (a
 # hash of the line), so the test checks what fugit does with them.
 #
 #   KIQD_CRON_TIMES=build/tests/kiqd_cron_times ruby tests/interop/cron_differential.rb
@@ -118,8 +118,8 @@ class CronDifferentialTest < Minitest::Test
 
   def lines
     r = Random.new(Integer(ENV.fetch("CRON_DIFF_SEED", "20260401")))
-    crons = Array.new(2400) { cron_line(r) }
-    nats = Array.new(1200) { nat_line(r) }
+    crons = Array.new(Integer(ENV.fetch("CRON_DIFF_CRONS", "1400"))) { cron_line(r) }
+    nats = Array.new(Integer(ENV.fetch("CRON_DIFF_NATS", "700"))) { nat_line(r) }
     (crons + nats).uniq
   end
 
@@ -134,14 +134,14 @@ class CronDifferentialTest < Minitest::Test
     end
     STDIN.each_line do |l|
       from, line = l.chomp.split("\\t", 2)
-      from = Time.at(Integer(from))
+      from = Time.at(Integer(from)).utc # as the gem passes it
       begin
         c = Fugit.parse_cronish(line, random: Draws.new(line))
         if c.nil?
           puts "refused"
         else
           n = c.next_time(from).to_i
-          a = c.next_time(Time.at(n)).to_i
+          a = c.next_time(Time.at(n).utc).to_i
           pr = c.previous_time(from).to_i
           puts "ok \#{n} \#{a} \#{pr} \#{c.original == line ? "" : c.original}"
         end
@@ -163,13 +163,18 @@ class CronDifferentialTest < Minitest::Test
 
   def test_kiqd_reads_every_line_as_fugit_does
     all = lines
+    # Each line once, in one of the zones, from one of the instants; the zones run side by side
+    # (fugit takes most of the time: its natural-language parser is slow).
+    runs = ZONES.each_with_index.map do |tz, zi|
+      pairs = all.each_with_index.select { |_, i| i % ZONES.size == zi }
+                 .map { |l, i| [FROMS[(i / ZONES.size) % FROMS.size], l] }
+      input = pairs.map { |from, l| "#{from.to_i}\t#{l}\n" }.join
+      [tz, pairs, Thread.new { run_both(tz, input) }]
+    end
     checked = Hash.new(0)
     mismatches = []
-    ZONES.each_with_index do |tz, zi|
-      # Each line from two of the instants (a different pair per zone).
-      pairs = all.each_with_index.flat_map { |l, i| [[FROMS[(i + zi) % FROMS.size], l], [FROMS[(i * 7 + zi + 3) % FROMS.size], l]] }
-      input = pairs.map { |from, l| "#{from.to_i}\t#{l}\n" }.join
-      fugit, kiqd = run_both(tz, input)
+    runs.each do |tz, pairs, thread|
+      fugit, kiqd = thread.value
       assert_equal pairs.size, fugit.size
       assert_equal pairs.size, kiqd.size
       pairs.each_with_index do |(from, l), i|
@@ -180,9 +185,9 @@ class CronDifferentialTest < Minitest::Test
         mismatches << "TZ=#{tz} from #{from.utc} #{l.inspect}: fugit #{fugit[i].inspect}, kiqd #{kiqd[i].inspect}" unless same
       end
     end
-    puts "\ncron differential: #{all.size} lines, #{checked["ok"]} accepted and #{checked["refused"]} refused checks by both"
-    assert checked["ok"] > 4000, "too few accepted lines to mean anything: #{checked.inspect}"
-    assert checked["refused"] > 500, "too few refused lines: #{checked.inspect}"
+    puts "\ncron differential: #{all.size} lines, #{checked["ok"]} accepted and #{checked["refused"]} refused by both"
+    assert checked["ok"] > all.size / 2, "too few accepted lines to mean anything: #{checked.inspect}"
+    assert checked["refused"] > all.size / 10, "too few refused lines: #{checked.inspect}"
     assert mismatches.empty?, "#{mismatches.size} differences, the first ones:\n#{mismatches.first(25).join("\n")}"
   end
 end
