@@ -95,16 +95,8 @@ class Cron2InteropTest < Minitest::Test
 
     # The gem's Web UI tab (2.x, on Sidekiq 7.3's Web) lists the jobs and shows kiqd's jids.
     pages = gem_ruby("2.3.1", <<~RUBY)
-      require "securerandom"
-      require "rack"
-      require "rack/session/cookie"
-      require "sidekiq/web"
-      require "sidekiq/cron/web"
-      app = Rack::Builder.new do
-        use Rack::Session::Cookie, secret: SecureRandom.hex(64), same_site: true
-        run Sidekiq::Web
-      end
-      web = Rack::MockRequest.new(app)
+      require #{File.join(__dir__, "cron_web_request.rb").inspect}
+      web = cron_web
       index = web.get("/cron/namespaces/default")
       show = web.get("/cron/namespaces/default/jobs/tick")
       puts({ index: index.status, tick: index.body.include?("tick"),
