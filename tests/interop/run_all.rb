@@ -10,7 +10,7 @@
 require "minitest/autorun"
 GROUPS = {
   "sidekiq7" => %w[test_sidekiq7_interop.rb test_sidekiq7_suite_interop.rb],
-  "gems" => %w[test_cron_interop.rb test_fair_tenant_gem_interop.rb test_unique_gems_interop.rb],
+  "gems" => %w[test_cron_interop.rb test_cron2_interop.rb test_fair_tenant_gem_interop.rb test_unique_gems_interop.rb],
   "rails" => %w[test_rails_pg_interop.rb]
 }.freeze
 group = ARGV.shift
