@@ -14,7 +14,9 @@
 #include <set>
 #include <thread>
 
+#include "job/raw_json_object.hpp"
 #include "kiqd/client.hpp"
+#include "kiqd/clock.hpp"
 #include "support/kiqd_fleet.hpp"
 #include "support/kiqd_process.hpp"
 #include "support/redis_reads.hpp"
@@ -318,6 +320,83 @@ TEST_CASE(
     const long long queued_pttl = c.command({"PTTL", "uniquejobs:acct1:QUEUED"}).integer();
     CHECK(queued_pttl > 0);  // -1 (no TTL) and -2 (no key) would pass the bound alone
     CHECK(queued_pttl <= 5000);
+}
+
+TEST_CASE(
+    "unique: on_conflict reschedule — the waiting copy holds the gem's client lock through to "
+    "its run; other copies are dropped",
+    "[unique]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    UniqueFixture f(server);
+    auto& c = f.conn;
+    const std::string gem =
+        R"(,"lock_timeout":0,"lock_ttl":null,"on_conflict":{"server":"reschedule"})";
+    auto parked_copy = [&] {
+        auto scheduled = zrange(c, "schedule");
+        REQUIRE(scheduled.size() == 1);
+        c.command({"ZREM", "schedule", scheduled[0]});
+        return scheduled[0];
+    };
+    std::string parked;
+    gem_client_lock(c, "A");
+    CHECK(f.run(payload("A", "until_and_while_executing", gem), [&] {
+        CHECK(lock_holders(c).empty());
+        gem_client_lock(c, "B");
+        CHECK_FALSE(f.run(payload("B", "until_and_while_executing", gem)));  // waits
+        // It waits holding the client lock: the gem's client rejects the next pushes.
+        CHECK(lock_holders(c) == std::vector<std::string>{"B"});
+        CHECK(std::string(c.command({"GET", "uniquejobs:acct1"}).str()) == "B");
+        CHECK_FALSE(c.command({"ZSCORE", "uniquejobs:digests", "uniquejobs:acct1"}).is_nil());
+        // Back while A still runs: waits again, still holding it.
+        CHECK_FALSE(f.run(parked_copy()));
+        CHECK(lock_holders(c) == std::vector<std::string>{"B"});
+        // A copy pushed past the gem's client while B holds the lock: a duplicate, dropped.
+        CHECK_FALSE(f.run(payload("C", "until_and_while_executing", gem)));
+        CHECK(lock_holders(c) == std::vector<std::string>{"B"});
+        parked = parked_copy();
+    }));
+    // B keeps the lock through to its run, which releases it as the gem's server does.
+    CHECK(lock_holders(c) == std::vector<std::string>{"B"});
+    CHECK(f.run(parked, [&] { CHECK(lock_holders(c).empty()); }));
+    CHECK(zcard(c, "schedule") == 0);
+    CHECK(zcard(c, "uniquejobs:digests") == 0);
+    CHECK(c.command({"KEYS", "uniquejobs:acct1*"}).size() == 1);  // the gem's 5 s wake-up token
+
+    // A waiting copy whose lock_timeout ran out is rescheduled 5 s ahead as a new arrival (no
+    // wait token), still holding the lock.
+    c.command({"FLUSHALL"});
+    const std::string timed = R"(,"lock_timeout":1,"on_conflict":{"server":"reschedule"})";
+    gem_client_lock(c, "A");
+    CHECK(f.run(payload("A", "until_and_while_executing", timed), [&] {
+        gem_client_lock(c, "B");
+        CHECK_FALSE(f.run(payload("B", "until_and_while_executing", timed)));
+        auto obj = RawJsonObject::parse(parked_copy());
+        REQUIRE(obj);
+        obj->set("lock_wait_since", std::to_string(epoch_seconds() - 10));
+        CHECK_FALSE(f.run(obj->dump()));
+        auto again = zrange(c, "schedule");
+        REQUIRE(again.size() == 1);
+        CHECK_THAT(again[0], !Catch::Contains("lock_wait_token"));
+        CHECK(std::stod(std::string(c.command({"ZSCORE", "schedule", again[0]}).str())) >
+              epoch_seconds() + 3);
+        CHECK(lock_holders(c) == std::vector<std::string>{"B"});
+        CHECK_FALSE(exists(c, "uniquejobs:acct1:WAIT"));
+    }));
+
+    // Without the gem's client lock (kiqd's own digest): one copy waits, the next copy is
+    // dropped instead of coming back every 5 s.
+    c.command({"FLUSHALL"});
+    const std::string own =
+        R"({"class":"Sync","queue":"default","args":["acct-9"],"lock":"until_and_while_executing","on_conflict":"reschedule","jid":")";
+    CHECK(f.run(own + "A\"}", [&] {
+        CHECK_FALSE(f.run(own + "B\"}"));
+        CHECK_FALSE(f.run(own + "C\"}"));
+        auto waiting = zrange(c, "schedule");
+        REQUIRE(waiting.size() == 1);
+        CHECK_THAT(waiting[0], Catch::Contains(R"("jid":"B")"));
+    }));
+    CHECK(zcard(c, "dead") == 0);
 }
 
 TEST_CASE(

@@ -181,6 +181,33 @@ return take_client_lock(KEYS, ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1',
                         tonumber(ARGV[4]), ARGV[5], ARGV[6])
 )lua";
 
+// Puts a copy of an until_and_while_executing job in `schedule` holding the gem's client lock for
+// its jid (take_client_lock above), as the gem's server does with on_conflict: reschedule: its
+// client then rejects the pushes made while the copy waits.
+//
+// KEYS[1..7] the client lock keys (k[1..7] above)
+// KEYS[8]    schedule
+// ARGV[1]    the jid
+// ARGV[2]    the client lock's TTL in ms (0: none)
+// ARGV[3]    lock_limit
+// ARGV[4]    when the copy is due (epoch seconds): its score in `schedule` and the lock's
+// ARGV[5]    the digest (its member in the ZSETs: without the key prefix)
+// ARGV[6]    the copy's payload
+// ARGV[7]    "1": schedule the copy even when another jid holds the lock (a copy that holds the
+//            wait lock: the other jid's copy is the duplicate), else "0"
+//
+// Returns 1 when the jid holds the client lock (the copy is scheduled), 0 when another jid holds
+// it (the copy is scheduled only with ARGV[7] "1"); a WRONGTYPE error, and nothing written, when
+// one of KEYS holds another type.
+constexpr const char* kScheduleHoldingScript = KIQD_CLIENT_LOCK_LUA R"lua(
+local refused = client_lock_refused(KEYS) or wrong_type({KEYS[8], 'zset'})
+if refused then return refused end
+local held = take_client_lock(KEYS, ARGV[1], tonumber(ARGV[2]), false, tonumber(ARGV[3]),
+                              ARGV[4], ARGV[5])
+if held == 1 or ARGV[7] == '1' then redis.call('zadd', KEYS[8], ARGV[4], ARGV[6]) end
+return held
+)lua";
+
 // Gives the wait lock up: a waiting copy whose lock_timeout ran out stops waiting.
 //
 // KEYS[1] <digest>:WAIT, the wait lock
@@ -192,6 +219,13 @@ constexpr const char* kDropWaitScript = R"lua(
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
 return 0
 )lua";
+
+// With on_conflict: reschedule, the copy of an until_and_while_executing job that waits for the
+// run lock holds the gem's client lock while it waits (the gem's rescheduled copy takes it when
+// it is pushed), so the gem's client rejects the pushes made meanwhile.
+bool holds_client_lock_while_waiting(const LockSpec& lock) {
+    return lock.client_lock && lock.type == kUntilAndWhile && lock.on_conflict == "reschedule";
+}
 
 [[noreturn]] void invalid(const std::string& message) {
     throw JobError("Kiqd::InvalidLock", message);
@@ -383,7 +417,8 @@ UniqueJobsMiddleware::UniqueJobsMiddleware(const Config& config, const Keys& key
       client_unlock_script_(kClientUnlockScript),
       client_lock_script_(kClientLockScript),
       release_script_(LockKeeper::release_script_source()),
-      drop_wait_script_(kDropWaitScript) {}
+      drop_wait_script_(kDropWaitScript),
+      schedule_holding_script_(kScheduleHoldingScript) {}
 
 std::vector<std::string> UniqueJobsMiddleware::client_lock_keys(const std::string& digest) const {
     return {keys_.digest_key(digest),
@@ -525,7 +560,8 @@ void UniqueJobsMiddleware::run_with_exec_lock(JobContext& ctx, const Next& next,
         auto reply = acquire_script_.run_after(ctx.redis, ctx.after_job, keys, args);
         const long long outcome = reply[0].integer();
         if (outcome == 0)
-            return conflict(ctx, lock, "another copy is already waiting for lock " + lock.digest);
+            return conflict(ctx, lock, "another copy is already waiting for lock " + lock.digest,
+                            true);
         if (outcome == 2) {
             const std::string token = use_wait ? std::string(reply[1].str()) : std::string();
             const double now = epoch_seconds();
@@ -533,11 +569,16 @@ void UniqueJobsMiddleware::run_with_exec_lock(JobContext& ctx, const Next& next,
             if (lock.timeout && std::chrono::duration<double>(now - first) >= *lock.timeout) {
                 if (!token.empty()) drop_wait_script_.run(ctx.redis, {wait_key}, {token});
                 return conflict(ctx, lock,
-                                "lock " + lock.digest + " stayed busy longer than lock_timeout");
+                                "lock " + lock.digest + " stayed busy longer than lock_timeout",
+                                false);
             }
             return park(ctx, lock, token, first);
         }
         held = keeper_.hold(exec_key, owner, lock.ttl);
+        // A copy back from waiting with the client lock: the gem's server releases it when the
+        // run starts (for a first arrival call() did).
+        if (lock.wait_token && holds_client_lock_while_waiting(lock))
+            release_client_lock(ctx, lock);
     }
     // With the lock taken by the refill, its release may wait for the next refill too.
     std::vector<redis::Command>* channel =
@@ -579,15 +620,61 @@ void UniqueJobsMiddleware::park(JobContext& ctx, const LockSpec& lock,
     obj->set("lock_wait_since", score_text(since));
     const double at =
         epoch_seconds() + std::chrono::duration<double>(config_.unique_jobs.wait_interval).count();
-    ctx.redis.command({"ZADD", keys_.schedule(), score_text(at), obj->dump()});
+    if (holds_client_lock_while_waiting(lock))
+        schedule_holding(ctx, lock, at, obj->dump(), true);
+    else
+        ctx.redis.command({"ZADD", keys_.schedule(), score_text(at), obj->dump()});
     ctx.log.debug("class={} jid={} waits for unique lock {}", ctx.job.display_class(), ctx.job.jid,
                   lock.digest);
 }
 
-void UniqueJobsMiddleware::conflict(JobContext& ctx, const LockSpec& lock,
-                                    const std::string& why) const {
+long long UniqueJobsMiddleware::schedule_holding(JobContext& ctx, const LockSpec& lock, double at,
+                                                 std::string payload, bool even_if_held) const {
+    auto keys = client_lock_keys(lock.digest);
+    keys.push_back(keys_.schedule());
+    return schedule_holding_script_
+        .run(ctx.redis, keys,
+             {ctx.job.jid, std::to_string(lock.client_pttl), std::to_string(lock.limit),
+              score_text(at), lock.digest, std::move(payload), even_if_held ? "1" : "0"})
+        .integer();
+}
+
+void UniqueJobsMiddleware::reschedule(JobContext& ctx, const LockSpec& lock,
+                                      const std::string& why) const {
+    const auto& job = ctx.job;
+    const double at = epoch_seconds() + kRescheduleSeconds;
+    // A copy that waited no longer does: it comes back as a new arrival.
+    auto obj = RawJsonObject::parse(job.raw);
+    if (!obj) throw JobError("Kiqd::InvalidLock", "payload is not a JSON object");
+    obj->erase("lock_wait_token");
+    obj->erase("lock_wait_since");
+    if (lock.type == kUntilAndWhile && lock.client_lock) {
+        if (schedule_holding(ctx, lock, at, obj->dump(), false) == 0) {
+            ctx.log.warn(
+                "class={} jid={} duplicate dropped (on_conflict: reschedule): another copy holds "
+                "client lock {} and runs later; {}",
+                job.display_class(), job.jid, lock.digest, why);
+            return;
+        }
+    } else {
+        ctx.redis.command({"ZADD", keys_.schedule(), score_text(at), obj->dump()});
+    }
+    ctx.log.info("class={} jid={} duplicate rescheduled in {} s: {}", job.display_class(), job.jid,
+                 kRescheduleSeconds, why);
+}
+
+void UniqueJobsMiddleware::conflict(JobContext& ctx, const LockSpec& lock, const std::string& why,
+                                    bool another_waits) const {
     const auto& job = ctx.job;
     increment(outcome_counters().unique_conflicts);
+    if (lock.on_conflict == "reschedule" && another_waits) {
+        // The gem's rescheduled copy holds the client lock, so its client rejects the next
+        // copies: one copy waits, the others are dropped. The waiting copy runs later.
+        if (holds_client_lock_while_waiting(lock)) release_client_lock(ctx, lock);
+        ctx.log.warn("class={} jid={} duplicate dropped (on_conflict: reschedule): {}",
+                     job.display_class(), job.jid, why);
+        return;
+    }
     if (lock.on_conflict == "reject") {
         const std::string entry =
             dead_.invalid_entry(job.raw, job.queue, InvalidJob{"Kiqd::UniqueConflict", why});
@@ -595,10 +682,7 @@ void UniqueJobsMiddleware::conflict(JobContext& ctx, const LockSpec& lock,
         ctx.log.warn("class={} jid={} duplicate sent to the dead set: {}", job.display_class(),
                      job.jid, why);
     } else if (lock.on_conflict == "reschedule") {
-        ctx.redis.command(
-            {"ZADD", keys_.schedule(), score_text(epoch_seconds() + kRescheduleSeconds), job.raw});
-        ctx.log.info("class={} jid={} duplicate rescheduled in {} s: {}", job.display_class(),
-                     job.jid, kRescheduleSeconds, why);
+        reschedule(ctx, lock, why);
     } else {
         ctx.log.warn("class={} jid={} duplicate dropped (on_conflict: log): {}",
                      job.display_class(), job.jid, why);
