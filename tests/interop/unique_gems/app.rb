@@ -52,7 +52,8 @@ module Test
       include Sidekiq::Worker
       include Perform
       sidekiq_options queue: "default", retry: 3, lock: :until_and_while_executing,
-                      on_conflict: { server: :reschedule }, lock_args_method: ->(args) { [args[0]] }
+                      on_conflict: { client: :log, server: :reschedule },
+                      lock_args_method: ->(args) { [args[0]] }
     end
     const_set("UntilAndWhileExecutingReschedule", klass)
   end
