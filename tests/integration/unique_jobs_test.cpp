@@ -24,42 +24,25 @@
 #include "support/run_through.hpp"
 #include "support/test_daemon_records.hpp"
 #include "support/test_runtime.hpp"
+#include "support/unique_fixture.hpp"
 #include "support/wait_until.hpp"
 
 using namespace kiqd;
+using kiqd::test::gem_client_lock;
 using kiqd::test::held_lock_count;
 using kiqd::test::held_locks;
 using kiqd::test::KiqdFleet;
 using kiqd::test::KiqdProcess;
+using kiqd::test::lock_holders;
 using kiqd::test::ran_count;
 using kiqd::test::RedisServer;
 using kiqd::test::TestRuntime;
+using kiqd::test::UniqueFixture;
 using kiqd::test::wait_until;
 using kiqd::test::zcard;
 using kiqd::test::zrange;
 
 namespace {
-
-// The middleware with its keeper, on a TestRuntime.
-struct UniqueFixture {
-    explicit UniqueFixture(RedisServer& server)
-        : t(server),
-          keeper(t.keys, server.options(), std::chrono::seconds(60), TestRuntime::kIdentity,
-                 *t.log),
-          unique(t.config, t.keys, t.dead, t.retry, keeper, TestRuntime::kIdentity),
-          conn(server.connect()) {}
-
-    // Runs `raw` through the middleware with `body` as the handler; true when it ran.
-    bool run(
-        const std::string& raw, const std::function<void()>& body = [] {}) {
-        return kiqd::test::run_through(t, conn, unique, raw, body);
-    }
-
-    TestRuntime t;
-    LockKeeper keeper;
-    UniqueJobsMiddleware unique;
-    redis::Connection conn;
-};
 
 std::string payload(const std::string& jid, const std::string& lock = "until_and_while_executing",
                     const std::string& extra = "") {
@@ -267,22 +250,8 @@ TEST_CASE("unique: the gem's client lock is released when the gem's server would
 
 namespace {
 
-// What sidekiq-unique-jobs' client leaves behind after pushing `jid` under uniquejobs:acct1.
-void gem_client_lock(redis::Connection& c, const std::string& jid) {
-    c.command({"SET", "uniquejobs:acct1", jid});
-    c.command({"HSET", "uniquejobs:acct1:LOCKED", jid, "1700000000.0"});
-    c.command({"ZADD", "uniquejobs:digests", "1700000000", "uniquejobs:acct1"});
-}
-
 [[noreturn]] void boom() {
     throw JobError("Boom", "failed");
-}
-
-std::vector<std::string> lock_holders(redis::Connection& c) {
-    std::vector<std::string> out;
-    auto keys = c.command({"HKEYS", "uniquejobs:acct1:LOCKED"});
-    for (size_t i = 0; i < keys.size(); ++i) out.emplace_back(keys[i].str());
-    return out;
 }
 
 }  // namespace

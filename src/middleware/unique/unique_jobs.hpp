@@ -13,7 +13,9 @@
 //                              released after a successful run, kept through a retry
 //   until_expired              as until_executed, never released (it expires)
 //   until_and_while_executing  released FIRST (held by another jid → a duplicate, dropped), then
-//                              the run lock below; re-taken after a failure that will be retried
+//                              the run lock below (both in one script call, so such a job costs
+//                              the calls of kiqd's own lock); re-taken after a failure that will
+//                              be retried
 // A job whose retries are exhausted loses its identity's client lock (the gem's death handler).
 //
 // The run lock (until_and_while_executing, while_executing) is kiqd's own, with two keys per
@@ -122,6 +124,7 @@ class UniqueJobsMiddleware final : public ServerMiddleware {
     LockKeeper& keeper_;
     std::string identity_;
     redis::Script acquire_script_;
+    redis::Script acquire_releasing_client_script_;
     redis::Script client_unlock_script_;
     redis::Script client_lock_script_;
     redis::Script release_script_;
