@@ -27,6 +27,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/kiqd-ugem.XXXXXX")
 redis_pid="" drain_pid=""
 source "$here/lib/cleanup.sh"
 source "$here/lib/redis.sh"
+source "$here/lib/row_config.sh"
 helper=(/usr/bin/python3 "$here/lib/kiqbench.py")
 
 sidekiq=()
@@ -41,17 +42,9 @@ else
 fi
 
 kiqd_yml() {  # ROW → the config file
-    {
-        echo "redis: {url: \"$redis_url\"}"
-        echo "queues: [default]"
-        echo "logging: {level: warn}"
-        if [[ $fetch == batched ]]; then
-            echo "fetch: reliable"
-            echo "reliable_fetch: {batch_size: 50}"
-        fi
-        [[ $1 == own ]] && cat "$here/middleware_rows/unique.yml"
-        true
-    } >"$work/$1.yml"
+    local snippet=""
+    [[ $1 == own ]] && snippet=$here/middleware_rows/unique.yml
+    row_yml "$fetch" "$snippet" >"$work/$1.yml"
     echo "$work/$1.yml"
 }
 
