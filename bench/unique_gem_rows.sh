@@ -14,6 +14,8 @@
 #   bench/unique_gem_rows.sh BINARY FETCH [N] [RUNS]
 #     BINARY a kiqd binary   FETCH basic | batched (reliable, batch_size 50)
 #     N jobs [60000]   RUNS [3]   SIDEKIQ_JOBS [5000]   SIDEKIQ7_GEMS [../shared/gems]
+#     ROWS ["own gem sidekiq"]  (e.g. ROWS="own gem" for an A/B of two binaries)
+#     CMDSTATS [0]  1: after each row, Redis's INFO commandstats per job (calls, µs)
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 die() { echo "unique_gem_rows: $*" >&2; exit 1; }
@@ -54,25 +56,33 @@ one_row() {  # ROW
     [[ $row == sidekiq ]] && n=$sidekiq_jobs
     start_redis "$("${helper[@]}" freeport)" "$work"
     "${helper[@]}" push --jobs "$n" --queue default $push | rcli --pipe >/dev/null
+    rcli config resetstat >/dev/null
     local cmd=("$binary" -C "$(kiqd_yml "$row")" -c 10)
     [[ $row == sidekiq ]] && cmd=(env REDIS_URL="$redis_url" "${sidekiq[@]}")
     "${helper[@]}" drain --port "$port" --jobs "$n" --label "$row" --concurrency 10 \
         --log "$work/$row.log" --cwd "$work" --poll-ms 10 --redis-pid "$redis_pid" \
         -- "${cmd[@]}" >"$work/drain.json"
+    # Client locks left once drained (the gem's 5 s wake-up tokens, :QUEUED, are not locks).
     local left
-    left=$(rcli keys 'uniquejobs:*' | grep -c -E '^uniquejobs:[0-9a-f]{32}' || true)
+    left=$(($(rcli zcard uniquejobs:digests) +
+        $(rcli keys 'uniquejobs:*:LOCKED' | grep -c . || true)))
     /usr/bin/python3 - "$work/drain.json" "$row" "$fetch" "$left" <<'PY' | tee -a "$work/rows.txt"
 import json, sys
 r = json.load(open(sys.argv[1]))
 print(sys.argv[2], sys.argv[3], int(r["jobs_per_s"]), r["worker_cpu_us_per_job"],
       r["redis_cpu_us_per_job"], "lock-keys-left=" + sys.argv[4])
 PY
+    if [[ ${CMDSTATS:-0} == 1 ]]; then
+        rcli info commandstats | tr -d '\r' | "${helper[@]}" cmdstats --jobs "$n"
+    fi
     kill "$redis_pid" && wait "$redis_pid" 2>/dev/null || true
     redis_pid=""
 }
 
-rows=(own gem)
-[[ ${#sidekiq[@]} -gt 0 ]] && rows+=(sidekiq)
+read -r -a rows <<<"${ROWS:-own gem sidekiq}"
+if [[ ${#sidekiq[@]} -eq 0 ]]; then
+    for i in "${!rows[@]}"; do [[ ${rows[$i]} == sidekiq ]] && unset "rows[$i]"; done
+fi
 for _ in $(seq "$runs"); do
     for row in "${rows[@]}"; do one_row "$row"; done
 done
