@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Persistent runners against Debian's Sidekiq 6.4.1, side by side in one run (targets, not tests;
-# the numbers go to docs/benchmarks.md):
-#   * Ruby no-op jobs and a CPU-bound Ruby job (~5 ms): kiqd + kiqd-ruby-runner with
-#     processes = P (default: the CPUs) vs one Sidekiq process, both at concurrency C, and vs P
-#     Sidekiq processes at C/P each;
-#   * memory: PSS of kiqd and its runner processes vs the Sidekiq process(es);
-#   * a Python no-op job through `exec:` (a process per job) vs the Python runner.
+# the numbers go to docs/benchmarks.md). For each Ruby workload (bench/runner_app.rb):
+#   no-op; IO-bound (20 ms wait + one Redis call); mixed (90 % IO-bound, 10 % CPU-bound);
+#   CPU-bound (~5 ms of Ruby)
+# the rows are kiqd + kiqd-ruby-runner with the *default* runner settings (processes = the
+# CPUs, threads = ceil(concurrency / processes)), one Sidekiq process at concurrency C, and a
+# Sidekiq swarm shape (P processes at C/P each); no-op and CPU-bound add kiqd with one process
+# and kiqd with batched reliable fetch. Each row reports jobs/s and the PSS of the whole tree.
+# Then a Python no-op job through `exec:` (a process per job) vs the Python runner.
 #
-#   bench/runners.sh                     # JOBS=5000 CPU_JOBS=1000 CONCURRENCY=4
-#   JOBS=500 CPU_JOBS=200 bench/runners.sh   # smoke mode
+#   bench/runners.sh                     # JOBS=5000 IO_JOBS=2500 CPU_JOBS=1000 CONCURRENCY=25
+#   JOBS=300 IO_JOBS=200 CPU_JOBS=50 bench/runners.sh   # smoke mode
+#   WORKLOADS="io mixed" bench/runners.sh               # some workloads only
 #
 # Method, per row: a private redis-server (127.0.0.1, free port, no persistence); start the
 # workers on empty queues and wait until they are ready (Sidekiq: in the `processes` set; kiqd:
@@ -21,8 +24,10 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
 JOBS=${JOBS:-5000}
+IO_JOBS=${IO_JOBS:-2500}
 CPU_JOBS=${CPU_JOBS:-1000}
-CONCURRENCY=${CONCURRENCY:-4}
+CONCURRENCY=${CONCURRENCY:-25}
+WORKLOADS=${WORKLOADS:-noop io mixed cpu}
 PROCESSES=${PROCESSES:-$(nproc)}
 KIQD=${KIQD:-$repo/build/kiqd}
 RUNNER=$repo/runners/ruby/kiqd-ruby-runner
@@ -109,20 +114,22 @@ yaml_head() {
 results=()
 row() { results+=("$(printf '| %s | %s | %s | %s |' "$1" "$2" "$3" "$4")"); echo "$1: $2 jobs/s, PSS $3 MB ($4)" >&2; }
 
-run_kiqd_ruby() {  # run_kiqd_ruby CLASS N PROCESSES [batched]
+run_kiqd_ruby() {  # run_kiqd_ruby CLASS N PROCESSES|default [batched]
     local mport; mport=$(free_port)
+    local processes_line="    processes: $3" nproc_=$3
+    if [[ $3 == default ]]; then processes_line=""; nproc_=$(nproc); fi
     { yaml_head "$mport" "${4:-}"; cat; } >"$work/kiqd.yml" <<YAML
 runners:
   ruby:
     command: ["/usr/bin/ruby", "$RUNNER", "--require", "$here/runner_app.rb"]
-    processes: $3
+$processes_line
 handlers:
   "*": {runner: ruby}
 YAML
     rcli flushall >/dev/null
     "$KIQD" -C "$work/kiqd.yml" >"$work/kiqd.log" 2>&1 &
     pids=($!)
-    wait_runners_idle "$mport" "$3"
+    wait_runners_idle "$mport" "$nproc_"
     local k0 c0 r0 k1 c1 r1
     k0=$(cpu_s --self "${pids[@]}"); c0=$(cpu_s --children "${pids[@]}"); r0=$(cpu_s "$redis_pid")
     rate=$(CLASS=$1 drain "$2")
@@ -131,7 +138,9 @@ YAML
     stop_all
     local cpu
     cpu="CPU µs/job: kiqd $(cpu_us_per_job "$k0" "$k1" "$2"), runners $(cpu_us_per_job "$c0" "$c1" "$2"), redis $(cpu_us_per_job "$r0" "$r1" "$2")"
-    row "kiqd + ruby runner, processes $3${4:+, $4 fetch}, $1" "$rate" "$pss" "concurrency $CONCURRENCY; runner pool alone (master + processes) $pool MB; $cpu"
+    local shape="processes $3"
+    [[ $3 == default ]] && shape="default runner settings (processes $nproc_, threads $(( (CONCURRENCY + nproc_ - 1) / nproc_ )))"
+    row "kiqd + ruby runner, $shape${4:+, $4 fetch}, $1" "$rate" "$pss" "concurrency $CONCURRENCY; runner pool alone (master + processes) $pool MB; $cpu"
 }
 
 run_sidekiq() {  # run_sidekiq CLASS N PROCESSES
@@ -161,11 +170,20 @@ run_sidekiq() {  # run_sidekiq CLASS N PROCESSES
     row "sidekiq 6.4.1 x$3, $1" "$rate" "$pss" "concurrency $per each; $quiet"
 }
 
-for spec in "Bench::RubyNoop $JOBS" "Bench::RubyCpu $CPU_JOBS"; do
-    set -- $spec
+for w in $WORKLOADS; do
+    case $w in
+        noop) set -- Bench::RubyNoop "$JOBS" ;;
+        io) set -- Bench::RubyIo "$IO_JOBS" ;;
+        mixed) set -- Bench::RubyMixed "$IO_JOBS" ;;
+        cpu) set -- Bench::RubyCpu "$CPU_JOBS" ;;
+        *) die "unknown workload $w (noop io mixed cpu)" ;;
+    esac
     [[ -n $sidekiq_bin ]] && run_sidekiq "$1" "$2" 1
-    for p in 1 "$PROCESSES"; do run_kiqd_ruby "$1" "$2" "$p"; done
-    run_kiqd_ruby "$1" "$2" "$PROCESSES" batched
+    run_kiqd_ruby "$1" "$2" default
+    if [[ $w == noop || $w == cpu ]]; then
+        run_kiqd_ruby "$1" "$2" 1
+        run_kiqd_ruby "$1" "$2" default batched
+    fi
     [[ -n $sidekiq_bin && $PROCESSES -gt 1 ]] && run_sidekiq "$1" "$2" "$PROCESSES"
 done
 
@@ -213,4 +231,4 @@ echo "| Setup | jobs/s | PSS MB | Notes |"
 echo "| --- | --- | --- | --- |"
 printf '%s\n' "${results[@]}"
 echo
-echo "JOBS=$JOBS CPU_JOBS=$CPU_JOBS CONCURRENCY=$CONCURRENCY PROCESSES=$PROCESSES, $(nproc) CPUs, $(date -u +%F)"
+echo "JOBS=$JOBS IO_JOBS=$IO_JOBS CPU_JOBS=$CPU_JOBS CONCURRENCY=$CONCURRENCY PROCESSES=$PROCESSES, $(nproc) CPUs, $(date -u +%F)"

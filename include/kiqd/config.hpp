@@ -93,13 +93,17 @@ struct ExecHandlerSpec {
     int line = -1;
 };
 
-// `runners: {name: {command: [argv...], processes: N, max_jobs: N, max_rss_mb: N,
-// boot_timeout: s}}`: a pool of long-lived worker processes speaking docs/runner-protocol.md
-// (see handlers/runner_pool.hpp).
+// `runners: {name: {command: [argv...], processes: N, threads: N, env: {NAME: value},
+// max_jobs: N, max_rss_mb: N, boot_timeout: s}}`: a pool of long-lived worker processes
+// speaking docs/runner-protocol.md (see handlers/runner_pool.hpp).
 struct RunnerSpec {
     std::string name;
     std::vector<std::string> argv;
-    int processes = 0;         // 0 = the number of CPUs (resolved by validate_config)
+    int processes = 0;  // 0 = the number of CPUs (resolved by validate_config)
+    // Jobs one process runs at once, when it can (a runner that says nothing runs one); 0 =
+    // ceil(concurrency / processes), resolved by validate_config.
+    int threads = 0;
+    std::vector<std::pair<std::string, std::string>> env;  // `env:`, added to the app's
     long long max_jobs = 0;    // recycle a child after this many jobs; 0 = never
     long long max_rss_mb = 0;  // recycle a child whose RSS grew past this; 0 = never
     std::chrono::milliseconds boot_timeout{60000};
@@ -109,9 +113,12 @@ struct RunnerSpec {
 
 // `handlers: {ClassName: {runner: name, timeout: s}}` and `"*": {runner: name}`: a job class
 // run by a runner pool (see handlers/runner_handler.hpp). "*" is every class without another
-// handler.
+// handler. A key that is a worker selector (`"resource_boundary=cpu": {runner: cpu}`, the syntax
+// of worker_selector.hpp) is every declared class it matches that has no handler of its own;
+// the first matching selector entry wins.
 struct RunnerHandlerSpec {
-    std::string job_class;
+    std::string job_class;  // a class name, "*", or a selector's text
+    bool selector = false;
     std::string runner;
     std::optional<std::chrono::milliseconds> timeout;  // unset: none (shutdown still stops it)
     int line = -1;

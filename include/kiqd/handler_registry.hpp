@@ -35,6 +35,8 @@ class HandlerRegistry {
     };
     // The class's handler, else the one registered as "*" (every other class), else nullptr.
     const Handler* find(const std::string& job_class) const;
+    // Whether the class has a handler of its own (not the "*" fallback).
+    bool has(const std::string& job_class) const { return handlers_.count(job_class) > 0; }
     const Declaration* declaration(const std::string& job_class) const;  // nullptr: none
     const std::unordered_map<std::string, Declaration>& declarations() const {
         return declarations_;

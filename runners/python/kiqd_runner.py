@@ -20,8 +20,8 @@ and the imported modules register their job classes with the decorator:
     @kiqd_runner.job("Billing::Invoice")  # or any name
     class Invoice:
         @staticmethod
-        def retry_in(count, exc):          # optional: seconds until retry `count` (0 = first)
-            return 60
+        def retry_in(count, exc):          # optional: seconds until retry `count` (0 = first),
+            return 60                      # or "kill" (dead set at once) or "discard" (dropped)
         @staticmethod
         def retries_exhausted(job, exc):   # optional: called when kiqd gives up on the job
             ...
@@ -31,20 +31,37 @@ and the imported modules register their job classes with the decorator:
 Each job gets a fresh instance with `jid` and `job` (the whole payload) set. An exception fails
 the job with its class name, message and Python traceback (innermost frame first, as Sidekiq
 shows Ruby's); retries and the dead set are kiqd's. Standard library only.
+
+KIQD_RUNNER_THREADS (default 1) jobs run at once, on a pool of threads that share the socket: a
+thread reads one frame under the read lock, runs the job and writes its answer under the write
+lock (the tagged dialect: `job TAG` is answered `done TAG` / `fail TAG`; an untagged `job` is
+answered untagged); a watcher thread reads `quiet` while every worker runs a long job. After kiqd's `quiet` (or SIGTERM), `kiqd_runner.stopping()` is true: a long job may stop
+early. SIGTERM exits at once without answering for the running jobs (kiqd requeues them); end
+of file on the socket lets the running jobs finish and answer, then the process exits 0.
 """
 
 import importlib
 import json
 import os
+import signal
 import socket
 import struct
 import sys
+import threading
+import time
 import traceback
 
-__all__ = ["job", "registry", "main"]
+__all__ = ["job", "registry", "stopping", "main"]
 
 _registry = {}
+_stopping = threading.Event()
 MAX_FRAME = 64 * 1024 * 1024
+MAX_THREADS = 1024
+
+
+def stopping():
+    """True once kiqd is quieting or shutting down: a long job may stop early."""
+    return _stopping.is_set()
 
 
 def registry():
@@ -67,12 +84,19 @@ def job(name_or_class=None):
 
 
 class _Channel:
+    """The protocol socket. recv() is called under read_lock (one reader at a time); send() takes
+    write_lock, so that frames of several threads never interleave."""
+
     def __init__(self, fd):
         self.sock = socket.socket(fileno=fd)
+        self.sock.setblocking(True)  # worker threads wait in recv() itself
+        self.read_lock = threading.Lock()
+        self.write_lock = threading.Lock()
 
     def send(self, kind, obj):
         body = kind.encode() + b"\n" + json.dumps(obj).encode()
-        self.sock.sendall(struct.pack(">I", len(body)) + body)
+        with self.write_lock:
+            self.sock.sendall(struct.pack(">I", len(body)) + body)
 
     def _exactly(self, n):
         chunks = []
@@ -108,10 +132,12 @@ def _error_class(exc):
     return cls.__name__ if cls.__module__ in ("builtins", "__main__") else cls.__module__ + "." + cls.__name__
 
 
-def _run(channel, raw):
-    payload = json.loads(raw)
+def _run(raw):
+    """Runs one job; returns the answer, ("done", {}) or ("fail", {...})."""
+    payload = {}
     cls = None
     try:
+        payload = json.loads(raw)
         name = payload.get("class")
         cls = _registry.get(name)
         if cls is None:
@@ -120,23 +146,25 @@ def _run(channel, raw):
         instance.jid = payload.get("jid")
         instance.job = payload
         instance.perform(*payload.get("args", []))
-        channel.send("done", {})
+        return "done", {}
     except Exception as exc:  # a job's failure, whatever it is
         reply = {"class": _error_class(exc), "message": str(exc), "backtrace": _backtrace(exc)}
         retry_in = getattr(cls, "retry_in", None) if cls else None
         if retry_in:
             count = payload["retry_count"] + 1 if payload.get("retry_count") is not None else 0
             try:
-                delay = int(retry_in(count, exc))
-                if delay > 0:
+                delay = retry_in(count, exc)
+                if delay in ("kill", "discard"):  # straight to the dead set / dropped
                     reply["retry_in"] = delay
+                elif int(delay) > 0:
+                    reply["retry_in"] = int(delay)
             except Exception as err:
                 print("kiqd_runner: retry_in of %s raised %r; using the default delay" % (cls.__name__, err),
                       file=sys.stderr)
-        channel.send("fail", reply)
+        return "fail", reply
 
 
-def _exhausted(channel, data):
+def _exhausted(data):
     req = json.loads(data)
     payload, error = req.get("job", {}), req.get("error", {})
     cls = _registry.get(payload.get("class"))
@@ -146,7 +174,113 @@ def _exhausted(channel, data):
             hook(payload, RuntimeError("%s: %s" % (error.get("class"), error.get("message"))))
         except Exception as err:
             print("kiqd_runner: retries_exhausted of %s raised %r" % (cls.__name__, err), file=sys.stderr)
-    channel.send("done", {})
+    return "done", {}
+
+
+class _Server:
+    """The thread pool of a runner process. Each worker reads a frame, runs it and answers it
+    itself (no hand-off per job). kiqd sends at most `threads` jobs at once, so while every worker
+    runs one nobody reads and `quiet` would wait: a watcher thread looks every QUIET_TICK and,
+    when every worker is busy and one is still on the job it had at the last look, reads in
+    their place (short jobs never wake it). The main thread waits for SIGTERM or for the end."""
+
+    QUIET_TICK = 0.05
+
+    def __init__(self, channel, threads):
+        self.channel = channel
+        self.threads = threads
+        self.eof = False
+        self.running = [None] * threads  # per worker: its job count while it runs one
+
+    def _next_frame(self):
+        with self.channel.read_lock:
+            while not self.eof:
+                kind, data = self.channel.recv()
+                if kind is None:
+                    self.eof = True
+                elif kind == "quiet":
+                    _stopping.set()
+                else:
+                    return kind, data
+            return None, None
+
+    def _serve(self, kind, data):
+        name, _, tag = kind.partition(" ")
+        if name == "job":
+            answer, obj = _run(data)
+        elif name == "exhausted":
+            answer, obj = _exhausted(data)
+        else:
+            _fatal("unknown frame %r" % kind)
+        self.channel.send(answer + " " + tag if tag else answer, obj)
+
+    def _work(self, slot):
+        try:
+            started = 0
+            while True:
+                kind, data = self._next_frame()
+                if kind is None:
+                    return
+                started += 1
+                self.running[slot] = started
+                self._serve(kind, data)
+                self.running[slot] = None
+        except BaseException as exc:  # the socket, the protocol, or a job's sys.exit(): the
+            _fatal("%s: %s" % (type(exc).__name__, exc))  # process ends, kiqd fails its jobs
+
+    def _watch(self):
+        try:
+            last = None
+            while not self.eof:
+                time.sleep(self.QUIET_TICK)
+                now = list(self.running)
+                if last and all(now) and any(a == b for a, b in zip(now, last)):
+                    kind, data = self._next_frame()
+                    if kind is None:
+                        return
+                    self._serve(kind, data)
+                    now = None
+                last = now
+        except BaseException as exc:
+            _fatal("%s: %s" % (type(exc).__name__, exc))
+
+    def _terminate(self, signum, frame):
+        # No answer for the running jobs (kiqd requeues them once this process is gone); a frame
+        # being written is finished first, so kiqd never reads half of one.
+        _stopping.set()
+        self.channel.write_lock.acquire(timeout=0.5)
+        os._exit(0)
+
+    def run(self):
+        signal.signal(signal.SIGTERM, self._terminate)
+        self.channel.send("ready", {"pid": os.getpid(), "threads": self.threads,
+                                    "runner": "kiqd_runner.py (python %s)" % sys.version.split()[0]})
+        workers = [threading.Thread(target=self._work, args=(i,), name="kiqd-runner-%d" % i, daemon=True)
+                   for i in range(self.threads)]
+        workers.append(threading.Thread(target=self._watch, name="kiqd-runner-watch", daemon=True))
+        for w in workers:
+            w.start()
+        for w in workers:
+            while w.is_alive():
+                w.join(1.0)  # a timed join: SIGTERM's handler runs meanwhile
+
+
+def _fatal(message):
+    print("kiqd_runner: %s" % message, file=sys.stderr)
+    os._exit(2)
+
+
+def _threads_from_env():
+    text = os.environ.get("KIQD_RUNNER_THREADS", "1")
+    try:
+        n = int(text, 10)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= MAX_THREADS:
+        print("kiqd_runner: KIQD_RUNNER_THREADS must be a whole number from 1 to %d, not %r"
+              % (MAX_THREADS, text), file=sys.stderr)
+        sys.exit(78)
+    return n
 
 
 def main(argv=None):
@@ -160,6 +294,7 @@ def main(argv=None):
     fd = os.environ.get("KIQD_RUNNER_FD")
     if fd is None:
         sys.exit("kiqd_runner: KIQD_RUNNER_FD is not set (kiqd starts this program)")
+    threads = _threads_from_env()
     sys.stdout.reconfigure(line_buffering=True)
     sys.stderr.reconfigure(line_buffering=True)
     for p in args.path:
@@ -167,18 +302,7 @@ def main(argv=None):
     sys.modules.setdefault("kiqd_runner", sys.modules[__name__])  # one registry when run as a script
     for m in args.modules:
         importlib.import_module(m)
-    channel = _Channel(int(fd))
-    channel.send("ready", {"pid": os.getpid(), "runner": "kiqd_runner.py (python %s)" % sys.version.split()[0]})
-    while True:
-        kind, data = channel.recv()
-        if kind is None:
-            return
-        if kind == "job":
-            _run(channel, data)
-        elif kind == "exhausted":
-            _exhausted(channel, data)
-        else:
-            sys.exit("kiqd_runner: unknown frame %r" % kind)
+    _Server(_Channel(int(fd)), threads).run()
 
 
 if __name__ == "__main__":

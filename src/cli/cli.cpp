@@ -342,6 +342,7 @@ int run(int argc, char** argv, HandlerRegistry& handlers, MiddlewareRegistry& mi
         register_runner_handlers(config, handlers, *runner_pools);
         // C++ metadata declarations are checked here (exit 78); a selector picks the queues.
         const WorkerCatalog catalog(config, handlers);
+        register_runner_selector_handlers(config, catalog, handlers, *runner_pools);
         apply_selector(config, catalog, o.selector ? "--selector" : "selector");
     } catch (const ConfigError& e) {
         return config_error(e, o.config_path);

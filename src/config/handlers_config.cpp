@@ -7,6 +7,7 @@
 #include <map>
 
 #include "config/yaml_helpers.hpp"
+#include "kiqd/worker_selector.hpp"
 
 namespace kiqd {
 namespace config_detail {
@@ -302,23 +303,37 @@ std::vector<ExecHandlerSpec> parse_handlers(const YAML::Node& n,
         cls.line = spec.line;
         RunnerHandlerSpec runner;
         runner.job_class = spec.job_class;
-        if (spec.job_class == "*") {
-            // "*" is a fallback handler, not a class: per-class options have no class to apply to.
+        // A selector key ("resource_boundary=cpu"): class names have no '=', '&' or '|'.
+        runner.selector = spec.job_class.find_first_of("=&|") != std::string::npos;
+        if (runner.selector) {
+            try {
+                WorkerSelector::parse(spec.job_class);
+            } catch (const std::invalid_argument& e) {
+                throw ConfigError(base, std::string("is not a worker selector: ") + e.what(),
+                                  spec.line);
+            }
+        }
+        if (spec.job_class == "*" || runner.selector) {
+            // "*" and selectors are fallback handlers, not classes: per-class options have no
+            // class to apply to.
             for (const auto& e : kv.second) {
                 const std::string k = normalize_key(e.first.Scalar());
                 if (k != "runner" && k != "timeout")
                     throw ConfigError(base + "." + k,
-                                      "\"*\" takes runner: and timeout: only (per-class options "
-                                      "belong under a class name)",
+                                      "\"" + spec.job_class +
+                                          "\" takes runner: and timeout: only (per-class options "
+                                          "belong under a class name)",
                                       line_of(e.first));
             }
             if (!kv.second["runner"])
-                throw ConfigError(base + ".runner", "is required for \"*\"", spec.line);
+                throw ConfigError(base + ".runner", "is required for \"" + spec.job_class + "\"",
+                                  spec.line);
         }
         const bool has_exec = parse_handler(base, kv.second, spec, runner, cls);
         if (has_exec) out.push_back(std::move(spec));
+        const bool is_class = cls.job_class != "*" && !runner.selector;
         if (!runner.runner.empty()) runner_handlers.push_back(std::move(runner));
-        if (cls.job_class != "*") classes[cls.job_class] = std::move(cls);
+        if (is_class) classes[cls.job_class] = std::move(cls);
     }
     return out;
 }

@@ -42,8 +42,29 @@ RunnerSpec parse_runner(const std::string& base, const YAML::Node& entry, int li
                }},
               {"boot_timeout",
                [&](const auto& key, const auto& v) { r.boot_timeout = positive_seconds(key, v); }},
+              {"threads",
+               [&](const auto& key, const auto& v) {
+                   const long long n = as_int(key, v);
+                   if (n < 1 || n > 1024)
+                       throw ConfigError(key, "must be between 1 and 1024", line_of(v));
+                   r.threads = static_cast<int>(n);
+               }},
+              {"env",
+               [&](const auto& key, const auto& v) {
+                   if (!v.IsMap()) type_error(key, v, "a map of variable name → value");
+                   for (const auto& e : v) {
+                       const std::string name = e.first.IsScalar() ? e.first.Scalar() : "";
+                       if (name.empty() || name.find_first_of("=\0") != std::string::npos ||
+                           (name[0] >= '0' && name[0] <= '9'))
+                           throw ConfigError(key, "variable names are non-empty, without '='",
+                                             line_of(e.first));
+                       if (!e.second.IsScalar()) type_error(key + "." + name, e.second, "a string");
+                       r.env.emplace_back(name, e.second.Scalar());
+                   }
+               }},
               {"preload", [&](const auto& key, const auto& v) { r.preload = as_bool(key, v); }}},
-             "unknown key (command, processes, max_jobs, max_rss_mb, boot_timeout, preload)");
+             "unknown key (command, processes, threads, env, max_jobs, max_rss_mb, boot_timeout, "
+             "preload)");
     if (r.argv.empty()) throw ConfigError(base + ".command", "is required", r.line);
     return r;
 }
@@ -85,9 +106,13 @@ void validate_runners(Config& c) {
                               h.line);
         }
     }
-    for (auto& r : c.runners)
+    for (auto& r : c.runners) {
         if (r.processes == 0)
             r.processes = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+        // As many jobs in flight as Sidekiq with the same concurrency, over `processes`.
+        if (r.threads == 0)
+            r.threads = std::clamp((c.concurrency + r.processes - 1) / r.processes, 1, 1024);
+    }
 }
 
 }  // namespace kiqd::config_detail

@@ -65,4 +65,37 @@ std::vector<std::string> child_environment(char** env, const std::vector<std::st
     return out;
 }
 
+std::vector<std::string> runner_environment(char** env, const Config& config,
+                                            const RunnerSpec& spec) {
+    static constexpr std::string_view kiqd_own[] = {
+        "NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID",     "KIQD_JID",
+        "KIQD_CLASS",    "KIQD_QUEUE",    "KIQD_RETRY_COUNT",
+    };
+    std::vector<std::string> out;
+    bool has_redis_url = false;
+    for (char** e = env; e && *e; ++e) {
+        const auto kv = split(*e);
+        if (!kv) continue;
+        const auto name = kv->first;
+        if (std::find(std::begin(kiqd_own), std::end(kiqd_own), name) != std::end(kiqd_own) ||
+            name.substr(0, 12) == "KIQD_RUNNER_")
+            continue;
+        if (name == "REDIS_URL" || name == "REDIS_PROVIDER") has_redis_url = true;
+        out.emplace_back(*e);
+    }
+    if (!has_redis_url && !config.redis.url.empty() && config.redis.sentinel.sentinels.empty())
+        out.push_back("REDIS_URL=" + config.redis.url);
+    for (const auto& [name, value] : spec.env) {
+        const std::string prefix = name + "=";
+        auto it = std::find_if(out.begin(), out.end(), [&](const std::string& entry) {
+            return entry.compare(0, prefix.size(), prefix) == 0;
+        });
+        if (it != out.end())
+            *it = prefix + value;
+        else
+            out.push_back(prefix + value);
+    }
+    return out;
+}
+
 }  // namespace kiqd

@@ -25,4 +25,14 @@ std::vector<std::string> kiqd_secrets(const Config& config);
 // "NAME=value" strings in their original order.
 std::vector<std::string> child_environment(char** env, const std::vector<std::string>& secrets);
 
+// The environment of a runner pool's processes. A runner is the application itself, not job
+// code from outside, so it gets what it would have under `sidekiq`: kiqd's whole environment,
+// REDIS_URL and passwords included, less what belongs to kiqd's own process (NOTIFY_SOCKET,
+// WATCHDOG_*, and the per-job KIQD_* variables of exec commands). When kiqd's environment has
+// no REDIS_URL (nor REDIS_PROVIDER) and `redis.url` is set without sentinels, REDIS_URL is that
+// URL, so that the app's Sidekiq client talks to the Redis kiqd serves. Then the pool's `env:`
+// adds or overrides variables.
+std::vector<std::string> runner_environment(char** env, const Config& config,
+                                            const RunnerSpec& spec);
+
 }  // namespace kiqd

@@ -8,14 +8,19 @@
 //     "*": {runner: rails}                    # every class without another handler
 //     ResizeImage: {runner: rails, timeout: 30}
 //
-// The handler runs on the processor thread: it leases an idle child from the pool (waiting while
-// all are busy), sends the payload exactly as it was in Redis, and waits for the answer.
+// The handler runs on the processor thread: RunnerPool::exchange takes a seat on a child (one
+// of the jobs it runs at once), sends the payload exactly as it was in Redis, and waits for the
+// answer.
 //   done                        → success
 //   fail                        → RunnerFailure: the runner's error class, message, backtrace and
-//                                 retry_in; once retries are exhausted the runner is told
-//                                 (`exhausted`) to call sidekiq_retries_exhausted/death handlers
-//   death, EOF, malformed reply → "Kiqd::RunnerCrashed"; the child is killed and replaced
-//   runs past `timeout`         → SIGTERM to the child's group, SIGKILL after 5 s; "Kiqd::Timeout"
+//                                 retry_in (or kill/discard); once retries are exhausted the
+//                                 runner is told (`exhausted`) to call
+//                                 sidekiq_retries_exhausted/death handlers
+//   death, EOF, malformed reply → "Kiqd::RunnerCrashed" for every job the child held; the child
+//                                 is killed and replaced
+//   runs past `timeout`         → "Kiqd::Timeout"; the child takes no new job, its other jobs get
+//                                 5 s, then SIGTERM to its group (SIGKILL 5 s later); jobs still
+//                                 on it then are requeued (RunnerRequeue), not failed
 //   kiqd's hard shutdown        → SIGTERM (SIGKILL after 2 s); a `done` within that grace counts
 //                                 as done, otherwise kiqd::Interrupted once the child is gone,
 //                                 and the processor requeues the job
@@ -30,9 +35,12 @@
 #include <string>
 #include <vector>
 
+#include "config/worker_catalog.hpp"
 #include "handlers/runner_pool.hpp"
+#include "job/job_retry.hpp"
 #include "kiqd/config.hpp"
 #include "kiqd/handler_registry.hpp"
+#include "kiqd/worker_selector.hpp"
 
 namespace kiqd {
 
@@ -42,13 +50,20 @@ class RunnerFailure : public JobError {
   public:
     RunnerFailure(std::string error_class, const std::string& message,
                   std::vector<std::string> backtrace, std::optional<long long> retry_in,
-                  std::function<void(const std::string&)> on_exhausted)
+                  Failure::GiveUp give_up, std::function<void(const std::string&)> on_exhausted)
         : JobError(std::move(error_class), message, std::move(backtrace)),
           retry_in(retry_in),
+          give_up(give_up),
           on_exhausted(std::move(on_exhausted)) {}
     std::optional<long long> retry_in;
+    Failure::GiveUp give_up;
     std::function<void(const std::string& payload)> on_exhausted;
 };
+
+// Thrown by a runner handler whose job was cut short through no fault of its own: another job
+// on the same process timed out, and the process was stopped before this one finished. The
+// processor puts the job back at the front of its queue, as at shutdown; it is not a failure.
+class RunnerRequeue : public Interrupted {};
 
 // Every `runners:` pool of a config, by name.
 class RunnerPools {
@@ -59,19 +74,25 @@ class RunnerPools {
     bool empty() const { return pools_.empty(); }
     std::shared_ptr<RunnerPool> find(const std::string& name) const;
     void start(spdlog::logger& log);  // boots every pool's children (main thread)
+    void quiet() const;               // quiet or shutdown began: tells the runners (any thread)
     void stop();                      // after the processors have stopped
     std::vector<RunnerChildInfo> snapshot() const;
     // check-config: boots one child of each pool once. Problems as "runners.NAME (line N): …".
     std::vector<std::string> boot_check() const;
 
   private:
-    std::vector<std::string> env_;
     std::map<std::string, std::shared_ptr<RunnerPool>> pools_;
 };
 
 // Registers every `handlers: … runner:` entry ("*" as the registry's fallback).
 void register_runner_handlers(const Config& config, HandlerRegistry& registry,
                               const RunnerPools& pools);
+
+// Every `handlers:` entry whose key is a worker selector: each declared class (the catalog's)
+// that has no handler of its own gets the first matching entry's runner. After the catalog is
+// built (main thread, startup).
+void register_runner_selector_handlers(const Config& config, const WorkerCatalog& catalog,
+                                       HandlerRegistry& registry, const RunnerPools& pools);
 
 // Whether `handler` was made for a runner: like an exec handler, its normal return means the
 // job is done, even after the hard-shutdown stop signal.

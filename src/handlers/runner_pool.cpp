@@ -1,3 +1,6 @@
+// The supervisor side of a runner pool (runner_pool.hpp): starting, forking, booting, reaping,
+// recycling and stopping its processes. The processor threads' side, seats and the exchange of
+// frames, is runner_pool_leases.cpp.
 #include "handlers/runner_pool.hpp"
 
 #include <fcntl.h>
@@ -18,6 +21,7 @@
 
 #include "handlers/child_output.hpp"
 #include "handlers/child_spawn.hpp"
+#include "handlers/runner_process.hpp"
 #include "handlers/runner_protocol.hpp"
 #include "handlers/unique_fd.hpp"
 #include "kiqd/deadline.hpp"
@@ -27,170 +31,14 @@ namespace kiqd {
 using std::chrono::milliseconds;
 using Clock = RunnerPool::Clock;
 
-enum class ChildState { booting, idle, busy, stopping };
-
 namespace {
-constexpr size_t kTailLines = 20;
-constexpr size_t kTailBytes = 4096;
-constexpr size_t kMaxLine = 8192;
-}  // namespace
-
-struct RunnerChild {
-    explicit RunnerChild(spdlog::logger* log)
-        : out_lines("stdout", kMaxLine, log),
-          err_lines("stderr", kMaxLine, log, &err_tail, kTailLines, kTailBytes) {}
-    size_t slot = 0;
-    pid_t pid = -1;
-    Fd sock, out, err, pidfd;
-    ChildState state = ChildState::booting;
-    bool leased = false;
-    bool reaped = false;
-    int status = 0;
-    long long jobs = 0;
-    Clock::time_point boot_deadline{}, term_at = Clock::time_point::max(),
-                                       kill_at = Clock::time_point::max();
-    bool term_sent = false, kill_sent = false;
-    std::deque<std::string> err_tail;
-    LineSink out_lines, err_lines;
-    runner::FrameReader boot_reader;  // the ready greeting (and, for a master, what follows)
-    std::string job_class, jid;
-    // Forked by the pool's master (not kiqd's own child): pid is -1 until the master's `forked`,
-    // and the wait status is what its `exited` says.
-    bool forked = false;
-    unsigned master_gen = 0;
-    std::optional<int> exit_status;
-};
-
-namespace {
-
 const milliseconds kRetireGrace{5000};  // end of file → SIGTERM, and SIGTERM → SIGKILL
-
-milliseconds backoff(int failures) {
-    if (failures <= 0) return milliseconds(0);
-    return std::min(milliseconds(60000), milliseconds(1000L << std::min(failures - 1, 6)));
-}
-
-long long rss_bytes(pid_t pid) {
-    std::ifstream statm("/proc/" + std::to_string(pid) + "/statm");
-    long long size = 0, resident = 0;
-    if (!(statm >> size >> resident)) return 0;
-    return resident * ::sysconf(_SC_PAGESIZE);
-}
-
-void signal_group(RunnerChild& c, int sig) {
-    if (c.reaped || c.pid <= 0) return;
-    if (::kill(-c.pid, sig) != 0) ::kill(c.pid, sig);
-}
-
-// Stops the child at once: SIGKILL now, and the supervisor's deadlines say so too.
-void kill_now(RunnerChild& c) {
-    c.state = ChildState::stopping;
-    c.term_at = c.kill_at = Clock::now();
-    signal_group(c, SIGKILL);
-}
-
-std::string tail_text(const std::deque<std::string>& tail) {
-    if (tail.empty()) return "";
-    return fmt::format("; stderr: {}", fmt::join(tail, "\n"));
-}
-
-// A started runner process: its pid and kiqd's ends of the socket and pipes.
-struct Started {
-    pid_t pid = -1;
-    int error = 0;
-    Fd sock, out, err;
-};
-
-// `preload`: started as a pool's master (KIQD_RUNNER_PRELOAD=1). Without it a runner that
-// could preload boots as a plain process (`preload: false` in the runner's YAML).
-Started spawn_runner(const RunnerSpec& spec, const std::vector<std::string>& env,
-                     bool preload = false) {
-    Started s;
-    int sv[2], po[2], pe[2];
-    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
-        s.error = errno;
-        return s;
-    }
-    Fd mine(sv[0]), theirs(sv[1]);
-    if (::pipe2(po, O_CLOEXEC) != 0 || ::pipe2(pe, O_CLOEXEC) != 0) {
-        s.error = errno;
-        return s;
-    }
-    Fd out_r(po[0]), out_w(po[1]), err_r(pe[0]), err_w(pe[1]);
-    Fd devnull(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-    std::vector<std::string> envs = env;
-    envs.push_back("KIQD_RUNNER_FD=3");
-    envs.push_back("KIQD_RUNNER_NAME=" + spec.name);
-    if (preload) envs.push_back("KIQD_RUNNER_PRELOAD=1");
-    std::vector<char*> envp, argv;
-    for (auto& e : envs) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    std::vector<std::string> args = spec.argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    const SpawnedChild child = spawn_child(argv.data(), envp.data(), devnull.get(), out_w.get(),
-                                           err_w.get(), theirs.get());
-    if (child.error != 0) {
-        s.error = child.error;
-        return s;
-    }
-    for (int fd : {mine.get(), out_r.get(), err_r.get()}) set_nonblocking(fd);
-    s.pid = child.pid;
-    s.sock = std::move(mine);
-    s.out = std::move(out_r);
-    s.err = std::move(err_r);
-    return s;
-}
-
-// Sends one small frame with descriptors attached (SCM_RIGHTS). False unless all of it went.
-bool send_with_fds(int sock, const std::string& frame, const std::vector<int>& fds) {
-    iovec iov{const_cast<char*>(frame.data()), frame.size()};
-    std::vector<char> control(CMSG_SPACE(sizeof(int) * fds.size()), 0);
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.data();
-    msg.msg_controllen = control.size();
-    cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
-    cmsg->cmsg_level = SOL_SOCKET;
-    cmsg->cmsg_type = SCM_RIGHTS;
-    cmsg->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-    std::memcpy(CMSG_DATA(cmsg), fds.data(), sizeof(int) * fds.size());
-    ssize_t n;
-    while ((n = ::sendmsg(sock, &msg, MSG_NOSIGNAL)) < 0 && errno == EINTR) {
-    }
-    return n == static_cast<ssize_t>(frame.size());
-}
-
-// Whether a process that is not kiqd's child (so cannot be waited for) is gone.
-bool process_gone(const RunnerChild& c) {
-    if (c.pid <= 0) return true;
-    if (c.pidfd.open()) {
-        pollfd p{c.pidfd.get(), POLLIN, 0};
-        return ::poll(&p, 1, 0) > 0;
-    }
-    return ::kill(c.pid, 0) != 0 && errno == ESRCH;
-}
-
-// Reads what `fd` has (a bounded amount per call, so a flooding child cannot starve the others)
-// into `sink`. False at end of file or on an error (the descriptor is closed then).
-bool read_into(Fd& fd, LineSink& sink, const LineLabels& labels) {
-    char buf[16384];
-    for (int reads = 0; reads < 8; ++reads) {
-        const ssize_t n = ::read(fd.get(), buf, sizeof buf);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && errno == EAGAIN) return true;
-        if (n <= 0) {
-            sink.finish(labels);
-            fd.reset();
-            return false;
-        }
-        sink.feed(buf, static_cast<size_t>(n), labels);
-    }
-    return true;
-}
-
 }  // namespace
+
+void RunnerPool::take_seats_from(RunnerChild& c, const runner::Ready& ready) const {
+    c.tagged = ready.threads > 0;
+    c.capacity = c.tagged ? std::min(ready.threads, std::max(1, spec_.threads)) : 1;
+}
 
 RunnerPool::RunnerPool(RunnerSpec spec, std::vector<std::string> env)
     : spec_(std::move(spec)), env_(std::move(env)) {
@@ -233,7 +81,7 @@ void RunnerPool::stop(milliseconds grace) {
     }
     {
         std::lock_guard lock(mutex_);
-        for (auto* w : waiters_) w->cv.notify_one();
+        for (auto* w : waiters_) w->seat->cv.notify_one();
     }
     wake();
     if (thread_.joinable()) thread_.join();
@@ -245,7 +93,7 @@ void RunnerPool::start_child(Slot& slot) {
     const bool is_master = &slot == &master_;
     if (!is_master && mode_ == Mode::fork) return fork_child(slot);
     if (is_master) ++master_gen_;
-    Started s = spawn_runner(spec_, env_, is_master && spec_.preload);
+    StartedRunner s = spawn_runner(spec_, env_, is_master && spec_.preload);
     if (s.error != 0) {
         slot.child.reset();
         boot_failed(slot,
@@ -323,6 +171,7 @@ void RunnerPool::master_ready(const runner::Ready& ready) {
     }
     m->slot = 0;
     m->state = ChildState::idle;
+    take_seats_from(*m, ready);
     slots_[0].child = std::move(m);
     hand_off_idle();
 }
@@ -382,13 +231,14 @@ void RunnerPool::master_frames() {
 
 void RunnerPool::note_failure(Slot& slot) {
     ++slot.failures;
-    slot.start_at = saturating_deadline(Clock::now(), backoff(slot.failures));
+    slot.start_at = saturating_deadline(Clock::now(), restart_backoff(slot.failures));
 }
 
 void RunnerPool::boot_failed(Slot& slot, const std::string& why) {
     note_failure(slot);
-    const std::string text = fmt::format("runner={} did not boot: {} (retrying in {} s)",
-                                         spec_.name, why, backoff(slot.failures).count() / 1000);
+    const std::string text =
+        fmt::format("runner={} did not boot: {} (retrying in {} s)", spec_.name, why,
+                    restart_backoff(slot.failures).count() / 1000);
     // Once per streak: a command that cannot boot would otherwise log every few seconds.
     if (!boot_reported_) {
         boot_reported_ = true;
@@ -410,9 +260,10 @@ void RunnerPool::retire(RunnerChild& c, const char* why) {
 void RunnerPool::log_output(RunnerChild& c, bool is_err) {
     Fd& fd = is_err ? c.err : c.out;
     if (!fd.open()) return;
-    const bool busy = c.state == ChildState::busy;
-    const LineLabels labels{busy ? std::string_view(c.job_class) : std::string_view(),
-                            busy ? std::string_view(c.jid) : std::string_view(), spec_.name, c.pid};
+    // A line is labelled with the job only when the process holds exactly one: with several
+    // on threads, nothing says which of them wrote it.
+    const std::string job_class = c.current_job_class(), jid = c.current_jid();
+    const LineLabels labels{job_class, jid, spec_.name, c.pid};
     read_into(fd, is_err ? c.err_lines : c.out_lines, labels);
 }
 
@@ -477,7 +328,7 @@ void RunnerPool::supervise() noexcept {
             master_.child && !master_.child->reaped && master_.child->state == ChildState::idle;
         auto visit = [&](Slot& slot, bool is_master) {
             // A reaped child's slot frees up once its leaseholder (if any) has let it go.
-            if (slot.child && slot.child->reaped && !slot.child->leased) slot.child.reset();
+            if (slot.child && slot.child->reaped && slot.child->leases == 0) slot.child.reset();
             // The master starts first; the slots' children are forked once it is ready.
             const bool may_start =
                 is_master ? mode_ != Mode::direct
@@ -524,7 +375,7 @@ void RunnerPool::supervise() noexcept {
             if (!m || m->reaped) {
                 // Everything is reaped; release what is left.
                 for (auto& slot : slots_)
-                    if (slot.child && !slot.child->leased) slot.child.reset();
+                    if (slot.child && slot.child->leases == 0) slot.child.reset();
                 master_.child.reset();
                 return;
             }
@@ -542,7 +393,7 @@ void RunnerPool::supervise() noexcept {
             // watching it would wake this thread twice per job, for the reply a leaseholder
             // reads and for the release. The master's is: its forked/exited reports.
             const bool master_idle = i == kMaster && c->state == ChildState::idle;
-            if (!c->leased && (c->state == ChildState::booting || master_idle))
+            if (c->leases == 0 && (c->state == ChildState::booting || master_idle))
                 fds.push_back({c->sock.get(), POLLIN, 0}), refs.push_back({i, 3});
         };
         watch(kMaster, master_.child);
@@ -571,7 +422,7 @@ void RunnerPool::supervise() noexcept {
                 case 2:
                     break;  // reaped below
                 case 3: {
-                    if (c.leased || c.sock.get() != fds[k].fd) break;
+                    if (c.leases > 0 || c.sock.get() != fds[k].fd) break;
                     if (&slot == &master_ && c.state == ChildState::idle) {
                         master_frames();
                         break;
@@ -592,8 +443,9 @@ void RunnerPool::supervise() noexcept {
                                 break;
                             }
                             c.state = ChildState::idle;
-                            log_->info("runner={} pid={} ready ({})", spec_.name, c.pid,
-                                       ready->runner);
+                            take_seats_from(c, *ready);
+                            log_->info("runner={} pid={} ready ({}; {} job(s) at once)", spec_.name,
+                                       c.pid, ready->runner, c.capacity);
                             hand_off_idle();
                             break;
                         }
@@ -627,147 +479,6 @@ void RunnerPool::supervise() noexcept {
     }
 }
 
-std::shared_ptr<RunnerChild> RunnerPool::take_idle() {
-    for (auto& slot : slots_) {
-        auto& c = slot.child;
-        if (!c || c->leased || c->reaped || c->state != ChildState::idle) continue;
-        // An idle runner has nothing to say: one that wrote or closed its socket is exiting or
-        // confused, and its bytes must not be taken for the next job's reply.
-        pollfd quiet{c->sock.get(), POLLIN, 0};
-        if (::poll(&quiet, 1, 0) > 0) {
-            log_->warn("runner={} pid={} wrote or closed its socket while idle: replacing it",
-                       spec_.name, c->pid);
-            note_failure(slot);
-            kill_now(*c);
-            wake();
-            continue;
-        }
-        return c;
-    }
-    return nullptr;
-}
-
-RunnerLease RunnerPool::lease_to(const std::shared_ptr<RunnerChild>& child,
-                                 const RunnerRequest& request) {
-    child->state = ChildState::busy;
-    child->leased = true;
-    child->job_class = request.job_class;
-    child->jid = request.jid;
-    RunnerLease lease{child, child->sock.get(), child->pid};
-    // The request usually fits the socket's buffer: sent at once, the leaseholder only waits
-    // for the answer. A failed send is seen by the leaseholder's poll (hang-up or error).
-    const ssize_t w = ::send(lease.socket, request.frame.data(), request.frame.size(),
-                             MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (w > 0) lease.sent = static_cast<size_t>(w);
-    return lease;
-}
-
-void RunnerPool::hand_off_idle() {
-    while (!waiters_.empty() && !stopping_) {
-        Waiter* w = waiters_.front();
-        if (w->stop->stop_requested()) {
-            // Its job must not start now; the waiter leaves acquire empty-handed.
-            waiters_.pop_front();
-            w->cv.notify_one();
-            continue;
-        }
-        auto child = take_idle();
-        if (!child) return;
-        waiters_.pop_front();
-        w->lease = lease_to(child, *w->request);
-        w->cv.notify_one();
-    }
-}
-
-std::optional<RunnerLease> RunnerPool::acquire(const StopSignal& stop,
-                                               const RunnerRequest& request) {
-    std::unique_lock lock(mutex_);
-    if (stopping_ || stop.stop_requested()) return std::nullopt;
-    if (waiters_.empty())
-        if (auto child = take_idle()) return lease_to(child, request);
-    Waiter me{&request, &stop, std::nullopt, {}};
-    waiters_.push_back(&me);
-    for (;;) {
-        // A lease handed over is taken even when stopping: its request is on the socket.
-        if (me.lease) return std::move(me.lease);
-        if (stopping_ || stop.stop_requested()) {
-            // Still queued unless hand_off_idle already dropped it.
-            const auto it = std::find(waiters_.begin(), waiters_.end(), &me);
-            if (it != waiters_.end()) waiters_.erase(it);
-            return std::nullopt;
-        }
-        // The stop signal has its own condition variable: look at it every 100 ms.
-        me.cv.wait_for(lock, milliseconds(100));
-    }
-}
-
-void RunnerPool::release(RunnerLease& lease, RunnerRelease how) {
-    if (!lease.child) return;
-    // /proc is read before the lock: the supervisor and other leaseholders need not wait for it.
-    // Only the lease's child is measured, and only when it may go on (it is not broken).
-    const long long rss =
-        spec_.max_rss_mb > 0 && how != RunnerRelease::broken ? rss_bytes(lease.pid) : 0;
-    // The supervisor is woken only when it has something to do (a child to stop); a child that
-    // just goes back to idle needs nothing of it, and a wake per job costs a thread switch.
-    bool supervisor_needed = true;
-    {
-        std::lock_guard lock(mutex_);
-        auto& c = *lease.child;
-        auto& slot = slots_[c.slot];
-        // What the job printed is in the pipes before its answer (the runner writes it first):
-        // logged here, with the job's class and jid, before they are cleared. One poll(2).
-        pollfd out[2] = {{c.out.get(), POLLIN, 0}, {c.err.get(), POLLIN, 0}};
-        if (::poll(out, 2, 0) > 0) {
-            if (out[0].revents) log_output(c, false);
-            if (out[1].revents) log_output(c, true);
-        }
-        c.leased = false;
-        c.job_class.clear();
-        c.jid.clear();
-        if (how == RunnerRelease::broken || c.reaped) {
-            note_failure(slot);
-            kill_now(c);
-        } else {
-            ++c.jobs;
-            slot.failures = 0;
-            c.state = ChildState::idle;
-            if (stopping_) {
-                retire(c, "kiqd is stopping");
-            } else if (spec_.max_jobs > 0 && c.jobs >= spec_.max_jobs) {
-                retire(c, fmt::format("max_jobs {}", spec_.max_jobs).c_str());
-            } else if (spec_.max_rss_mb > 0 && rss > spec_.max_rss_mb * 1024 * 1024) {
-                retire(c, fmt::format("RSS {} MB above max_rss_mb {}", rss / (1024 * 1024),
-                                      spec_.max_rss_mb)
-                              .c_str());
-            } else {
-                supervisor_needed = false;
-            }
-        }
-        // The child may go straight to a thread that waits with a job.
-        hand_off_idle();
-    }
-    lease.child.reset();
-    if (supervisor_needed) wake();
-}
-
-void RunnerPool::signal(const RunnerLease& lease, int sig) {
-    std::lock_guard lock(mutex_);
-    signal_group(*lease.child, sig);
-}
-
-std::optional<int> RunnerPool::wait_reaped(const RunnerLease& lease, Clock::time_point until) {
-    std::unique_lock lock(mutex_);
-    wake();
-    if (!reaped_cv_.wait_until(lock, until, [&] { return lease.child->reaped; }))
-        return std::nullopt;
-    return lease.child->status;
-}
-
-std::string RunnerPool::stderr_tail(const RunnerLease& lease) {
-    std::lock_guard lock(mutex_);
-    return tail_text(lease.child->err_tail);
-}
-
 std::vector<RunnerChildInfo> RunnerPool::snapshot() const {
     std::lock_guard lock(mutex_);
     std::vector<RunnerChildInfo> out;
@@ -783,20 +494,22 @@ std::vector<RunnerChildInfo> RunnerPool::snapshot() const {
         if (!slot.child || slot.child->reaped || slot.child->pid <= 0) continue;
         const auto& c = *slot.child;
         out.push_back({spec_.name, static_cast<int>(i), c.pid, kState[static_cast<int>(c.state)],
-                       c.jobs, rss_bytes(c.pid), c.job_class, c.jid});
+                       c.jobs, rss_bytes(c.pid), c.current_job_class(), c.current_jid(), c.leases,
+                       c.capacity});
     }
     return out;
 }
 
 std::optional<std::string> RunnerPool::boot_once(const RunnerSpec& spec,
                                                  const std::vector<std::string>& env) {
-    Started s = spawn_runner(spec, env);
+    StartedRunner s = spawn_runner(spec, env, false);
     if (s.error != 0)
         return fmt::format("cannot start {}: {}", spec.argv[0], std::strerror(s.error));
     const auto deadline = saturating_deadline(Clock::now(), spec.boot_timeout);
     runner::FrameReader reader;
     std::deque<std::string> tail;
-    LineSink err_lines("stderr", kMaxLine, nullptr, &tail, kTailLines, kTailBytes);
+    LineSink err_lines("stderr", kRunnerMaxLine, nullptr, &tail, kRunnerTailLines,
+                       kRunnerTailBytes);
     std::optional<std::string> problem;
     bool done = false;
     while (!done) {

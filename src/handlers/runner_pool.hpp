@@ -2,22 +2,23 @@
 // RunnerPool: the long-lived worker processes of one `runners:` entry (docs/runner-protocol.md).
 //
 // Ownership and threads:
-//   * the pool's supervisor thread (named "runner-<name>") starts, reaps, recycles and restarts
-//     the children, reads their `ready` greeting, and logs their stdout/stderr lines. It spawns
-//     every child, so PR_SET_PDEATHSIG ties the children to it: it lives until stop().
-//   * processor threads lease an idle child (acquire), own its protocol socket while they run a
-//     job on it (runner_handler.cpp), and give it back (release). A leased child's socket is
-//     touched by its leaseholder only, except for the request's first bytes: acquire sends them
-//     as it leases the child, and when a thread waits for a child, the thread that frees one
-//     (release, or the supervisor when one boots) leases it to the first waiter and sends that
-//     waiter's request itself, under the mutex. The child starts the next job without waiting
-//     for the waiter's thread to wake up: one thread wake-up less on each job's path while jobs
-//     queue for children (concurrency above processes).
-//   * everything else about a child (state, pid, counters, the job it runs) is guarded by the
-//     pool's mutex. A child is signalled only under that mutex and only before it is reaped, so
-//     a signal can never reach a reused pid.
+//   * the pool's supervisor thread (named "runner-<name>", runner_pool.cpp) starts, reaps,
+//     recycles and restarts the children, reads their `ready` greeting, and logs their
+//     stdout/stderr lines. It spawns every child, so PR_SET_PDEATHSIG ties the children to it: it
+//     lives until stop().
+//   * processor threads run jobs on the children through exchange() (runner_pool_leases.cpp):
+//     each takes a *seat* on a child (one of its `capacity` jobs at once: 1 for a runner that
+//     says nothing, min(its "threads", the pool's `threads`) for one that speaks the tagged
+//     dialect), sends its frame, and waits for the answer. The leaseholders of one child share
+//     its socket: whole frames go through the child's outbox, so they never interleave, and one
+//     of them at a time reads the socket for all (leader/followers), handing each answer to the
+//     seat whose tag it carries. A child with one seat is read by its only leaseholder: no thread
+//     hand-off on a job's path.
+//   * everything about a child (runner_process.hpp) is guarded by the pool's mutex. A child is
+//     signalled only under that mutex and only before it is reaped, so a signal can never reach
+//     a reused pid.
 // One slot per `processes`: a slot holds at most one child, so the pool never has more processes
-// than configured, even while an old child is being recycled.
+// than configured, even while an old child is being drained or recycled.
 // Preload: the supervisor first starts the command as the pool's *master* (KIQD_RUNNER_PRELOAD=1).
 // A master that answers `ready` with "preload": true has booted the application once; every slot's
 // child is then forked by it on a `fork` frame that carries the child's socket and output pipes
@@ -40,37 +41,43 @@
 #include <thread>
 #include <vector>
 
+#include "handlers/runner_protocol.hpp"
 #include "kiqd/config.hpp"
 #include "kiqd/job_context.hpp"
 
 namespace kiqd {
-namespace runner {
-struct Ready;
-}
 
-struct RunnerChild;  // runner_pool.cpp
+struct RunnerChild;  // runner_process.hpp
+struct RunnerSeat;
 
-// What a leaseholder needs of its child. Valid until release().
-struct RunnerLease {
-    std::shared_ptr<RunnerChild> child;
-    int socket = -1;  // non-blocking; the leaseholder's alone until release()
-    pid_t pid = -1;
-    size_t sent = 0;  // bytes of the request that acquire already wrote to the socket
-};
-
-// What acquire sends on the leased child: a whole frame, and the job it carries (for the
-// child's log lines and `kiqd processes`; empty for a frame that is not a job). The frame must
-// outlive the acquire call.
+// One frame to have answered: a job (`job`, its payload exactly as it was in Redis) or a
+// retries-exhausted call (`exhausted`). The class and jid label the child's log lines and
+// `kiqd processes` while it runs.
 struct RunnerRequest {
-    const std::string& frame;
+    const char* type;
+    const std::string& data;
     std::string job_class;
     std::string jid;
 };
 
-// How a lease ended.
-enum class RunnerRelease {
-    ok,      // the child answered; it may take the next job (or is recycled by its limits)
-    broken,  // it died, misbehaved, timed out or was stopped: kill it and start another
+// How a request ended (RunnerPool::exchange).
+enum class RunnerEnd {
+    answered,     // `done` or `fail`: `reply`
+    crashed,      // the process died, closed its socket or garbled a frame: `problem`
+    timed_out,    // it ran past the timeout; the process is gone
+    stopped,      // kiqd's hard shutdown stopped it; the process is gone
+    requeue,      // another job on the same process timed out and the process was stopped
+                  // before this one finished; it is gone
+    not_started,  // the stop signal came (or the pool stopped) before it reached a process
+};
+
+struct RunnerOutcome {
+    RunnerEnd end = RunnerEnd::not_started;
+    std::optional<runner::Reply> reply;
+    std::string problem;
+    pid_t pid = -1;
+    std::optional<int> status;  // the wait status, when the process was reaped
+    std::string stderr_tail;    // "; stderr: …" (its last lines), for error messages
 };
 
 // One child as `kiqd processes`, TTIN and /metrics show it.
@@ -81,7 +88,9 @@ struct RunnerChildInfo {
     std::string state;  // booting, idle, busy, stopping; the master's: master
     long long jobs = 0;
     long long rss_bytes = 0;
-    std::string job_class, jid;  // while busy
+    std::string job_class, jid;  // while it runs exactly one job
+    int in_flight = 0;           // jobs it holds now
+    int capacity = 0;            // jobs it may hold at once
 };
 
 class RunnerPool {
@@ -94,6 +103,7 @@ class RunnerPool {
     RunnerPool& operator=(const RunnerPool&) = delete;
 
     const RunnerSpec& spec() const { return spec_; }
+    const std::vector<std::string>& environment() const { return env_; }
 
     // Starts the supervisor, which boots `processes` children. Main thread, once.
     void start(spdlog::logger& log);
@@ -101,18 +111,18 @@ class RunnerPool {
     // supervisor. Idempotent; any thread but a leaseholder's.
     void stop(std::chrono::milliseconds grace = std::chrono::milliseconds(5000));
 
-    // An idle, booted child with the request's first bytes sent to it (lease.sent), waiting for
-    // one while all are busy or booting; waiters are served first come, first served. nullopt
-    // when `stop` fires first or the pool is stopped (then nothing was sent).
-    std::optional<RunnerLease> acquire(const StopSignal& stop, const RunnerRequest& request);
-    void release(RunnerLease& lease, RunnerRelease how);
+    // Runs one request on a child: takes a seat (waiting, first come first served, while every
+    // child is full or booting), sends the frame, and waits for the answer, the timeout or the
+    // stop signal. A timeout drains the child: it takes no new job, its other jobs get `grace`
+    // to finish, then its process group gets SIGTERM (SIGKILL 5 s later). Whatever ends a
+    // request other than an answer, the process is gone (reaped) before exchange returns, so
+    // that no other process can run the job while this one still does. Processor threads.
+    RunnerOutcome exchange(const StopSignal& stop, const RunnerRequest& request,
+                           std::optional<std::chrono::milliseconds> timeout);
 
-    // SIGTERM (or SIGKILL) to the child's process group unless it is already reaped.
-    void signal(const RunnerLease& lease, int sig);
-    // Waits until the supervisor has reaped the child or `until` passes; its wait status then.
-    std::optional<int> wait_reaped(const RunnerLease& lease, Clock::time_point until);
-    // The last lines of the child's stderr, for error messages.
-    std::string stderr_tail(const RunnerLease& lease);
+    // Tells every child that speaks the tagged dialect that no new job comes (`quiet`): its
+    // long jobs may stop at their next safe point. Any thread.
+    void quiet();
 
     std::vector<RunnerChildInfo> snapshot() const;
 
@@ -128,10 +138,13 @@ class RunnerPool {
         int failures = 0;                    // consecutive boot failures and crashes
     };
     void supervise() noexcept;
-    void start_child(Slot& slot);                       // mutex held
-    void start_master();                                // mutex held
-    void fork_child(Slot& slot);                        // mutex held
-    void master_ready(const runner::Ready& ready);      // mutex held
+    void start_child(Slot& slot);                   // mutex held
+    void start_master();                            // mutex held
+    void fork_child(Slot& slot);                    // mutex held
+    void master_ready(const runner::Ready& ready);  // mutex held
+    // How many jobs at once the child takes, from its ready: min(its "threads", the pool's
+    // `threads`) when it speaks the tagged dialect, else 1. Mutex held.
+    void take_seats_from(RunnerChild& child, const runner::Ready& ready) const;
     void master_frames();                               // mutex held; reads forked/exited
     bool master_alive_for(const RunnerChild& c) const;  // mutex held
     Slot& slot_at(size_t index) { return index == kMaster ? master_ : slots_[index]; }
@@ -141,24 +154,37 @@ class RunnerPool {
     void retire(RunnerChild& child, const char* why);  // mutex held
     void boot_failed(Slot& slot, const std::string& why);  // mutex held
     static void note_failure(Slot& slot);  // mutex held; counts a failure, backs off the restart
+    void drain(RunnerChild& child, std::string why);  // mutex held; no new seats, then retire
     void wake();
-    // A thread waiting in acquire: the lease a freed child was given to it with.
+    // A thread waiting for a seat: the child a freed seat was given to it on.
     struct Waiter {
         const RunnerRequest* request;
-        const StopSignal* stop;  // a waiter told to stop is not handed a child
-        std::optional<RunnerLease> lease;
-        std::condition_variable cv;
+        const StopSignal* stop;  // a waiter told to stop is not handed a seat
+        RunnerSeat* seat;
+        std::shared_ptr<RunnerChild> child;
     };
-    std::shared_ptr<RunnerChild> take_idle();  // mutex held; an idle child that is quiet, or null
-    RunnerLease lease_to(const std::shared_ptr<RunnerChild>& child,
-                         const RunnerRequest& request);  // mutex held; sends the first bytes
-    void hand_off_idle();  // mutex held; leases idle children to the waiters, in order
+    // --- runner_pool_leases.cpp, all with the mutex held ---
+    std::shared_ptr<RunnerChild> acquire(std::unique_lock<std::mutex>& lock, const StopSignal& stop,
+                                         const RunnerRequest& request, RunnerSeat& seat);
+    std::shared_ptr<RunnerChild> take_free();  // a child with a free seat, least busy first
+    void lease_to(RunnerChild& child, const RunnerRequest& request, RunnerSeat& seat);
+    void hand_off_idle();  // gives free seats to the waiters, in order
+    // Reads the socket once for every seat of `child` (the caller holds its reader role for the
+    // call; the mutex is released while it polls).
+    void read_for_seats(std::unique_lock<std::mutex>& lock, RunnerChild& child,
+                        Clock::time_point until);
+    // Waits until the supervisor has reaped the child or `until` passes.
+    bool wait_reaped(std::unique_lock<std::mutex>& lock, RunnerChild& child,
+                     Clock::time_point until);
+    void release(RunnerChild& child, RunnerSeat& seat, bool broken);
+    // Stops the child for its timed-out seats once its other seats are done (or their grace is).
+    void stop_after_timeout(RunnerChild& child, Clock::time_point now);
 
     RunnerSpec spec_;
     std::vector<std::string> env_;
     spdlog::logger* log_ = nullptr;
     mutable std::mutex mutex_;
-    std::deque<Waiter*> waiters_;        // threads in acquire, oldest first
+    std::deque<Waiter*> waiters_;        // threads waiting for a seat, oldest first
     std::condition_variable reaped_cv_;  // a child was reaped
     std::vector<Slot> slots_;
     enum class Mode { probe, fork, direct };

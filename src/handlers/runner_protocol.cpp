@@ -6,13 +6,15 @@
 
 namespace kiqd::runner {
 
-std::string encode_frame(std::string_view type, std::string_view data) {
-    const size_t body = type.size() + 1 + data.size();
+std::string encode_frame(std::string_view type, std::string_view data, uint32_t tag) {
+    const std::string tag_text = tag ? " " + std::to_string(tag) : std::string();
+    const size_t body = type.size() + tag_text.size() + 1 + data.size();
     std::string out;
     out.reserve(4 + body);
     for (int shift = 24; shift >= 0; shift -= 8)
         out.push_back(static_cast<char>((body >> shift) & 0xFF));
     out.append(type);
+    out.append(tag_text);
     out.push_back('\n');
     out.append(data);
     return out;
@@ -33,7 +35,25 @@ std::optional<Frame> FrameReader::next() {
         error_ = "a frame without a type line";
         return std::nullopt;
     }
-    Frame f{std::string(body.substr(0, nl)), std::string(body.substr(nl + 1))};
+    std::string_view type = body.substr(0, nl);
+    uint32_t tag = 0;
+    if (const auto sp = type.find(' '); sp != std::string_view::npos) {
+        // "TYPE TAG": a decimal tag from 1 to 2^32-1, nothing else.
+        const std::string_view digits = type.substr(sp + 1);
+        unsigned long long value = 0;
+        bool ok = !digits.empty() && digits.size() <= 10 && digits[0] != '0';
+        for (char ch : digits) {
+            ok = ok && ch >= '0' && ch <= '9';
+            value = value * 10 + static_cast<unsigned>(ch - '0');
+        }
+        if (!ok || value == 0 || value > 0xFFFFFFFFull) {
+            error_ = "a frame whose tag is not a number from 1 to 4294967295";
+            return std::nullopt;
+        }
+        tag = static_cast<uint32_t>(value);
+        type = type.substr(0, sp);
+    }
+    Frame f{std::string(type), std::string(body.substr(nl + 1)), tag};
     pos_ += 4 + len;
     // Compact once the consumed prefix dominates, so a long-lived reader does not grow.
     if (pos_ > 65536 && pos_ * 2 > buf_.size()) {
@@ -83,6 +103,11 @@ std::optional<Reply> parse_reply(const Frame& frame, std::string& error) {
     if (auto ri = j->find("retry_in"); ri != j->end() && ri->is_number()) {
         const double s = ri->get<double>();
         if (s >= 1 && s < 366.0 * 24 * 3600) r.retry_in = static_cast<long long>(s);
+    } else if (ri != j->end() && ri->is_string()) {
+        // Sidekiq 7's sidekiq_retry_in may answer :kill or :discard; anything else: the default.
+        const auto& word = ri->get_ref<const std::string&>();
+        if (word == "kill") r.give_up = GiveUp::kill;
+        if (word == "discard") r.give_up = GiveUp::discard;
     }
     return r;
 }
@@ -101,6 +126,14 @@ std::optional<Ready> parse_ready(const Frame& frame, std::string& error) {
         r.runner = name->get<std::string>().substr(0, 200);
     if (auto preload = j->find("preload"); preload != j->end() && preload->is_boolean())
         r.preload = preload->get<bool>();
+    if (auto threads = j->find("threads"); threads != j->end()) {
+        if (!threads->is_number_integer() || threads->get<long long>() < 1 ||
+            threads->get<long long>() > 1024) {
+            error = "a ready frame whose \"threads\" is not a whole number from 1 to 1024";
+            return std::nullopt;
+        }
+        r.threads = static_cast<int>(threads->get<long long>());
+    }
     return r;
 }
 

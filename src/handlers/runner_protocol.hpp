@@ -1,7 +1,8 @@
 #pragma once
 // The runner protocol's wire format (docs/runner-protocol.md): frames of a 4-byte big-endian
-// length and a body "TYPE\nDATA", and the meaning of the runner's replies. Pure functions and a
-// per-connection decoder; whichever thread owns a runner's socket at the moment uses them.
+// length and a body "TYPE\nDATA" (or "TYPE TAG\nDATA" in the tagged dialect, where one process
+// runs several jobs at once), and the meaning of the runner's replies. Pure functions and a
+// per-connection decoder; whichever thread reads a runner's socket at the moment uses them.
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -17,10 +18,12 @@ constexpr size_t kMaxFrameBytes = 64u * 1024 * 1024;
 struct Frame {
     std::string type;
     std::string data;
+    uint32_t tag = 0;  // the tagged dialect's tag; 0: an untagged frame
 };
 
-// The bytes of one frame: length, type, '\n', data (any bytes, unchanged).
-std::string encode_frame(std::string_view type, std::string_view data);
+// The bytes of one frame: length, type (and " TAG" when tag is not 0), '\n', data (any bytes,
+// unchanged).
+std::string encode_frame(std::string_view type, std::string_view data, uint32_t tag = 0);
 
 // Splits a byte stream into frames. feed() what was read, then take frames with next() until it
 // returns nothing. Once malformed, it stays so (the stream cannot be resynchronised).
@@ -40,6 +43,10 @@ class FrameReader {
     std::string error_;
 };
 
+// What a failed job's class asked for instead of a retry (Sidekiq 7's sidekiq_retry_in returning
+// :kill or :discard).
+enum class GiveUp { no, kill, discard };
+
 // A `done` or `fail` answer to a job.
 struct Reply {
     bool ok = false;
@@ -47,6 +54,7 @@ struct Reply {
     std::string message;
     std::vector<std::string> backtrace;
     std::optional<long long> retry_in;  // seconds, > 0
+    GiveUp give_up = GiveUp::no;        // "retry_in": "kill" | "discard"
 };
 
 // The reply a frame carries, or nullopt with `error` saying why it is not one.
@@ -57,6 +65,7 @@ struct Ready {
     long long pid = 0;
     std::string runner;
     bool preload = false;  // "preload": true: a master that forks the processes on request
+    int threads = 0;       // "threads": N (1..1024): speaks the tagged dialect; 0: untagged
 };
 std::optional<Ready> parse_ready(const Frame& frame, std::string& error);
 

@@ -116,7 +116,14 @@ RetryPlan JobRetry::plan(const Job& job, const Failure& failure, double now,
     // many times its size (docs/hardening-bounds.md), and the entry is edited as text.
     const nlohmann::json p =
         job.members({"retry", "retry_queue", "backtrace", "retry_for", "failed_at", "dead"});
-    if (!retry_enabled(p)) return plan;  // no retry, no morgue (death handlers would run here)
+    if (!retry_enabled(p)) {
+        // No retry, no morgue; Sidekiq still calls its death handlers (JobRetry#global), with
+        // the job as it was: a runner's exhausted hook does.
+        plan.exhausted = true;
+        plan.payload = job.raw;
+        return plan;
+    }
+    if (failure.give_up == Failure::GiveUp::discard) return plan;  // Sidekiq 7's :discard: poof
     const long long max = max_retries_of(p, max_retries_);
 
     auto retry_queue = p.find("retry_queue");
@@ -137,7 +144,8 @@ RetryPlan JobRetry::plan(const Job& job, const Failure& failure, double now,
         obj->set_string("error_backtrace", encode_backtrace(lines));
     }
 
-    const bool exhausted = retries_exhausted(p, count, max, now, compat_);
+    const bool exhausted =
+        failure.give_up == Failure::GiveUp::kill || retries_exhausted(p, count, max, now, compat_);
     plan.payload = obj->dump();
     if (exhausted) {
         auto dead = p.find("dead");

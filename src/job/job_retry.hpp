@@ -31,6 +31,10 @@ struct Failure {
     // The job's own delay before the retry (a runner's sidekiq_retry_in), in seconds; Sidekiq's
     // jitter is added. Unset or not positive: count⁴ + 15 + jitter.
     std::optional<long long> retry_in;
+    // What the job's class asked for instead of a retry (Sidekiq 7's sidekiq_retry_in returning
+    // :kill or :discard): kill = its retries are exhausted now (dead set, exhausted hooks);
+    // discard = dropped, as Sidekiq drops it, with no hook.
+    enum class GiveUp { no, kill, discard } give_up = GiveUp::no;
     // Called with the dead-set member once the job's retries are exhausted (dead, or discarded
     // with "dead": false): a runner's sidekiq_retries_exhausted and death handlers.
     std::function<void(const std::string& payload)> on_exhausted;
@@ -42,7 +46,9 @@ struct RetryPlan {
     FailureOutcome outcome = FailureOutcome::Discarded;
     std::string payload;     // the retry/dead member
     double score = 0;        // retry-at (Retried) or time of death (Dead)
-    bool exhausted = false;  // retries used up (Dead, or Discarded by "dead": false)
+    // Retries used up (Dead, or Discarded by "dead": false), or none allowed (retry: false;
+    // payload is then the job as it was): the runner's exhausted hook runs.
+    bool exhausted = false;
 };
 
 class JobRetry {

@@ -218,6 +218,8 @@ void Launcher::quiet() {
     log_.info("Terminating quiet threads: no new jobs will be fetched");
     manager_.quiet();
     heartbeat_.publish_quiet();  // quiet() always runs on the io thread, which owns the heartbeat
+    // Runner processes hear it too: their long jobs (Sidekiq's iterable jobs) may stop early.
+    if (const RunnerPools* pools = active_runner_pools()) pools->quiet();
 }
 
 void Launcher::log_busy_jobs() {
@@ -236,9 +238,9 @@ void Launcher::log_busy_jobs() {
     }
     if (const RunnerPools* pools = active_runner_pools()) {
         for (const auto& c : pools->snapshot())
-            log_.warn("runner={} slot={} pid={} state={} jobs={} rss={:.1f} MB{}", c.runner,
-                      runner_slot_label(c), c.pid, c.state, c.jobs,
-                      static_cast<double>(c.rss_bytes) / (1024 * 1024),
+            log_.warn("runner={} slot={} pid={} state={} jobs={} in_flight={}/{} rss={:.1f} MB{}",
+                      c.runner, runner_slot_label(c), c.pid, c.state, c.jobs, c.in_flight,
+                      c.capacity, static_cast<double>(c.rss_bytes) / (1024 * 1024),
                       c.jid.empty() ? "" : fmt::format(" class={} jid={}", c.job_class, c.jid));
     }
 }
@@ -251,6 +253,7 @@ void Launcher::begin_stop() {
         return;
     }
     notifier_.notify("STOPPING=1\nSTATUS=stopping: waiting for running jobs");
+    if (const RunnerPools* pools = active_runner_pools()) pools->quiet();
     log_.info("Shutting down: waiting up to {:.1f} s for running jobs",
               std::chrono::duration<double>(config_.timeout).count());
     deadline_ns_ = saturating_deadline(Clock::now(), config_.timeout).time_since_epoch().count();

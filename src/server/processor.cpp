@@ -194,6 +194,7 @@ Failure Processor::failure_from_current_exception(const Job& job) const {
     } catch (const RunnerFailure& e) {
         Failure f{e.error_class(), e.what(), e.backtrace()};
         f.retry_in = e.retry_in;
+        f.give_up = e.give_up;
         f.on_exhausted = e.on_exhausted;
         return f;
     } catch (const JobError& e) {
@@ -288,7 +289,8 @@ void Processor::run_unit(redis::Connection& conn, UnitOfWork unit, const Admissi
     ctx.after_refill = &after_refill_;
     std::optional<Failure> failure;
     bool interrupted = false;
-    bool exec = false;  // an exec or runner handler: its normal return means the job is done
+    bool requeue = false;  // put back in its queue though kiqd is not stopping (RunnerRequeue)
+    bool exec = false;     // an exec or runner handler: its normal return means the job is done
     try {
         rt_.chain.invoke(ctx, [&] {
             const Handler* handler = rt_.handlers.find(job.handler_name());
@@ -302,6 +304,8 @@ void Processor::run_unit(redis::Connection& conn, UnitOfWork unit, const Admissi
             send_pending(conn);
             (*handler)(job, ctx);
         });
+    } catch (const RunnerRequeue&) {
+        interrupted = requeue = true;
     } catch (const Interrupted&) {
         interrupted = true;
     } catch (...) {
@@ -330,9 +334,11 @@ void Processor::run_unit(redis::Connection& conn, UnitOfWork unit, const Admissi
     // contract: return or throw Interrupted), so only an exec command's exit 0 counts as done;
     // a job whose handler never ran was parked by a middleware, which is its outcome.
     if (stopped && !failure && ctx.handler_ran && !exec) interrupted = true;
-    if (interrupted && stopped) {
+    if (interrupted && (stopped || requeue)) {
         if (acknowledge)
-            push_back_interrupted(conn, unit, job);
+            push_back_interrupted(
+                conn, unit, job,
+                requeue ? "its runner process was stopped" : "interrupted by shutdown");
         else  // a middleware parked it first: that is its outcome
             record_outcome(conn, unit, Outcome::done, {}, job.raw, false);
         return;
@@ -385,7 +391,7 @@ void Processor::run_unit(redis::Connection& conn, UnitOfWork unit, const Admissi
 }
 
 void Processor::push_back_interrupted(redis::Connection& conn, const UnitOfWork& unit,
-                                      const Job& job) {
+                                      const Job& job, const char* why) {
     // Sidekiq counts an interrupted job as processed and failed
     // (docs/data-model.md#interrupted-jobs).
     rt_.work.processed.fetch_add(1, std::memory_order_relaxed);
@@ -396,7 +402,7 @@ void Processor::push_back_interrupted(redis::Connection& conn, const UnitOfWork&
     rt_.work.requeued.fetch_add(1, std::memory_order_relaxed);
     rt_.log.info(job_line(job, false)
                      .json_field("queue", job.queue)
-                     .message("requeued", "interrupted by shutdown: back in queue:" + job.queue));
+                     .message("requeued", fmt::format("{}: back in queue:{}", why, job.queue)));
 }
 
 }  // namespace kiqd

@@ -46,7 +46,8 @@ class Processor {
                             const std::string& what, const std::string& payload);
     // A job its handler gave up at the hard-shutdown stop signal: back to the front of its
     // queue, now that nothing runs it any more.
-    void push_back_interrupted(redis::Connection& conn, const UnitOfWork& unit, const Job& job);
+    void push_back_interrupted(redis::Connection& conn, const UnitOfWork& unit, const Job& job,
+                               const char* why);
     // How a fetched job ended, for record_outcome.
     enum class Outcome {
         unrunnable,  // the payload cannot be run: a dead-set entry

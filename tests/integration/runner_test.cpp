@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 
+#include "integration/runner_app.hpp"
 #include "support/http_get.hpp"
 #include "support/kiqd_process.hpp"
 #include "support/redis_reads.hpp"
@@ -22,6 +23,7 @@
 #include "support/wait_until.hpp"
 
 using namespace kiqd;
+using namespace kiqd::test::runner_app;
 using kiqd::test::KiqdProcess;
 using kiqd::test::lrange;
 using kiqd::test::RedisServer;
@@ -30,99 +32,6 @@ using kiqd::test::TempDir;
 using kiqd::test::wait_until;
 using kiqd::test::zrange;
 namespace fs = std::filesystem;
-
-namespace {
-
-const std::string kSource = KIQD_SOURCE_DIR;
-const std::string kRunner = kSource + "/runners/ruby/kiqd-ruby-runner";
-const std::string kApp = kSource + "/tests/runners/ruby_app";
-
-bool have_ruby_stack() {
-    static const bool ok = [] {
-        auto [status, out] =
-            run_command({"/usr/bin/ruby", "-e", "require 'sidekiq'; require 'active_job'; exit 0"});
-        return status == 0;
-    }();
-    return ok;
-}
-
-#define REQUIRE_RUBY_STACK()                                                                  \
-    if (!have_ruby_stack()) {                                                                 \
-        WARN("skipped: /usr/bin/ruby with ruby-sidekiq and ruby-activejob is not installed"); \
-        return;                                                                               \
-    }
-
-// Every Ruby case begins so: skipped without Ruby's stack, then the shared server, flushed, and a
-// connection to it (`server`, `conn`).
-#define RUBY_CASE_BEGIN()                 \
-    REQUIRE_RUBY_STACK();                 \
-    auto& server = RedisServer::shared(); \
-    server.flushall();                    \
-    auto conn = server.connect()
-
-std::map<std::string, std::string> app_env(const RedisServer& server) {
-    return {{"APP_REDIS_URL", server.url()}};
-}
-
-// kiqd's config with a runner `ruby` for every class ("*"), plus `runner_extra` under it.
-std::string runner_config(const RedisServer& server, const std::string& runner_extra = "",
-                          const std::string& extra = "") {
-    return kiqd::test::default_queue_config(
-        server,
-        "concurrency: 2\ntimeout: 10\nrunners:\n  ruby:\n    command: [\"/usr/bin/ruby\", \"" +
-            kRunner + "\", \"--require\", \"" + kApp + "/app.rb\"]\n    processes: 2\n" +
-            runner_extra + "handlers:\n  \"*\": {runner: ruby}\n" + extra);
-}
-
-std::string one_at_a_time(std::string yaml) {
-    yaml.replace(yaml.find("concurrency: 2"), 14, "concurrency: 1");
-    return yaml;
-}
-
-// Enqueues with the application's own client; returns the jids.
-// (A vector of vectors: nlohmann would take {{"A", 1}, {"B", 2}} for an object.)
-using JobList = std::vector<std::vector<nlohmann::json>>;
-std::vector<std::string> enqueue(const RedisServer& server, const JobList& jobs) {
-    nlohmann::json list = nlohmann::json::array();
-    for (const auto& j : jobs) list.push_back(nlohmann::json(j));
-    auto [status, out] =
-        run_command({"/usr/bin/ruby", kApp + "/enqueue.rb", list.dump()}, app_env(server));
-    REQUIRE(status == 0);
-    std::vector<std::string> jids;
-    std::istringstream lines(out);
-    for (std::string l; std::getline(lines, l);)
-        if (l.rfind("jid: ", 0) == 0) jids.push_back(l.substr(5));
-    INFO(out);
-    REQUIRE(jids.size() == jobs.size());
-    return jids;
-}
-
-nlohmann::json sidekiq_api(const RedisServer& server) {
-    auto [status, out] = run_command({"/usr/bin/ruby", kApp + "/inspect.rb"}, app_env(server));
-    REQUIRE(status == 0);
-    return nlohmann::json::parse(out.substr(out.find('{')));
-}
-
-std::vector<nlohmann::json> records(redis::Connection& conn, const std::string& list) {
-    std::vector<nlohmann::json> out;
-    for (const auto& s : lrange(conn, "app:" + list)) out.push_back(nlohmann::json::parse(s));
-    return out;
-}
-
-// Waits until the app's list app:<list> holds n records; the case stops there if it never does.
-void require_records(redis::Connection& conn, const std::string& list, size_t n,
-                     std::chrono::seconds within = std::chrono::seconds(60)) {
-    INFO("waiting for " << n << " record(s) in app:" << list);
-    REQUIRE(wait_until([&] { return records(conn, list).size() == n; }, within));
-}
-
-std::set<long long> pids_of(const std::vector<nlohmann::json>& rows, size_t index) {
-    std::set<long long> pids;
-    for (const auto& r : rows) pids.insert(r[index].get<long long>());
-    return pids;
-}
-
-}  // namespace
 
 TEST_CASE("runner: the app's Sidekiq and ActiveJob jobs run with its server middleware",
           "[runner]") {
@@ -333,9 +242,9 @@ TEST_CASE("runner: SIGTERM with jobs mid-run requeues them once their children a
 TEST_CASE("runner: threads waiting for a busy child get it in turn, or give up at shutdown",
           "[runner]") {
     RUBY_CASE_BEGIN();
-    // One process, four threads: three wait in acquire while one job runs, and each freed child
-    // is handed to the next waiter with its job already sent.
-    auto yaml = runner_config(server);
+    // One process that takes one job at a time, four threads: three wait in acquire while one
+    // job runs, and each freed child is handed to the next waiter with its job already sent.
+    auto yaml = runner_config(server, "    threads: 1\n");
     yaml.replace(yaml.find("concurrency: 2"), 14, "concurrency: 4");
     yaml.replace(yaml.find("processes: 2"), 12, "processes: 1");
     SECTION("every job runs once, on the one child") {

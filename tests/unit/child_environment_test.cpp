@@ -44,3 +44,46 @@ TEST_CASE("child environment: kiqd_secrets names every password source, never an
     from_env.redis.endpoint.password = "from-password-env";
     CHECK(kiqd::kiqd_secrets(from_env) == std::vector<std::string>{"from-password-env"});
 }
+
+namespace {
+
+std::vector<std::string> for_runner(std::vector<std::string> env, const kiqd::Config& config,
+                                    const kiqd::RunnerSpec& spec) {
+    std::vector<char*> environ_like;
+    for (auto& e : env) environ_like.push_back(e.data());
+    environ_like.push_back(nullptr);
+    return kiqd::runner_environment(environ_like.data(), config, spec);
+}
+
+}  // namespace
+
+TEST_CASE("runner environment: the app gets what it would under sidekiq, plus env:", "[runner]") {
+    kiqd::Config c;
+    c.redis.url = "redis://:hunter2-long@127.0.0.1:6390/0";
+    c.redis.password = "hunter2-long";
+    kiqd::RunnerSpec spec;
+    // kiqd's REDIS_URL and passwords pass (a runner is the application); what belongs to kiqd's
+    // own process does not.
+    const std::vector<std::string> base{"PATH=/usr/bin:/bin", "REDIS_URL=redis://127.0.0.1:6379/0",
+                                        "MY_PW=hunter2-long", "NOTIFY_SOCKET=/run/systemd/notify",
+                                        "WATCHDOG_USEC=1",    "WATCHDOG_PID=1",
+                                        "KIQD_JID=stale",     "KIQD_RUNNER_FD=9",
+                                        "NOT_A_PAIR"};
+    CHECK(for_runner(base, c, spec) ==
+          std::vector<std::string>{"PATH=/usr/bin:/bin", "REDIS_URL=redis://127.0.0.1:6379/0",
+                                   "MY_PW=hunter2-long"});
+    // Without REDIS_URL in kiqd's environment: the URL kiqd uses from its config.
+    CHECK(
+        for_runner({"PATH=/bin"}, c, spec) ==
+        std::vector<std::string>{"PATH=/bin", "REDIS_URL=redis://:hunter2-long@127.0.0.1:6390/0"});
+    // REDIS_PROVIDER is the app's own way: left as it is.
+    CHECK(for_runner({"REDIS_PROVIDER=CLOUD_URL", "CLOUD_URL=redis://c"}, c, spec) ==
+          std::vector<std::string>{"REDIS_PROVIDER=CLOUD_URL", "CLOUD_URL=redis://c"});
+    // Sentinels: no single URL to give.
+    c.redis.sentinel.sentinels.push_back({"127.0.0.1", 26379});
+    CHECK(for_runner({"PATH=/bin"}, c, spec) == std::vector<std::string>{"PATH=/bin"});
+    // env: adds and overrides.
+    spec.env = {{"PATH", "/opt/app/bin"}, {"RAILS_ENV", "production"}};
+    CHECK(for_runner({"PATH=/bin", "HOME=/h"}, c, spec) ==
+          std::vector<std::string>{"PATH=/opt/app/bin", "HOME=/h", "RAILS_ENV=production"});
+}

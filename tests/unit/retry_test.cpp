@@ -135,3 +135,28 @@ TEST_CASE("8.x compat writes integer millisecond timestamps", "[retry]") {
     auto plan = retry.plan(job_of(R"({"class":"W"})"), {"E", "m", {}}, 1795312800.25, rng);
     CHECK(nlohmann::json::parse(plan.payload)["failed_at"] == 1795312800250LL);
 }
+
+TEST_CASE("a job class's kill and discard (Sidekiq 7's sidekiq_retry_in :kill, :discard)",
+          "[retry]") {
+    Fixture f;
+    f.failure.give_up = Failure::GiveUp::kill;
+    auto killed = f.retry.plan(job_of(R"({"class":"W","retry":5})"), f.failure, 1, f.rng);
+    CHECK(killed.outcome == FailureOutcome::Dead);
+    CHECK(killed.exhausted);  // sidekiq_retries_exhausted and the death handlers run
+    auto kept =
+        f.retry.plan(job_of(R"({"class":"W","retry":5,"dead":false})"), f.failure, 1, f.rng);
+    CHECK(kept.outcome == FailureOutcome::Discarded);
+    CHECK(kept.exhausted);
+    f.failure.give_up = Failure::GiveUp::discard;
+    auto dropped = f.retry.plan(job_of(R"({"class":"W","retry":5})"), f.failure, 1, f.rng);
+    CHECK(dropped.outcome == FailureOutcome::Discarded);
+    CHECK_FALSE(dropped.exhausted);  // :discard runs no hook
+    // retry: false wins over either: no retry, no morgue, as in Sidekiq, whose death handlers
+    // still run (the exhausted hook, with the job as it was).
+    f.failure.give_up = Failure::GiveUp::kill;
+    const std::string raw = R"({"class":"W","retry":false})";
+    auto off = f.retry.plan(job_of(raw), f.failure, 1, f.rng);
+    CHECK(off.outcome == FailureOutcome::Discarded);
+    CHECK(off.exhausted);
+    CHECK(off.payload == raw);
+}

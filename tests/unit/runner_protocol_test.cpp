@@ -85,3 +85,60 @@ TEST_CASE("runner replies", "[runner_protocol]") {
     CHECK(ready->pid == 42);
     CHECK(ready->runner == "r 1");
 }
+
+TEST_CASE("the tagged dialect: tags on the type line, threads in ready, kill and discard",
+          "[runner_protocol]") {
+    const std::string wire = encode_frame("job", "{\"jid\":\"a\"}", 7) +
+                             encode_frame("done", "{}", 4294967295u) + encode_frame("quiet", "{}");
+    CHECK(wire.substr(4, 6) == "job 7\n");
+    FrameReader reader;
+    reader.feed(wire.data(), wire.size());
+    auto job = reader.next();
+    REQUIRE(job);
+    CHECK(job->type == "job");
+    CHECK(job->tag == 7);
+    CHECK(job->data == "{\"jid\":\"a\"}");
+    auto done = reader.next();
+    REQUIRE(done);
+    CHECK(done->type == "done");
+    CHECK(done->tag == 4294967295u);
+    auto quiet = reader.next();
+    REQUIRE(quiet);
+    CHECK(quiet->tag == 0);
+
+    for (const char* bad : {"done 0\n{}", "done 4294967296\n{}", "done 07\n{}", "done x\n{}",
+                            "done \n{}", "done 1 2\n{}"}) {
+        INFO(bad);
+        FrameReader r;
+        const std::string body = bad;
+        const std::string frame = std::string{0, 0, 0, static_cast<char>(body.size())} + body;
+        r.feed(frame.data(), frame.size());
+        CHECK_FALSE(r.next());
+        CHECK(r.error() == "a frame whose tag is not a number from 1 to 4294967295");
+    }
+
+    std::string error;
+    auto ready = parse_ready({"ready", R"({"pid":1,"runner":"r","threads":12})"}, error);
+    REQUIRE(ready);
+    CHECK(ready->threads == 12);
+    auto plain = parse_ready({"ready", R"({"pid":1})"}, error);
+    REQUIRE(plain);
+    CHECK(plain->threads == 0);
+    for (const char* bad :
+         {R"({"threads":0})", R"({"threads":1025})", R"({"threads":"4"})", R"({"threads":2.5})"}) {
+        INFO(bad);
+        CHECK_FALSE(parse_ready({"ready", bad}, error));
+        CHECK(error == "a ready frame whose \"threads\" is not a whole number from 1 to 1024");
+    }
+
+    auto kill = parse_reply({"fail", R"({"class":"E","retry_in":"kill"})"}, error);
+    REQUIRE(kill);
+    CHECK(kill->give_up == GiveUp::kill);
+    CHECK_FALSE(kill->retry_in);
+    auto discard = parse_reply({"fail", R"({"class":"E","retry_in":"discard"})"}, error);
+    REQUIRE(discard);
+    CHECK(discard->give_up == GiveUp::discard);
+    auto other = parse_reply({"fail", R"({"class":"E","retry_in":"later"})"}, error);
+    REQUIRE(other);
+    CHECK(other->give_up == GiveUp::no);
+}

@@ -1,6 +1,6 @@
 # A small plain Sidekiq 6.4 application with an ActiveJob job, run by kiqd through
 # kiqd-ruby-runner in tests/integration/runner_test.cpp. Every job records what it did in the
-# application's own Redis (APP_REDIS_URL: the runner gets no REDIS_URL from kiqd), so the test
+# application's own Redis (APP_REDIS_URL, which the test gives kiqd's runners), so the test
 # reads the results where the application wrote them.
 require "json"
 # BOOT_LOG: one line per boot of the application (a preloading runner boots it once).
@@ -13,7 +13,7 @@ ActiveJob::Base.queue_adapter = :sidekiq
 ActiveJob::Base.logger = Logger.new($stdout)
 
 # redis-rb 4.8 warns on every SADD Sidekiq 6.4.1 sends.
-Redis.silence_deprecations = true if Redis.respond_to?(:silence_deprecations=)
+Redis.silence_deprecations = true if defined?(Redis) && Redis.respond_to?(:silence_deprecations=)
 
 redis = {url: ENV.fetch("APP_REDIS_URL")}
 Sidekiq.configure_client { |c| c.redis = redis }
@@ -119,3 +119,5 @@ class GrowJob
     App.record("done", ["GrowJob", jid, Process.pid])
   end
 end
+
+require_relative "threaded_jobs"

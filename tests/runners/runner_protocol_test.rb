@@ -1,0 +1,472 @@
+# The runners (runners/ruby/kiqd-ruby-runner and runners/python/kiqd_runner.py) driven exactly as
+# kiqd drives them, without kiqd: each is started with its end of a real socketpair as descriptor
+# 3, KIQD_RUNNER_FD=3, KIQD_RUNNER_THREADS=5 and REDIS_URL pointing at a real redis-server on a
+# free loopback port; the test sends tagged frames and reads the answers. The Ruby runner is
+# tested with Debian's Sidekiq 6.4.1 and with Sidekiq 7.3.10 from ../shared/gems (skipped with a
+# message where that directory is absent), loading tests/runners/sidekiq_app; the Python runner
+# loads tests/runners/python_app/concurrent_jobs.py.
+#
+#   ruby tests/runners/runner_protocol_test.rb            # (ctest -L runners)
+#
+# Jobs that must overlap wait at gates (FIFOs the test opens), so overlap and answer order are
+# facts the jobs record, not timings.
+require "minitest/autorun"
+require "socket"
+require "io/nonblock"
+require "json"
+require "tmpdir"
+require "fileutils"
+require "securerandom"
+require "time"
+require "redis"
+Redis.silence_deprecations = true if Redis.respond_to?(:silence_deprecations=)
+# The tests mostly wait for runner processes: three at a time, each with its own Redis database.
+Minitest.parallel_executor = Minitest::Parallel::Executor.new(3)
+
+module RunnerHarness
+  ROOT = File.expand_path("../..", __dir__)
+  GEMS = File.expand_path("../shared/gems", ROOT)
+  SIDEKIQ7 = %w[sidekiq-7.3.10 redis-client-0.26.4 connection_pool-2.5.5].map { |g| File.join(GEMS, g, "lib") }
+  RUBY_RUNNER = File.join(ROOT, "runners/ruby/kiqd-ruby-runner")
+  PY_RUNNER = File.join(ROOT, "runners/python/kiqd_runner.py")
+
+  def self.now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+
+  def self.free_port
+    s = TCPServer.new("127.0.0.1", 0)
+    s.addr[1]
+  ensure
+    s&.close
+  end
+
+  # One redis-server for the whole file, stopped by its PID at the end; each test running at
+  # the same time has a database of its own (DATABASES).
+  REDIS_LOCK = Mutex.new
+  DATABASES = Queue.new.tap { |q| 16.times { |i| q << i } }
+
+  def self.redis_url
+    REDIS_LOCK.synchronize { @redis_url ||= start_redis }
+  end
+
+  def self.start_redis
+    begin
+      port = free_port
+      @redis_pid = Process.spawn("redis-server", "--port", port.to_s, "--bind", "127.0.0.1", "--save", "",
+                                 "--appendonly", "no", in: File::NULL, out: File::NULL, err: File::NULL)
+      Minitest.after_run do
+        Process.kill("TERM", @redis_pid)
+        Process.wait(@redis_pid)
+      end
+      url = "redis://127.0.0.1:#{port}/0"
+      r = Redis.new(url: url)
+      deadline = now + 10
+      begin
+        r.ping
+      rescue Redis::CannotConnectError
+        raise "redis-server did not start on port #{port}" if now > deadline
+        sleep 0.02
+        retry
+      end
+      r.close
+      url
+    end
+  end
+
+  # A runner process and our end of its protocol socket.
+  class Runner
+    attr_reader :pid, :log
+
+    # Starts `cmd` with its end of a new socketpair as descriptor 3.
+    def self.spawn(cmd, env, log)
+      ours, theirs = Socket.pair(:UNIX, :STREAM)
+      theirs.nonblock = false # as kiqd hands it over (Ruby makes new sockets non-blocking)
+      pid = Process.spawn(env.merge("KIQD_RUNNER_FD" => "3"), *cmd, 3 => theirs,
+                          in: File::NULL, out: log, err: [:child, :out])
+      theirs.close
+      new(ours, pid, log, own: true)
+    end
+
+    # own: false for a runner forked by a master (not our child: stop only closes its socket).
+    def initialize(sock, pid, log, own:)
+      @sock = sock
+      @pid = pid
+      @log = log
+      @buf = "".b
+      @status = own ? nil : :not_ours
+    end
+
+    def send_frame(type, data)
+      body = "#{type}\n".b << data.b
+      @sock.write([body.bytesize].pack("N"), body)
+    end
+
+    # A frame with descriptors attached (SCM_RIGHTS), as kiqd's `fork`.
+    def send_fds(type, data, ios)
+      body = "#{type}\n".b << data.b
+      @sock.sendmsg([body.bytesize].pack("N") + body, 0, nil, Socket::AncillaryData.unix_rights(*ios))
+    end
+
+    def job(tag, payload) = send_frame(tag ? "job #{tag}" : "job", JSON.generate(payload))
+
+    # [type, data], or :eof; raises after `timeout` seconds without a whole frame.
+    def read_frame(timeout = 20)
+      deadline = RunnerHarness.now + timeout
+      loop do
+        if @buf.bytesize >= 4 && @buf.bytesize >= 4 + (len = @buf.unpack1("N"))
+          body = @buf.byteslice(4, len)
+          @buf = @buf.byteslice(4 + len, @buf.bytesize)
+          type, data = body.split("\n", 2)
+          return [type, data]
+        end
+        left = deadline - RunnerHarness.now
+        raise "no frame from the runner within #{timeout} s\n#{File.read(@log)}" if left <= 0
+        next unless IO.select([@sock], nil, nil, left)
+        chunk = @sock.read_nonblock(65536, exception: false)
+        return :eof if chunk.nil?
+        @buf << chunk unless chunk == :wait_readable
+      end
+    end
+
+    def close_write = @sock.shutdown(Socket::SHUT_WR)
+
+    def signal(sig) = Process.kill(sig, @pid)
+
+    # The exit status, or nil if it is still running after `timeout` seconds.
+    def wait_exit(timeout = 10)
+      deadline = RunnerHarness.now + timeout
+      until @status
+        done = Process.waitpid2(@pid, Process::WNOHANG)
+        @status = done[1] if done
+        return nil if !@status && RunnerHarness.now > deadline
+        sleep 0.01 unless @status
+      end
+      @status
+    end
+
+    def stop
+      unless @status
+        Process.kill("KILL", @pid) rescue nil
+        Process.wait(@pid) rescue nil
+        @status = true
+      end
+      @sock.close unless @sock.closed?
+    end
+  end
+
+  # What every runner must do; the classes below say how to start one and read its records.
+  module SharedTests
+    def setup
+      @dir = Dir.mktmpdir("kiqd-runner-test-")
+      @gates = File.join(@dir, "gates")
+      @out = File.join(@dir, "out")
+      FileUtils.mkdir_p([@gates, @out])
+      @db = RunnerHarness::DATABASES.pop
+      @redis_url = RunnerHarness.redis_url.sub(%r{/0\z}, "/#{@db}")
+      @redis = Redis.new(url: @redis_url)
+      @redis.flushdb
+      @runners = []
+    end
+
+    def teardown
+      @runners.each(&:stop)
+      @redis.close
+      RunnerHarness::DATABASES << @db
+      if passed? || skipped?
+        FileUtils.rm_rf(@dir)
+      else
+        puts "kept #{@dir}"
+      end
+    end
+
+    def env = {"REDIS_URL" => @redis_url, "APP_GATES" => @gates, "APP_OUT" => @out}
+
+    # Starts a runner with KIQD_RUNNER_THREADS=threads and returns it once it said `ready`.
+    def start_runner(threads: 5)
+      log = File.join(@dir, "runner-#{@runners.size}.log")
+      r = RunnerHarness::Runner.spawn(command, env.merge("KIQD_RUNNER_THREADS" => threads.to_s), log)
+      @runners << r
+      type, data = r.read_frame(30)
+      assert_equal "ready", type, File.read(log)
+      ready = JSON.parse(data)
+      assert_equal r.pid, ready["pid"]
+      assert_equal threads, ready["threads"], "the runner announces KIQD_RUNNER_THREADS"
+      assert_match expected_runner, ready["runner"]
+      r
+    end
+
+    def wait_until(what, timeout = 20)
+      deadline = RunnerHarness.now + timeout
+      loop do
+        result = yield
+        return result if result
+        flunk "timed out waiting for #{what}\n#{@runners.map { |r| File.read(r.log) }.join}" if RunnerHarness.now > deadline
+        sleep 0.01
+      end
+    end
+
+    def gate(name) = File.mkfifo(File.join(@gates, name))
+
+    # Opens the gate once its job waits there (opening a FIFO's write end without a reader fails).
+    def release(name)
+      wait_until("a job at gate #{name}") do
+        File.open(File.join(@gates, name), File::WRONLY | File::NONBLOCK).close
+        true
+      rescue Errno::ENXIO
+        false
+      end
+    end
+
+    def payload(klass, *args, jid: SecureRandom.hex(12), **extra)
+      {"class" => klass, "args" => args, "jid" => jid, "queue" => "default", "retry" => 5,
+       "created_at" => Time.now.to_f, "enqueued_at" => Time.now.to_f}.merge(extra.transform_keys(&:to_s))
+    end
+
+    def test_concurrent_jobs_overlap_and_each_tag_gets_one_answer_in_completion_order
+      r = start_runner(threads: 5)
+      keys = %w[g1 g2 g3 g4 g5]
+      keys.each { |k| gate(k) }
+      keys.each_with_index { |k, i| r.job(i + 1, payload("GateJob", k)) }
+      # No job can finish before its gate opens: five started records mean five ran at once.
+      started = wait_until("five jobs running at once") do
+        s = records("started")
+        s if s.size == 5
+      end
+      assert_equal keys.sort, started.map(&:first).sort
+      assert_equal 5, started.map(&:last).uniq.size, "each job on its own thread"
+      [5, 3, 1, 4, 2].each do |tag|
+        release(keys[tag - 1])
+        assert_equal ["done #{tag}", "{}"], r.read_frame
+      end
+      assert_equal %w[g5 g3 g1 g4 g2], records("finished").map(&:first)
+      r.close_write
+      assert_equal :eof, r.read_frame, "no second answer for any tag"
+      assert_equal 0, r.wait_exit.exitstatus
+    end
+
+    def test_fail_frames_exhausted_and_untagged_frames
+      r = start_runner
+      jid = SecureRandom.hex(12)
+      r.job(7, payload("FailJob", "boom", jid: jid, retry_count: 2))
+      type, data = r.read_frame
+      assert_equal "fail 7", type
+      fail = JSON.parse(data)
+      assert_match(/ModeError\z/, fail["class"])
+      assert_equal "boom", fail["message"]
+      assert_kind_of Array, fail["backtrace"]
+      assert_match(/#{Regexp.escape(app_file)}:\d+:in `check'/, fail["backtrace"].first)
+      assert_equal 400, fail["retry_in"], "sidekiq_retry_in for retry count 3 (after this failure)"
+
+      # An untagged frame (a kiqd without the tagged dialect) is answered untagged.
+      r.job(nil, payload("FailJob", "plain"))
+      type, data = r.read_frame
+      assert_equal "fail", type
+      assert_equal 100, JSON.parse(data)["retry_in"], "first failure: retry count 0"
+
+      dead = payload("ExhaustedJob", jid: "dead-#{jid}", retry_count: 2, error_class: "IOError",
+                                    error_message: "disk gone")
+      r.send_frame("exhausted 8", JSON.generate({"job" => dead, "error" => {"class" => "IOError", "message" => "disk gone"}}))
+      assert_equal ["done 8", "{}"], r.read_frame
+      assert_equal "dead-#{jid}", records("exhausted").first&.first
+    end
+
+    def test_sigterm_abandons_running_jobs_without_an_answer
+      r = start_runner
+      3.times { |i| r.job(i + 1, payload("SleepJob", "s#{i}")) }
+      wait_until("three jobs sleeping") { records("started").size == 3 }
+      r.signal("TERM")
+      assert_equal :eof, r.read_frame, "no answer for abandoned jobs"
+      status = r.wait_exit
+      refute_nil status, "the runner exits on SIGTERM"
+      after_sigterm
+    end
+
+    def test_end_of_file_finishes_the_jobs_in_hand_then_exits
+      r = start_runner
+      %w[e1 e2 e3].each { |k| gate(k) }
+      %w[e1 e2 e3].each_with_index { |k, i| r.job(i + 1, payload("GateJob", k)) }
+      wait_until("three jobs at their gates") { records("started").size == 3 }
+      r.close_write
+      %w[e2 e3 e1].each { |k| release(k) }
+      answers = Array.new(3) { r.read_frame }
+      assert_equal ["done 1", "done 2", "done 3"], answers.map(&:first).sort
+      assert_equal :eof, r.read_frame
+      assert_equal 0, r.wait_exit.exitstatus
+    end
+  end
+
+  module RubyRunnerTests
+    include SharedTests
+
+    def command = [RbConfig.ruby, *ruby_flags, RUBY_RUNNER, "--require", app_file]
+    def app_file = File.join(ROOT, "tests/runners/sidekiq_app/app.rb")
+    def records(list) = @redis.lrange("app:#{list}", 0, -1).map { |s| JSON.parse(s) }
+
+    def after_sigterm
+      ensured = records("ensure")
+      assert_equal 3, ensured.size, "each abandoned job's ensure block ran"
+      assert ensured.all? { |_, err| err == "Sidekiq::Shutdown" }, ensured.inspect
+    end
+
+    # KIQD_RUNNER_PRELOAD=1: the master boots once, runs no job, and forks a child per `fork`
+    # frame; the child starts its threads after the fork.
+    def test_preload_master_forks_children_that_run_jobs_on_threads
+      master = RunnerHarness::Runner.spawn(command, env.merge("KIQD_RUNNER_THREADS" => "5", "KIQD_RUNNER_PRELOAD" => "1"),
+                                         File.join(@dir, "master.log"))
+      @runners << master
+      type, data = master.read_frame(30)
+      assert_equal "ready", type
+      assert_equal true, JSON.parse(data)["preload"]
+      ours, theirs = Socket.pair(:UNIX, :STREAM)
+      theirs.nonblock = false
+      child_log = File.open(File.join(@dir, "child.log"), "w")
+      master.send_fds("fork", JSON.generate({"slot" => 1}), [theirs, child_log, child_log])
+      [theirs, child_log].each(&:close)
+      type, data = master.read_frame
+      assert_equal "forked", type
+      forked = JSON.parse(data)
+      assert_equal 1, forked["slot"]
+      child = RunnerHarness::Runner.new(ours, forked["pid"], File.join(@dir, "child.log"), own: false)
+      @runners << child
+      type, data = child.read_frame
+      assert_equal "ready", type
+      assert_equal({"pid" => forked["pid"], "threads" => 5}, JSON.parse(data).slice("pid", "threads"))
+      %w[p1 p2].each { |k| gate(k) }
+      %w[p1 p2].each_with_index { |k, i| child.job(i + 1, payload("GateJob", k)) }
+      wait_until("both jobs running at once in the forked child") { records("started").size == 2 }
+      %w[p2 p1].each { |k| release(k) }
+      assert_equal ["done 1", "done 2"], Array.new(2) { child.read_frame.first }.sort
+      child.close_write
+      assert_equal :eof, child.read_frame
+      type, data = master.read_frame
+      assert_equal ["exited", {"pid" => forked["pid"], "status" => 0}], [type, JSON.parse(data)]
+      master.close_write
+      assert_equal 0, master.wait_exit.exitstatus
+    end
+
+    def test_middleware_context_redis_url_skip_activejob_and_handlers
+      r = start_runner
+      jid = SecureRandom.hex(12)
+      r.job(1, payload("EnqueueJob", 42, jid: jid))
+      assert_equal ["done 1", "{}"], r.read_frame
+      assert_includes records("middleware"), ["EnqueueJob", jid, "default", jid],
+                      "the server middleware ran, inside the job's logging context"
+      pushed = @redis.lrange("queue:default", 0, -1).map { |s| JSON.parse(s) }
+      assert_equal [["OtherJob", [42]]], pushed.map { |j| [j["class"], j["args"]] }, "perform_async through REDIS_URL"
+      assert_equal "1", @redis.get("app:enqueue_calls")
+
+      r.job(2, payload("SkippedJob"))
+      assert_equal ["done 2", "{}"], r.read_frame, "Sidekiq::JobRetry::Skip from a middleware: done"
+      assert_empty records("started")
+
+      wrapper = "ActiveJob::QueueAdapters::SidekiqAdapter::JobWrapper"
+      job_id = SecureRandom.uuid
+      aj = {"job_class" => "GreetJob", "job_id" => job_id, "provider_job_id" => nil, "queue_name" => "default",
+            "priority" => nil, "arguments" => ["Ada"], "executions" => 0, "exception_executions" => {},
+            "locale" => "en", "timezone" => "UTC", "enqueued_at" => Time.now.utc.iso8601}
+      r.job(3, payload(wrapper, aj, jid: "aj-#{jid}", wrapped: "GreetJob"))
+      assert_equal ["done 3", "{}"], r.read_frame
+      assert_equal [["Ada", job_id, "aj-#{jid}"]], records("greeted")
+
+      r.job(4, payload("FailJob", "x", jid: "f-#{jid}"))
+      assert_equal "fail 4", r.read_frame.first
+      assert_equal [["ModeError", "f-#{jid}"]], records("errors"), "the application's error handler saw the failure"
+
+      # retry: false takes Sidekiq's other path: the death handlers, not sidekiq_retries_exhausted.
+      dead = payload("NoRetryJob", jid: "nr-#{jid}", retry: false)
+      r.send_frame("exhausted 5", JSON.generate({"job" => dead, "error" => {"class" => "ArgumentError", "message" => "no"}}))
+      assert_equal ["done 5", "{}"], r.read_frame
+      assert_empty records("exhausted")
+      assert_includes records("deaths"), ["NoRetryJob", "nr-#{jid}", "ArgumentError", "no"]
+    end
+  end
+
+  def self.check_sidekiq7(test)
+    test.skip "Sidekiq 7.3.10 is not at #{GEMS} (../shared/gems)" unless SIDEKIQ7.all? { |d| File.directory?(d) }
+  end
+end
+
+class RubyRunnerSidekiq6Test < Minitest::Test
+  parallelize_me!
+  include RunnerHarness::RubyRunnerTests
+
+  def ruby_flags = []
+  def expected_runner = /\Akiqd-ruby-runner .* sidekiq 6\.4\.1\)\z/
+end
+
+class RubyRunnerSidekiq7Test < Minitest::Test
+  parallelize_me!
+  include RunnerHarness::RubyRunnerTests
+
+  def setup
+    RunnerHarness.check_sidekiq7(self)
+    super
+  end
+
+  def ruby_flags = RunnerHarness::SIDEKIQ7.map { |d| "-I#{d}" }
+  def expected_runner = /\Akiqd-ruby-runner .* sidekiq 7\.3\.10\)\z/
+
+  def test_retry_in_kill_and_discard
+    r = start_runner
+    r.job(1, payload("FailJob", "kill"))
+    r.job(2, payload("FailJob", "discard"))
+    answers = Array.new(2) { r.read_frame }.to_h { |type, data| [type, JSON.parse(data)["retry_in"]] }
+    assert_equal({"fail 1" => "kill", "fail 2" => "discard"}, answers)
+    assert_equal [[0, "ModeError", "ModeError"]] * 2, records("retry_in"),
+                 "7.x calls sidekiq_retry_in with (count, exception, job)"
+  end
+
+  def test_quiet_makes_an_iterable_job_save_its_cursor_and_requeue_itself
+    # One thread, busy with the job: `quiet` still gets read while it runs.
+    r = start_runner(threads: 1)
+    gate("walk-1")
+    jid = SecureRandom.hex(12)
+    r.job(1, payload("WalkJob", "walk", jid: jid))
+    wait_until("the iteration at item 1") { records("walked").any? { |_, item, _| item == 1 } }
+    r.send_frame("quiet", "{}")
+    release("walk-1")
+    assert_equal ["done 1", "{}"], r.read_frame, "an interrupted iteration is done (re-pushed by the app)"
+    assert_equal [0, 1], records("walked").map { |_, item, _| item }
+    requeued = @redis.lrange("queue:default", 0, -1).map { |s| JSON.parse(s) }
+    assert_equal [["WalkJob", jid]], requeued.map { |j| [j["class"], j["jid"]] }
+    state = @redis.hgetall("it-#{jid}")
+    assert_equal "1", state["ex"], "one execution so far"
+    assert_equal "2", state["c"], "the cursor: the next item to run"
+
+    # The re-pushed job, run by a process that is not quieting, resumes at its cursor.
+    r2 = start_runner
+    r2.send_frame("job 1", @redis.lpop("queue:default"))
+    assert_equal ["done 1", "{}"], r2.read_frame
+    assert_equal [0, 1, 2, 3, 4], records("walked").map { |_, item, _| item }
+    assert_equal 0, @redis.exists("it-#{jid}"), "the iteration state is gone once it completed"
+  end
+end
+
+class PythonRunnerTest < Minitest::Test
+  parallelize_me!
+  include RunnerHarness::SharedTests
+
+  def command = ["/usr/bin/python3", RunnerHarness::PY_RUNNER, "--path", File.join(RunnerHarness::ROOT, "tests/runners/python_app"),
+                 "--import", "concurrent_jobs"]
+  def app_file = File.join(RunnerHarness::ROOT, "tests/runners/python_app/concurrent_jobs.py")
+  def expected_runner = /\Akiqd_runner\.py /
+
+  def records(list)
+    path = File.join(@out, list)
+    File.exist?(path) ? File.readlines(path).map { |l| JSON.parse(l) } : []
+  end
+
+  def after_sigterm = assert_empty(records("finished"))
+
+  def test_quiet_sets_stopping_and_kill_discard
+    r = start_runner(threads: 1) # its only worker is busy: the watcher reads `quiet`
+    r.job(1, payload("StopJob", "q"))
+    wait_until("the job running") { records("started").size == 1 }
+    r.send_frame("quiet", "{}")
+    assert_equal ["done 1", "{}"], r.read_frame
+    assert_equal [["q", records("started").first[1]]], records("stopped")
+    r.job(2, payload("FailJob", "kill"))
+    assert_equal "kill", JSON.parse(r.read_frame[1])["retry_in"]
+    r.job(3, payload("FailJob", "discard"))
+    assert_equal "discard", JSON.parse(r.read_frame[1])["retry_in"]
+  end
+end
