@@ -73,11 +73,12 @@ TEST_CASE("cron config: sidekiq-scheduler's and sidekiq-cron's sections of a sid
 
 TEST_CASE("cron config: bad entries name the key and line", "[cron][config]") {
     CHECK(config_error_of("cron:\n  - name: a\n    cron: \"0 25 * * *\"\n    class: A\n") ==
-          "cron[0].cron (line 3): '0 25 * * *': hours field '25': not a valid value");
+          "cron[0].cron (line 3): '0 25 * * *': hours field '25': not a valid value (nor is it a "
+          "natural-language schedule fugit reads)");
     CHECK(config_error_of("cron:\n  - cron: \"* * * * *\"\n    class: A\n") ==
           "cron[0].name (line 2): is missing");
     CHECK(config_error_of("cron:\n  - name: a\n    class: A\n") ==
-          "cron[0].cron (line 2): is missing");
+          "cron[0].cron (line 2): is missing (or every:)");
     CHECK(config_error_of("cron:\n  - name: a\n    cron: \"* * * * *\"\n") ==
           "cron[0].class (line 2): is missing");
     CHECK(config_error_of("cron:\n  - {name: a, cron: \"* * * * *\", class: A, queue: \"a b\"}\n")
@@ -101,7 +102,8 @@ TEST_CASE("cron config: bad entries name the key and line", "[cron][config]") {
           "cron (line 1): must be a list of {name, cron, class, ...} or a map");
     CHECK(config_error_of("cron_poll_interval: -1\n").find("cron_poll_interval (line 1)") == 0);
     CHECK(config_error_of("cron:\n  - {name: a, cron: \"0 * * * * Mars/Olympus\", class: A}\n") ==
-          "cron[0].cron (line 2): '0 * * * * Mars/Olympus': unknown time zone 'Mars/Olympus'");
+          "cron[0].cron (line 2): '0 * * * * Mars/Olympus': unknown time zone 'Mars/Olympus' (nor "
+          "is it a natural-language schedule fugit reads)");
 }
 
 TEST_CASE("cron store: the gem's time formats", "[cron]") {
