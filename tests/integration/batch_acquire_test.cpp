@@ -711,8 +711,10 @@ TEST_CASE(
     // the short jobs may measure long, and the refill then rightly takes nothing ahead: there is
     // nothing to give back, and the case says so instead of failing on the machine's load.
     if (!ahead) {
-        WARN("skipped: the short jobs measured long on this loaded machine; no slot was taken "
-             "ahead (" << zcard(conn, slots) << " held)");
+        WARN(
+            "skipped: the short jobs measured long on this loaded machine; no slot was taken "
+            "ahead ("
+            << zcard(conn, slots) << " held)");
         CHECK(daemon.stop() == 0);
         return;
     }

@@ -78,8 +78,8 @@ std::string fd_targets(pid_t pid) {
     std::string out;
     for (const auto& e : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) {
         std::error_code ec;
-        out += e.path().filename().string() + " -> " + fs::read_symlink(e.path(), ec).string() +
-               "\n";
+        out +=
+            e.path().filename().string() + " -> " + fs::read_symlink(e.path(), ec).string() + "\n";
     }
     return out;
 }
