@@ -317,8 +317,14 @@ struct CronScheduleSpec {
     std::optional<bool> enabled;    // unset: keep the status in Redis (a Web UI disable survives)
     bool active_job = false;        // enqueue through ActiveJob's Sidekiq adapter wrapper
     bool date_as_argument = false;  // append the enqueue time (epoch seconds) to args
-    std::string ns;                 // sidekiq-cron 2.x's namespace; "" = cron.namespace
-    std::string key;                // "cron[0]", "scheduler.schedule.hello": for messages
+    // sidekiq-scheduler's one-off runs, instead of a cron line: `at:` (epoch seconds) and `in:`
+    // (seconds after the process starts). Such an entry is not a sidekiq-cron job: the cron
+    // poller pushes it once, to `schedule`, shortly before it is due (cron_poller.hpp).
+    std::optional<double> once_at;
+    std::optional<double> once_in;
+    bool one_off() const { return once_at || once_in; }
+    std::string ns;   // sidekiq-cron 2.x's namespace; "" = cron.namespace
+    std::string key;  // "cron[0]", "scheduler.schedule.hello": for messages
     int line = -1;
 };
 
@@ -385,7 +391,12 @@ struct Config {
     CronLayoutSetting cron_layout = CronLayoutSetting::auto_detect;
     std::string cron_namespace = "default";    // `cron: namespace:`, 2.x's default_namespace
     std::vector<std::string> cron_namespaces;  // `cron: namespaces:`; empty = found by SCAN
-    std::string cron_schedule_file;            // `cron_schedule_file:` as it was given
+    // sidekiq-cron's settings of the same names (`cron: reschedule_grace_period:`,
+    // `cron: history_size:`): how many seconds after its time a run may still be enqueued, and
+    // how many jid history entries each job keeps. Set them as the app's initializer does.
+    long long cron_reschedule_grace_period = 60;
+    int cron_history_size = 10;
+    std::string cron_schedule_file;  // `cron_schedule_file:` as it was given
 };
 
 // Processor threads of the whole process: `concurrency` plus every capsule's (Sidekiq's

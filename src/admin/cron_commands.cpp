@@ -62,6 +62,21 @@ int cmd_cron(redis::Connection& conn, const Keys& keys, const Config& config, co
     }
     for (const auto& s : config.cron) {
         if (seen.count(s.name)) continue;
+        if (s.one_off()) {
+            // sidekiq-scheduler's at: / in:, pushed once by a process's poller (cron_poller.hpp).
+            Row row;
+            row.name = s.name;
+            row.status = "one-off";
+            row.cron = s.once_at ? "at " + utc_time(*s.once_at)
+                                 : "in " + human_duration(*s.once_in) + " after each start";
+            row.klass = s.job_class;
+            row.queue = s.queue.empty() ? "default" : s.queue;
+            row.source = "schedule";
+            row.in_config = true;
+            if (s.once_at && *s.once_at > now) row.next = static_cast<std::int64_t>(*s.once_at);
+            rows.push_back(std::move(row));
+            continue;
+        }
         Row row;
         row.name = s.name;
         row.status = "not written yet";  // a kiqd process writes it at its first cron poll
@@ -86,7 +101,8 @@ int cmd_cron(redis::Connection& conn, const Keys& keys, const Config& config, co
     if (r.json) {
         ojson list = ojson::array();
         for (const auto& row : rows) {
-            ojson j{{"layout", row.ns.empty() ? "v1" : "v2"},
+            const bool one_off = row.status == "one-off";  // in no sidekiq-cron layout
+            ojson j{{"layout", one_off ? ojson(nullptr) : ojson(row.ns.empty() ? "v1" : "v2")},
                     {"namespace", row.ns.empty() ? ojson(nullptr) : ojson(row.ns)},
                     {"name", row.name},
                     {"status", row.status},
@@ -123,9 +139,11 @@ int cmd_cron(redis::Connection& conn, const Keys& keys, const Config& config, co
         if (row.next)
             next = utc_time(static_cast<double>(*row.next)) + " (in " +
                    human_duration(static_cast<double>(*row.next) - now) + ")";
-        table.push_back({row.ns.empty() ? "- (1.x)" : row.ns, row.name, row.status, row.cron,
-                         row.klass, row.queue, row.source + (row.in_config ? " (yaml)" : ""), last,
-                         next});
+        table.push_back({row.status == "one-off" ? "-"
+                         : row.ns.empty()        ? "- (1.x)"
+                                                 : row.ns,
+                         row.name, row.status, row.cron, row.klass, row.queue,
+                         row.source + (row.in_config ? " (yaml)" : ""), last, next});
     }
     print_table(out,
                 {"NAMESPACE", "NAME", "STATUS", "CRON", "CLASS", "QUEUE", "SOURCE", "LAST", "NEXT"},

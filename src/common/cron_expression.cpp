@@ -285,6 +285,19 @@ std::int64_t CronExpression::local_midnight(int y, int m, int d, bool* skipped) 
     return ls.time_since_epoch().count() - li.first.offset.count();  // earliest when ambiguous
 }
 
+std::int64_t CronExpression::instant(int year, int month, int day, int hour, int min,
+                                     int sec) const {
+    const date::local_seconds ls =
+        date::local_days{date::year{year} / date::month{static_cast<unsigned>(month)} /
+                         date::day{static_cast<unsigned>(day)}} +
+        std::chrono::hours{hour} + std::chrono::minutes{min} + std::chrono::seconds{sec};
+    if (!zone_) return ls.time_since_epoch().count() - offset_;
+    const auto li = zone_->get_info(ls);
+    if (li.result == date::local_info::nonexistent)
+        return li.second.begin.time_since_epoch().count();
+    return ls.time_since_epoch().count() - li.first.offset.count();
+}
+
 std::int64_t CronExpression::noon(int y, int m, int d) const {
     const date::local_seconds ls =
         date::local_days{date::year{y} / date::month{static_cast<unsigned>(m)} /

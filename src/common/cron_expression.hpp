@@ -66,6 +66,10 @@ class CronExpression {
         std::string abbrev;
     };
     Local local(std::int64_t t) const;
+    // The instant of a local wall-clock time in this expression's zone: the earliest of two
+    // when a clock change repeats it, the change itself when one skips it (sidekiq-scheduler's
+    // `at:` times are read through a line's zone).
+    std::int64_t instant(int year, int month, int day, int hour, int min, int sec) const;
 
   private:
     struct Weekday {

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -53,8 +54,15 @@ bool ruby_truthy(const YAML::Node& n) {
 // same period, aligned on the clock. rufus counts the period from each process's start, so every
 // Ruby process fires on its own; on the clock, each run is claimed once across the fleet. A
 // period the clock cannot divide evenly (7m, 90m) has no such line and is refused.
-std::string every_as_cron(const std::string& k, const YAML::Node& v) {
-    const YAML::Node d = v.IsSequence() && v.size() > 0 ? v[0] : v;
+// sidekiq-scheduler's value alone, or the first of [value, {rufus options}].
+YAML::Node value_of(const YAML::Node& v) {
+    return v.IsSequence() && v.size() > 0 ? v[0] : v;
+}
+
+// A rufus-scheduler duration ("30s", "1h30m", a bare number of seconds; or [duration,
+// {options}]) in seconds.
+long long rufus_seconds(const std::string& k, const YAML::Node& v) {
+    const YAML::Node d = value_of(v);
     if (!d.IsScalar()) type_error(k, v, "a duration such as 30s, 5m, 1h or 1d");
     const std::string text = d.Scalar();
     long long total = 0;
@@ -79,6 +87,14 @@ std::string every_as_cron(const std::string& k, const YAML::Node& v) {
         total += n * u->second;
         i = j + 1;
     }
+    if (total > kMaxDurationSeconds) throw ConfigError(k, max_duration_text(), line_of(d));
+    return total;
+}
+
+std::string every_as_cron(const std::string& k, const YAML::Node& v) {
+    const long long total = rufus_seconds(k, v);
+    const YAML::Node d = value_of(v);
+    const std::string text = d.Scalar();
     const auto divides = [](long long period, long long whole) {
         return period > 0 && period <= whole && whole % period == 0;
     };
@@ -96,6 +112,37 @@ std::string every_as_cron(const std::string& k, const YAML::Node& v) {
                       line_of(d));
 }
 
+// sidekiq-scheduler's `at:` (what rufus-scheduler's parse_at reads, in its common forms):
+// "2030/12/12 23:30:00", "2030-12-12", "2030-12-12T23:30:00Z", with an optional zone (a tz
+// database name, "UTC", an offset such as +09:00); without one, the machine's local zone.
+double at_time(const std::string& k, const YAML::Node& v) {
+    const YAML::Node d = value_of(v);
+    if (!d.IsScalar()) type_error(k, v, "a time such as 2030/12/12 23:30:00");
+    const std::string text = d.Scalar();
+    static const std::regex form(
+        R"(^\s*(\d{4})[-/](\d{1,2})[-/](\d{1,2})(?:[ T](\d{1,2}):(\d{2})(?::(\d{2}))?)?)"
+        R"(\s*(Z|[+-]\d{2}:?\d{2}|[A-Za-z][A-Za-z0-9_+/-]*)?\s*$)");
+    std::smatch m;
+    if (!std::regex_match(text, m, form))
+        throw ConfigError(
+            k, "'" + text + "' is not a time (2030/12/12 23:30:00, 2030-12-12T23:30Z)", line_of(d));
+    auto num = [&](int i) { return m[i].matched ? std::stoi(m[i].str()) : 0; };
+    const int month = num(2), day = num(3), hour = num(4), min = num(5), sec = num(6);
+    if (month < 1 || month > 12 || day < 1 || day > 31 || hour > 23 || min > 59 || sec > 59)
+        throw ConfigError(k, "'" + text + "' is not a valid time", line_of(d));
+    std::string zone = m[7].str();
+    if (zone == "Z") zone = "UTC";
+    if (zone.size() == 5 && (zone[0] == '+' || zone[0] == '-'))  // +0900 → +09:00
+        zone = zone.substr(0, 3) + ":" + zone.substr(3);
+    try {
+        // A cron line's zone rules (tz database names, offsets, the local zone when none).
+        const auto in_zone = CronExpression::parse("* * * * *" + (zone.empty() ? "" : " " + zone));
+        return static_cast<double>(in_zone.instant(num(1), month, day, hour, min, sec));
+    } catch (const CronError& e) {
+        throw ConfigError(k, "'" + text + "': " + e.what(), line_of(d));
+    }
+}
+
 // One entry: `name` is given (map forms) or read from the entry (the list form).
 CronScheduleSpec parse_entry(const std::string& key, const YAML::Node& n, std::string name,
                              bool name_required) {
@@ -106,12 +153,6 @@ CronScheduleSpec parse_entry(const std::string& key, const YAML::Node& n, std::s
     s.name = std::move(name);
     YAML::Node cron_node;
     bool has_class = false;
-    auto unsupported = [&](const std::string& k, const YAML::Node& v) {
-        throw ConfigError(k,
-                          "is not supported: a one-off run after each start of each process; "
-                          "push the job with perform_in / perform_at, or write a cron line",
-                          line_of(v));
-    };
     auto ignored = [](const std::string&, const YAML::Node&) {};
     read_map(
         n, key,
@@ -175,8 +216,16 @@ CronScheduleSpec parse_entry(const std::string& key, const YAML::Node& n, std::s
               s.cron = every_as_cron(k, v);
               cron_node = v;
           }},
-         {"at", unsupported},
-         {"in", unsupported},
+         {"at",
+          [&](const auto& k, const auto& v) {
+              s.once_at = at_time(k, v);
+              cron_node = v;
+          }},
+         {"in",
+          [&](const auto& k, const auto& v) {
+              s.once_in = static_cast<double>(rufus_seconds(k, v));
+              cron_node = v;
+          }},
          // sidekiq-scheduler's per-job knobs with no meaning for a cron enqueue here.
          {"include_metadata", ignored},
          {"rufus_scheduler_options", ignored}},
@@ -186,8 +235,13 @@ CronScheduleSpec parse_entry(const std::string& key, const YAML::Node& n, std::s
         if (name_required) throw ConfigError(key + ".name", "is missing", s.line);
         throw ConfigError(key, "has an empty name", s.line);
     }
-    if (s.cron.empty()) throw ConfigError(key + ".cron", "is missing (or every:)", s.line);
+    const int forms = !s.cron.empty() + s.once_at.has_value() + s.once_in.has_value();
+    if (forms == 0)
+        throw ConfigError(key + ".cron", "is missing (or every:, interval:, at:, in:)", s.line);
+    if (forms > 1)
+        throw ConfigError(key, "takes one of cron:, every:, interval:, at: and in:", s.line);
     if (!has_class) throw ConfigError(key + ".class", "is missing", s.line);
+    if (s.one_off()) return s;
     try {
         CronExpression::parse_cronish(s.cron);
     } catch (const CronError& e) {
@@ -259,6 +313,17 @@ void parse_cron(const YAML::Node& n, Config& c) {
                 if (c.cron_namespaces.back() == "*")
                     throw ConfigError(key, "cannot list '*'", line_of(item));
             }
+        } else if (name == "reschedule_grace_period" && v.IsScalar()) {
+            // The gem's setting of the same name: how late a run may still be enqueued.
+            c.cron_reschedule_grace_period = whole_seconds(key, v);
+            if (c.cron_reschedule_grace_period < 0)
+                throw ConfigError(key, "must be 0 or more seconds", line_of(v));
+        } else if ((name == "history_size" || name == "cron_history_size") && v.IsScalar()) {
+            // The gem's cron_history_size: the jid history entries kept per job.
+            const long long size = as_int(key, v);
+            if (size < 1 || size > 100000)
+                throw ConfigError(key, "must be between 1 and 100000", line_of(v));
+            c.cron_history_size = static_cast<int>(size);
         } else if (name == "schedule" && v.IsSequence()) {
             parse_schedule_list(key, v, c.cron);
         } else if (name == "schedule" && v.IsMap() && !looks_like_entry(v)) {

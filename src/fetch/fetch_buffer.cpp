@@ -131,9 +131,11 @@ std::optional<UnitOfWork> FetchBuffer::take_or_refill(const Refill& refill,
     Pile* pile = pile_of(slot);
     if (!pile) return take_or_refill_unlocked(refill, wait, drained, nullptr);
     const auto now = std::chrono::steady_clock::now();
-    if (pile->last != std::chrono::steady_clock::time_point{})
+    if (pile->last != std::chrono::steady_clock::time_point{}) {
         pile->job_seconds +=
             0.1 * (std::chrono::duration<double>(now - pile->last).count() - pile->job_seconds);
+        pile->measured = true;
+    }
     auto unit = take_or_refill_unlocked(refill, wait, drained, pile);
     pile->last = unit ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     return unit;

@@ -90,6 +90,13 @@ class FetchBuffer {
         const Pile* pile = pile_of(slot);
         return pile && pile->short_jobs();
     }
+    // Whether `slot`'s thread measured its jobs short enough for its refills to take locks and
+    // slots ahead (refill_acquirer.hpp): under kAcquireAheadJob on average. Only that thread may
+    // ask.
+    bool acquires_ahead(size_t slot) const {
+        const Pile* pile = pile_of(slot);
+        return pile && pile->measured && pile->job_seconds < kAcquireAheadJob;
+    }
     // Records that `slot`'s thread took a job outside the buffer (the blocking pop once every
     // queue was empty), so that its next take measures that job's run like a buffered one's.
     // Without it, after an idle spell each thread's first refill counted its jobs as unmeasured
@@ -119,6 +126,7 @@ class FetchBuffer {
         // Not short until measured: a thread's first jobs (a start with a
         // full queue of long jobs) are taken one at a time.
         double job_seconds = kShortJob;
+        bool measured = false;  // job_seconds holds at least one job's time
         bool short_jobs() const { return job_seconds < kShortJob; }
         // The jobs one take may hand this thread: 1 (no pile) unless its jobs are short.
         size_t limit() const;
@@ -167,6 +175,12 @@ class FetchBuffer {
     // Piles only while a thread's jobs run shorter than this on average, so that a pile never
     // holds jobs back behind long ones for long.
     static constexpr double kShortJob = 0.001;
+    // What a refill acquires ahead is held while its jobs wait in the buffer: about a refill's
+    // jobs over the threads, times a job's time — at 5 ms, 50 jobs and 10 threads, 25 ms. The
+    // time between a thread's takes also counts its waits for a core: ten threads of no-op
+    // jobs on two loaded cores measure 1-2 ms, which the piles' 1 ms would read as long and
+    // send every job to its own per-job acquire, slowing the threads further.
+    static constexpr double kAcquireAheadJob = 0.005;
     const size_t batch_;
     const size_t low_water_;
     const size_t max_refills_;

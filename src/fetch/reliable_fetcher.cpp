@@ -168,12 +168,13 @@ std::optional<UnitOfWork> ReliableFetcher::retrieve_work(
         bool drained = false;
         auto unit = buffer_->take_or_refill(
             [&](std::vector<UnitOfWork>& acks) {
-                // Locks and slots are taken ahead only while this thread's jobs are short: the
-                // refill's jobs then leave the buffer within about a refill's worth of short
-                // jobs, so none holds a slot or lock long without running. Long jobs: each
-                // middleware acquires for its own job, as without batching.
+                // Locks and slots are taken ahead only while this thread's jobs are short
+                // (fetch_buffer.hpp's kAcquireAheadJob): the refill's jobs then leave the
+                // buffer within about a refill's worth of short jobs, so none holds a slot or
+                // lock long without running. Long jobs: each middleware acquires for its own
+                // job, as without batching.
                 return move_batch(conn, rng, pending, acks,
-                                  acquire_always_ || buffer_->short_jobs(slot));
+                                  acquire_always_ || buffer_->acquires_ahead(slot));
             },
             std::chrono::seconds(kBlockSeconds), drained, slot);
         if (unit) {

@@ -8,6 +8,7 @@
 #include "middleware/limits/concurrency_scripts.hpp"
 #include "middleware/limits/limit_scope.hpp"
 #include "middleware/unique/unique_jobs.hpp"
+#include "middleware/unique/unique_scripts.hpp"
 
 namespace kiqd {
 namespace {
@@ -24,6 +25,14 @@ namespace {
 //       KEYS <digest>:WAIT, <digest>:EXEC, the held-locks hash.
 //       Taken (SET NX PX, recorded in the hash) when no copy waits (use_wait) and the hash is
 //       a hash or absent.
+//   'g' (an EXEC lock of an until_and_while_executing copy pushed by the gem's client, on its
+//       first arrival): ARGV owner, TTL ms, jid, digest; KEYS <digest>:WAIT, <digest>:EXEC, the
+//       held-locks hash, then the gem's client lock D, D:LOCKED, D:QUEUED, D:PRIMED, D:INFO,
+//       uniquejobs:digests. Taken as 'u' is, and only when no other jid holds the client lock;
+//       the client lock is then released as the gem's server releases it before the run
+//       (unique_scripts.cpp's kAcquireReleasingClientLock, outcome 1): the jid leaves D:QUEUED
+//       and D:PRIMED; held by this jid, it is freed and the gem's wake-up token pushed. Its
+//       reads go first, each a pcall, so a key of another type means "not taken".
 //   'f' (a fair-tenant registration): the registration script's probe ARGV from its second on
 //       (FairTenant::append_probe_args: now, max window, member, n, 2n rule arguments, n
 //       marks), its 'p' replaced by the 'f'; KEYS the tenant's enqueues ZSET. Registered (the
@@ -70,6 +79,10 @@ do
     elseif ARGV[a] == 'f' then
       k = k + 1
       a = a + 5 + 3 * tonumber(ARGV[a + 4])
+    elseif ARGV[a] == 'g' then
+      waits[#waits + 1] = KEYS[k]
+      k = k + 9
+      a = a + 5
     else
       if ARGV[a + 1] == '1' then waits[#waits + 1] = KEYS[k] end
       k = k + 3
@@ -85,6 +98,17 @@ for i = 1, #waits, 1000 do
 end
 local scopes, sorder = {}, {}
 local helds, horder = {}, {}
+local function held_hash(key)
+  local h = helds[key]
+  if h == nil then
+    local kind = redis.call('type', key)['ok']
+    h = {key = key, usable = kind == 'hash' or kind == 'none',
+         fields = {')lua" KIQD_HELD_MARKER_FIELD R"lua(', ')lua" KIQD_HELD_MARKER_VALUE R"lua('}}
+    helds[key] = h
+    horder[#horder + 1] = h
+  end
+  return h
+end
 local out = {}
 local k, a = 1, 2
 for i = 1, tonumber(ARGV[1]) do
@@ -115,16 +139,35 @@ for i = 1, tonumber(ARGV[1]) do
     if got and got >= 0 then r = 1 end
     k = k + 1
     a = a + 5 + 3 * tonumber(ARGV[a + 4])
-  else
-    local held = KEYS[k + 2]
-    local h = helds[held]
-    if h == nil then
-      local kind = redis.call('type', held)['ok']
-      h = {key = held, usable = kind == 'hash' or kind == 'none',
-           fields = {')lua" KIQD_HELD_MARKER_FIELD R"lua(', ')lua" KIQD_HELD_MARKER_VALUE R"lua('}}
-      helds[held] = h
-      horder[#horder + 1] = h
+  elseif ARGV[a] == 'g' then
+    local h = held_hash(KEYS[k + 2])
+    local jid, locked, queued, primed = ARGV[a + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6]
+    if h.usable and (not some_wait or redis.call('exists', KEYS[k]) == 0) then
+      local n = redis.pcall('hlen', locked)
+      local mine = 0
+      if not failed(n) and n > 0 then mine = redis.pcall('hexists', locked, jid) end
+      local q = redis.pcall('llen', queued)
+      local p = redis.pcall('llen', primed)
+      if not (failed(n) or failed(mine) or failed(q) or failed(p)) and n == mine and
+         redis.call('set', KEYS[k + 1], ARGV[a + 1], 'NX', 'PX', ARGV[a + 2]) then
+        h.fields[#h.fields + 1] = KEYS[k + 1]
+        h.fields[#h.fields + 1] = ARGV[a + 1]
+        if q > 0 then redis.call('lrem', queued, 0, jid) end
+        if mine == 1 then
+          redis.call('del', KEYS[k + 3], locked, primed, KEYS[k + 7])
+          redis.pcall('zrem', KEYS[k + 8], ARGV[a + 4])
+          redis.call('lpush', queued, '1')
+          redis.call('pexpire', queued, 5000)
+        elseif p > 0 then
+          redis.call('lrem', primed, 0, jid)
+        end
+        r = 1
+      end
     end
+    k = k + 9
+    a = a + 5
+  else
+    local h = held_hash(KEYS[k + 2])
     if h.usable and (ARGV[a + 1] ~= '1' or not some_wait or redis.call('exists', KEYS[k]) == 0) and
        redis.call('set', KEYS[k + 1], ARGV[a + 2], 'NX', 'PX', ARGV[a + 3]) then
       h.fields[#h.fields + 1] = KEYS[k + 1]
@@ -148,14 +191,6 @@ constexpr const char* kWhileExecuting = "while_executing";
 
 }  // namespace
 
-bool BatchAcquire::useful(const Config& config) {
-    return std::any_of(config.classes.begin(), config.classes.end(), [](const auto& kv) {
-        const ClassSpec& c = kv.second;
-        return c.concurrency_limit.has_value() || c.lock.lock == kUntilAndWhile ||
-               c.lock.lock == kWhileExecuting || !c.fair_tenant_queues.empty();
-    });
-}
-
 BatchAcquire::BatchAcquire(const Config& config, const Keys& keys, const JobLimits& limits,
                            LockKeeper& locks, SlotKeeper* slots, std::string identity)
     : config_(config),
@@ -174,8 +209,12 @@ BatchAcquire::BatchAcquire(const Config& config, const Keys& keys, const JobLimi
 
 std::optional<Job> BatchAcquire::plan(const UnitOfWork& unit, std::vector<Acquired>& wanted,
                                       Args& keys, Args& args) const {
-    // Most payloads of a mixed queue are ruled out without parsing them.
-    if (std::none_of(class_names_.begin(), class_names_.end(), [&](const std::string& name) {
+    // Most payloads of a mixed queue are ruled out without parsing them: those of no class
+    // configured here, unless the gem's client locked them (its lock options are in the
+    // payload, whatever the class).
+    const bool gem_pushed = unit.payload.find("\"lock_digest\"") != std::string::npos;
+    if (!gem_pushed &&
+        std::none_of(class_names_.begin(), class_names_.end(), [&](const std::string& name) {
             return unit.payload.find(name) != std::string::npos;
         }))
         return std::nullopt;
@@ -183,65 +222,26 @@ std::optional<Job> BatchAcquire::plan(const UnitOfWork& unit, std::vector<Acquir
     Job* job = std::get_if<Job>(&parsed);
     if (!job) return std::nullopt;  // the processor sends it to the dead set
     auto cls = config_.classes.find(job->handler_name());
-    if (cls == config_.classes.end()) return std::nullopt;
-    const ClassSpec& spec = cls->second;
+    const ClassSpec* spec = cls == config_.classes.end() ? nullptr : &cls->second;
+    if (!spec && !gem_pushed) return std::nullopt;
     // A fair-tenant registration, a slot and a lock at most: `keys` and `args` refer to the
     // items' strings, so the items must not move (Args).
     wanted.reserve(wanted.size() + 3);
-    // The fair-tenant registration first (outermost of the three middlewares). A job marked
-    // by a client (fair_tenant_registered, whatever its value) is left to the middleware.
-    if (!spec.fair_tenant_queues.empty() && !job->jid.empty() &&
-        !job->member(kFairTenantRegistered)) {
-        std::optional<FairTenantPlan> fair;
-        try {
-            fair = fair_.plan(*job);
-        } catch (const std::invalid_argument&) {
-            // the middleware reports unusable rules
-        }
-        if (fair) {
-            std::vector<bool> would_move;
-            for (const auto& rule : fair->rules) would_move.push_back(rule.queue != job->queue);
-            Acquired a;
-            a.kind = Acquired::Kind::fair_tenant;
-            a.key = fair->key;
-            a.member = "jid:" + job->jid;  // the registered member, the gem's
-            a.roomy = true;
-            keys.push_back(a.key);
-            args.push_back("f");
-            fair_.append_probe_args(args.staging(), *fair, job->jid,
-                                    FairTenant::now_text(epoch_seconds()), would_move);
-            args.take_staged();
-            wanted.push_back(std::move(a));
-        }
-    }
-    // The concurrency limit's slot (it sits outside the unique-jobs middleware).
-    if (spec.concurrency_limit && slots_) {
-        const ConcurrencySpec& limit = *spec.concurrency_limit;
-        const std::string scope = limit_scope(*job, limit.by, -1, spec.fair_tenant_arg);
-        Acquired a;
-        a.kind = Acquired::Kind::slot;
-        a.key = keys_.concurrency_slots(scope);
-        a.waiting = keys_.concurrency_waiting(scope);
-        a.member = concurrency_slot_member(identity_, job->jid);
-        a.limit = limit.limit;
-        const Acquired& w = wanted.emplace_back(std::move(a));
-        keys.view(w.key);
-        keys.view(w.waiting);
-        args.view("c");
-        args.push_back(std::to_string(limit.limit));
-        args.view(w.member);
-        args.push_back(std::to_string(slots_->config().slot_ttl.count()));
-        args.push_back(job->jid);  // `job` is moved out at the end
-    }
+    if (spec) plan_limits(*job, *spec, wanted, keys, args);
     std::optional<LockSpec> lock;
     try {
-        lock = resolve_lock(*job, &spec, config_.unique_jobs);
+        lock = resolve_lock(*job, spec, config_.unique_jobs);
     } catch (const std::exception&) {
         // the middleware reports it
         return wanted.empty() ? std::nullopt : std::optional<Job>(std::move(*job));
     }
-    if (!lock || lock->client_lock || lock->wait_token ||
-        (lock->type != kUntilAndWhile && lock->type != kWhileExecuting))
+    // The run lock of a copy's first arrival only (a copy back from waiting carries its wait
+    // token: the middleware decides for it); with the gem's client lock, of
+    // until_and_while_executing only (until_* release or take the client lock around the run).
+    const bool releases_client = lock && lock->client_lock && lock->type == kUntilAndWhile;
+    if (!lock || lock->wait_token ||
+        (lock->type != kUntilAndWhile && lock->type != kWhileExecuting) ||
+        (releases_client && job->jid.empty()))
         return wanted.empty() ? std::nullopt : std::optional<Job>(std::move(*job));
     Acquired a;
     a.kind = Acquired::Kind::exec_lock;
@@ -250,15 +250,75 @@ std::optional<Job> BatchAcquire::plan(const UnitOfWork& unit, std::vector<Acquir
     a.limit = lock->ttl.count();  // kept for the keeper's registration
     a.roomy = true;
     keys.push_back(keys_.digest_key(lock->digest, ":WAIT"));
-    args.view("u");
-    args.view(lock->type == kUntilAndWhile ? "1" : "0");
+    if (releases_client) {
+        args.view("g");
+    } else {
+        args.view("u");
+        args.view(lock->type == kUntilAndWhile ? "1" : "0");
+    }
     a.lock = std::make_shared<const LockSpec>(std::move(*lock));
     const Acquired& w = wanted.emplace_back(std::move(a));
     keys.view(w.key);
     keys.view(locks_.held_hash());
     args.view(w.member);
     args.push_back(std::to_string(w.limit));  // the TTL ms
+    if (releases_client) {
+        auto client = client_lock_keys(keys_, w.lock->digest);
+        client.pop_back();  // not expiring_digests
+        for (auto& k : client) keys.push_back(std::move(k));
+        args.push_back(job->jid);
+        args.view(w.lock->digest);
+    }
     return std::optional<Job>(std::move(*job));
+}
+
+void BatchAcquire::plan_limits(const Job& job, const ClassSpec& spec, std::vector<Acquired>& wanted,
+                               Args& keys, Args& args) const {
+    // The fair-tenant registration first (outermost of the three middlewares). A job marked
+    // by a client (fair_tenant_registered, whatever its value) is left to the middleware.
+    if (!spec.fair_tenant_queues.empty() && !job.jid.empty() &&
+        !job.member(kFairTenantRegistered)) {
+        std::optional<FairTenantPlan> fair;
+        try {
+            fair = fair_.plan(job);
+        } catch (const std::invalid_argument&) {
+            // the middleware reports unusable rules
+        }
+        if (fair) {
+            std::vector<bool> would_move;
+            for (const auto& rule : fair->rules) would_move.push_back(rule.queue != job.queue);
+            Acquired a;
+            a.kind = Acquired::Kind::fair_tenant;
+            a.key = fair->key;
+            a.member = "jid:" + job.jid;  // the registered member, the gem's
+            a.roomy = true;
+            keys.push_back(a.key);
+            args.push_back("f");
+            fair_.append_probe_args(args.staging(), *fair, job.jid,
+                                    FairTenant::now_text(epoch_seconds()), would_move);
+            args.take_staged();
+            wanted.push_back(std::move(a));
+        }
+    }
+    // The concurrency limit's slot (it sits outside the unique-jobs middleware).
+    if (spec.concurrency_limit && slots_) {
+        const ConcurrencySpec& limit = *spec.concurrency_limit;
+        const std::string scope = limit_scope(job, limit.by, -1, spec.fair_tenant_arg);
+        Acquired a;
+        a.kind = Acquired::Kind::slot;
+        a.key = keys_.concurrency_slots(scope);
+        a.waiting = keys_.concurrency_waiting(scope);
+        a.member = concurrency_slot_member(identity_, job.jid);
+        a.limit = limit.limit;
+        const Acquired& w = wanted.emplace_back(std::move(a));
+        keys.view(w.key);
+        keys.view(w.waiting);
+        args.view("c");
+        args.push_back(std::to_string(limit.limit));
+        args.view(w.member);
+        args.push_back(std::to_string(slots_->config().slot_ttl.count()));
+        args.push_back(job.jid);  // copied: the job is moved out once planned
+    }
 }
 
 void BatchAcquire::acquire(redis::Connection& conn, std::vector<UnitOfWork>& units) const {
@@ -334,6 +394,16 @@ void BatchAcquire::release_unclaimed(AcquiredSet& set, std::vector<redis::Comman
             locks_.release(a.held);
             out.push_back({"EVAL", LockKeeper::release_script_source(), "2", a.key,
                            locks_.held_hash(), a.member});
+            // The refill released the gem's client lock, as a start does: a copy that did not
+            // start takes it again, so that the gem's client goes on rejecting duplicates.
+            if (a.lock && a.lock->client_lock && a.lock->type == kUntilAndWhile && set.job) {
+                redis::Command take{"EVAL", unique_scripts::kClientLock, "7"};
+                for (auto& k : client_lock_keys(keys_, a.lock->digest))
+                    take.push_back(std::move(k));
+                for (auto& v : client_lock_take_args(*a.lock, set.job->jid))
+                    take.push_back(std::move(v));
+                out.push_back(std::move(take));
+            }
         }
     }
 }

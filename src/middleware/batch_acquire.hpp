@@ -10,10 +10,15 @@
 // with the LockKeeper / SlotKeeper at once, so a lock or slot is extended while its job waits
 // in the buffer and expires if the process dies.
 //
-// What it leaves to the per-job path: jobs with the gem's client lock (`lock_digest`) or a
-// wait token (a copy coming back from waiting), lock types without a run lock, classes
-// configured with neither option (their payloads are not even parsed: a class name that
-// appears nowhere in a payload rules it out), and payloads that do not parse.
+// A copy the gem's client locked (until_and_while_executing with `lock_digest`) gets its EXEC
+// lock the same way, with the gem's client lock released in the same call as the gem's server
+// releases it at the start (unless another jid holds it); given back unstarted, it takes the
+// client lock again.
+//
+// What it leaves to the per-job path: a copy with a wait token (back from waiting), lock types
+// without a run lock, the gem's other lock types, classes configured with no option and not
+// locked by the gem's client (their payloads are not even parsed: a payload naming no such
+// class and no `lock_digest` is ruled out), and payloads that do not parse.
 //
 // Immutable after construction, shared by the processor threads (the refilling thread calls
 // acquire, the thread that puts a job back calls release_unclaimed).
@@ -40,8 +45,6 @@ class BatchAcquire final : public RefillAcquirer {
     // `slots`: null when no class has a concurrency_limit.
     BatchAcquire(const Config& config, const Keys& keys, const JobLimits& limits, LockKeeper& locks,
                  SlotKeeper* slots, std::string identity);
-    // Whether some class configures a run lock, a concurrency limit or fair-tenant rules.
-    static bool useful(const Config& config);
 
     void acquire(redis::Connection& conn, std::vector<UnitOfWork>& units) const override;
     void release_unclaimed(AcquiredSet& set, std::vector<redis::Command>& out) const override;
@@ -87,6 +90,9 @@ class BatchAcquire final : public RefillAcquirer {
     // with what it took), else nullopt.
     std::optional<Job> plan(const UnitOfWork& unit, std::vector<Acquired>& wanted, Args& keys,
                             Args& args) const;
+    // plan()'s fair-tenant registration and concurrency slot, for a class configured here.
+    void plan_limits(const Job& job, const ClassSpec& spec, std::vector<Acquired>& wanted,
+                     Args& keys, Args& args) const;
 
     const Config& config_;
     const Keys& keys_;

@@ -45,9 +45,9 @@ ChainAssembly::ChainAssembly(const Runtime& rt, const SharedState& shared, Middl
     builtins.push_back(std::make_shared<UniqueJobsMiddleware>(config, rt.keys, rt.dead, rt.retry,
                                                               lock_keeper_, rt.identity));
 
-    if (BatchAcquire::useful(config))
-        batch_acquire_ = std::make_unique<BatchAcquire>(config, rt.keys, rt.limits, lock_keeper_,
-                                                        slot_keeper_.get(), rt.identity);
+    // Whatever the configuration: the gem's client may lock any job.
+    batch_acquire_ = std::make_unique<BatchAcquire>(config, rt.keys, rt.limits, lock_keeper_,
+                                                    slot_keeper_.get(), rt.identity);
 
     // `chain` already holds the user's chain: put kiqd's own in front of it, innermost first.
     for (auto it = builtins.rbegin(); it != builtins.rend(); ++it) chain.prepend(*it);

@@ -44,7 +44,7 @@ class ChainAssembly {
     LockKeeper& lock_keeper() { return lock_keeper_; }
     SlotKeeper* slot_keeper() { return slot_keeper_.get(); }  // null: no concurrency_limit
     // What a batched refill acquires ahead of the unique-jobs and concurrency middlewares
-    // (batch_acquire.hpp); null when no class configures a run lock or a concurrency limit.
+    // (batch_acquire.hpp).
     const RefillAcquirer* refill_acquirer() const { return batch_acquire_.get(); }
 
   private:

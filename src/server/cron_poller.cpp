@@ -58,9 +58,17 @@ redis.call('zremrangebyscore', KEYS[1], 0, ARGV[10])
 return 1
 )lua";
 
+// A one-off `at:` run, claimed once across the fleet and pushed in the same call.
+// KEYS[1] the claim (kiqd:scheduler:at:<name>:<time>)   KEYS[2] schedule
+// ARGV[1] the claim's TTL in seconds   ARGV[2] the run's time (its score)   ARGV[3] the payload
+// Returns 1 when this call claimed and pushed it, 0 when another process had.
+constexpr const char* kOneOffScript = R"lua(
+if not redis.call('set', KEYS[1], ARGV[2], 'NX', 'EX', ARGV[1]) then return 0 end
+redis.call('zadd', KEYS[2], ARGV[2], ARGV[3])
+return 1
+)lua";
+
 constexpr double kRememberSeconds = 24 * 60 * 60;  // the gem's REMEMBER_THRESHOLD
-constexpr int kHistorySize = 10;                   // the gem's cron_history_size default
-constexpr std::int64_t kWindowSeconds = 60;        // the gem's not_past_scheduled_time?
 constexpr unsigned kLayoutRefreshRounds = 10;      // look for new 2.x namespaces every ~5 min
 
 std::string uuid_v4(std::mt19937_64& rng) {
@@ -86,6 +94,8 @@ CronPoller::CronPoller(Runtime& rt, const Client& client)
       client_(client),
       store_(rt.keys),
       enqueue_script_(kEnqueueScript),
+      one_off_script_(kOneOffScript),
+      started_(epoch_seconds()),
       rng_(std::random_device{}()),
       worker_("cron", rt.log) {}
 
@@ -164,12 +174,14 @@ std::string CronPoller::describe_sets(const std::vector<std::string>& sets) cons
 
 void CronPoller::save_schedules(redis::Connection& conn, double now) {
     if (sets_.empty()) refresh_layout(conn, now);
-    if (rt_.config.cron.empty()) return;
     std::vector<std::string> names;
-    for (const auto& spec : rt_.config.cron) names.push_back(spec.name);
+    for (const auto& spec : rt_.config.cron)
+        if (!spec.one_off()) names.push_back(spec.name);
+    if (names.empty()) return;
     for (const auto& gone : store_.destroy_removed(conn, names, sets_))
         rt_.log.info("cron: removed schedule {} (no longer in the configuration)", gone);
     for (const auto& spec : rt_.config.cron) {
+        if (spec.one_off()) continue;
         const std::string ns = !v2_ ? "" : spec.ns.empty() ? rt_.config.cron_namespace : spec.ns;
         try {
             store_.save(conn, spec, now, ns);
@@ -178,7 +190,58 @@ void CronPoller::save_schedules(redis::Connection& conn, double now) {
         }
     }
     rt_.log.info("cron: {} schedule(s) from the configuration written to sidekiq-cron {}'s keys",
-                 rt_.config.cron.size(), v2_ ? "2.x" : "1.x");
+                 names.size(), v2_ ? "2.x" : "1.x");
+}
+
+size_t CronPoller::push_one_offs(redis::Connection& conn, double now, double horizon) {
+    size_t pushed = 0;
+    for (const auto& spec : rt_.config.cron) {
+        if (!spec.one_off() || one_offs_done_.count(spec.name)) continue;
+        const double due = spec.once_at ? *spec.once_at : started_ + *spec.once_in;
+        if (due > now + horizon) continue;  // a later poll pushes it
+        one_offs_done_.insert(spec.name);
+        if (now - due > static_cast<double>(rt_.config.cron_reschedule_grace_period)) {
+            rt_.log.warn(
+                "cron: one-off schedule {} was due at {}, before this process could "
+                "push it; skipped",
+                spec.name, iso8601_utc(static_cast<std::int64_t>(due)));
+            continue;
+        }
+        nlohmann::ordered_json item;
+        item["class"] = spec.job_class;
+        item["queue"] = spec.queue.empty() ? "default" : spec.queue;
+        item["args"] = nlohmann::ordered_json::parse(spec.args_json);
+        item["at"] = due;
+        std::string payload;
+        try {
+            auto normalized = client_.normalize(std::move(item));
+            if (!client_.chain().empty() && !client_.chain().invoke(normalized, conn)) {
+                rt_.log.info("cron: one-off {}: a client middleware stopped the push", spec.name);
+                continue;
+            }
+            payload = client_.prepare(std::move(normalized)).payload;
+        } catch (const std::invalid_argument& e) {
+            report(spec.name, std::string("its job is not valid: ") + e.what());
+            continue;
+        }
+        const std::string score = score_text(due);
+        if (spec.once_at) {
+            // Claimed for a day past its time: long enough for every process to see it taken.
+            const auto ttl = static_cast<long long>(std::max(0.0, due - now)) + 86400;
+            const std::string claim =
+                rt_.keys.prefix() + "kiqd:scheduler:at:" + spec.name + ":" + score;
+            if (one_off_script_
+                    .run(conn, {claim, rt_.keys.schedule()}, {std::to_string(ttl), score, payload})
+                    .integer() != 1)
+                continue;
+        } else {
+            conn.command({"ZADD", rt_.keys.schedule(), score, payload});
+        }
+        rt_.log.info("cron: one-off {} ({}) pushed to run at {}", spec.name, spec.job_class,
+                     iso8601_utc(static_cast<std::int64_t>(due)));
+        ++pushed;
+    }
+    return pushed;
 }
 
 size_t CronPoller::enqueue_due(redis::Connection& conn, double now) {
@@ -206,7 +269,9 @@ bool CronPoller::enqueue_job(redis::Connection& conn, const CronJobRecord& job, 
     const CronExpression* cron = expression(job);
     if (!cron || !job.enabled()) return false;
     const std::int64_t run = cron->previous_time(now);
-    if (static_cast<std::int64_t>(now) - run > kWindowSeconds) return false;
+    // The gem's not_past_scheduled_time? (reschedule_grace_period, 60 s by default).
+    if (static_cast<std::int64_t>(now) - run > rt_.config.cron_reschedule_grace_period)
+        return false;
     const auto last = job.last_enqueue_time();
     if (last && *last >= run) return false;
     const std::string run_iso = iso8601_utc(run);
@@ -268,13 +333,14 @@ bool CronPoller::enqueue_job(redis::Connection& conn, const CronJobRecord& job, 
     const std::string destination = mode == "schedule" ? rt_.keys.schedule()
                                     : mode == "queue"  ? rt_.keys.queue(queue)
                                                        : rt_.keys.queues();  // unused
-    auto reply = enqueue_script_.run(
-        conn,
-        {store_.enqueued_key(name, job.ns), store_.job_key(name, job.ns),
-         store_.jid_history_key(name, job.ns), rt_.keys.queues(), destination},
-        {ruby_float_text(static_cast<double>(run)), run_iso, mode, queue, payload, at,
-         last_enqueue_time_text(now), history.dump(), std::to_string(kHistorySize - 1),
-         "(" + ruby_float_text(now - kRememberSeconds)});
+    auto reply =
+        enqueue_script_.run(conn,
+                            {store_.enqueued_key(name, job.ns), store_.job_key(name, job.ns),
+                             store_.jid_history_key(name, job.ns), rt_.keys.queues(), destination},
+                            {ruby_float_text(static_cast<double>(run)), run_iso, mode, queue,
+                             payload, at, last_enqueue_time_text(now), history.dump(),
+                             std::to_string(rt_.config.cron_history_size - 1),
+                             "(" + ruby_float_text(now - kRememberSeconds)});
     if (reply.is_error()) throw redis::ReplyError(std::string(reply.error_text()));
     report(name, "");
     if (reply.integer() != 1) return false;
@@ -296,6 +362,8 @@ void CronPoller::poll() {
             schedules_saved_ = true;
         }
         enqueue_due(*conn_, now);
+        // Pushed by the last poll before they are due: the next comes within 1.5 intervals.
+        push_one_offs(*conn_, now, 1.5 * rt_.config.cron_poll_interval);
         rt_.health.succeeded(started);
     } catch (const redis::Error& e) {
         rt_.health.failed(e);

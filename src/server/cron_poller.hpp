@@ -24,6 +24,13 @@
 // stored message with fresh args (plus the time with date_as_argument), or ActiveJob's wrapper
 // with active_job "1"; it goes through kiqd's client normalisation and client middleware.
 //
+// sidekiq-scheduler's one-off schedules (`at:`, `in:`) are not sidekiq-cron jobs: each is pushed
+// once to `schedule`, at its time, by the poll before it is due (so a process that stops before
+// then pushes nothing, as rufus-scheduler forgets its jobs). An `at:` run is claimed once across
+// the fleet (SET NX on kiqd:scheduler:at:<name>:<time>, in one script with the push); an `in:`
+// run counts from each process's start, once per process, as rufus-scheduler fires it in each
+// Ruby process. A time already more than the grace period past is skipped with a log line.
+//
 // A run missed because no poller ran within 60 s after it (every process down, or a restart
 // longer than that) is skipped, as the gem skips it; one that a restart delays by less is
 // enqueued once when the next poll comes. Polls every `cron_poll_interval` (the gem's key and
@@ -31,6 +38,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -53,6 +61,11 @@ class CronPoller {
     void save_schedules(redis::Connection& conn, double now);
     // One pass over every job at `now` (epoch seconds); returns how many runs it enqueued.
     size_t enqueue_due(redis::Connection& conn, double now);
+    // The one-off schedules due before `now + horizon` seconds and not pushed yet, pushed
+    // (see above); returns how many this call pushed. Public for tests, as is the start time
+    // `in:` counts from (the poller's construction).
+    size_t push_one_offs(redis::Connection& conn, double now, double horizon);
+    void set_started(double t) { started_ = t; }
     // The layout and the sets read (public for tests): "" is 1.x's set, else a namespace.
     bool writes_v2() const { return v2_; }
     const std::vector<std::string>& sets() const { return sets_; }
@@ -72,6 +85,9 @@ class CronPoller {
     const Client& client_;
     CronStore store_;
     redis::Script enqueue_script_;
+    redis::Script one_off_script_;
+    double started_;
+    std::set<std::string> one_offs_done_;  // one-off schedules pushed or skipped, by name
     std::mt19937_64 rng_;
     std::unique_ptr<redis::Connection> conn_;  // only the poller thread uses it
     bool schedules_saved_ = false;

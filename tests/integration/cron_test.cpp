@@ -90,6 +90,69 @@ TEST_CASE("cron: a run is enqueued once, with the gem's bookkeeping", "[cron]") 
     CHECK(llen(conn, "queue:reports") == 2);
 }
 
+TEST_CASE("cron: the gem's reschedule_grace_period and cron_history_size, when set", "[cron]") {
+    CronFixture f;
+    auto& [server, t, client, store, conn] = f;
+    t.config.cron_reschedule_grace_period = 300;
+    t.config.cron_history_size = 2;
+    CronPoller poller(t.rt, client);
+    store.save(conn, spec("hourly", "0 * * * * UTC"), kTen - 1800);
+    // 10:04:00: 240 s late, within a 300 s grace period (the default 60 s would skip it).
+    CHECK(poller.enqueue_due(conn, kTen + 240) == 1);
+    // 11:05:01: 301 s late: skipped.
+    CHECK(poller.enqueue_due(conn, kTen + 3600 + 301) == 0);
+    CHECK(poller.enqueue_due(conn, kTen + 7200 + 10) == 1);
+    CHECK(poller.enqueue_due(conn, kTen + 3 * 3600 + 10) == 1);
+    // Three runs, the last two in the history.
+    CHECK(llen(conn, "queue:reports") == 3);
+    CHECK(llen(conn, "cron_job:hourly:jid_history") == 2);
+}
+
+TEST_CASE(
+    "cron: sidekiq-scheduler's at: and in: are pushed once, by the poll before they are due; an "
+    "at: run once across pollers, an in: run once per process",
+    "[cron]") {
+    CronFixture f;
+    auto& [server, t, client, store, conn] = f;
+    CronScheduleSpec at = spec("launch", "", R"(["go"])");
+    at.once_at = kTen + 600;
+    CronScheduleSpec in = spec("warmup", "");
+    in.once_in = 300;
+    t.config.cron = {at, in};
+    CronPoller a(t.rt, client), b(t.rt, client);
+    a.set_started(kTen);
+    b.set_started(kTen + 10);
+    const auto scheduled = [&] { return zcard(conn, "schedule"); };
+    // 10:00: both runs further away than the next poll.
+    CHECK(a.push_one_offs(conn, kTen, 45) == 0);
+    CHECK(scheduled() == 0);
+    // 10:04:30: a's in: run (10:05) is due before its next poll: pushed for 10:05, once.
+    CHECK(a.push_one_offs(conn, kTen + 270, 45) == 1);
+    CHECK(a.push_one_offs(conn, kTen + 280, 45) == 0);
+    auto pushed = conn.command({"ZRANGE", "schedule", "0", "-1", "WITHSCORES"});
+    REQUIRE(pushed.size() == 2);
+    auto j = nlohmann::json::parse(std::string(pushed[0].str()));
+    CHECK(j["class"] == "ReportJob");
+    CHECK(j["queue"] == "reports");
+    CHECK(j["jid"].get<std::string>().size() == 24);
+    CHECK_FALSE(j.contains("at"));
+    CHECK(std::stod(std::string(pushed[1].str())) == kTen + 300);
+    // b started 10 s later: its own in: run, for 10:05:10.
+    CHECK(b.push_one_offs(conn, kTen + 280, 45) == 1);
+    CHECK(scheduled() == 2);
+    // 10:09:30: the at: run (10:10) is pushed once, whichever poller comes first.
+    CHECK(a.push_one_offs(conn, kTen + 570, 45) + b.push_one_offs(conn, kTen + 571, 45) == 1);
+    CHECK(scheduled() == 3);
+    CHECK(
+        conn.command({"ZCOUNT", "schedule", std::to_string(kTen + 600), std::to_string(kTen + 600)})
+            .integer() == 1);
+    // A process started after the at: time (past the 60 s grace) skips it; its in: run is its own.
+    CronPoller late(t.rt, client);
+    late.set_started(kTen + 661);
+    CHECK(late.push_one_offs(conn, kTen + 661, 45) == 0);
+    CHECK(scheduled() == 3);
+}
+
 TEST_CASE("cron: disabled, deleted and broken jobs are not enqueued", "[cron]") {
     CronFixture f;
     auto& [server, t, client, store, conn] = f;

@@ -26,6 +26,7 @@
 #include "support/wait_until.hpp"
 
 using namespace kiqd;
+using kiqd::test::command_calls;
 using kiqd::test::KiqdFleet;
 using kiqd::test::KiqdProcess;
 using kiqd::test::llen;
@@ -222,12 +223,6 @@ TEST_CASE("concurrency: a deferred release runs inside the next job's acquire, b
     CHECK(run(job("a1"), [] {}));
     REQUIRE(pending.size() == 1);
     CHECK(f.slots("Tenant:tenant:a") == 1);  // released later
-    // EVALSHA calls since the last CONFIG RESETSTAT (INFO commandstats).
-    const auto evalsha_calls = [&](redis::Connection& conn) {
-        const std::string info(conn.command({"INFO", "commandstats"}).str());
-        const auto at = info.find("cmdstat_evalsha:calls=");
-        return at == std::string::npos ? 0L : std::stol(info.substr(at + 22));
-    };
     f.conn.command({"CONFIG", "RESETSTAT"});
     for (const std::string jid : {"a2", "a3"}) {
         CHECK(run(job(jid), [&] {
@@ -238,7 +233,8 @@ TEST_CASE("concurrency: a deferred release runs inside the next job's acquire, b
         }));
         REQUIRE(pending.size() == 1);
     }
-    CHECK(evalsha_calls(f.conn) == 2);  // a2 and a3: one script call each, release included
+    CHECK(command_calls(f.conn, "evalsha") ==
+          2);  // a2 and a3: one script call each, release included
     CHECK(f.waiting("Tenant:tenant:a").empty());  // nobody parked
     // A job parked behind a running one is moved back by the folded release: b2 parks while
     // b1 runs; b1's release, folded into the next acquire (another scope), moves b2 back.

@@ -5,23 +5,18 @@
 #include <catch2/catch.hpp>
 #include <string>
 
+#include "support/redis_reads.hpp"
 #include "support/redis_server.hpp"
 #include "support/unique_fixture.hpp"
 
 using namespace kiqd;
+using kiqd::test::command_calls;
 using kiqd::test::gem_client_lock;
 using kiqd::test::lock_holders;
 using kiqd::test::RedisServer;
 using kiqd::test::UniqueFixture;
 
 namespace {
-
-// A Redis command's calls since the last CONFIG RESETSTAT (INFO commandstats).
-long calls(redis::Connection& c, const std::string& command) {
-    const std::string info(c.command({"INFO", "commandstats"}).str());
-    const auto at = info.find("cmdstat_" + command + ":calls=");
-    return at == std::string::npos ? 0L : std::stol(info.substr(at + command.size() + 15));
-}
 
 std::string job(const std::string& jid, int n, bool gem) {
     const std::string head = R"({"class":"Sync","queue":"default","args":[)" + std::to_string(n) +
@@ -59,7 +54,8 @@ TEST_CASE(
                 &pending));
         }
         // The commands of the fixture's own gem_client_lock calls are not the middleware's.
-        return std::pair{calls(c, "evalsha") + calls(c, "eval"), calls(c, "type")};
+        return std::pair{command_calls(c, "evalsha") + command_calls(c, "eval"),
+                         command_calls(c, "type")};
     };
     const auto own = drain(false);
     const auto gem = drain(true);

@@ -28,6 +28,7 @@
 #include "support/wait_until.hpp"
 
 using namespace kiqd;
+using kiqd::test::command_calls;
 using kiqd::test::gem_client_lock;
 using kiqd::test::held_lock_count;
 using kiqd::test::held_locks;
@@ -118,12 +119,6 @@ TEST_CASE("unique: a deferred release runs inside the next job's acquire, before
     CHECK(held_lock_count(c) == 1);
     // The per-job acquire wrote the held hash's marker with the lock: a hashtable already.
     CHECK(std::string(c.command({"OBJECT", "ENCODING", "kiqd:unique:held"}).str()) == "hashtable");
-    // EVALSHA calls since the last CONFIG RESETSTAT (INFO commandstats).
-    const auto evalsha_calls = [&](redis::Connection& conn) {
-        const std::string info(conn.command({"INFO", "commandstats"}).str());
-        const auto at = info.find("cmdstat_evalsha:calls=");
-        return at == std::string::npos ? 0L : std::stol(info.substr(at + 22));
-    };
     c.command({"CONFIG", "RESETSTAT"});
     // Another identity: its acquire call frees A's lock first.
     CHECK(run(other, [&] {
@@ -133,7 +128,7 @@ TEST_CASE("unique: a deferred release runs inside the next job's acquire, before
         CHECK(held_lock_count(c) == 1);
     }));
     REQUIRE(pending.size() == 1);
-    CHECK(evalsha_calls(c) == 1);  // one script call for the release and the acquire
+    CHECK(command_calls(c, "evalsha") == 1);  // one script call for the release and the acquire
     // The same identity again: the release comes first, so the lock is free for it (with the
     // release after the acquire it would find its own predecessor's lock busy).
     CHECK(run(

@@ -21,6 +21,13 @@ long long zcard(redis::Connection& c, const std::string& key) {
     return c.command({"ZCARD", key}).integer();
 }
 
+long command_calls(redis::Connection& c, const std::string& command) {
+    const std::string info(c.command({"INFO", "commandstats"}).str());
+    const std::string field = "cmdstat_" + command + ":calls=";
+    const auto at = info.find(field);
+    return at == std::string::npos ? 0L : std::stol(info.substr(at + field.size()));
+}
+
 long long counter(redis::Connection& c, const std::string& key) {
     auto v = c.command({"GET", key}).optional_str();
     return v ? std::stoll(*v) : 0;

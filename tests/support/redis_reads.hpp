@@ -15,6 +15,9 @@ long long llen(redis::Connection& c, const std::string& key);
 long long zcard(redis::Connection& c, const std::string& key);
 // A counter written with INCRBY (stat:processed, ...) as a number; 0 while the key is missing.
 long long counter(redis::Connection& c, const std::string& key);
+// A command's calls since the last CONFIG RESETSTAT (INFO commandstats; `command` in lower case,
+// e.g. "evalsha"); 0 when it made none.
+long command_calls(redis::Connection& c, const std::string& command);
 // A list's or sorted set's members in order.
 std::vector<std::string> lrange(redis::Connection& c, const std::string& key);
 std::vector<std::string> zrange(redis::Connection& c, const std::string& key);

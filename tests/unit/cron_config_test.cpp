@@ -3,6 +3,7 @@
 // top-level `:schedule:`, and exit 78 naming the key and line of a bad entry.
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 #include "server/cron_store.hpp"
@@ -78,7 +79,7 @@ TEST_CASE("cron config: bad entries name the key and line", "[cron][config]") {
     CHECK(config_error_of("cron:\n  - cron: \"* * * * *\"\n    class: A\n") ==
           "cron[0].name (line 2): is missing");
     CHECK(config_error_of("cron:\n  - name: a\n    class: A\n") ==
-          "cron[0].cron (line 2): is missing (or every:)");
+          "cron[0].cron (line 2): is missing (or every:, interval:, at:, in:)");
     CHECK(config_error_of("cron:\n  - name: a\n    cron: \"* * * * *\"\n") ==
           "cron[0].class (line 2): is missing");
     CHECK(config_error_of("cron:\n  - {name: a, cron: \"* * * * *\", class: A, queue: \"a b\"}\n")
@@ -87,8 +88,21 @@ TEST_CASE("cron config: bad entries name the key and line", "[cron][config]") {
               .find("cron[0].colour (line 2): unknown key") == 0);
     CHECK(config_error_of(":scheduler:\n  :schedule:\n    a:\n      every: '7m'\n      class: A\n")
               .find("scheduler.schedule.a.every (line 4): '7m' does not divide") == 0);
-    CHECK(config_error_of(":scheduler:\n  :schedule:\n    a:\n      in: '1h'\n      class: A\n")
-              .find("scheduler.schedule.a.in (line 4): is not supported") == 0);
+    CHECK(config_error_of(":scheduler:\n  :schedule:\n    a:\n      at: 'soon'\n      class: A\n")
+              .find("scheduler.schedule.a.at (line 4): 'soon' is not a time") == 0);
+    CHECK(config_error_of(":scheduler:\n  :schedule:\n    a:\n      at: '2030/13/01'\n"
+                          "      class: A\n")
+              .find("scheduler.schedule.a.at (line 4): '2030/13/01' is not a valid time") == 0);
+    CHECK(config_error_of(":scheduler:\n  :schedule:\n    a:\n      in: 'later'\n"
+                          "      class: A\n")
+              .find("scheduler.schedule.a.in (line 4): 'later' is not a duration") == 0);
+    CHECK(config_error_of(":scheduler:\n  :schedule:\n    a:\n      in: '1h'\n"
+                          "      cron: '* * * * *'\n      class: A\n") ==
+          "scheduler.schedule.a (line 4): takes one of cron:, every:, interval:, at: and in:");
+    CHECK(config_error_of("cron:\n  reschedule_grace_period: -5\n") ==
+          "cron.reschedule_grace_period (line 2): must be 0 or more seconds");
+    CHECK(config_error_of("cron:\n  history_size: 0\n") ==
+          "cron.history_size (line 2): must be between 1 and 100000");
     CHECK(config_error_of("cron:\n  layout: v3\n") ==
           "cron.layout (line 2): must be auto, v1 (sidekiq-cron 1.x) or v2 (2.x)");
     CHECK(config_error_of("cron_schedule_file: /nonexistent/schedule.yml\n")
@@ -127,6 +141,8 @@ cron:
   layout: v2
   namespace: billing
   namespaces: [billing, reports]
+  reschedule_grace_period: 300
+  history_size: 25
   schedule:
     - {name: a, cron: "every day at 5pm", class: A}
     - {name: b, cron: "0 * * * *", class: B, namespace: reports}
@@ -140,11 +156,47 @@ cron:
     CHECK(c.cron_layout == kiqd::CronLayoutSetting::v2);
     CHECK(c.cron_namespace == "billing");
     CHECK(c.cron_namespaces == std::vector<std::string>{"billing", "reports"});
+    CHECK(c.cron_reschedule_grace_period == 300);
+    CHECK(c.cron_history_size == 25);
+    // The gem's defaults when unset.
+    CHECK(kiqd::parse_config("cron: []\n", "test.yml", "").cron_reschedule_grace_period == 60);
+    CHECK(kiqd::parse_config("cron: []\n", "test.yml", "").cron_history_size == 10);
     REQUIRE(c.cron.size() == 5);
     CHECK(c.cron[1].ns == "reports");
     CHECK(c.cron[2].cron == "*/15 * * * *");
     CHECK(c.cron[3].cron == "0 */2 * * *");
     CHECK(c.cron[4].cron == "*/30 * * * * *");
+
+    // sidekiq-scheduler's one-off runs: at: a time (zone given, or the local zone), in: a
+    // duration after each start; no cron line.
+    auto once = kiqd::parse_config(R"(
+:scheduler:
+  :schedule:
+    a: {at: '2030/12/12 23:30:00 UTC', class: A}
+    b: {at: '2030-12-12T23:30:00+09:00', class: B}
+    c: {at: '2030/07/01 12:00 Europe/Berlin', class: C}
+    d: {at: ['2030/12/12', {}], class: D}
+    e: {in: '1h30m', class: E}
+)",
+                                   "test.yml", "");
+    REQUIRE(once.cron.size() == 5);
+    for (const auto& s : once.cron) CHECK(s.cron.empty());
+    CHECK(once.cron[0].once_at == 1923348600.0);
+    CHECK(once.cron[1].once_at == 1923316200.0);
+    CHECK(once.cron[2].once_at == 1909130400.0);  // 10:00 UTC: Berlin's summer time
+    CHECK(once.cron[4].once_in == 5400.0);
+    CHECK_FALSE(once.cron[4].once_at);
+    // Without a zone: the local one, $TZ first (as Ruby reads it).
+    const char* tz = std::getenv("TZ");
+    const std::string saved = tz ? tz : "";
+    setenv("TZ", "Asia/Tokyo", 1);
+    auto local = kiqd::parse_config(
+        ":scheduler:\n  :schedule:\n    d: {at: '2030/12/12', class: D}\n", "test.yml", "");
+    if (tz)
+        setenv("TZ", saved.c_str(), 1);
+    else
+        unsetenv("TZ");
+    CHECK(local.cron[0].once_at == 1923264000.0 - 9 * 3600);  // midnight in Tokyo
 
     // sidekiq-cron's schedule.yml: a map name → job (or a list), after ERB, as the gem reads it.
     kiqd::test::TempDir dir;

@@ -363,3 +363,19 @@ TEST_CASE("fetch buffer: a job taken outside the buffer counts toward the thread
     CHECK(short_at_refill(0));
     CHECK_FALSE(short_at_refill(1));
 }
+
+TEST_CASE("fetch buffer: a thread's refills acquire ahead only once its jobs are measured",
+          "[unit][batch]") {
+    // A thread's first take has no pace: what its refill would acquire ahead could be held
+    // behind a long first job. From the next take on, short jobs do.
+    FetchBuffer buffer(4, 1, 1);
+    std::vector<bool> ahead;
+    const FetchBuffer::Refill refill = [&](std::vector<UnitOfWork>&) {
+        ahead.push_back(buffer.acquires_ahead(0));
+        return std::vector<UnitOfWork>{{"default", "job"}};
+    };
+    bool drained = false;
+    for (int i = 0; i < 2; ++i)
+        REQUIRE(buffer.take_or_refill(refill, std::chrono::seconds(5), drained, 0));
+    CHECK(ahead == std::vector<bool>{false, true});
+}

@@ -224,14 +224,24 @@ UniqueJobsMiddleware::UniqueJobsMiddleware(const Config& config, const Keys& key
       drop_wait_script_(unique_scripts::kDropWait),
       schedule_holding_script_(unique_scripts::kScheduleHolding) {}
 
-std::vector<std::string> UniqueJobsMiddleware::client_lock_keys(const std::string& digest) const {
-    return {keys_.digest_key(digest),
-            keys_.digest_key(digest, ":LOCKED"),
-            keys_.digest_key(digest, ":QUEUED"),
-            keys_.digest_key(digest, ":PRIMED"),
-            keys_.digest_key(digest, ":INFO"),
-            keys_.digest_key("uniquejobs:digests"),
-            keys_.digest_key("uniquejobs:expiring_digests")};
+std::vector<std::string> client_lock_keys(const Keys& keys, const std::string& digest) {
+    return {keys.digest_key(digest),
+            keys.digest_key(digest, ":LOCKED"),
+            keys.digest_key(digest, ":QUEUED"),
+            keys.digest_key(digest, ":PRIMED"),
+            keys.digest_key(digest, ":INFO"),
+            keys.digest_key("uniquejobs:digests"),
+            keys.digest_key("uniquejobs:expiring_digests")};
+}
+
+std::vector<std::string> client_lock_take_args(const LockSpec& lock, const std::string& jid) {
+    const std::string score = lock.score.empty() ? score_text(epoch_seconds()) : lock.score;
+    return {jid,
+            std::to_string(lock.client_pttl),
+            lock.type == "until_expired" ? "1" : "0",
+            std::to_string(lock.limit),
+            score,
+            lock.digest};
 }
 
 void UniqueJobsMiddleware::call(JobContext& ctx, const Next& next) const {
@@ -282,18 +292,15 @@ void UniqueJobsMiddleware::call(JobContext& ctx, const Next& next) const {
 long long UniqueJobsMiddleware::release_client_lock(JobContext& ctx, const LockSpec& lock) const {
     if (!lock.client_lock || ctx.job.jid.empty()) return 0;
     return client_unlock_script_
-        .run(ctx.redis, client_lock_keys(lock.digest), {ctx.job.jid, lock.digest})
+        .run(ctx.redis, client_lock_keys(keys_, lock.digest), {ctx.job.jid, lock.digest})
         .integer();
 }
 
 long long UniqueJobsMiddleware::take_client_lock(JobContext& ctx, const LockSpec& lock) const {
     if (!lock.client_lock || ctx.job.jid.empty()) return 1;
-    const std::string score = lock.score.empty() ? score_text(epoch_seconds()) : lock.score;
     return client_lock_script_
-        .run(ctx.redis, client_lock_keys(lock.digest),
-             {ctx.job.jid, std::to_string(lock.client_pttl),
-              lock.type == "until_expired" ? "1" : "0", std::to_string(lock.limit), score,
-              lock.digest})
+        .run(ctx.redis, client_lock_keys(keys_, lock.digest),
+             client_lock_take_args(lock, ctx.job.jid))
         .integer();
 }
 
@@ -359,7 +366,7 @@ void UniqueJobsMiddleware::run_with_exec_lock(JobContext& ctx, const Next& next,
         // on_conflict reschedule.
         const bool releases_client = use_wait && lock.client_lock && !ctx.job.jid.empty();
         if (releases_client) {
-            auto client = client_lock_keys(lock.digest);
+            auto client = client_lock_keys(keys_, lock.digest);
             keys.insert(keys.end(), client.begin(), client.end() - 1);  // not expiring_digests
             args.insert(args.end(), {ctx.job.jid, lock.digest, lock.wait_token ? "0" : "1",
                                      holds_client_lock_while_waiting(lock) ? "1" : "0"});
@@ -442,7 +449,7 @@ void UniqueJobsMiddleware::park(JobContext& ctx, const LockSpec& lock,
 
 long long UniqueJobsMiddleware::schedule_holding(JobContext& ctx, const LockSpec& lock, double at,
                                                  std::string payload, bool even_if_held) const {
-    auto keys = client_lock_keys(lock.digest);
+    auto keys = client_lock_keys(keys_, lock.digest);
     keys.push_back(keys_.schedule());
     return schedule_holding_script_
         .run(ctx.redis, keys,

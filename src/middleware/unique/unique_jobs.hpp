@@ -87,6 +87,12 @@ std::string unique_digest(const std::string& prefix, const std::string* job_clas
                           const std::optional<std::string>& apartment = std::nullopt,
                           bool modern = false);
 
+// The gem's client lock of `digest`, as its scripts (unique_scripts.cpp, k[1..7]) take the keys:
+// D, D:LOCKED, D:QUEUED, D:PRIMED, D:INFO, uniquejobs:digests, uniquejobs:expiring_digests.
+std::vector<std::string> client_lock_keys(const Keys& keys, const std::string& digest);
+// unique_scripts::kClientLock's arguments: the gem's client lock taken for `jid` as `lock` says.
+std::vector<std::string> client_lock_take_args(const LockSpec& lock, const std::string& jid);
+
 class UniqueJobsMiddleware final : public ServerMiddleware {
   public:
     UniqueJobsMiddleware(const Config& config, const Keys& keys, const DeadSet& dead,
@@ -115,7 +121,6 @@ class UniqueJobsMiddleware final : public ServerMiddleware {
     // another jid holds it (0; scheduled anyway with `even_if_held`).
     long long schedule_holding(JobContext& ctx, const LockSpec& lock, double at,
                                std::string payload, bool even_if_held) const;
-    std::vector<std::string> client_lock_keys(const std::string& digest) const;
 
     const Config& config_;
     const Keys& keys_;
