@@ -97,7 +97,7 @@ class RedisServer:
             try:
                 if Redis("127.0.0.1", self.port).call("PING") == "PONG":
                     return
-            except OSError:
+            except (OSError, RuntimeError):  # not listening yet, or LOADING its AOF
                 pass
             if self.proc.poll() is not None:
                 raise RuntimeError("redis-server exited; see %s/redis.log" % self.work)
@@ -464,6 +464,7 @@ def main():
         f.write("redis: {url: \"redis://127.0.0.1:%d/0\"}\nqueues: [chaos]\n" % redis.port)
     events = Events(os.path.join(work, "events.jsonl"))
     ok = False
+    threads = []
     try:
         for k in fleet.values():
             k.start()
@@ -479,7 +480,8 @@ def main():
         producer = Producer(seed, rate, redis.port, events)
         faults = Faults(seed, every, fleet, proxies, redis, events, lock)
         pauser = Pauser(kiqd_bin, admin, events, lock)
-        for t in (producer, faults, pauser):
+        threads = [producer, faults, pauser]
+        for t in threads:
             t.start()
         while time.time() - t0 < duration:
             time.sleep(1)
@@ -535,6 +537,11 @@ def main():
             json.dump(report, f, indent=1)
         chaos_check.print_report(report)
     finally:
+        # The fault thread first: it may be about to restart a process.
+        for t in threads:
+            t.stop_flag.set()
+        for t in threads:
+            t.join()
         for k in fleet.values():
             k.stop()
         for p in proxies.values():
