@@ -175,7 +175,8 @@ bool ReliableFetcher::still_owned(redis::Connection& conn, UnitOfWork& unit,
     bool owned = false;
     try {
         owned = fence_.prove(conn, pending, keys_.alive(identity_), keys_.working_lists(),
-                             keys_.working(identity_, unit.queue), unit.payload);
+                             keys_.working(identity_, unit.queue), recoveries_key(identity_),
+                             unit.payload, unit.fetched_at);
     } catch (const redis::Error&) {
         // Not known either way: a buffered job waits for the next try at the front of the
         // buffer; one fetched just now stays in the working list, where the stranded-job check

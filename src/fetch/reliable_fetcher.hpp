@@ -99,6 +99,10 @@ class ReliableFetcher final : public Fetcher {
     std::string started_key(const std::string& identity) const {
         return keys_.prefix() + "kiqd:reliable:started:" + identity;
     }
+    // How many of a process's jobs other processes' recoveries have moved (ownership_fence.hpp).
+    std::string recoveries_key(const std::string& identity) const {
+        return keys_.prefix() + "kiqd:reliable:recoveries:" + identity;
+    }
     // Called once the working lists and the liveness key are in Redis.
     void set_ready() const { ready_.request_stop(); }
     // What this process knows of its own liveness key; the liveness thread reports each refresh.

@@ -32,6 +32,8 @@ namespace {
 // KEYS[6] -> the working list owner's started set ("kiqd:reliable:started:<identity>")
 // KEYS[7] -> the suspects set ("kiqd:reliable:suspects")
 // KEYS[8] -> the working list owner's liveness key ("kiqd:reliable:alive:<identity>")
+// KEYS[9] -> the owner's recoveries counter ("kiqd:reliable:recoveries:<identity>"), increased
+//            for each job moved while the owner's key was missing (ownership_fence.hpp)
 // --
 // ARGV[1] -> the payload
 // ARGV[2] -> the queue name (added to KEYS[3])
@@ -54,6 +56,10 @@ local refused = wrong_type({KEYS[2], 'list', KEYS[3], 'set', KEYS[4], 'hash', KE
 if refused then return refused end
 if ARGV[8] == '1' and redis.call('exists', KEYS[8]) == 1 then return 4 end
 if redis.call('lrem', KEYS[1], 1, ARGV[1]) == 0 then return 0 end
+if ARGV[8] == '1' then
+  redis.call('incr', KEYS[9])
+  redis.call('expire', KEYS[9], ARGV[5])
+end
 local max = tonumber(ARGV[4])
 local counted = false
 if max > 0 then
@@ -134,7 +140,7 @@ void OrphanRecovery::start() {
     worker_.start(PeriodicWorker::Duration::zero(), every, [this] { round(); });
 }
 
-void OrphanRecovery::register_alive(redis::Connection& conn) {
+long long OrphanRecovery::register_alive(redis::Connection& conn) {
     const auto& cfg = rt_.config.reliable_fetch;
     redis::Command sadd{"SADD", rt_.keys.working_lists()};
     for (const auto& [queue, list] : fetcher_.working_lists()) sadd.push_back(list);
@@ -145,16 +151,19 @@ void OrphanRecovery::register_alive(redis::Connection& conn) {
     // that only the jobs in it are known to have started.
     if (fetcher_.batch_size() > 1)
         commands.push_back({"SADD", fetcher_.started_key(fetcher_.identity()), ""});
-    conn.pipeline(commands);
+    commands.push_back({"GET", fetcher_.recoveries_key(fetcher_.identity())});
+    auto replies = conn.pipeline(commands);
+    const auto& recoveries = replies.back();
+    return recoveries.is_nil() ? 0 : std::stoll(std::string(recoveries.str()));
 }
 
 void OrphanRecovery::keep_alive() {
     try {
         const auto sent = OwnershipFence::Clock::now();
-        register_alive(*liveness_conn_);
+        const long long recoveries = register_alive(*liveness_conn_);
         // Before the processors may fetch: a job fetched from now on is known to be owned.
         fetcher_.fence().renewed(sent, OwnershipFence::Clock::now(),
-                                 rt_.config.reliable_fetch.liveness_ttl);
+                                 rt_.config.reliable_fetch.liveness_ttl, recoveries);
         fetcher_.set_ready();
         if (const auto dropped = fetcher_.fence().dropped(); dropped > dropped_logged_) {
             rt_.log.warn(
@@ -317,7 +326,8 @@ bool OrphanRecovery::requeue_one(redis::Connection& conn, const std::string& lis
     auto reply = requeue_script_.run(
         conn,
         {list, rt_.keys.queue(queue), rt_.keys.queues(), rt_.keys.interruptions(), rt_.keys.dead(),
-         fetcher_.started_key(owner), fetcher_.suspects_key(), rt_.keys.alive(owner)},
+         fetcher_.started_key(owner), fetcher_.suspects_key(), rt_.keys.alive(owner),
+         fetcher_.recoveries_key(owner)},
         {payload, queue, interruption_key(payload, queue), std::to_string(max),
          std::to_string(kInterruptionsTtlSeconds), score_text(now),
          max > 0 ? rt_.dead.invalid_entry(payload, queue,

@@ -56,8 +56,9 @@ class OrphanRecovery {
         bool ran = false;      // false: another process holds the recovery lock
     };
     // Registers the working lists and refreshes the liveness key (and a batching process's
-    // started set). Public for tests.
-    void register_alive(redis::Connection& conn);
+    // started set); returns this process's recoveries counter (ownership_fence.hpp). Public for
+    // tests.
+    long long register_alive(redis::Connection& conn);
     // One recovery pass; `take_lock` false skips the cluster lock (tests). Public for tests.
     Result recover_orphans(redis::Connection& conn, bool take_lock = true);
     // One pass over this process's own working lists; returns the jobs put back. `after` is how
