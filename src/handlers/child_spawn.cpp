@@ -39,14 +39,14 @@ int move_to(int fd, int target) {
 }  // namespace
 
 SpawnedChild spawn_child(char* const argv[], char* const envp[], int stdin_fd, int stdout_fd,
-                         int stderr_fd, int fd3, int fd4, const char* exe) {
+                         int stderr_fd, int fd3) {
     sigset_t all, old;
     sigfillset(&all);
     ::pthread_sigmask(SIG_SETMASK, &all, &old);
     const pid_t parent = ::getpid();
     volatile int child_error = 0;
-    int fds[5] = {stdin_fd, stdout_fd, stderr_fd, fd3, fd4};
-    const int count = fd3 < 0 ? 3 : fd4 < 0 ? 4 : 5;
+    int fds[4] = {stdin_fd, stdout_fd, stderr_fd, fd3};
+    const int count = fd3 >= 0 ? 4 : 3;
     const pid_t pid = ::vfork();
     if (pid == 0) {
         // The child: system calls only, until exec or _exit.
@@ -71,10 +71,7 @@ SpawnedChild spawn_child(char* const argv[], char* const envp[], int stdin_fd, i
             sigset_t none;
             sigemptyset(&none);
             ::sigprocmask(SIG_SETMASK, &none, nullptr);
-            if (exe)
-                ::execve(exe, argv, envp);
-            else
-                ::execvpe(argv[0], argv, envp);
+            ::execvpe(argv[0], argv, envp);
             err = errno;
         }
         child_error = err ? err : EINVAL;

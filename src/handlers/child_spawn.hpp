@@ -27,11 +27,10 @@ struct SpawnedChild {
     int error = 0;  // errno of the failed start (fork or exec), 0 when the child runs
 };
 
-// argv[0] is looked up in PATH when it has no '/', as execvp does, unless `exe` names the file
-// to run. argv and envp are null-terminated. `fd3` >= 0 becomes the child's descriptor 3, and
-// then `fd4` >= 0 its descriptor 4.
+// argv[0] is looked up in PATH when it has no '/', as execvp does. argv and envp are
+// null-terminated. `fd3` >= 0 becomes the child's descriptor 3.
 SpawnedChild spawn_child(char* const argv[], char* const envp[], int stdin_fd, int stdout_fd,
-                         int stderr_fd, int fd3 = -1, int fd4 = -1, const char* exe = nullptr);
+                         int stderr_fd, int fd3 = -1);
 
 // A pidfd for `pid` (close-on-exec by definition), or -1 with errno set (ENOSYS where the
 // kernel headers lack pidfd_open): callers then reap on a timer.

@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -25,7 +24,6 @@
 #include "handlers/child_environment.hpp"
 #include "handlers/child_output.hpp"
 #include "handlers/child_spawn.hpp"
-#include "handlers/exec_guard.hpp"
 #include "handlers/unique_fd.hpp"
 #include "kiqd/deadline.hpp"
 
@@ -58,8 +56,6 @@ bool is_executable_file(const std::string& path) {
     return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
            ::access(path.c_str(), X_OK) == 0;
 }
-
-std::atomic<bool> unguarded_logged{false};  // the warning that commands run unguarded
 
 // The process groups of every command running now, so that a process about to exit can kill
 // what its stuck threads could not (kill_exec_children). Any thread.
@@ -163,15 +159,9 @@ void ExecRunner::operator()(const Job& job, JobContext& ctx) const {
     // (handlers/child_spawn.hpp). Every descriptor kiqd opens is close-on-exec, but not every one
     // is born so (hiredis's sockets are marked just after connect, a plugin's are beyond kiqd's
     // control, a descriptor inherited from kiqd's own parent is not kiqd's), so the child also
-    // closes everything above 2 before exec. Through the exec guard (exec_guard.hpp), so that
-    // the command's own children end with kiqd too.
-    const GuardedSpawn guarded =
-        spawn_guarded(argv.data(), envp.data(), in.read.get(), out.write.get(), err.write.get());
-    if (!guarded.guarded && !unguarded_logged.exchange(true))
-        ctx.log.warn(
-            "exec: the exec guard could not start (is /proc mounted?): commands run without it, "
-            "and a command's own children may outlive a killed kiqd");
-    const SpawnedChild& spawned = guarded.child;
+    // closes everything above 2 before exec.
+    const SpawnedChild spawned =
+        spawn_child(argv.data(), envp.data(), in.read.get(), out.write.get(), err.write.get());
     if (spawned.error != 0) {
         throw JobError(
             "Kiqd::ExecError",

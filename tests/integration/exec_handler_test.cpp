@@ -1,7 +1,6 @@
 // Exec handlers (`handlers: {Class: {exec: [...]}}`) in the real kiqd binary: payload on stdin
 // and KIQD_* environment, failures and retries, timeouts (SIGTERM and SIGKILL), commands that
-// cannot start, shell metacharacters, hard shutdown, a command's whole process tree ending with a
-// killed kiqd, and 1,000 jobs without zombies or fd leaks.
+// cannot start, shell metacharacters, hard shutdown, and 1,000 jobs without zombies or fd leaks.
 #include <dirent.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -264,44 +263,6 @@ TEST_CASE("exec: a command dies with kiqd when kiqd is killed with SIGKILL", "[e
     kiqd.signal(SIGKILL);
     kiqd.wait_exit();
     CHECK(wait_until([&] { return process_ended(child); }));
-}
-
-TEST_CASE(
-    "exec: a command's own children die with kiqd too, even ones that ignore SIGTERM in "
-    "another session",
-    "[exec][pdeathsig]") {
-    auto& server = RedisServer::shared();
-    server.flushall();
-    auto conn = server.connect();
-    TempDir dir;
-    // Two grandchildren that ignore SIGTERM: one in the command's process group, one in a
-    // session of its own (setsid), out of reach of any signal to that group. Each records its
-    // pid once it runs.
-    const std::string grandchild =
-        "sh -c 'trap \"\" TERM; echo $$ >> \"$OUT/pids\"; exec sleep 600'";
-    const std::string script =
-        dir.script("tree.sh", grandchild + " &\nsetsid " + grandchild + " &\nwait\n");
-    Client client(Keys{}, Compat::v6);
-    client.push(conn, {{"class", "Tree"}});
-    KiqdProcess kiqd(KIQD_BINARY,
-                     config_for(server, "handlers:\n  Tree:\n    exec: [\"" + script + "\"]\n"), {},
-                     {{"OUT", dir.path()}});
-    std::vector<pid_t> pids;
-    REQUIRE(wait_until([&] {
-        if (!exists(dir.file("pids"))) return false;
-        std::istringstream in(slurp(dir.file("pids")));
-        pids.clear();
-        for (pid_t p; in >> p;) pids.push_back(p);
-        return pids.size() == 2;
-    }));
-    for (pid_t p : pids) REQUIRE(!process_ended(p));
-    kiqd.signal(SIGKILL);
-    kiqd.wait_exit();
-    const bool all_ended = wait_until([&] {
-        return std::all_of(pids.begin(), pids.end(), [](pid_t p) { return process_ended(p); });
-    });
-    for (pid_t p : pids) ::kill(p, SIGKILL);  // leave nothing behind if they survived
-    CHECK(all_ended);
 }
 
 TEST_CASE("exec: a command that cannot start fails the job; check-config warns", "[exec]") {
