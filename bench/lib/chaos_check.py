@@ -140,7 +140,15 @@ def away_window(run, faults, ttl_us):
     return None
 
 
-def explain_duplicate(first, faults, ttl_us):
+def explain_duplicate(first, second, faults, ttl_us):
+    # The later run's process had taken the job before it went away (it was running, in its
+    # middleware chain) and started the handler when it came back: the same window.
+    for f in faults:
+        if f["target"] == second["proc"] and f["kind"] in ("stall", "outage") and \
+                f["seconds"] * 1e6 >= ttl_us * 2 / 3 and \
+                f["start"] <= second["start"] <= f["end"] + ACK_WINDOW_US:
+            return "stall past liveness_ttl" if f["kind"] == "stall" \
+                else "Redis unreachable past liveness_ttl"
     for f in faults:
         if f["kind"] == "kill9" and f["target"] == first["proc"] and \
                 0 <= f["killed"] - first["end"] <= ACK_WINDOW_US:
@@ -195,7 +203,7 @@ def check(work, ttl, leftovers, stats, sets, drain_ok, limit, unique_class):
         for first, second in zip(rs, rs[1:]):
             overlap = second["start"] < end_of(first)
             if first["outcome"] == "ok":
-                cause = explain_duplicate(first, faults, ttl_us)
+                cause = explain_duplicate(first, second, faults, ttl_us)
                 if overlap:
                     cause = away_window(first, faults, ttl_us)
                 if cause:
