@@ -24,17 +24,9 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/kiqd-mwrow.XXXXXX")
 redis_pid="" drain_pid=""
 source "$here/lib/cleanup.sh"
 source "$here/lib/redis.sh"
+source "$here/lib/row_config.sh"
 start_redis "$(/usr/bin/python3 "$here/lib/kiqbench.py" freeport)" "$work"
-{
-    echo "redis: {url: \"$redis_url\"}"
-    echo "queues: [default]"
-    echo "logging: {level: warn}"
-    if [[ $fetch == batched ]]; then
-        echo "fetch: reliable"
-        echo "reliable_fetch: {batch_size: 50}"
-    fi
-    cat "$here/middleware_rows/$row.yml"
-} >"$work/kiqd.yml"
+row_yml "$fetch" "$here/middleware_rows/$row.yml" >"$work/kiqd.yml"
 /usr/bin/python3 "$here/lib/kiqbench.py" push --jobs "$jobs" --queue default --distinct-args |
     rcli --pipe >/dev/null
 rcli config resetstat >/dev/null

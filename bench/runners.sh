@@ -7,11 +7,16 @@
 # CPUs, threads = ceil(concurrency / processes)), one Sidekiq process at concurrency C, and a
 # Sidekiq swarm shape (P processes at C/P each); no-op and CPU-bound add kiqd with one process
 # and kiqd with batched reliable fetch. Each row reports jobs/s and the PSS of the whole tree.
-# Then a Python no-op job through `exec:` (a process per job) vs the Python runner.
+# Then a Python no-op job through `exec:` (a process per job) vs the Python runner. The `rails`
+# workload (bench/lib/rails_pg.sh) is the Rails app on PostgreSQL: an ActiveJob that reads and
+# updates one row, RAILS_JOBS (default IO_JOBS) of them, kiqd with the default runner settings
+# vs one Sidekiq process at the same concurrency and Active Record pool size (6.4.1, and 7.3.10
+# when ../shared/gems has it).
 #
 #   bench/runners.sh                     # JOBS=5000 IO_JOBS=2500 CPU_JOBS=1000 CONCURRENCY=25
 #   JOBS=300 IO_JOBS=200 CPU_JOBS=50 bench/runners.sh   # smoke mode
 #   WORKLOADS="io mixed" bench/runners.sh               # some workloads only
+#   WORKLOADS=rails RAILS_JOBS=5000 bench/runners.sh    # the Rails app only
 #
 # Method, per row: a private redis-server (127.0.0.1, free port, no persistence); start the
 # workers on empty queues and wait until they are ready (Sidekiq: in the `processes` set; kiqd:
@@ -26,8 +31,9 @@ repo=$(cd "$here/.." && pwd)
 JOBS=${JOBS:-5000}
 IO_JOBS=${IO_JOBS:-2500}
 CPU_JOBS=${CPU_JOBS:-1000}
+RAILS_JOBS=${RAILS_JOBS:-$IO_JOBS}
 CONCURRENCY=${CONCURRENCY:-25}
-WORKLOADS=${WORKLOADS:-noop io mixed cpu}
+WORKLOADS=${WORKLOADS:-noop io mixed cpu rails}
 PROCESSES=${PROCESSES:-$(nproc)}
 KIQD=${KIQD:-$repo/build/kiqd}
 RUNNER=$repo/runners/ruby/kiqd-ruby-runner
@@ -53,10 +59,12 @@ stop_all() {
 cleanup() {
     for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
     [[ -n $redis_pid ]] && kill -TERM "$redis_pid" 2>/dev/null && wait "$redis_pid" 2>/dev/null || true
+    stop_pg
     rm -rf "$work"
 }
 trap cleanup EXIT INT TERM
 source "$repo/bench/lib/redis.sh"
+source "$repo/bench/lib/rails_pg.sh"
 start_redis "$(free_port)" "$work"
 
 # push CLASS N: N payloads as Sidekiq 6.4.1 writes them.
@@ -176,7 +184,8 @@ for w in $WORKLOADS; do
         io) set -- Bench::RubyIo "$IO_JOBS" ;;
         mixed) set -- Bench::RubyMixed "$IO_JOBS" ;;
         cpu) set -- Bench::RubyCpu "$CPU_JOBS" ;;
-        *) die "unknown workload $w (noop io mixed cpu)" ;;
+        rails) run_rails_rows; continue ;;
+        *) die "unknown workload $w (noop io mixed cpu rails)" ;;
     esac
     [[ -n $sidekiq_bin ]] && run_sidekiq "$1" "$2" 1
     run_kiqd_ruby "$1" "$2" default
@@ -231,4 +240,4 @@ echo "| Setup | jobs/s | PSS MB | Notes |"
 echo "| --- | --- | --- | --- |"
 printf '%s\n' "${results[@]}"
 echo
-echo "JOBS=$JOBS IO_JOBS=$IO_JOBS CPU_JOBS=$CPU_JOBS CONCURRENCY=$CONCURRENCY PROCESSES=$PROCESSES, $(nproc) CPUs, $(date -u +%F)"
+echo "JOBS=$JOBS IO_JOBS=$IO_JOBS CPU_JOBS=$CPU_JOBS RAILS_JOBS=$RAILS_JOBS CONCURRENCY=$CONCURRENCY PROCESSES=$PROCESSES, $(nproc) CPUs, $(date -u +%F)"

@@ -18,6 +18,7 @@ Subcommands:
 """
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -148,6 +149,7 @@ def cmd_push(args):
         n = min(args.batch, left)
         now = time.time()
         payloads = []
+        client_locks = []  # --gem-unique: the client lock the gem's client takes per push
         for _ in range(n):
             job = {"retry": True, "queue": args.queue, "class": args.job_class,
                    "args": [], "jid": os.urandom(12).hex(),
@@ -156,10 +158,26 @@ def cmd_push(args):
                 serial += 1
                 job["lock"] = "until_and_while_executing"
                 job["lock_args"] = [serial]
+            elif args.gem_unique:  # what sidekiq-unique-jobs 8.1's client pushes, lock included
+                serial += 1
+                # The gem's digest (LockDigest: MD5 of the sorted pairs), which its server
+                # computes again from the payload.
+                pairs = [["class", args.job_class], ["lock_args", [serial]], ["queue", args.queue]]
+                digest = "uniquejobs:" + hashlib.md5(
+                    json.dumps(pairs, separators=(",", ":")).encode()).hexdigest()
+                job["args"] = [serial]
+                job.update({"lock": "until_and_while_executing", "lock_timeout": 0,
+                            "lock_ttl": None, "lock_prefix": "uniquejobs",
+                            "lock_args": [serial], "lock_digest": digest})
+                score = repr(now)
+                client_locks.append(resp("SET", digest, job["jid"]))
+                client_locks.append(resp("HSET", digest + ":LOCKED", job["jid"], score))
+                client_locks.append(resp("ZADD", "uniquejobs:digests", score, digest))
             elif args.distinct_args:  # args [serial]: per-class middleware see distinct jobs
                 serial += 1
                 job["args"] = [serial]
             payloads.append(json.dumps(job, separators=(",", ":")))
+        out.write(b"".join(client_locks))
         out.write(resp("LPUSH", key, *payloads))
         left -= n
     out.flush()
@@ -687,6 +705,10 @@ def main():
     p.add_argument("--unique", action="store_true",
                    help="lock: until_and_while_executing with a distinct identity per job")
     p.add_argument("--distinct-args", action="store_true", help="args [serial] per job")
+    p.add_argument("--gem-unique", action="store_true",
+                   help="as sidekiq-unique-jobs 8.1's client pushes an until_and_while_executing "
+                        "job: args [serial], its lock options and lock_digest in the payload, "
+                        "its client lock in Redis")
     d = sub.add_parser("drain")
     d.add_argument("--port", type=int, required=True)
     d.add_argument("--jobs", type=int, required=True)

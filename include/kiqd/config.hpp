@@ -295,6 +295,8 @@ struct FairFetchConfig {
 // One schedule declared in the YAML — `cron:`, sidekiq-scheduler's `:scheduler: :schedule:` or a
 // top-level `:schedule:` (cron_config.hpp) — which kiqd writes into sidekiq-cron's keys at start so
 // that its poller, the gem's Web UI tab and its API all see it (cron_poller.hpp).
+enum class CronLayoutSetting { auto_detect, v1, v2 };
+
 struct CronScheduleSpec {
     std::string name;
     std::string cron;  // 5 or 6 fields and an optional zone, as fugit reads it
@@ -305,6 +307,7 @@ struct CronScheduleSpec {
     std::optional<bool> enabled;    // unset: keep the status in Redis (a Web UI disable survives)
     bool active_job = false;        // enqueue through ActiveJob's Sidekiq adapter wrapper
     bool date_as_argument = false;  // append the enqueue time (epoch seconds) to args
+    std::string ns;                 // sidekiq-cron 2.x's namespace; "" = cron.namespace
     std::string key;                // "cron[0]", "scheduler.schedule.hello": for messages
     int line = -1;
 };
@@ -365,6 +368,12 @@ struct Config {
     std::vector<CronScheduleSpec> cron;
     double cron_poll_interval = 30;
     bool cron_poll_interval_set = false;
+    // Which of sidekiq-cron's key layouts kiqd reads and writes (`cron: layout:`): 1.x's
+    // `cron_jobs`, 2.x's namespaced `cron_jobs:<ns>`, or (auto) the one Redis holds.
+    CronLayoutSetting cron_layout = CronLayoutSetting::auto_detect;
+    std::string cron_namespace = "default";    // `cron: namespace:`, 2.x's default_namespace
+    std::vector<std::string> cron_namespaces;  // `cron: namespaces:`; empty = found by SCAN
+    std::string cron_schedule_file;            // `cron_schedule_file:` as it was given
 };
 
 // Parses YAML text (after expanding the supported ERB forms). `environment` selects a

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <set>
+#include <tuple>
 
 #include "admin/table.hpp"
 #include "common/cron_expression.hpp"
@@ -13,6 +14,7 @@ namespace kiqd::admin {
 namespace {
 
 struct Row {
+    std::string ns;  // the 2.x namespace; "" in sidekiq-cron 1.x's layout
     std::string name, status, cron, klass, queue, source, last_text;
     std::optional<std::int64_t> last, next;
     bool in_config = false;
@@ -31,13 +33,20 @@ int cmd_cron(redis::Connection& conn, const Keys& keys, const Config& config, co
     std::set<std::string> seen;
     auto next_of = [&](Row& row) {
         try {
-            row.next = CronExpression::parse(row.cron).next_time(now);
+            row.next = CronExpression::parse_cronish(row.cron).next_time(now);
         } catch (const CronError& e) {
             row.problem = e.what();
         }
     };
-    for (const auto& job : store.all(conn)) {
+    // Both layouts: 1.x's set and every 2.x namespace Redis has or the config names.
+    std::set<std::string> namespaces;
+    for (const auto& ns : store.discover_namespaces(conn)) namespaces.insert(ns);
+    for (const auto& ns : config.cron_namespaces) namespaces.insert(ns);
+    std::vector<std::string> sets{""};
+    sets.insert(sets.end(), namespaces.begin(), namespaces.end());
+    for (const auto& job : store.all(conn, sets)) {
         Row row;
+        row.ns = job.ns;
         row.name = job.name();
         row.status = job.enabled() ? "enabled" : "disabled";
         row.cron = job.field("cron");
@@ -56,6 +65,11 @@ int cmd_cron(redis::Connection& conn, const Keys& keys, const Config& config, co
         Row row;
         row.name = s.name;
         row.status = "not written yet";  // a kiqd process writes it at its first cron poll
+        row.ns = config.cron_layout == CronLayoutSetting::v1 ? ""
+                 : !s.ns.empty()                             ? s.ns
+                 : config.cron_layout == CronLayoutSetting::v2 || !namespaces.empty()
+                     ? config.cron_namespace
+                     : "";
         row.cron = s.cron;
         row.klass = s.job_class;
         row.queue = s.queue.empty() ? "default" : s.queue;
@@ -66,13 +80,15 @@ int cmd_cron(redis::Connection& conn, const Keys& keys, const Config& config, co
     }
     // The gem's Web UI order: enabled first, then by name.
     std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
-        return std::make_pair(a.status != "enabled", a.name) <
-               std::make_pair(b.status != "enabled", b.name);
+        return std::make_tuple(a.ns, a.status != "enabled", a.name) <
+               std::make_tuple(b.ns, b.status != "enabled", b.name);
     });
     if (r.json) {
         ojson list = ojson::array();
         for (const auto& row : rows) {
-            ojson j{{"name", row.name},
+            ojson j{{"layout", row.ns.empty() ? "v1" : "v2"},
+                    {"namespace", row.ns.empty() ? ojson(nullptr) : ojson(row.ns)},
+                    {"name", row.name},
                     {"status", row.status},
                     {"cron", row.cron},
                     {"class", row.klass},
@@ -107,10 +123,13 @@ int cmd_cron(redis::Connection& conn, const Keys& keys, const Config& config, co
         if (row.next)
             next = utc_time(static_cast<double>(*row.next)) + " (in " +
                    human_duration(static_cast<double>(*row.next) - now) + ")";
-        table.push_back({row.name, row.status, row.cron, row.klass, row.queue,
-                         row.source + (row.in_config ? " (yaml)" : ""), last, next});
+        table.push_back({row.ns.empty() ? "- (1.x)" : row.ns, row.name, row.status, row.cron,
+                         row.klass, row.queue, row.source + (row.in_config ? " (yaml)" : ""), last,
+                         next});
     }
-    print_table(out, {"NAME", "STATUS", "CRON", "CLASS", "QUEUE", "SOURCE", "LAST", "NEXT"}, table);
+    print_table(out,
+                {"NAMESPACE", "NAME", "STATUS", "CRON", "CLASS", "QUEUE", "SOURCE", "LAST", "NEXT"},
+                table);
     return 0;
 }
 

@@ -13,233 +13,23 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <set>
+
+#include "common/cron_fields.hpp"
+#include "common/cron_natural.hpp"
 
 namespace kiqd {
 namespace {
 
-enum class Kind { sec, min, hour, dom, mon, dow };
+using namespace cron_fields;
 
-const char* kind_name(Kind k) {
-    switch (k) {
-        case Kind::sec:
-            return "seconds";
-        case Kind::min:
-            return "minutes";
-        case Kind::hour:
-            return "hours";
-        case Kind::dom:
-            return "day of month";
-        case Kind::mon:
-            return "month";
-        case Kind::dow:
-            return "day of week";
-    }
-    return "?";
+std::int64_t floor_div(std::int64_t a, std::int64_t b) {
+    return a / b - ((a % b != 0) && ((a < 0) != (b < 0)));
 }
-
-[[noreturn]] void fail(Kind k, std::string_view token, const std::string& why) {
-    throw CronError(std::string(kind_name(k)) + " field '" + std::string(token) + "': " + why);
-}
-
-std::string lower(std::string_view s) {
-    std::string out(s);
-    for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return out;
-}
-
-bool all_digits(std::string_view s) {
-    return !s.empty() &&
-           std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
-// One value of a field, as fugit's value regexes accept it (mos, hou, dom, mon, dow).
-std::optional<int> value_of(Kind k, std::string_view v) {
-    static const std::map<std::string, int> months{
-        {"jan", 1}, {"feb", 2}, {"mar", 3}, {"apr", 4},  {"may", 5},  {"jun", 6},
-        {"jul", 7}, {"aug", 8}, {"sep", 9}, {"oct", 10}, {"nov", 11}, {"dec", 12}};
-    static const std::map<std::string, int> days{{"sun", 0}, {"mon", 1}, {"tue", 2}, {"wed", 3},
-                                                 {"thu", 4}, {"fri", 5}, {"sat", 6}};
-    const std::string l = lower(v);
-    switch (k) {
-        case Kind::sec:
-        case Kind::min:  // [0-5]?\d
-            if (!all_digits(v) || v.size() > 2 || (v.size() == 2 && v[0] > '5')) return {};
-            return std::atoi(l.c_str());
-        case Kind::hour: {  // 2[0-4]|[01]?[0-9]
-            if (!all_digits(v) || v.size() > 2) return {};
-            const int h = std::atoi(l.c_str());
-            if (v.size() == 2 && v[0] == '2' && h > 24) return {};
-            if (v.size() == 2 && v[0] > '2') return {};
-            return h;
-        }
-        case Kind::dom: {  // -?(3[01]|[12][0-9]|0?[1-9])|last|l
-            if (l == "l" || l == "last") return -1;
-            std::string_view d = v;
-            const bool negative = !d.empty() && d[0] == '-';
-            if (negative) d.remove_prefix(1);
-            if (!all_digits(d) || d.size() > 2) return {};
-            const int n = std::atoi(std::string(d).c_str());
-            if (n < 1 || n > 31) return {};
-            return negative ? -n : n;
-        }
-        case Kind::mon: {  // 1[0-2]|0?[1-9]|jan..dec
-            if (auto it = months.find(l); it != months.end()) return it->second;
-            if (!all_digits(v) || v.size() > 2) return {};
-            const int n = std::atoi(l.c_str());
-            if (n < 1 || n > 12) return {};
-            return n;
-        }
-        case Kind::dow: {  // [0-7]|sun..sat
-            if (auto it = days.find(l); it != days.end()) return it->second;
-            if (v.size() != 1 || v[0] < '0' || v[0] > '7') return {};
-            return v[0] - '0';
-        }
-    }
-    return {};
-}
-
-// One element of a field, as fugit's rewrite_elt returns it: [a, z, slash, hash].
-struct Element {
-    std::optional<int> a, z, slash, hash;
-    bool star = false;
-};
-
-std::optional<int> slash_value(std::string_view s) {  // \d\d?
-    if (!all_digits(s) || s.size() > 2) return {};
-    return std::atoi(std::string(s).c_str());
-}
-
-Element parse_element(Kind k, std::string_view text) {
-    Element e;
-    if (text.find('~') != std::string_view::npos)
-        fail(k, text, "fugit's random '~' is not supported (each process would pick its own)");
-    if (text.find('%') != std::string_view::npos)
-        fail(k, text, "fugit's '%' weekday modulo is not supported");
-    std::string_view rest = text;
-    if (k == Kind::dow) {
-        if (auto h = rest.find('#'); h != std::string_view::npos) {
-            auto day = value_of(k, rest.substr(0, h));
-            const std::string nth = lower(rest.substr(h + 1));
-            int n = 0;
-            if (nth == "l" || nth == "last") {
-                n = -1;
-            } else {
-                std::string_view d = nth;
-                const bool negative = !d.empty() && d[0] == '-';
-                if (negative) d.remove_prefix(1);
-                if (d.size() != 1 || d[0] < '1' || d[0] > '5')
-                    fail(k, text, "'#' takes 1 to 5, -1 to -5 or L");
-                n = (d[0] - '0') * (negative ? -1 : 1);
-            }
-            if (!day) fail(k, text, "not a day of the week");
-            e.a = *day;
-            e.hash = n;
-            return e;
-        }
-    }
-    if (auto s = rest.find('/'); s != std::string_view::npos) {
-        e.slash = slash_value(rest.substr(s + 1));
-        if (!e.slash) fail(k, text, "a step is '/' and one or two digits");
-        rest = rest.substr(0, s);
-        if (rest.empty()) return e;  // "/15" alone: every 15th from the start
-    }
-    if (rest == "*") {
-        e.star = true;
-        return e;
-    }
-    // a or a-b; a day of month may itself be negative ("-5", "1--5" is not meant to be read).
-    size_t hyphen = rest.find('-', k == Kind::dom && !rest.empty() && rest[0] == '-' ? 1 : 0);
-    auto a = value_of(k, rest.substr(0, hyphen));
-    if (!a) fail(k, text, "not a valid value");
-    e.a = a;
-    if (hyphen != std::string_view::npos) {
-        auto z = value_of(k, rest.substr(hyphen + 1));
-        if (!z) fail(k, text, "not a valid range end");
-        e.z = z;
-    }
-    return e;
-}
-
-// fugit's Cron#range: from sta to edn (wrapping past max back to min), every sla-th value.
-// nullopt stands for fugit's [nil]: the whole range, i.e. any value.
-std::optional<std::vector<int>> range(Kind k, std::string_view token, int min, int max, int sta,
-                                      int edn, int sla) {
-    if (sta == min && edn == max && sla == 1) return std::nullopt;
-    if ((sta < 0 && edn > 0) || (edn < 0 && sta > 0))
-        fail(k, token, "both start and end must be negative");
-    const int omax = max;
-    if (sta < 0) {
-        min = -max;
-        max = -1;
-    }
-    std::vector<int> a;
-    int cur = sta;
-    for (;;) {
-        a.push_back(cur);
-        if (cur == edn) break;
-        cur += 1;
-        if (cur > max) {
-            cur = min;
-            if (edn > max) edn = edn - max - 1;
-        }
-        if (static_cast<int>(a.size()) > 2 * omax) fail(k, token, "this range never ends");
-    }
-    std::vector<int> out;
-    for (size_t i = 0; i < a.size(); i += static_cast<size_t>(sla))
-        if (std::find(out.begin(), out.end(), a[i]) == out.end()) out.push_back(a[i]);
-    return out;
-}
-
-// Calls `each` for every item of a comma-separated field. fugit tolerates doubled and trailing
-// commas ("1,,2,"), not a leading one, nor a field without any item.
-template <class Each>
-void for_each_item(Kind k, std::string_view token, Each each) {
-    size_t start = 0, count = 0;
-    while (start <= token.size()) {
-        size_t comma = token.find(',', start);
-        if (comma == std::string_view::npos) comma = token.size();
-        const std::string_view item = token.substr(start, comma - start);
-        if (item.empty() && start == 0) fail(k, token, "starts with a comma");
-        start = comma + 1;
-        if (item.empty()) continue;
-        ++count;
-        each(item);
-    }
-    if (count == 0) fail(k, token, "empty");
-}
-
-// fugit's do_determine over a comma-separated list (seconds to months).
-std::optional<std::vector<int>> determine(Kind k, std::string_view token, int min, int max) {
-    std::set<int> values;
-    bool any = false;
-    for_each_item(k, token, [&](std::string_view item) {
-        const Element e = parse_element(k, item);
-        if (e.slash && *e.slash < 1) fail(k, item, "a step must be at least 1");
-        std::optional<int> sta = e.a, edn = e.z;
-        if (e.slash && !edn) edn = max;
-        if (e.star && !e.slash) {
-            any = true;
-            return;
-        }
-        if (sta && !e.z && !e.slash) {
-            values.insert(k == Kind::hour && *sta == 24 ? 0 : *sta);
-            return;
-        }
-        const int sla = e.slash.value_or(1);
-        const int s = sta.value_or(min);
-        int z = edn.value_or(max);
-        if (z < 0 && s > 0) z = max;
-        auto r = range(k, item, min, max, s, z, sla);
-        if (!r) {
-            any = true;
-            return;
-        }
-        for (int v : *r) values.insert(k == Kind::hour && v == 24 ? 0 : v);
-    });
-    if (any) return std::nullopt;
-    return std::vector<int>(values.begin(), values.end());
+std::int64_t floor_mod(std::int64_t a, std::int64_t b) {
+    return a - floor_div(a, b) * b;
 }
 
 // A fixed zone offset, [-+]([01][0-9]|2[0-4]):?(00|15|30|45): its seconds east of UTC; nullopt
@@ -317,6 +107,9 @@ CronExpression CronExpression::parse(std::string_view text) {
         CronExpression t;
         t.original_ = c.original_;
         size_t i = 0;
+        // fugit draws its random values field by field, element by element; so does `rand`.
+        int draws = 0;
+        const std::function<int(int)> rand = [&](int n) { return pick(c.original_, draws++, n); };
         std::string_view dom = tokens[n - 3], dow = tokens[n - 1];
         if (!dom.empty() && dom.back() == '&') {
             t.day_and_ = true;
@@ -327,33 +120,41 @@ CronExpression CronExpression::parse(std::string_view text) {
             dow.remove_suffix(1);
         }
         try {
-            t.seconds_ = n == 6 ? determine(Kind::sec, tokens[i++], 0, 59) : std::vector<int>{0};
-            t.minutes_ = determine(Kind::min, tokens[i++], 0, 59);
-            t.hours_ = determine(Kind::hour, tokens[i++], 0, 23);
-            t.monthdays_ = determine(Kind::dom, dom, 1, 31);
+            t.seconds_ =
+                n == 6 ? determine(Kind::sec, tokens[i++], 0, 59, rand) : std::vector<int>{0};
+            t.minutes_ = determine(Kind::min, tokens[i++], 0, 59, rand);
+            t.hours_ = determine(Kind::hour, tokens[i++], 0, 23, rand);
+            t.monthdays_ = determine(Kind::dom, dom, 1, 31, rand);
             ++i;
-            t.months_ = determine(Kind::mon, tokens[i++], 1, 12);
+            t.months_ = determine(Kind::mon, tokens[i++], 1, 12, rand);
             ++i;
             // fugit's determine_weekdays.
             std::vector<Weekday> wd;
             for_each_item(Kind::dow, dow, [&](std::string_view item) {
                 const Element e = parse_element(Kind::dow, item);
                 auto add = [&](int d, std::optional<int> nth = {}) {
-                    wd.push_back({d > 6 ? d - 7 : d, nth});
+                    wd.push_back({d > 6 ? d - 7 : d, nth, std::nullopt});
                 };
+                std::optional<int> a = e.a, z = e.z;
+                if (e.tilde) {
+                    a = random_pick(0, 6, a, z, e.slash, rand);
+                    if (!e.slash) z.reset();
+                }
                 if (e.hash) {
                     add(*e.a, e.hash);
+                } else if (e.mod) {
+                    wd.push_back({*e.a > 6 ? *e.a - 7 : *e.a, std::nullopt, e.mod});
                 } else if (e.slash) {
-                    int z = e.z ? *e.z : (e.a ? *e.a : 6);
-                    int a = e.a.value_or(0);
-                    if (a > z) z += 7;
-                    for (int d = a; d <= z; d += std::max(1, *e.slash)) add(d);
-                } else if (e.z) {
-                    int z = *e.z;
-                    if (*e.a > z) z += 7;
-                    for (int d = *e.a; d <= z; ++d) add(d);
-                } else if (e.a) {
-                    add(*e.a);
+                    int zz = z ? *z : (a ? *a : 6);
+                    int aa = a.value_or(0);
+                    if (aa > zz) zz += 7;
+                    for (int d = aa; d <= zz; d += std::max(1, *e.slash)) add(d);
+                } else if (z) {
+                    int zz = *z;
+                    if (*a > zz) zz += 7;
+                    for (int d = *a; d <= zz; ++d) add(d);
+                } else if (a) {
+                    add(*a);
                 }
             });
             for (auto& w : wd)
@@ -361,9 +162,15 @@ CronExpression CronExpression::parse(std::string_view text) {
             std::vector<Weekday> unique;
             for (const auto& w : wd)
                 if (std::none_of(unique.begin(), unique.end(), [&](const Weekday& u) {
-                        return u.day == w.day && u.nth == w.nth;
+                        return u.day == w.day && u.nth == w.nth && u.mod == w.mod;
                     }))
                     unique.push_back(w);
+            // fugit sorts [day, #n] and [day, [mod, plus]] together: Ruby cannot compare a
+            // number with a pair, so one day with both a '#' and a '%' fails its parse.
+            for (const auto& u : unique)
+                for (const auto& w : unique)
+                    if (u.day == w.day && u.nth && w.mod)
+                        fail(Kind::dow, dow, "one day cannot take both '#' and '%'");
             if (!unique.empty()) t.weekdays_ = std::move(unique);
         } catch (const CronError&) {
             if (n == 6 && tokens.size() == 6) return false;  // may be 5 fields and a zone
@@ -413,6 +220,25 @@ CronExpression CronExpression::parse(std::string_view text) {
     throw CronError("expected 5 or 6 fields and an optional time zone");
 }
 
+CronExpression CronExpression::parse_cronish(std::string_view text) {
+    try {
+        return parse(text);
+    } catch (const CronError& as_cron) {
+        const auto line = natural_cron_line(text);
+        if (!line)
+            throw CronError(std::string(as_cron.what()) +
+                            " (nor is it a natural-language schedule fugit reads)");
+        try {
+            CronExpression c = parse(*line);
+            c.original_ = std::string(text);
+            c.natural_ = *line;
+            return c;
+        } catch (const CronError& e) {
+            throw CronError("natural-language schedule read as '" + *line + "': " + e.what());
+        }
+    }
+}
+
 std::string CronExpression::zone_name() const {
     if (!zone_text_.empty()) return zone_text_;
     return zone_ ? std::string(zone_->name()) : "UTC";
@@ -459,6 +285,27 @@ std::int64_t CronExpression::local_midnight(int y, int m, int d, bool* skipped) 
     return ls.time_since_epoch().count() - li.first.offset.count();  // earliest when ambiguous
 }
 
+std::int64_t CronExpression::noon(int y, int m, int d) const {
+    const date::local_seconds ls =
+        date::local_days{date::year{y} / date::month{static_cast<unsigned>(m)} /
+                         date::day{static_cast<unsigned>(d)}} +
+        std::chrono::hours{12};
+    if (!zone_) return ls.time_since_epoch().count() - offset_;
+    const auto li = zone_->get_info(ls);
+    return ls.time_since_epoch().count() - li.first.offset.count();
+}
+
+int CronExpression::pick(const std::string& line, int draw, int n) {
+    // FNV-1a (64 bits) of "<line>#<draw>": stable across processes, machines and versions.
+    std::uint64_t h = 14695981039346656037ULL;
+    const std::string text = line + "#" + std::to_string(draw);
+    for (unsigned char ch : text) {
+        h ^= ch;
+        h *= 1099511628211ULL;
+    }
+    return static_cast<int>(h % static_cast<std::uint64_t>(n));
+}
+
 bool CronExpression::in(const Field& f, int v) {
     return !f || std::binary_search(f->begin(), f->end(), v);
 }
@@ -471,6 +318,16 @@ bool CronExpression::weekday_match(const Local& l) const {
     if (!weekdays_) return true;
     for (const auto& w : *weekdays_) {
         if (w.day != l.wday) continue;
+        if (w.mod) {
+            // et-orbi's rweek: whole weeks between the noons of 2018-12-31 and this day, in
+            // this zone (floored: a daylight-saving hour short of a week counts one less).
+            const auto days = floor_div(noon(l.year, l.month, l.day) - noon(2018, 12, 31), 86400);
+            const auto rweek = floor_div(days, 7);
+            const auto m = static_cast<std::int64_t>(w.mod->first);
+            if (m == 0) throw CronError("'%0' divides by zero");
+            if (floor_mod(rweek, m) == floor_mod(w.mod->second, m)) return true;
+            continue;
+        }
         if (!w.nth) return true;
         // et-orbi's wday_in_month: weeks counted from the month's start, and from its end.
         const int last = static_cast<int>(static_cast<unsigned>(

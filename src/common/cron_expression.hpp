@@ -9,8 +9,11 @@
 // (`-2` = the day before the last); weekday `#n` / `#-n` / `#L` (n-th / n-th last in the month);
 // hour 24 = 0, weekday 7 = Sunday; fugit's `&` (day of month AND weekday instead of cron's OR);
 // `@yearly @annually @monthly @weekly @daily @midnight @noon @hourly`; an optional trailing
-// time zone ("Europe/Berlin", "UTC", "+09:00"). Not accepted (a parse error): fugit's random
-// `~`, its `%` modulo weekdays and its natural-language forms ("every day at noon").
+// time zone ("Europe/Berlin", "UTC", "+09:00"); fugit's random `~` (`0~59`, `~`, `10~20/5`: one
+// value drawn from a hash of the line, the same in every kiqd process, where fugit draws anew
+// at every parse) and its `%` weekday modulo (`mon%2+1`: every other Monday, weeks counted from
+// Monday 2018-12-31). Natural-language lines ("every day at noon") are read by CronNatural
+// (cron_natural.hpp) into such a line first; parse_cronish() takes either, as sidekiq-cron does.
 //
 // Without a zone the line is read in the machine's local zone ($TZ, else /etc/localtime), as
 // fugit does in a Ruby process. Zones come from the OS tz database through Howard Hinnant's
@@ -22,6 +25,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace date {
@@ -39,6 +43,9 @@ class CronExpression {
   public:
     // Throws CronError with a message saying what is wrong.
     static CronExpression parse(std::string_view text);
+    // What sidekiq-cron reads (fugit's parse_cronish): a cron line, else a natural-language
+    // schedule ("every day at noon"), as the cron line fugit makes of it.
+    static CronExpression parse_cronish(std::string_view text);
 
     // fugit's previous_time: the latest second, strictly before `from` (epoch seconds, any
     // fraction dropped), at which the expression fires.
@@ -47,6 +54,8 @@ class CronExpression {
     std::int64_t next_time(double from) const;
 
     const std::string& original() const { return original_; }
+    // The cron line a natural-language schedule became ("" for a cron line).
+    const std::string& natural_cron() const { return natural_; }
     // The zone the fields are read in ("Europe/Berlin", "+09:00", or the local zone's name).
     std::string zone_name() const;
 
@@ -62,6 +71,7 @@ class CronExpression {
     struct Weekday {
         int day;                 // 0-6
         std::optional<int> nth;  // `#n`: 1..5 from the start of the month, -1..-5 from its end
+        std::optional<std::pair<int, int>> mod;  // `%n+m`: weeks since 2018-12-31, mod n, == m
     };
     using Field = std::optional<std::vector<int>>;  // nullopt: any value
 
@@ -70,11 +80,21 @@ class CronExpression {
     bool weekday_match(const Local& l) const;
     bool monthday_match(const Local& l) const;
     static bool in(const Field& f, int v);
+    // The instant of local noon on y-m-d in this expression's zone (et-orbi's rday uses it).
+    std::int64_t noon(int y, int m, int d) const;
+
+  public:
+    // The value `~` draws: FNV-1a of the line and the draw's rank, modulo n (public for the
+    // differential test, which hands fugit the same draws).
+    static int pick(const std::string& line, int draw, int n);
+
+  private:
     // The instant of local midnight on the first day of y-m (the first instant after it when a
     // clock change skips it).
     std::int64_t local_midnight(int y, int m, int d, bool* skipped = nullptr) const;
 
     std::string original_;
+    std::string natural_;
     Field seconds_, minutes_, hours_, monthdays_, months_;
     std::optional<std::vector<Weekday>> weekdays_;
     bool day_and_ = false;

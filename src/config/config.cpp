@@ -233,7 +233,9 @@ void apply_map(const YAML::Node& root, Config& c, const std::string& environment
                    "runs no Ruby at startup or shutdown (use systemd's ExecStartPre/ExecStopPost)");
           }},
          {"capsules", [&](const auto& key, const auto& v) { warn(key, v, capsules_warning(v)); }},
-         {"cron", [&](const auto&, const auto& v) { parse_cron(v, c.cron); }},
+         {"cron", [&](const auto&, const auto& v) { parse_cron(v, c); }},
+         {"cron_schedule_file",
+          [&](const auto& key, const auto& v) { load_cron_schedule_file(key, v, c); }},
          {"scheduler", [&](const auto&, const auto& v) { parse_scheduler(v, c.cron); }},
          {"schedule", [&](const auto& key, const auto& v) { parse_schedule_map(key, v, c.cron); }},
          {"cron_poll_interval",

@@ -1,8 +1,13 @@
 // The schedule sections (see cron_config.hpp).
 #include "config/cron_config.hpp"
 
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 
 #include "common/cron_expression.hpp"
 #include "common/cron_flag.hpp"
@@ -43,6 +48,54 @@ bool ruby_truthy(const YAML::Node& n) {
     return n.IsScalar() && cron_flag_set(n.Scalar());
 }
 
+// sidekiq-scheduler's `every:` / `interval:` (rufus-scheduler durations: "30s", "5m", "1h30m",
+// "2d", a bare number of seconds; or [duration, {options}]) as the cron line that fires on the
+// same period, aligned on the clock. rufus counts the period from each process's start, so every
+// Ruby process fires on its own; on the clock, each run is claimed once across the fleet. A
+// period the clock cannot divide evenly (7m, 90m) has no such line and is refused.
+std::string every_as_cron(const std::string& k, const YAML::Node& v) {
+    const YAML::Node d = v.IsSequence() && v.size() > 0 ? v[0] : v;
+    if (!d.IsScalar()) type_error(k, v, "a duration such as 30s, 5m, 1h or 1d");
+    const std::string text = d.Scalar();
+    long long total = 0;
+    size_t i = 0;
+    static const std::map<char, long long> units{
+        {'s', 1}, {'m', 60}, {'h', 3600}, {'d', 86400}, {'w', 7 * 86400}};
+    while (i < text.size()) {
+        size_t j = i;
+        while (j < text.size() && std::isdigit(static_cast<unsigned char>(text[j]))) ++j;
+        if (j == i || j - i > 9)
+            throw ConfigError(k, "'" + text + "' is not a duration (30s, 5m, 1h, 1d, 1w)",
+                              line_of(d));
+        const long long n = std::stoll(text.substr(i, j - i));
+        if (j == text.size()) {
+            total += n;  // a bare number: seconds
+            break;
+        }
+        const auto u = units.find(text[j]);
+        if (u == units.end())
+            throw ConfigError(k, "'" + text + "' is not a duration (30s, 5m, 1h, 1d, 1w)",
+                              line_of(d));
+        total += n * u->second;
+        i = j + 1;
+    }
+    const auto divides = [](long long period, long long whole) {
+        return period > 0 && period <= whole && whole % period == 0;
+    };
+    auto step = [](long long n) { return n == 1 ? std::string("*") : "*/" + std::to_string(n); };
+    if (divides(total, 60)) return step(total) + " * * * * *";
+    if (total % 60 == 0 && divides(total / 60, 60)) return step(total / 60) + " * * * *";
+    if (total % 3600 == 0 && divides(total / 3600, 24)) return "0 " + step(total / 3600) + " * * *";
+    if (total == 86400) return "0 0 * * *";
+    if (total == 7 * 86400) return "0 0 * * 0";
+    throw ConfigError(k,
+                      "'" + text +
+                          "' does not divide the minute, hour or day evenly: kiqd fires "
+                          "schedules on the clock (so each run is claimed once across the "
+                          "fleet); write it as a cron line",
+                      line_of(d));
+}
+
 // One entry: `name` is given (map forms) or read from the entry (the list form).
 CronScheduleSpec parse_entry(const std::string& key, const YAML::Node& n, std::string name,
                              bool name_required) {
@@ -55,8 +108,8 @@ CronScheduleSpec parse_entry(const std::string& key, const YAML::Node& n, std::s
     bool has_class = false;
     auto unsupported = [&](const std::string& k, const YAML::Node& v) {
         throw ConfigError(k,
-                          "is not supported: kiqd runs cron schedules only (write it as a cron "
-                          "line)",
+                          "is not supported: a one-off run after each start of each process; "
+                          "push the job with perform_in / perform_at, or write a cron line",
                           line_of(v));
     };
     auto ignored = [](const std::string&, const YAML::Node&) {};
@@ -107,23 +160,36 @@ CronScheduleSpec parse_entry(const std::string& key, const YAML::Node& n, std::s
          {"active_job", [&](const auto&, const auto& v) { s.active_job = ruby_truthy(v); }},
          {"date_as_argument",
           [&](const auto&, const auto& v) { s.date_as_argument = ruby_truthy(v); }},
-         {"every", unsupported},
+         {"namespace",
+          [&](const auto& k, const auto& v) {
+              s.ns = non_empty_string(k, v);
+              if (s.ns == "*") throw ConfigError(k, "cannot be '*'", line_of(v));
+          }},
+         {"every",
+          [&](const auto& k, const auto& v) {
+              s.cron = every_as_cron(k, v);
+              cron_node = v;
+          }},
+         {"interval",
+          [&](const auto& k, const auto& v) {
+              s.cron = every_as_cron(k, v);
+              cron_node = v;
+          }},
          {"at", unsupported},
          {"in", unsupported},
-         {"interval", unsupported},
          // sidekiq-scheduler's per-job knobs with no meaning for a cron enqueue here.
          {"include_metadata", ignored},
          {"rufus_scheduler_options", ignored}},
         "unknown key (known: name, cron, class, args, queue, description, enabled, active_job, "
-        "date_as_argument)");
+        "date_as_argument, namespace)");
     if (s.name.empty()) {
         if (name_required) throw ConfigError(key + ".name", "is missing", s.line);
         throw ConfigError(key, "has an empty name", s.line);
     }
-    if (s.cron.empty()) throw ConfigError(key + ".cron", "is missing", s.line);
+    if (s.cron.empty()) throw ConfigError(key + ".cron", "is missing (or every:)", s.line);
     if (!has_class) throw ConfigError(key + ".class", "is missing", s.line);
     try {
-        CronExpression::parse(s.cron);
+        CronExpression::parse_cronish(s.cron);
     } catch (const CronError& e) {
         throw ConfigError(key + ".cron", "'" + s.cron + "': " + e.what(), line_of(cron_node));
     }
@@ -144,12 +210,93 @@ void parse_schedule_map(const std::string& key, const YAML::Node& n,
     }
 }
 
-void parse_cron(const YAML::Node& n, std::vector<CronScheduleSpec>& out) {
-    if (n.IsMap()) return parse_schedule_map("cron", n, out);
-    if (n.IsNull()) return;
-    if (!n.IsSequence()) type_error("cron", n, "a list of {name, cron, class, ...}");
+namespace {
+
+void parse_schedule_list(const std::string& key, const YAML::Node& n,
+                         std::vector<CronScheduleSpec>& out) {
     for (size_t i = 0; i < n.size(); ++i)
-        out.push_back(parse_entry("cron[" + std::to_string(i) + "]", n[i], "", true));
+        out.push_back(parse_entry(key + "[" + std::to_string(i) + "]", n[i], "", true));
+}
+
+// A map value that is one schedule rather than a map of them.
+bool looks_like_entry(const YAML::Node& n) {
+    return n.IsMap() && (n["cron"] || n["class"] || n["klass"]);
+}
+
+}  // namespace
+
+void parse_cron(const YAML::Node& n, Config& c) {
+    if (n.IsNull()) return;
+    if (n.IsSequence()) return parse_schedule_list("cron", n, c.cron);
+    if (!n.IsMap()) type_error("cron", n, "a list of {name, cron, class, ...} or a map");
+    for (const auto& kv : n) {
+        if (!kv.first.IsScalar() || kv.first.Scalar().empty())
+            throw ConfigError("cron", "schedule names must be non-empty strings",
+                              line_of(kv.first));
+        const std::string name = strip_symbol(kv.first.Scalar());
+        const std::string key = "cron." + name;
+        const YAML::Node& v = kv.second;
+        // The settings are scalars (or a list of names); a schedule is always a map.
+        if (name == "layout" && v.IsScalar()) {
+            const std::string l = strip_symbol(v.Scalar());
+            if (l == "auto")
+                c.cron_layout = CronLayoutSetting::auto_detect;
+            else if (l == "v1" || l == "1")
+                c.cron_layout = CronLayoutSetting::v1;
+            else if (l == "v2" || l == "2")
+                c.cron_layout = CronLayoutSetting::v2;
+            else
+                throw ConfigError(key, "must be auto, v1 (sidekiq-cron 1.x) or v2 (2.x)",
+                                  line_of(v));
+        } else if (name == "namespace" && v.IsScalar()) {
+            c.cron_namespace = non_empty_string(key, v);
+            if (c.cron_namespace == "*") throw ConfigError(key, "cannot be '*'", line_of(v));
+        } else if (name == "namespaces" && (v.IsSequence() || v.IsScalar())) {
+            c.cron_namespaces.clear();
+            if (v.IsScalar()) type_error(key, v, "a list of namespace names");
+            for (const auto& item : v) {
+                c.cron_namespaces.push_back(non_empty_string(key, item));
+                if (c.cron_namespaces.back() == "*")
+                    throw ConfigError(key, "cannot list '*'", line_of(item));
+            }
+        } else if (name == "schedule" && v.IsSequence()) {
+            parse_schedule_list(key, v, c.cron);
+        } else if (name == "schedule" && v.IsMap() && !looks_like_entry(v)) {
+            parse_schedule_map(key, v, c.cron);
+        } else {
+            c.cron.push_back(parse_entry(key, v, kv.first.Scalar(), false));
+        }
+    }
+}
+
+void load_cron_schedule_file(const std::string& key, const YAML::Node& n, Config& c) {
+    const std::string given = non_empty_string(key, n);
+    c.cron_schedule_file = given;
+    std::string path = given;
+    // The gem: the name as given, else the same with .yaml for .yml.
+    if (!std::filesystem::exists(path) && path.size() > 4 &&
+        path.compare(path.size() - 4, 4, ".yml") == 0)
+        path = path.substr(0, path.size() - 4) + ".yaml";
+    std::ifstream in(path);
+    if (!in)
+        throw ConfigError(key,
+                          "cannot read '" + given + "' (relative to the working directory, " +
+                              std::filesystem::current_path().string() + ")",
+                          line_of(n));
+    std::stringstream text;
+    text << in.rdbuf();
+    YAML::Node root;
+    try {
+        root = YAML::Load(expand_erb(text.str()));
+    } catch (const YAML::Exception& e) {
+        throw ConfigError(key + " (" + path + ")", e.msg, e.mark.line >= 0 ? e.mark.line + 1 : -1);
+    }
+    const std::string where = key + " (" + path + ")";
+    if (root.IsNull()) return;  // an empty file: no schedule (the gem would refuse it)
+    if (root.IsSequence()) return parse_schedule_list(where, root, c.cron);
+    if (!root.IsMap())
+        throw ConfigError(where, "must hold a map of name → job or a list of jobs", line_of(root));
+    parse_schedule_map(where, root, c.cron);
 }
 
 void parse_scheduler(const YAML::Node& n, std::vector<CronScheduleSpec>& out) {

@@ -14,8 +14,13 @@
 
 namespace kiqd::config_detail {
 
-// `cron:` (kiqd's own form): appends to `out`.
-void parse_cron(const YAML::Node& n, std::vector<CronScheduleSpec>& out);
+// `cron:` (kiqd's own form): a list of schedules, or a map of name → schedule which may also
+// hold the settings `layout`, `namespace`, `namespaces` and a `schedule` list or map.
+void parse_cron(const YAML::Node& n, Config& c);
+// `cron_schedule_file:` (sidekiq-cron's `config/schedule.yml`): the file read as the gem reads
+// it — ERB, then a map name → job or a list of jobs — relative to the working directory, with
+// the gem's fallback from .yml to .yaml. A file named here that is missing is exit 78.
+void load_cron_schedule_file(const std::string& key, const YAML::Node& n, Config& c);
 // `scheduler:` (sidekiq-scheduler's section): its `schedule:` entries; `enabled: false` turns
 // the whole section off, as it does in sidekiq-scheduler; its other settings are ignored.
 void parse_scheduler(const YAML::Node& n, std::vector<CronScheduleSpec>& out);

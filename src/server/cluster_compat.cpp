@@ -49,6 +49,9 @@ ClusterCompat::Decision ClusterCompat::from_majors(const std::multiset<int>& maj
         if (known == 7) d.metrics.v7 = true;
         if (known == 8) d.metrics.v8 = true;
     }
+    // Alone, or beside 6.x processes only: the app's Web UI may still be 7 or 8, and nothing
+    // here says which; both layouts, a few commands per beat, so either shows kiqd's jobs.
+    if (!d.metrics.any()) d.metrics.v7 = d.metrics.v8 = true;
     return d;
 }
 

@@ -6,7 +6,8 @@
 // their info JSON (a process without one is Sidekiq 6 or older; kiqd's own "kiqd-…" versions
 // carry no Sidekiq major and are left out). The decision is the highest major seen, 6 when the
 // process is alone; it picks the heartbeat period and the metrics layouts (7's when a 7 process
-// is there, 8's when an 8 one is, both in a mixed cluster). Payload formats do not follow it:
+// is there, 8's when an 8 one is, both in a mixed cluster, and both when no 7 or 8 process is
+// there: the Web UI that reads them may be either). Payload formats do not follow it:
 // auto writes float-second timestamps, which 6, 7 and 8 all read. A change is logged once.
 // An info JSON never changes for an identity, so each member is read once while it lives.
 // Heartbeat (io) thread only, apart from the static helpers.

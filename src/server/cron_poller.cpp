@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "common/cron_flag.hpp"
 #include "job/dead_set.hpp"
@@ -60,6 +61,7 @@ return 1
 constexpr double kRememberSeconds = 24 * 60 * 60;  // the gem's REMEMBER_THRESHOLD
 constexpr int kHistorySize = 10;                   // the gem's cron_history_size default
 constexpr std::int64_t kWindowSeconds = 60;        // the gem's not_past_scheduled_time?
+constexpr unsigned kLayoutRefreshRounds = 10;      // look for new 2.x namespaces every ~5 min
 
 std::string uuid_v4(std::mt19937_64& rng) {
     unsigned char b[16];
@@ -111,7 +113,7 @@ const CronExpression* CronPoller::expression(const CronJobRecord& job) {
     if (it != parsed_.end()) return it->second.get();
     std::unique_ptr<CronExpression> parsed;
     try {
-        parsed = std::make_unique<CronExpression>(CronExpression::parse(line));
+        parsed = std::make_unique<CronExpression>(CronExpression::parse_cronish(line));
     } catch (const CronError& e) {
         // Cached as null too, so a bad line is parsed and logged once.
         report(job.name(), "cron line '" + line + "' is not usable: " + e.what());
@@ -120,26 +122,69 @@ const CronExpression* CronPoller::expression(const CronJobRecord& job) {
     return parsed_.emplace(line, std::move(parsed)).first->second.get();
 }
 
+void CronPoller::refresh_layout(redis::Connection& conn, double now) {
+    const Config& c = rt_.config;
+    std::vector<std::string> found = c.cron_namespaces;
+    if (c.cron_layout != CronLayoutSetting::v1 && found.empty())
+        found = store_.discover_namespaces(conn);
+    const bool v2 = c.cron_layout == CronLayoutSetting::v2 ||
+                    (c.cron_layout == CronLayoutSetting::auto_detect && !found.empty());
+    std::set<std::string> namespaces(found.begin(), found.end());
+    if (v2) {
+        namespaces.insert(c.cron_namespace);
+        for (const auto& spec : c.cron)
+            if (!spec.ns.empty()) namespaces.insert(spec.ns);
+    }
+    std::vector<std::string> sets;
+    // 1.x's set: the only one with layout v1; with auto, read too, so a job the gem's 2.x
+    // poller has not migrated yet still fires (the migration marks its last run claimed).
+    if (c.cron_layout != CronLayoutSetting::v2) sets.push_back("");
+    sets.insert(sets.end(), namespaces.begin(), namespaces.end());
+    if (v2 && !v2_) {
+        // What sidekiq-cron 2.x's poller does when it starts.
+        for (const auto& moved : store_.migrate_v1(conn, c.cron_namespace, now))
+            rt_.log.info("cron: moved job {} from sidekiq-cron 1.x's keys to namespace {}", moved,
+                         c.cron_namespace);
+    }
+    if (v2 != v2_ || sets != sets_)
+        rt_.log.info("cron: sidekiq-cron {} layout; reading {}", v2 ? "2.x" : "1.x",
+                     describe_sets(sets));
+    v2_ = v2;
+    sets_ = std::move(sets);
+}
+
+std::string CronPoller::describe_sets(const std::vector<std::string>& sets) const {
+    std::string out;
+    for (const auto& ns : sets) {
+        if (!out.empty()) out += ", ";
+        out += store_.jobs_key(ns);
+    }
+    return out;
+}
+
 void CronPoller::save_schedules(redis::Connection& conn, double now) {
+    if (sets_.empty()) refresh_layout(conn, now);
     if (rt_.config.cron.empty()) return;
     std::vector<std::string> names;
     for (const auto& spec : rt_.config.cron) names.push_back(spec.name);
-    for (const auto& gone : store_.destroy_removed(conn, names))
+    for (const auto& gone : store_.destroy_removed(conn, names, sets_))
         rt_.log.info("cron: removed schedule {} (no longer in the configuration)", gone);
     for (const auto& spec : rt_.config.cron) {
+        const std::string ns = !v2_ ? "" : spec.ns.empty() ? rt_.config.cron_namespace : spec.ns;
         try {
-            store_.save(conn, spec, now);
+            store_.save(conn, spec, now, ns);
         } catch (const CronError& e) {
             report(spec.name, "not written: cron line '" + spec.cron + "': " + e.what());
         }
     }
-    rt_.log.info("cron: {} schedule(s) from the configuration written to sidekiq-cron's keys",
-                 rt_.config.cron.size());
+    rt_.log.info("cron: {} schedule(s) from the configuration written to sidekiq-cron {}'s keys",
+                 rt_.config.cron.size(), v2_ ? "2.x" : "1.x");
 }
 
 size_t CronPoller::enqueue_due(redis::Connection& conn, double now) {
+    if (sets_.empty() || ++rounds_ % kLayoutRefreshRounds == 0) refresh_layout(conn, now);
     size_t enqueued = 0;
-    for (const auto& job : store_.all(conn)) {
+    for (const auto& job : store_.all(conn, sets_)) {
         if (rt_.lifecycle.is_quiet()) break;
         try {
             if (enqueue_job(conn, job, now)) ++enqueued;
@@ -166,7 +211,8 @@ bool CronPoller::enqueue_job(redis::Connection& conn, const CronJobRecord& job, 
     if (last && *last >= run) return false;
     const std::string run_iso = iso8601_utc(run);
     // Claimed already (the usual case for all but one poller): no payload, no middleware.
-    if (!conn.command({"ZSCORE", store_.enqueued_key(name), run_iso}).is_nil()) return false;
+    if (!conn.command({"ZSCORE", store_.enqueued_key(name, job.ns), run_iso}).is_nil())
+        return false;
 
     // The payload, as Job#enque! builds it for a class that Ruby cannot load here.
     auto args = nlohmann::ordered_json::parse(job.field("args"), nullptr, false);
@@ -224,8 +270,8 @@ bool CronPoller::enqueue_job(redis::Connection& conn, const CronJobRecord& job, 
                                                        : rt_.keys.queues();  // unused
     auto reply = enqueue_script_.run(
         conn,
-        {store_.enqueued_key(name), store_.job_key(name), store_.jid_history_key(name),
-         rt_.keys.queues(), destination},
+        {store_.enqueued_key(name, job.ns), store_.job_key(name, job.ns),
+         store_.jid_history_key(name, job.ns), rt_.keys.queues(), destination},
         {ruby_float_text(static_cast<double>(run)), run_iso, mode, queue, payload, at,
          last_enqueue_time_text(now), history.dump(), std::to_string(kHistorySize - 1),
          "(" + ruby_float_text(now - kRememberSeconds)});

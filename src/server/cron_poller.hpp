@@ -3,6 +3,12 @@
 // jobs keep firing when kiqd replaces the Ruby processes that used to run the gem's poller. It
 // owns its thread (a PeriodicWorker named "cron") and its Redis connection.
 //
+// sidekiq-cron keeps its jobs in one of two layouts (cron_store.hpp): 1.x's `cron_jobs` or 2.x's
+// namespaced `cron_jobs:<ns>`. With `cron: layout: auto` the poller reads 1.x's set and every
+// 2.x namespace it finds (SCAN, at the first round and every 10th), and writes the 2.x layout
+// when any 2.x namespace exists, else 1.x's; `v1` / `v2` fix the choice. When it settles on
+// 2.x it first moves 1.x's jobs over, as the gem's 2.x poller does when it starts.
+//
 // At its first round it writes the schedules of kiqd's YAML (`cron:`, `:scheduler: :schedule:`,
 // `:schedule:`) into the gem's keys as the gem's schedule loader does (cron_store.hpp). Then each
 // round, like Poller#enqueue, it reads every job (Job.all) and, for each enabled one whose last
@@ -26,6 +32,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "common/cron_expression.hpp"
 #include "common/periodic_worker.hpp"
@@ -46,9 +53,15 @@ class CronPoller {
     void save_schedules(redis::Connection& conn, double now);
     // One pass over every job at `now` (epoch seconds); returns how many runs it enqueued.
     size_t enqueue_due(redis::Connection& conn, double now);
+    // The layout and the sets read (public for tests): "" is 1.x's set, else a namespace.
+    bool writes_v2() const { return v2_; }
+    const std::vector<std::string>& sets() const { return sets_; }
 
   private:
     void poll();
+    // Decides the layout and the sets to read (see above); migrates 1.x jobs on turning to 2.x.
+    void refresh_layout(redis::Connection& conn, double now);
+    std::string describe_sets(const std::vector<std::string>& sets) const;
     // Claims and enqueues the run of `job` due at `now`, if any; true when this call did.
     bool enqueue_job(redis::Connection& conn, const CronJobRecord& job, double now);
     const CronExpression* expression(const CronJobRecord& job);
@@ -62,6 +75,9 @@ class CronPoller {
     std::mt19937_64 rng_;
     std::unique_ptr<redis::Connection> conn_;  // only the poller thread uses it
     bool schedules_saved_ = false;
+    bool v2_ = false;                // writes sidekiq-cron 2.x's layout
+    std::vector<std::string> sets_;  // read each round; empty until the first round
+    unsigned rounds_ = 0;
     std::map<std::string, std::unique_ptr<CronExpression>> parsed_;  // by cron line
     std::map<std::string, std::string> problems_;                    // job name → logged problem
     PeriodicWorker worker_;  // last: its thread ends before the members it uses go

@@ -100,17 +100,28 @@ std::optional<std::int64_t> CronJobRecord::last_enqueue_time() const {
     return parse_enqueue_time(t);
 }
 
-std::vector<CronJobRecord> CronStore::all(redis::Connection& conn) const {
-    auto members = conn.command({"SMEMBERS", jobs_key()});
+std::vector<CronJobRecord> CronStore::all(redis::Connection& conn,
+                                          const std::vector<std::string>& namespaces) const {
+    std::vector<redis::Command> sets;
+    for (const auto& ns : namespaces) sets.push_back({"SMEMBERS", jobs_key(ns)});
+    const auto members = conn.pipeline_unchecked(sets);
     std::vector<redis::Command> gets;
-    for (size_t i = 0; i < members.size(); ++i)
-        gets.push_back({"HGETALL", std::string(members[i].str())});
+    std::vector<const std::string*> owners;  // the namespace of each HGETALL
+    for (size_t s = 0; s < members.size(); ++s) {
+        if (members[s].is_error()) continue;  // a key of another type
+        for (size_t i = 0; i < members[s].size(); ++i) {
+            gets.push_back({"HGETALL", std::string(members[s][i].str())});
+            owners.push_back(&namespaces[s]);
+        }
+    }
     std::vector<CronJobRecord> out;
     if (gets.empty()) return out;
     auto replies = conn.pipeline_unchecked(gets);
-    for (const auto& r : replies) {
+    for (size_t j = 0; j < replies.size(); ++j) {
+        const auto& r = replies[j];
         if (r.is_error() || r.size() == 0) continue;  // a key of another type, or deleted
         CronJobRecord rec;
+        rec.ns = *owners[j];
         for (size_t i = 0; i + 1 < r.size(); i += 2)
             rec.fields[std::string(r[i].str())] = std::string(r[i + 1].str());
         out.push_back(std::move(rec));
@@ -118,11 +129,57 @@ std::vector<CronJobRecord> CronStore::all(redis::Connection& conn) const {
     return out;
 }
 
-void CronStore::save(redis::Connection& conn, const CronScheduleSpec& spec, double now) const {
-    const std::string key = job_key(spec.name);
+std::vector<std::string> CronStore::discover_namespaces(redis::Connection& conn) const {
+    const std::string head = jobs_key() + ":";
+    std::set<std::string> found;
+    std::string cursor = "0";
+    do {
+        auto r = conn.command({"SCAN", cursor, "MATCH", head + "*", "COUNT", "1000"});
+        cursor = std::string(r[0].str());
+        for (size_t i = 0; i < r[1].size(); ++i) {
+            const std::string key(r[1][i].str());
+            if (key.size() > head.size()) found.insert(key.substr(head.size()));
+        }
+    } while (cursor != "0");
+    return {found.begin(), found.end()};
+}
+
+std::vector<std::string> CronStore::migrate_v1(redis::Connection& conn, const std::string& ns,
+                                               double now) const {
+    std::vector<std::string> moved;
+    for (auto& job : all(conn, {""})) {
+        const std::string name = job.name();
+        const std::string old_key = job_key(name);
+        if (name.empty()) continue;
+        job.fields["namespace"] = ns;
+        redis::Command hset{"HSET", job_key(name, ns)};
+        for (const auto& [k, v] : job.fields) {
+            hset.push_back(k);
+            hset.push_back(v);
+        }
+        std::vector<redis::Command> writes{{"SADD", jobs_key(ns), job_key(name, ns)},
+                                           std::move(hset)};
+        // Job#save: a job new to this layout gets its last run marked claimed.
+        try {
+            const auto cron = CronExpression::parse_cronish(job.field("cron"));
+            if (conn.command({"EXISTS", enqueued_key(name, ns)}).integer() == 0)
+                writes.push_back({"ZADD", enqueued_key(name, ns), ruby_float_text(now),
+                                  iso8601_utc(cron.previous_time(now))});
+        } catch (const CronError&) {
+        }
+        writes.push_back({"SREM", jobs_key(), old_key});
+        conn.pipeline(writes);
+        moved.push_back(name);
+    }
+    return moved;
+}
+
+void CronStore::save(redis::Connection& conn, const CronScheduleSpec& spec, double now,
+                     const std::string& ns) const {
+    const std::string key = job_key(spec.name, ns);
     auto current = conn.pipeline({{"HGET", key, "status"},
                                   {"HGET", key, "last_enqueue_time"},
-                                  {"EXISTS", enqueued_key(spec.name)}});
+                                  {"EXISTS", enqueued_key(spec.name, ns)}});
     std::string status = current[0].is_nil() ? "enabled" : std::string(current[0].str());
     if (spec.enabled) status = *spec.enabled ? "enabled" : "disabled";
     const std::string last = current[1].is_nil() ? "" : std::string(current[1].str());
@@ -161,37 +218,44 @@ void CronStore::save(redis::Connection& conn, const CronScheduleSpec& spec, doub
                         last,
                         "symbolize_args",
                         "0"};
-    if (spec.date_as_argument) {
+    if (!ns.empty()) {
+        // 2.x's to_hash: the namespace, date_as_argument always, retry ("" when unset).
+        for (const char* f : {"namespace", ns.c_str(), "date_as_argument",
+                              spec.date_as_argument ? "1" : "0", "retry", ""})
+            hset.push_back(f);
+    } else if (spec.date_as_argument) {
         hset.push_back("date_as_argument");
         hset.push_back("1");
     }
-    std::vector<redis::Command> writes{{"SADD", jobs_key(), key}, std::move(hset)};
-    if (!spec.date_as_argument) writes.push_back({"HDEL", key, "date_as_argument"});
+    std::vector<redis::Command> writes{{"SADD", jobs_key(ns), key}, std::move(hset)};
+    if (!spec.date_as_argument && ns.empty()) writes.push_back({"HDEL", key, "date_as_argument"});
     if (current[2].integer() == 0) {
-        const auto cron = CronExpression::parse(spec.cron);
-        writes.push_back({"ZADD", enqueued_key(spec.name), ruby_float_text(now),
+        const auto cron = CronExpression::parse_cronish(spec.cron);
+        writes.push_back({"ZADD", enqueued_key(spec.name, ns), ruby_float_text(now),
                           iso8601_utc(cron.previous_time(now))});
     }
     conn.pipeline(writes);
 }
 
-std::vector<std::string> CronStore::destroy_removed(redis::Connection& conn,
-                                                    const std::vector<std::string>& keep) const {
+std::vector<std::string> CronStore::destroy_removed(
+    redis::Connection& conn, const std::vector<std::string>& keep,
+    const std::vector<std::string>& namespaces) const {
     const std::set<std::string> wanted(keep.begin(), keep.end());
     std::vector<std::string> removed;
-    for (const auto& job : all(conn)) {
+    for (const auto& job : all(conn, namespaces)) {
         if (job.source() != "schedule" || wanted.count(job.name())) continue;
-        destroy(conn, job.name());
+        destroy(conn, job.name(), job.ns);
         removed.push_back(job.name());
     }
     return removed;
 }
 
-void CronStore::destroy(redis::Connection& conn, const std::string& name) const {
-    conn.pipeline({{"SREM", jobs_key(), job_key(name)},
-                   {"DEL", enqueued_key(name)},
-                   {"DEL", jid_history_key(name)},
-                   {"DEL", job_key(name)}});
+void CronStore::destroy(redis::Connection& conn, const std::string& name,
+                        const std::string& ns) const {
+    conn.pipeline({{"SREM", jobs_key(ns), job_key(name, ns)},
+                   {"DEL", enqueued_key(name, ns)},
+                   {"DEL", jid_history_key(name, ns)},
+                   {"DEL", job_key(name, ns)}});
 }
 
 }  // namespace kiqd

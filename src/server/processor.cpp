@@ -342,9 +342,7 @@ void Processor::run_unit(redis::Connection& conn, UnitOfWork unit, const Admissi
     if (stopped && !failure && ctx.handler_ran && !exec) interrupted = true;
     if (interrupted && (stopped || requeue)) {
         if (acknowledge)
-            push_back_interrupted(
-                conn, unit, job,
-                requeue ? "its runner process was stopped" : "interrupted by shutdown");
+            push_back_interrupted(conn, unit, job, !requeue);
         else  // a middleware parked it first: that is its outcome
             record_outcome(conn, unit, Outcome::done, {}, job.raw, false);
         return;
@@ -397,7 +395,7 @@ void Processor::run_unit(redis::Connection& conn, UnitOfWork unit, const Admissi
 }
 
 void Processor::push_back_interrupted(redis::Connection& conn, const UnitOfWork& unit,
-                                      const Job& job, const char* why) {
+                                      const Job& job, bool at_shutdown) {
     // Sidekiq counts an interrupted job as processed and failed
     // (docs/data-model.md#interrupted-jobs).
     rt_.work.processed.fetch_add(1, std::memory_order_relaxed);
@@ -405,7 +403,10 @@ void Processor::push_back_interrupted(redis::Connection& conn, const UnitOfWork&
     if (rt_.execution_metrics) rt_.execution_metrics->record(job.handler_name(), true, 0);
     if (!write_with_pending(conn, rt_.fetcher.requeue_commands({unit}), "requeue", unit.payload))
         return;
-    rt_.work.requeued.fetch_add(1, std::memory_order_relaxed);
+    // The shutdown's count ("Pushed N jobs back") and kiqd_jobs_requeued_total are the hard
+    // shutdown's alone; a job whose runner process was stopped under it is logged only.
+    if (at_shutdown) rt_.work.requeued.fetch_add(1, std::memory_order_relaxed);
+    const char* why = at_shutdown ? "interrupted by shutdown" : "its runner process was stopped";
     rt_.log.info(job_line(job, false)
                      .json_field("queue", job.queue)
                      .message("requeued", fmt::format("{}: back in queue:{}", why, job.queue)));

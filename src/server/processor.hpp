@@ -44,10 +44,11 @@ class Processor {
     // write_until_done of `commands` followed by the pending after-job commands.
     bool write_with_pending(redis::Connection& conn, std::vector<redis::Command> commands,
                             const std::string& what, const std::string& payload);
-    // A job its handler gave up at the hard-shutdown stop signal: back to the front of its
-    // queue, now that nothing runs it any more.
+    // A job its handler gave up at the hard-shutdown stop signal (at_shutdown), or whose runner
+    // process was stopped when another job on it timed out: back to the front of its queue, now
+    // that nothing runs it any more.
     void push_back_interrupted(redis::Connection& conn, const UnitOfWork& unit, const Job& job,
-                               const char* why);
+                               bool at_shutdown);
     // How a fetched job ended, for record_outcome.
     enum class Outcome {
         unrunnable,  // the payload cannot be run: a dead-set entry

@@ -1,5 +1,6 @@
 // Sidekiq 7/8's execution metrics written by a real kiqd into a real Redis: in compat 8 the minute
-// hash, the ten-minute hash and the h| histograms with their expiries; in compat 6 nothing.
+// hash, the ten-minute hash and the h| histograms with their expiries; in compat 6 nothing;
+// under compat auto alone, the layouts of 7 and 8 both.
 // (Sidekiq 7.3's own Metrics::Query reads kiqd's 7 layout in
 // tests/interop/test_sidekiq7_interop.rb.)
 #include <catch2/catch.hpp>
@@ -103,4 +104,26 @@ TEST_CASE("metrics: compat 6 writes none", "[metrics]") {
     CHECK(kiqd.stop() == 0);  // the last flush: stats and, were they on, the metrics
     CHECK(keys_matching(conn, "j|*").empty());
     CHECK(keys_matching(conn, "*Kiqd::Noop*").empty());
+}
+
+TEST_CASE("metrics: compat auto alone writes the layouts of 7 and 8 both", "[metrics]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    Client client(Keys{}, Compat::v6);
+    for (int i = 0; i < 2; ++i) client.push(conn, {{"class", "Kiqd::Noop"}});
+    // No compat key: auto, and no other process in the cluster.
+    KiqdProcess kiqd(KIQD_BINARY, kiqd_config(server, "queues: [default]\n"));
+    REQUIRE(wait_until([&] {
+        return conn.command({"GET", "stat:processed"}).optional_str() == std::string("2");
+    }));
+    CHECK(kiqd.stop() == 0);  // the last flush writes what the beats had not
+    // 7: "j|%Y%m%d|%-H:%-M" and "<Class>-%d-%H:%-M"; 8: "j|%y%m%d|%-H:%M" and "h|<Class>-…".
+    CHECK(field_sum(conn, keys_matching(conn, "j|20??????|*"), "Kiqd::Noop|p") == 2);
+    CHECK(field_sum(conn, keys_matching(conn, "j|??????|*:[0-9][0-9]"), "Kiqd::Noop|p") == 2);
+    CHECK_FALSE(keys_matching(conn, "Kiqd::Noop-*").empty());
+    CHECK_FALSE(keys_matching(conn, "h|Kiqd::Noop-*").empty());
+    CHECK_THAT(kiqd.output(), Catch::Contains("no other Sidekiq process in the cluster; presenting "
+                                              "as Sidekiq 6 (execution metrics in the layouts of "
+                                              "7 and 8)"));
 }

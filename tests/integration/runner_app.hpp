@@ -94,7 +94,8 @@ inline std::vector<std::string> enqueue(const RedisServer& server, const JobList
 inline nlohmann::json sidekiq_api(const RedisServer& server) {
     auto [status, out] = run_command({"/usr/bin/ruby", kApp + "/inspect.rb"}, app_env(server));
     REQUIRE(status == 0);
-    return nlohmann::json::parse(out.substr(out.find('{')));
+    // The last line that is a JSON object: Sidekiq 7 logs its Redis options (a Ruby hash) first.
+    return nlohmann::json::parse(out.substr(out.rfind("\n{") + 1));
 }
 
 inline std::vector<nlohmann::json> records(redis::Connection& conn, const std::string& list) {

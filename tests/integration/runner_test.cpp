@@ -320,11 +320,19 @@ std::vector<nlohmann::json> two_jobs_at_once(const RedisServer& server, redis::C
     return records(conn, "started");
 }
 
+// Waits until the pool's two processes are ready: jobs pushed before the second has booted
+// would run one after the other on the first.
+KiqdProcess& two_ready(KiqdProcess& kiqd) {
+    REQUIRE(wait_until([&] { return kiqd::test::occurrences(kiqd.output(), " ready (") >= 2; },
+                       std::chrono::seconds(90)));
+    return kiqd;
+}
+
 // kiqd with `yaml` and BOOT_LOG, and two jobs running at once on its processes.
 struct TwoJobsRunning {
     TwoJobsRunning(const RedisServer& server, redis::Connection& conn, const std::string& yaml)
         : kiqd(KIQD_BINARY, yaml, {}, boot_logged_env(server, dir)),
-          started(two_jobs_at_once(server, conn)) {}
+          started((two_ready(kiqd), two_jobs_at_once(server, conn))) {}
     TempDir dir;
     KiqdProcess kiqd;
     std::vector<nlohmann::json> started;

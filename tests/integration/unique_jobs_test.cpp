@@ -14,7 +14,9 @@
 #include <set>
 #include <thread>
 
+#include "job/raw_json_object.hpp"
 #include "kiqd/client.hpp"
+#include "kiqd/clock.hpp"
 #include "support/kiqd_fleet.hpp"
 #include "support/kiqd_process.hpp"
 #include "support/redis_reads.hpp"
@@ -22,42 +24,25 @@
 #include "support/run_through.hpp"
 #include "support/test_daemon_records.hpp"
 #include "support/test_runtime.hpp"
+#include "support/unique_fixture.hpp"
 #include "support/wait_until.hpp"
 
 using namespace kiqd;
+using kiqd::test::gem_client_lock;
 using kiqd::test::held_lock_count;
 using kiqd::test::held_locks;
 using kiqd::test::KiqdFleet;
 using kiqd::test::KiqdProcess;
+using kiqd::test::lock_holders;
 using kiqd::test::ran_count;
 using kiqd::test::RedisServer;
 using kiqd::test::TestRuntime;
+using kiqd::test::UniqueFixture;
 using kiqd::test::wait_until;
 using kiqd::test::zcard;
 using kiqd::test::zrange;
 
 namespace {
-
-// The middleware with its keeper, on a TestRuntime.
-struct UniqueFixture {
-    explicit UniqueFixture(RedisServer& server)
-        : t(server),
-          keeper(t.keys, server.options(), std::chrono::seconds(60), TestRuntime::kIdentity,
-                 *t.log),
-          unique(t.config, t.keys, t.dead, t.retry, keeper, TestRuntime::kIdentity),
-          conn(server.connect()) {}
-
-    // Runs `raw` through the middleware with `body` as the handler; true when it ran.
-    bool run(
-        const std::string& raw, const std::function<void()>& body = [] {}) {
-        return kiqd::test::run_through(t, conn, unique, raw, body);
-    }
-
-    TestRuntime t;
-    LockKeeper keeper;
-    UniqueJobsMiddleware unique;
-    redis::Connection conn;
-};
 
 std::string payload(const std::string& jid, const std::string& lock = "until_and_while_executing",
                     const std::string& extra = "") {
@@ -265,22 +250,8 @@ TEST_CASE("unique: the gem's client lock is released when the gem's server would
 
 namespace {
 
-// What sidekiq-unique-jobs' client leaves behind after pushing `jid` under uniquejobs:acct1.
-void gem_client_lock(redis::Connection& c, const std::string& jid) {
-    c.command({"SET", "uniquejobs:acct1", jid});
-    c.command({"HSET", "uniquejobs:acct1:LOCKED", jid, "1700000000.0"});
-    c.command({"ZADD", "uniquejobs:digests", "1700000000", "uniquejobs:acct1"});
-}
-
 [[noreturn]] void boom() {
     throw JobError("Boom", "failed");
-}
-
-std::vector<std::string> lock_holders(redis::Connection& c) {
-    std::vector<std::string> out;
-    auto keys = c.command({"HKEYS", "uniquejobs:acct1:LOCKED"});
-    for (size_t i = 0; i < keys.size(); ++i) out.emplace_back(keys[i].str());
-    return out;
 }
 
 }  // namespace
@@ -318,6 +289,83 @@ TEST_CASE(
     const long long queued_pttl = c.command({"PTTL", "uniquejobs:acct1:QUEUED"}).integer();
     CHECK(queued_pttl > 0);  // -1 (no TTL) and -2 (no key) would pass the bound alone
     CHECK(queued_pttl <= 5000);
+}
+
+TEST_CASE(
+    "unique: on_conflict reschedule — the waiting copy holds the gem's client lock through to "
+    "its run; other copies are dropped",
+    "[unique]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    UniqueFixture f(server);
+    auto& c = f.conn;
+    const std::string gem =
+        R"(,"lock_timeout":0,"lock_ttl":null,"on_conflict":{"server":"reschedule"})";
+    auto parked_copy = [&] {
+        auto scheduled = zrange(c, "schedule");
+        REQUIRE(scheduled.size() == 1);
+        c.command({"ZREM", "schedule", scheduled[0]});
+        return scheduled[0];
+    };
+    std::string parked;
+    gem_client_lock(c, "A");
+    CHECK(f.run(payload("A", "until_and_while_executing", gem), [&] {
+        CHECK(lock_holders(c).empty());
+        gem_client_lock(c, "B");
+        CHECK_FALSE(f.run(payload("B", "until_and_while_executing", gem)));  // waits
+        // It waits holding the client lock: the gem's client rejects the next pushes.
+        CHECK(lock_holders(c) == std::vector<std::string>{"B"});
+        CHECK(std::string(c.command({"GET", "uniquejobs:acct1"}).str()) == "B");
+        CHECK_FALSE(c.command({"ZSCORE", "uniquejobs:digests", "uniquejobs:acct1"}).is_nil());
+        // Back while A still runs: waits again, still holding it.
+        CHECK_FALSE(f.run(parked_copy()));
+        CHECK(lock_holders(c) == std::vector<std::string>{"B"});
+        // A copy pushed past the gem's client while B holds the lock: a duplicate, dropped.
+        CHECK_FALSE(f.run(payload("C", "until_and_while_executing", gem)));
+        CHECK(lock_holders(c) == std::vector<std::string>{"B"});
+        parked = parked_copy();
+    }));
+    // B keeps the lock through to its run, which releases it as the gem's server does.
+    CHECK(lock_holders(c) == std::vector<std::string>{"B"});
+    CHECK(f.run(parked, [&] { CHECK(lock_holders(c).empty()); }));
+    CHECK(zcard(c, "schedule") == 0);
+    CHECK(zcard(c, "uniquejobs:digests") == 0);
+    CHECK(c.command({"KEYS", "uniquejobs:acct1*"}).size() == 1);  // the gem's 5 s wake-up token
+
+    // A waiting copy whose lock_timeout ran out is rescheduled 5 s ahead as a new arrival (no
+    // wait token), still holding the lock.
+    c.command({"FLUSHALL"});
+    const std::string timed = R"(,"lock_timeout":1,"on_conflict":{"server":"reschedule"})";
+    gem_client_lock(c, "A");
+    CHECK(f.run(payload("A", "until_and_while_executing", timed), [&] {
+        gem_client_lock(c, "B");
+        CHECK_FALSE(f.run(payload("B", "until_and_while_executing", timed)));
+        auto obj = RawJsonObject::parse(parked_copy());
+        REQUIRE(obj);
+        obj->set("lock_wait_since", std::to_string(epoch_seconds() - 10));
+        CHECK_FALSE(f.run(obj->dump()));
+        auto again = zrange(c, "schedule");
+        REQUIRE(again.size() == 1);
+        CHECK_THAT(again[0], !Catch::Contains("lock_wait_token"));
+        CHECK(std::stod(std::string(c.command({"ZSCORE", "schedule", again[0]}).str())) >
+              epoch_seconds() + 3);
+        CHECK(lock_holders(c) == std::vector<std::string>{"B"});
+        CHECK_FALSE(exists(c, "uniquejobs:acct1:WAIT"));
+    }));
+
+    // Without the gem's client lock (kiqd's own digest): one copy waits, the next copy is
+    // dropped instead of coming back every 5 s.
+    c.command({"FLUSHALL"});
+    const std::string own =
+        R"({"class":"Sync","queue":"default","args":["acct-9"],"lock":"until_and_while_executing","on_conflict":"reschedule","jid":")";
+    CHECK(f.run(own + "A\"}", [&] {
+        CHECK_FALSE(f.run(own + "B\"}"));
+        CHECK_FALSE(f.run(own + "C\"}"));
+        auto waiting = zrange(c, "schedule");
+        REQUIRE(waiting.size() == 1);
+        CHECK_THAT(waiting[0], Catch::Contains(R"("jid":"B")"));
+    }));
+    CHECK(zcard(c, "dead") == 0);
 }
 
 TEST_CASE(

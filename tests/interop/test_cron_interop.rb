@@ -103,16 +103,8 @@ class CronInteropTest < Minitest::Test
     # The gem's Web UI tab renders kiqd's YAML schedule, and a job's page the jids kiqd enqueued.
     jid = JSON.parse(redis.lindex("queue:ticks", 0))["jid"]
     pages = gem_ruby(<<~RUBY)
-      require "securerandom"
-      require "rack"
-      require "rack/session/cookie"
-      require "sidekiq/web"
-      require "sidekiq/cron/web"
-      app = Rack::Builder.new do
-        use Rack::Session::Cookie, secret: SecureRandom.hex(64), same_site: true
-        run Sidekiq::Web
-      end
-      web = Rack::MockRequest.new(app)
+      require #{File.join(__dir__, "cron_web_request.rb").inspect}
+      web = cron_web
       index = web.get("/cron")
       show = web.get("/cron/gem_tick")
       puts({ index: index.status, yaml: index.body.include?("yaml_yearly"),

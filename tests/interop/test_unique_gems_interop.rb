@@ -252,6 +252,41 @@ class UniqueGemsInteropTest < Minitest::Test
       "state" => state }
   end
 
+  # on_conflict: {server: reschedule}: 10 copies pushed one after the other while one runs
+  # (3 threads). Each accepted copy is awaited until the server has handled it: taken from the
+  # queue, and either waiting in `schedule` holding the client lock (the gem 7.1's re-pushed
+  # copy, kiqd's waiting copy) or, with no client lock held, some copy in `schedule` (the gem
+  # 8.1's re-pushed copy, which skips its client). Counts the copies waiting at most.
+  def reschedule_scenario(kind, line)
+    fresh_redis
+    server = start_server(kind, line, 3)
+    p = pusher(line)
+    type = "UntilAndWhileExecutingReschedule"
+    a = p.push(type, "k", "g1")
+    wait_for_started(a)
+    answers = []
+    most_waiting = 0
+    10.times do
+      jid = p.push(type, "k", "g1")
+      answers << !jid.nil?
+      wait_until(30, "copy #{jid} to be handled") { copy_handled?(jid) } if jid
+      most_waiting = [most_waiting, redis.zcard("schedule") + redis.llen("queue:default")].max
+    end
+    open_gate("g1")
+    state = drained_state(server)
+    stop_server(server)
+    { "accepted" => answers, "runs" => done.size, "state" => state, "most_waiting" => most_waiting }
+  end
+
+  def copy_handled?(jid)
+    return false if redis.lrange("queue:default", 0, -1).any? { |j| JSON.parse(j)["jid"] == jid }
+
+    scheduled = redis.zrange("schedule", 0, -1).map { |j| JSON.parse(j)["jid"] }
+    # The client lock's holders (not the gem's :RUN lock, which the running copy holds).
+    holders = lock_keys.grep(/\A[^:]+:\h{32}:LOCKED\z/).flat_map { |k| redis.hkeys(k) }
+    holders.empty? ? !scheduled.empty? : holders.any? { |h| scheduled.include?(h) }
+  end
+
   # kill -9 of the server while a job runs (lock_ttl 5): a copy pushed afterwards is accepted,
   # a new server starts; the dead run's locks go by their TTL and nothing is left.
   def kill_scenario(kind, line)
@@ -331,6 +366,29 @@ class UniqueGemsInteropTest < Minitest::Test
       # moves it to the queue; it arrives once C freed the lock, so it always runs after C.
       assert_equal %w[B C], gem["ran"].first(2)
       assert_equal %w[B C A], kiqd["ran"]
+    end
+
+    define_method("test_#{tag}_on_conflict_reschedule_one_copy_waits_holding_the_client_lock") do
+      gem = reschedule_scenario(:ruby, line)
+      kiqd = reschedule_scenario(:kiqd, line)
+      # kiqd: the waiting copy holds the client lock, so the gem's client rejects every later
+      # push; A and the waiting copy run; nothing is left.
+      assert_equal [true] + [false] * 9, kiqd["accepted"], kiqd.inspect
+      assert_equal 2, kiqd["runs"]
+      assert_equal 1, kiqd["most_waiting"]
+      assert_equal CLEAN, kiqd["state"]
+      assert_equal CLEAN, gem["state"], "the gem's own server"
+      if line == "7.1.33"
+        # 7.1 re-pushes the copy through its client, which takes the lock: the same answers.
+        assert_equal gem.slice("accepted", "runs", "most_waiting"),
+                     kiqd.slice("accepted", "runs", "most_waiting")
+      else
+        # 8.1 re-pushes the copy past its client (the `rescheduled` flag): the lock is free
+        # again, so its client accepts the next pushes, and copies pile up in `schedule`.
+        assert_operator gem["accepted"].count(true), :>, 1, gem.inspect
+        assert_operator gem["most_waiting"], :>, 1, gem.inspect
+        assert_operator gem["runs"], :>=, 2, gem.inspect
+      end
     end
 
     define_method("test_#{tag}_kill_9_mid_run_leaves_nothing_behind") do

@@ -7,10 +7,10 @@
 //   Test::RecordOther — the same, under another class name (e.g. one without metadata).
 //   Test::FailOnce — fails on its first attempt (no retry_count yet), then records like Record.
 //   Test::Gated::<lock type> (UntilAndWhileExecuting, UntilExecuting, UntilExecuted,
-//                 WhileExecuting) — args [key, gate, mode]: RPUSH kiqd-test:started <jid>, waits
-//                 until the key kiqd-test:gate:<gate> exists, then fails (Test::FirstAttempt)
-//                 when mode is "fail" and the payload has no retry_count yet, else RPUSH
-//                 kiqd-test:done <jid>. The same as the Ruby workers of
+//                 WhileExecuting, UntilAndWhileExecutingReschedule) — args [key, gate, mode]: RPUSH
+//                 kiqd-test:started <jid>, waits until the key kiqd-test:gate:<gate> exists, then
+//                 fails (Test::FirstAttempt) when mode is "fail" and the payload has no retry_count
+//                 yet, else RPUSH kiqd-test:done <jid>. The same as the Ruby workers of
 //                 tests/interop/unique_gems/app.rb, so kiqd and the gem's Ruby server run the
 //                 same jobs.
 //   Test::Spawn — args[0] is a list of job hashes: enqueues each through the process client
@@ -71,8 +71,8 @@ int main(int argc, char** argv) {
     handlers.add("Test::Record", record_handler);
     handlers.add("Test::Other", record_handler);        // a second class that records the same way
     handlers.add("Test::RecordOther", record_handler);  // a second class, for metadata tests
-    for (const char* type :
-         {"UntilAndWhileExecuting", "UntilExecuting", "UntilExecuted", "WhileExecuting"})
+    for (const char* type : {"UntilAndWhileExecuting", "UntilExecuting", "UntilExecuted",
+                             "WhileExecuting", "UntilAndWhileExecutingReschedule"})
         handlers.add(std::string("Test::Gated::") + type, gated_handler);
     handlers.add("Test::FailOnce", [](const kiqd::Job& job, kiqd::JobContext& ctx) {
         if (!job.retry_count()) throw kiqd::JobError("Test::FirstAttempt", "first attempt fails");

@@ -2,9 +2,12 @@
 // (cron_store.hpp): kiqd's `cron:` list and map, sidekiq-scheduler's `:scheduler: :schedule:`, a
 // top-level `:schedule:`, and exit 78 naming the key and line of a bad entry.
 #include <catch2/catch.hpp>
+#include <cstdio>
+#include <fstream>
 
 #include "server/cron_store.hpp"
 #include "support/config_errors.hpp"
+#include "support/temp_dir.hpp"
 
 using kiqd::test::config_error_of;
 
@@ -70,27 +73,37 @@ TEST_CASE("cron config: sidekiq-scheduler's and sidekiq-cron's sections of a sid
 
 TEST_CASE("cron config: bad entries name the key and line", "[cron][config]") {
     CHECK(config_error_of("cron:\n  - name: a\n    cron: \"0 25 * * *\"\n    class: A\n") ==
-          "cron[0].cron (line 3): '0 25 * * *': hours field '25': not a valid value");
+          "cron[0].cron (line 3): '0 25 * * *': hours field '25': not a valid value (nor is it a "
+          "natural-language schedule fugit reads)");
     CHECK(config_error_of("cron:\n  - cron: \"* * * * *\"\n    class: A\n") ==
           "cron[0].name (line 2): is missing");
     CHECK(config_error_of("cron:\n  - name: a\n    class: A\n") ==
-          "cron[0].cron (line 2): is missing");
+          "cron[0].cron (line 2): is missing (or every:)");
     CHECK(config_error_of("cron:\n  - name: a\n    cron: \"* * * * *\"\n") ==
           "cron[0].class (line 2): is missing");
     CHECK(config_error_of("cron:\n  - {name: a, cron: \"* * * * *\", class: A, queue: \"a b\"}\n")
               .find("cron[0].queue (line 2): invalid queue name") == 0);
     CHECK(config_error_of("cron:\n  - {name: a, cron: \"* * * * *\", class: A, colour: red}\n")
               .find("cron[0].colour (line 2): unknown key") == 0);
-    CHECK(config_error_of(":scheduler:\n  :schedule:\n    a:\n      every: '1m'\n      class: A\n")
-              .find("scheduler.schedule.a.every (line 4): is not supported") == 0);
+    CHECK(config_error_of(":scheduler:\n  :schedule:\n    a:\n      every: '7m'\n      class: A\n")
+              .find("scheduler.schedule.a.every (line 4): '7m' does not divide") == 0);
+    CHECK(config_error_of(":scheduler:\n  :schedule:\n    a:\n      in: '1h'\n      class: A\n")
+              .find("scheduler.schedule.a.in (line 4): is not supported") == 0);
+    CHECK(config_error_of("cron:\n  layout: v3\n") ==
+          "cron.layout (line 2): must be auto, v1 (sidekiq-cron 1.x) or v2 (2.x)");
+    CHECK(config_error_of("cron_schedule_file: /nonexistent/schedule.yml\n")
+              .find("cron_schedule_file (line 1): cannot read '/nonexistent/schedule.yml'") == 0);
+    CHECK(config_error_of("cron:\n  - {name: a, cron: \"every blue moon\", class: A}\n")
+              .find("cron[0].cron (line 2): 'every blue moon'") == 0);
     CHECK(config_error_of("cron:\n  - {name: a, cron: \"* * * * *\", class: A}\n"
                           "  - {name: a, cron: \"0 * * * *\", class: B}\n") ==
           "cron[1] (line 3): the schedule name 'a' is used twice");
     CHECK(config_error_of("cron: 5\n") ==
-          "cron (line 1): must be a list of {name, cron, class, ...}");
+          "cron (line 1): must be a list of {name, cron, class, ...} or a map");
     CHECK(config_error_of("cron_poll_interval: -1\n").find("cron_poll_interval (line 1)") == 0);
     CHECK(config_error_of("cron:\n  - {name: a, cron: \"0 * * * * Mars/Olympus\", class: A}\n") ==
-          "cron[0].cron (line 2): '0 * * * * Mars/Olympus': unknown time zone 'Mars/Olympus'");
+          "cron[0].cron (line 2): '0 * * * * Mars/Olympus': unknown time zone 'Mars/Olympus' (nor "
+          "is it a natural-language schedule fugit reads)");
 }
 
 TEST_CASE("cron store: the gem's time formats", "[cron]") {
@@ -106,4 +119,46 @@ TEST_CASE("cron store: the gem's time formats", "[cron]") {
     CHECK(kiqd::parse_enqueue_time("2026-11-26T05:00:05-05:00") == 1795687205);
     CHECK_FALSE(kiqd::parse_enqueue_time("yesterday").has_value());
     CHECK_FALSE(kiqd::parse_enqueue_time("").has_value());
+}
+
+TEST_CASE("cron config: layout, namespaces, every: and a schedule file", "[cron][config]") {
+    auto c = kiqd::parse_config(R"(
+cron:
+  layout: v2
+  namespace: billing
+  namespaces: [billing, reports]
+  schedule:
+    - {name: a, cron: "every day at 5pm", class: A}
+    - {name: b, cron: "0 * * * *", class: B, namespace: reports}
+:scheduler:
+  :schedule:
+    c: {every: '15m', class: C}
+    d: {every: ['2h', {first_in: '1m'}], class: D}
+    e: {interval: '30s', class: E}
+)",
+                                "test.yml", "");
+    CHECK(c.cron_layout == kiqd::CronLayoutSetting::v2);
+    CHECK(c.cron_namespace == "billing");
+    CHECK(c.cron_namespaces == std::vector<std::string>{"billing", "reports"});
+    REQUIRE(c.cron.size() == 5);
+    CHECK(c.cron[1].ns == "reports");
+    CHECK(c.cron[2].cron == "*/15 * * * *");
+    CHECK(c.cron[3].cron == "0 */2 * * *");
+    CHECK(c.cron[4].cron == "*/30 * * * * *");
+
+    // sidekiq-cron's schedule.yml: a map name → job (or a list), after ERB, as the gem reads it.
+    kiqd::test::TempDir dir;
+    const std::string path = dir.path() + "/schedule.yml";
+    std::ofstream(path) << "hourly:\n  cron: \"0 * * * *\"\n  class: <%= "
+                           "ENV.fetch('KIQD_CRON_TEST_UNSET', 'Hourly') %>\n"
+                           "  namespace: reports\n";
+    auto f = kiqd::parse_config("cron_schedule_file: " + path + "\n", "test.yml", "");
+    REQUIRE(f.cron.size() == 1);
+    CHECK(f.cron[0].name == "hourly");
+    CHECK(f.cron[0].job_class == "Hourly");
+    CHECK(f.cron[0].ns == "reports");
+    // The gem's fallback: schedule.yml named, schedule.yaml there.
+    std::rename(path.c_str(), (dir.path() + "/schedule.yaml").c_str());
+    CHECK(kiqd::parse_config("cron_schedule_file: " + path + "\n", "test.yml", "").cron.size() ==
+          1);
 }

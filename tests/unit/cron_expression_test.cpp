@@ -476,11 +476,41 @@ TEST_CASE("cron: lines fugit refuses are refused, naming the field", "[cron]") {
     for (const char* bad :
          {"", "* * * *", "0 25 * * *", "60 * * * *", "0 0 0 * *", "0 0 * 13 *", "0 0 * * 8",
           "*/0 * * * *", "0 0 * * monday", "0 0 * * * Europe/Nowhere", "0 0 * * * utc",
-          "0 0 ,1 * *", "0 0 30 2 *", "@reboot", "0 0 * * * * * *", "~ * * * *", "0 0 * * 1%2",
-          "every day at noon"}) {
+          "0 0 ,1 * *", "0 0 30 2 *", "@reboot", "0 0 * * * * * *", "every day at noon",
+          "0 0 * * 1#2,1%2", "every blue moon", "every 5 minutes at 17:00"}) {
         INFO(bad);
         CHECK_THROWS_AS(kiqd::CronExpression::parse(bad), kiqd::CronError);
+        if (std::string(bad) != "every day at noon")
+            CHECK_THROWS_AS(kiqd::CronExpression::parse_cronish(bad), kiqd::CronError);
     }
     CHECK_THROWS_WITH(kiqd::CronExpression::parse("0 25 * * *"),
                       Catch::Contains("hours field '25'"));
+}
+
+// What fugit 1.13 makes of these (Fugit.parse_cronish(line).original, and its times with
+// TZ=UTC); tests/interop/cron_differential.rb compares thousands more with the real fugit.
+TEST_CASE("cron: natural-language lines, ~ and % as fugit reads them", "[cron]") {
+    const std::pair<const char*, const char*> nat[] = {
+        {"every day at 5pm", "0 17 * * *"},
+        {"every 17 hours", "0 */17 * * *"},
+        {"at 12 midnight", "0 24 * * *"},
+        {"every monday at noon Europe/Paris", "0 12 * * 1 Europe/Paris"},
+        {"every 1st and 15th of the month", "0 0 1 * *"},
+        {"every 30 seconds", "*/30 * * * * *"}};
+    for (const auto& [line, cron] : nat) {
+        INFO(line);
+        CHECK(kiqd::CronExpression::parse_cronish(line).natural_cron() == cron);
+    }
+    // 2026-11-26 10:00:00 UTC is a Thursday.
+    const double thu = 1795687200;
+    CHECK(kiqd::CronExpression::parse_cronish("every day at 5pm UTC").next_time(thu) ==
+          thu + 7 * 3600);
+    // `~` draws the same value in every process: the same line, the same times.
+    const auto a = kiqd::CronExpression::parse("0~59 * * * * UTC").next_time(thu);
+    CHECK(a == kiqd::CronExpression::parse("0~59 * * * * UTC").next_time(thu));
+    CHECK(a - thu < 3600);
+    // `%`: Thursdays of even weeks since Monday 2018-12-31 (this one is week 412).
+    CHECK(kiqd::CronExpression::parse("0 10 * * thu%2 UTC").next_time(thu - 1) == thu);
+    CHECK(kiqd::CronExpression::parse("0 10 * * thu%2+1 UTC").next_time(thu - 1) ==
+          thu + 7 * 86400);
 }

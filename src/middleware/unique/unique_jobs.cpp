@@ -12,7 +12,7 @@
 #include "kiqd/clock.hpp"
 #include "middleware/unique/lock_survey.hpp"
 #include "middleware/unique/ruby_json.hpp"
-#include "redis/lua_type_guard.hpp"
+#include "middleware/unique/unique_scripts.hpp"
 #include "redis/script_fold.hpp"
 
 namespace kiqd {
@@ -23,175 +23,12 @@ constexpr const char* kWhileExecuting = "while_executing";
 constexpr auto kWaitLockTtl = std::chrono::seconds(60);
 constexpr double kRescheduleSeconds = 5.0;  // the gem's default schedule_in
 
-// The gem's client lock of digest D, as its Lua scripts keep it
-// (docs/data-model.md#unique-jobs-keys). Lua functions, put in front of the scripts that call
-// them; k is the list of keys:
-// k[1] D, the digest key (the last locking jid)
-// k[2] D:LOCKED, the hash of the lock's holders, keyed by jid
-// k[3] D:QUEUED, a list of jids, where the gem's waiters block
-// k[4] D:PRIMED, a list of jids
-// k[5] D:INFO, the lock's info
-// k[6] uniquejobs:digests, the ZSET of the digests in use
-// k[7] uniquejobs:expiring_digests, the ZSET of until_expired digests with a TTL
-//
-//   release_client_lock(k, jid, member) — the gem's unlock.lua (member: the digest as the
-// ZSETs hold it, without the key prefix). Removes jid from D:QUEUED and D:PRIMED
-// in any case. Returns -1 when another jid holds the lock, 0 when nobody does (nothing else
-// written), else frees it (with the last holder D, D:LOCKED, D:PRIMED and D:INFO go and D leaves
-// the digests ZSET), pushes '1' to D:QUEUED with a 5 s TTL to wake a gem waiter, and returns 1.
-//   take_client_lock(k, jid, pttl, expiring, limit, score, member) — the gem's queue_and_lock.lua
-//   (8.x;
-// 7.1's queue.lua + lock.lua leave the same keys). Returns 1 when jid holds the lock (already, or
-// now: D = jid, jid in D:LOCKED, D in digests with `score`, or in expiring_digests at score +
-// pttl when `expiring`; D, D:LOCKED, D:INFO expire after pttl ms when pttl > 0), 0 when `limit`
-// other jids hold it (nothing written).
-//   client_lock_refused(k)
-// The WRONGTYPE error (lua_type_guard.hpp) when a key those functions write holds another type,
-// else nil: a script calls it before its first write, as Redis keeps the writes made before a
-// failing command.
-#define KIQD_CLIENT_LOCK_LUA                                                          \
-    KIQD_LUA_TYPE_GUARD                                                               \
-    "local function client_lock_refused(k)\n"                                         \
-    "  return wrong_type({k[1], 'string', k[2], 'hash', k[3], 'list',\n"              \
-    "                     k[4], 'list', k[6], 'zset', k[7], 'zset'})\n"               \
-    "end\n"                                                                           \
-    "local function release_client_lock(k, jid, member)\n"                            \
-    "  redis.call('lrem', k[3], 0, jid)\n"                                            \
-    "  redis.call('lrem', k[4], 0, jid)\n"                                            \
-    "  if redis.call('hexists', k[2], jid) == 0 then\n"                               \
-    "    if redis.call('hlen', k[2]) > 0 then return -1 end\n"                        \
-    "    return 0\n"                                                                  \
-    "  end\n"                                                                         \
-    "  redis.call('hdel', k[2], jid)\n"                                               \
-    "  if redis.call('hlen', k[2]) == 0 then\n"                                       \
-    "    redis.call('del', k[1], k[2], k[4], k[5])\n"                                 \
-    "    redis.call('zrem', k[6], member)\n"                                          \
-    "  end\n"                                                                         \
-    "  redis.call('lpush', k[3], '1')\n"                                              \
-    "  redis.call('pexpire', k[3], 5000)\n"                                           \
-    "  return 1\n"                                                                    \
-    "end\n"                                                                           \
-    "local function take_client_lock(k, jid, pttl, expiring, limit, score, member)\n" \
-    "  if redis.call('hexists', k[2], jid) == 1 then return 1 end\n"                  \
-    "  if redis.call('hlen', k[2]) >= limit then return 0 end\n"                      \
-    "  redis.call('set', k[1], jid)\n"                                                \
-    "  if expiring and pttl > 0 then\n"                                               \
-    "    redis.call('zadd', k[7], tonumber(score) + pttl, member)\n"                  \
-    "  else\n"                                                                        \
-    "    redis.call('zadd', k[6], score, member)\n"                                   \
-    "  end\n"                                                                         \
-    "  redis.call('hset', k[2], jid, score)\n"                                        \
-    "  if pttl > 0 then\n"                                                            \
-    "    redis.call('pexpire', k[1], pttl)\n"                                         \
-    "    redis.call('pexpire', k[2], pttl)\n"                                         \
-    "    redis.call('pexpire', k[5], pttl)\n"                                         \
-    "  end\n"                                                                         \
-    "  return 1\n"                                                                    \
-    "end\n"
-
-// One starting copy of a while_executing or until_and_while_executing job tries to take the
-// EXEC lock; with the wait lock (until_and_while_executing), a copy that finds EXEC busy becomes
-// or stays the one copy that waits.
-//
-// KEYS[1]    <digest>:WAIT, the wait lock (value: the waiting copy's token)
-// KEYS[2]    <digest>:EXEC, the exec lock (value: its owner)
-// KEYS[3]    the held-locks hash (kiqd:unique:held, exec lock key → owner), read by the reaper
-// ARGV[1]    "1" = use the wait lock (until_and_while_executing), else "0"
-// ARGV[2]    the wait token this copy carries in its payload ("" if none)
-// ARGV[3]    a fresh token, for a copy that starts to wait
-// ARGV[4]    the exec lock's owner, "<identity> <token>"
-// ARGV[5]    the exec lock's TTL in ms
-// ARGV[6]    the wait lock's TTL in ms
-//
-// Optionally, first, the previous job's release (LockKeeper's release script, folded into this
-// call so that a job costs one script call, not two; its failure is ignored, as the reply of a
-// deferred release is):
-// KEYS[4]    that job's EXEC lock
-// KEYS[5]    the held-locks hash
-// ARGV[7]    that lock's owner
-//
-// Returns
-//   {0}         with the wait lock: another copy (a different token) holds it, so this one is
-//               a duplicate; nothing written.
-//   a WRONGTYPE error, with nothing written, when KEYS[3] holds another type
-//   {1}         the exec lock was free and is now ARGV[4]'s (SET NX PX ARGV[5]), recorded in
-//               KEYS[3] (with the hash's marker, lock_keeper.hpp); the wait lock, if this copy held
-//               it, is deleted: run the job.
-//   {2, ''}     without the wait lock: the exec lock is busy; nothing written.
-//   {2, token}  with the wait lock: the exec lock is busy, and this copy now holds the wait lock
-//               under `token` (the one it carried, else ARGV[3]) for another ARGV[6] ms: park it
-//               with the token.
-constexpr const char* kAcquireScript = KIQD_LUA_TYPE_GUARD R"lua(
--- Not release_lock (lock_keeper.hpp): each call on its own pcall, so that a lock key of another
--- type (whose GET fails) still lets the held hash forget the entry.
-if KEYS[5] then
-  if redis.pcall('get', KEYS[4]) == ARGV[7] then redis.pcall('del', KEYS[4]) end
-  if redis.pcall('hget', KEYS[5], KEYS[4]) == ARGV[7] then redis.pcall('hdel', KEYS[5], KEYS[4]) end
-end
-local w = false
-if ARGV[1] == '1' then
-  w = redis.call('get', KEYS[1])
-  if w and w ~= ARGV[2] then return {0} end
-end
-local refused = wrong_type({KEYS[3], 'hash'})
-if refused then return refused end
-if redis.call('set', KEYS[2], ARGV[4], 'NX', 'PX', ARGV[5]) then
-  if w then redis.call('del', KEYS[1]) end
-  redis.call('hset', KEYS[3], KEYS[2], ARGV[4], ')lua" KIQD_HELD_MARKER_FIELD R"lua(',
-             ')lua" KIQD_HELD_MARKER_VALUE R"lua(')
-  return {1}
-end
-if ARGV[1] ~= '1' then return {2, ''} end
-local token = w or ARGV[3]
-redis.call('set', KEYS[1], token, 'PX', ARGV[6])
-return {2, token}
-)lua";
-
-// Releases the gem's client lock for one jid (release_client_lock above).
-//
-// KEYS[1..7] the client lock keys (k[1..7] above)
-// ARGV[1]    the jid
-// ARGV[2]    the digest (its member in the ZSETs: without the key prefix)
-//
-// Returns release_client_lock's 1, 0 or -1; a WRONGTYPE error, and nothing written, when one of
-// KEYS holds another type.
-constexpr const char* kClientUnlockScript = KIQD_CLIENT_LOCK_LUA R"lua(
-local refused = client_lock_refused(KEYS)
-if refused then return refused end
-return release_client_lock(KEYS, ARGV[1], ARGV[2])
-)lua";
-
-// Takes the gem's client lock for one jid, as its client (and its server after a failure) does
-// (take_client_lock above).
-//
-// KEYS[1..7] the client lock keys (k[1..7] above)
-// ARGV[1]    the jid
-// ARGV[2]    the TTL in ms (0: none)
-// ARGV[3]    "1" for until_expired (expiring_digests), else "0"
-// ARGV[4]    lock_limit
-// ARGV[5]    the score (epoch seconds: the payload's `at`, else now)
-// ARGV[6]    the digest (its member in the ZSETs: without the key prefix)
-//
-// Returns take_client_lock's 1 or 0; a WRONGTYPE error, and nothing written, when one of KEYS
-// holds another type.
-constexpr const char* kClientLockScript = KIQD_CLIENT_LOCK_LUA R"lua(
-local refused = client_lock_refused(KEYS)
-if refused then return refused end
-return take_client_lock(KEYS, ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1',
-                        tonumber(ARGV[4]), ARGV[5], ARGV[6])
-)lua";
-
-// Gives the wait lock up: a waiting copy whose lock_timeout ran out stops waiting.
-//
-// KEYS[1] <digest>:WAIT, the wait lock
-// ARGV[1] the token of the copy giving it up
-//
-// Returns 1 when the lock held ARGV[1] and was deleted, 0 when it held another token or was
-// gone (left as it is).
-constexpr const char* kDropWaitScript = R"lua(
-if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
-return 0
-)lua";
+// With on_conflict: reschedule, the copy of an until_and_while_executing job that waits for the
+// run lock holds the gem's client lock while it waits (the gem's rescheduled copy takes it when
+// it is pushed), so the gem's client rejects the pushes made meanwhile.
+bool holds_client_lock_while_waiting(const LockSpec& lock) {
+    return lock.client_lock && lock.type == kUntilAndWhile && lock.on_conflict == "reschedule";
+}
 
 [[noreturn]] void invalid(const std::string& message) {
     throw JobError("Kiqd::InvalidLock", message);
@@ -379,11 +216,13 @@ UniqueJobsMiddleware::UniqueJobsMiddleware(const Config& config, const Keys& key
       retry_(retry),
       keeper_(keeper),
       identity_(std::move(identity)),
-      acquire_script_(kAcquireScript),
-      client_unlock_script_(kClientUnlockScript),
-      client_lock_script_(kClientLockScript),
+      acquire_script_(unique_scripts::kAcquire),
+      acquire_releasing_client_script_(unique_scripts::kAcquireReleasingClientLock),
+      client_unlock_script_(unique_scripts::kClientUnlock),
+      client_lock_script_(unique_scripts::kClientLock),
       release_script_(LockKeeper::release_script_source()),
-      drop_wait_script_(kDropWaitScript) {}
+      drop_wait_script_(unique_scripts::kDropWait),
+      schedule_holding_script_(unique_scripts::kScheduleHolding) {}
 
 std::vector<std::string> UniqueJobsMiddleware::client_lock_keys(const std::string& digest) const {
     return {keys_.digest_key(digest),
@@ -424,9 +263,8 @@ void UniqueJobsMiddleware::call(JobContext& ctx, const Next& next) const {
     };
     if (lock->type == kWhileExecuting) return run_with_exec_lock(ctx, next, *lock);
     if (lock->type == kUntilAndWhile) {
-        // The gem's server releases the until-lock first, then tries for the run lock. A copy
-        // that comes back from waiting released it on its first arrival.
-        if (!lock->wait_token && release_client_lock(ctx, *lock) < 0) return duplicate(ctx, *lock);
+        // The gem's server releases the until-lock first, then tries for the run lock: with the
+        // gem's client lock, the acquire script does both in one call.
         return run([&] { run_with_exec_lock(ctx, next, *lock); }, true);
     }
     if (lock->type == "until_executing") {
@@ -516,16 +354,30 @@ void UniqueJobsMiddleware::run_with_exec_lock(JobContext& ctx, const Next& next,
             owner,
             std::to_string(lock.ttl.count()),
             std::to_string(std::chrono::milliseconds(kWaitLockTtl).count())};
+        // The gem's client lock (until_and_while_executing) is released in the same call, before
+        // the run lock is tried, as the gem's server does; kept while the copy waits with
+        // on_conflict reschedule.
+        const bool releases_client = use_wait && lock.client_lock && !ctx.job.jid.empty();
+        if (releases_client) {
+            auto client = client_lock_keys(lock.digest);
+            keys.insert(keys.end(), client.begin(), client.end() - 1);  // not expiring_digests
+            args.insert(args.end(), {ctx.job.jid, lock.digest, lock.wait_token ? "0" : "1",
+                                     holds_client_lock_while_waiting(lock) ? "1" : "0"});
+        }
         // The previous job's lock releases (after_job) go out in the same write; the last, when it
         // is an EXEC lock's, inside this very script call.
         if (auto r = redis::take_deferred_call(ctx.after_job, release_script_, 2, 1)) {
             keys.insert(keys.end(), {(*r)[3], (*r)[4]});
             args.push_back((*r)[5]);
         }
-        auto reply = acquire_script_.run_after(ctx.redis, ctx.after_job, keys, args);
+        const redis::Script& acquire =
+            releases_client ? acquire_releasing_client_script_ : acquire_script_;
+        auto reply = acquire.run_after(ctx.redis, ctx.after_job, keys, args);
         const long long outcome = reply[0].integer();
+        if (outcome == 3) return duplicate(ctx, lock);
         if (outcome == 0)
-            return conflict(ctx, lock, "another copy is already waiting for lock " + lock.digest);
+            return conflict(ctx, lock, "another copy is already waiting for lock " + lock.digest,
+                            true);
         if (outcome == 2) {
             const std::string token = use_wait ? std::string(reply[1].str()) : std::string();
             const double now = epoch_seconds();
@@ -533,7 +385,8 @@ void UniqueJobsMiddleware::run_with_exec_lock(JobContext& ctx, const Next& next,
             if (lock.timeout && std::chrono::duration<double>(now - first) >= *lock.timeout) {
                 if (!token.empty()) drop_wait_script_.run(ctx.redis, {wait_key}, {token});
                 return conflict(ctx, lock,
-                                "lock " + lock.digest + " stayed busy longer than lock_timeout");
+                                "lock " + lock.digest + " stayed busy longer than lock_timeout",
+                                false);
             }
             return park(ctx, lock, token, first);
         }
@@ -579,15 +432,61 @@ void UniqueJobsMiddleware::park(JobContext& ctx, const LockSpec& lock,
     obj->set("lock_wait_since", score_text(since));
     const double at =
         epoch_seconds() + std::chrono::duration<double>(config_.unique_jobs.wait_interval).count();
-    ctx.redis.command({"ZADD", keys_.schedule(), score_text(at), obj->dump()});
+    if (holds_client_lock_while_waiting(lock))
+        schedule_holding(ctx, lock, at, obj->dump(), true);
+    else
+        ctx.redis.command({"ZADD", keys_.schedule(), score_text(at), obj->dump()});
     ctx.log.debug("class={} jid={} waits for unique lock {}", ctx.job.display_class(), ctx.job.jid,
                   lock.digest);
 }
 
-void UniqueJobsMiddleware::conflict(JobContext& ctx, const LockSpec& lock,
-                                    const std::string& why) const {
+long long UniqueJobsMiddleware::schedule_holding(JobContext& ctx, const LockSpec& lock, double at,
+                                                 std::string payload, bool even_if_held) const {
+    auto keys = client_lock_keys(lock.digest);
+    keys.push_back(keys_.schedule());
+    return schedule_holding_script_
+        .run(ctx.redis, keys,
+             {ctx.job.jid, std::to_string(lock.client_pttl), std::to_string(lock.limit),
+              score_text(at), lock.digest, std::move(payload), even_if_held ? "1" : "0"})
+        .integer();
+}
+
+void UniqueJobsMiddleware::reschedule(JobContext& ctx, const LockSpec& lock,
+                                      const std::string& why) const {
+    const auto& job = ctx.job;
+    const double at = epoch_seconds() + kRescheduleSeconds;
+    // A copy that waited no longer does: it comes back as a new arrival.
+    auto obj = RawJsonObject::parse(job.raw);
+    if (!obj) throw JobError("Kiqd::InvalidLock", "payload is not a JSON object");
+    obj->erase("lock_wait_token");
+    obj->erase("lock_wait_since");
+    if (lock.type == kUntilAndWhile && lock.client_lock) {
+        if (schedule_holding(ctx, lock, at, obj->dump(), false) == 0) {
+            ctx.log.warn(
+                "class={} jid={} duplicate dropped (on_conflict: reschedule): another copy holds "
+                "client lock {} and runs later; {}",
+                job.display_class(), job.jid, lock.digest, why);
+            return;
+        }
+    } else {
+        ctx.redis.command({"ZADD", keys_.schedule(), score_text(at), obj->dump()});
+    }
+    ctx.log.info("class={} jid={} duplicate rescheduled in {} s: {}", job.display_class(), job.jid,
+                 kRescheduleSeconds, why);
+}
+
+void UniqueJobsMiddleware::conflict(JobContext& ctx, const LockSpec& lock, const std::string& why,
+                                    bool another_waits) const {
     const auto& job = ctx.job;
     increment(outcome_counters().unique_conflicts);
+    if (lock.on_conflict == "reschedule" && another_waits) {
+        // The gem's rescheduled copy holds the client lock, so its client rejects the next
+        // copies: one copy waits, the others are dropped. The waiting copy runs later. (This
+        // copy's own client lock went with the acquire.)
+        ctx.log.warn("class={} jid={} duplicate dropped (on_conflict: reschedule): {}",
+                     job.display_class(), job.jid, why);
+        return;
+    }
     if (lock.on_conflict == "reject") {
         const std::string entry =
             dead_.invalid_entry(job.raw, job.queue, InvalidJob{"Kiqd::UniqueConflict", why});
@@ -595,10 +494,7 @@ void UniqueJobsMiddleware::conflict(JobContext& ctx, const LockSpec& lock,
         ctx.log.warn("class={} jid={} duplicate sent to the dead set: {}", job.display_class(),
                      job.jid, why);
     } else if (lock.on_conflict == "reschedule") {
-        ctx.redis.command(
-            {"ZADD", keys_.schedule(), score_text(epoch_seconds() + kRescheduleSeconds), job.raw});
-        ctx.log.info("class={} jid={} duplicate rescheduled in {} s: {}", job.display_class(),
-                     job.jid, kRescheduleSeconds, why);
+        reschedule(ctx, lock, why);
     } else {
         ctx.log.warn("class={} jid={} duplicate dropped (on_conflict: log): {}",
                      job.display_class(), job.jid, why);

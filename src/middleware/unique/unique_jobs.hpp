@@ -13,7 +13,9 @@
 //                              released after a successful run, kept through a retry
 //   until_expired              as until_executed, never released (it expires)
 //   until_and_while_executing  released FIRST (held by another jid → a duplicate, dropped), then
-//                              the run lock below; re-taken after a failure that will be retried
+//                              the run lock below (both in one script call, so such a job costs
+//                              the calls of kiqd's own lock); re-taken after a failure that will
+//                              be retried
 // A job whose retries are exhausted loses its identity's client lock (the gem's death handler).
 //
 // The run lock (until_and_while_executing, while_executing) is kiqd's own, with two keys per
@@ -28,6 +30,11 @@
 //   gives up after ~1 s and loses the update), up to N s with lock_timeout N; while_executing
 //   waits up to lock_timeout (0: not at all) and then goes to on_conflict (default `reject`:
 //   the dead set, with the reason).
+// on_conflict: reschedule (the gem's server re-pushes a busy copy through its client, which takes
+// the client lock): an until_and_while_executing copy that waits holds the client lock for its
+// jid while it waits and releases it when its run starts; a copy that finds another one waiting
+// is dropped with a log line; a waiting copy whose lock_timeout ran out goes back to `schedule`
+// 5 s later, still holding the lock.
 // EXEC locks carry a TTL and are extended while the job runs by the LockKeeper
 // (lock_keeper.hpp), which also reaps locks of processes that died.
 //
@@ -98,7 +105,16 @@ class UniqueJobsMiddleware final : public ServerMiddleware {
     void duplicate(JobContext& ctx, const LockSpec& lock) const;
     void park(JobContext& ctx, const LockSpec& lock, const std::string& wait_token,
               double since) const;
-    void conflict(JobContext& ctx, const LockSpec& lock, const std::string& why) const;
+    // A copy that cannot run: on_conflict. `another_waits`: another copy holds the wait lock.
+    void conflict(JobContext& ctx, const LockSpec& lock, const std::string& why,
+                  bool another_waits) const;
+    // on_conflict: reschedule — the copy again in `schedule` 5 s ahead; for the gem's
+    // until_and_while_executing, holding its client lock, or dropped when another jid holds it.
+    void reschedule(JobContext& ctx, const LockSpec& lock, const std::string& why) const;
+    // The copy in `schedule` at `at` holding the client lock for its jid (1), or refused because
+    // another jid holds it (0; scheduled anyway with `even_if_held`).
+    long long schedule_holding(JobContext& ctx, const LockSpec& lock, double at,
+                               std::string payload, bool even_if_held) const;
     std::vector<std::string> client_lock_keys(const std::string& digest) const;
 
     const Config& config_;
@@ -108,10 +124,12 @@ class UniqueJobsMiddleware final : public ServerMiddleware {
     LockKeeper& keeper_;
     std::string identity_;
     redis::Script acquire_script_;
+    redis::Script acquire_releasing_client_script_;
     redis::Script client_unlock_script_;
     redis::Script client_lock_script_;
     redis::Script release_script_;
     redis::Script drop_wait_script_;
+    redis::Script schedule_holding_script_;
 };
 
 }  // namespace kiqd

@@ -45,6 +45,17 @@ module Test
       end
       const_set(name, klass)
     end
+
+    # until_and_while_executing whose server conflicts are rescheduled (the gem re-pushes the
+    # copy with perform_in(5) through its client).
+    klass = Class.new do
+      include Sidekiq::Worker
+      include Perform
+      sidekiq_options queue: "default", retry: 3, lock: :until_and_while_executing,
+                      on_conflict: { client: :log, server: :reschedule },
+                      lock_args_method: ->(args) { [args[0]] }
+    end
+    const_set("UntilAndWhileExecutingReschedule", klass)
   end
 end
 

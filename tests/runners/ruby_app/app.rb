@@ -6,6 +6,7 @@ require "json"
 # BOOT_LOG: one line per boot of the application (a preloading runner boots it once).
 File.open(ENV["BOOT_LOG"], "a") { |f| f.puts Process.pid } if ENV["BOOT_LOG"]
 require "sidekiq"
+require "sidekiq/rails" if Sidekiq::VERSION.to_i >= 7 # 7.x's ActiveJob adapter wraps jobs in its class
 require "active_job"
 require "active_job/queue_adapters/sidekiq_adapter"
 

@@ -5,7 +5,7 @@ require "rails"
 require "active_job/railtie"
 require "sidekiq"
 
-Redis.silence_deprecations = true if Redis.respond_to?(:silence_deprecations=)
+Redis.silence_deprecations = true if defined?(Redis) && Redis.respond_to?(:silence_deprecations=)
 
 module RailsApp
   class Application < Rails::Application

@@ -1,0 +1,3 @@
+class ApplicationJob < ActiveJob::Base
+  queue_as :default
+end

@@ -1,0 +1,3 @@
+class LedgerEntry < ApplicationRecord
+  belongs_to :account
+end
