@@ -11,10 +11,17 @@ unexplained:
                                       run had started before the stop (or ended just before it)
   Redis unreachable past liveness_ttl the same for an outage of its process's connections
 Two runs of one jid that overlap in time are explained only by the last two.
+
+A Chaos::Unique push that never runs is not lost when kiqd dropped it as a duplicate of its
+identity: with on_conflict reschedule, one copy of an identity waits for the running one and
+further copies are dropped and logged, as sidekiq-unique-jobs does. Each such drop must be
+followed by a run of the same identity that ended ok (the copy that waited), or it counts as
+lost.
 """
 
 import json
 import os
+import re
 import time
 from collections import defaultdict
 
@@ -48,7 +55,8 @@ def ledger_events(work):
 def all_ran(work, dead=()):
     """Whether every confirmed push has a run that ended ok, or is in the dead set `dead` (the
     drain's condition)."""
-    done = {e["jid"] for e in ledger_events(work) if e.get("ev") == "end"} | set(dead)
+    done = {e["jid"] for e in ledger_events(work) if e.get("ev") == "end"} | set(dead) | \
+        set(unique_drops(work))
     pushed = [e for e in read_jsonl(os.path.join(work, "events.jsonl"))
               if e.get("ev") == "push" and e.get("confirmed")]
     return all(p["jid"] in done for p in pushed)
@@ -78,6 +86,23 @@ def leftover_locks(conn):
         if conn.call("LLEN", key):
             left["parked"].append(key)
     return left
+
+
+DROP_LINE = re.compile(r" jid=([0-9a-f]+) duplicate dropped")
+
+
+def unique_drops(work):
+    """Jids kiqd logged as dropped by a unique lock's on_conflict (another copy of the identity
+    was waiting), with the time of the log line (wall-clock microseconds)."""
+    drops = {}
+    for name in os.listdir(work):
+        if name.endswith(".out"):
+            with open(os.path.join(work, name), errors="replace") as f:
+                for line in f:
+                    m = DROP_LINE.search(line)
+                    if m:
+                        drops[m.group(1)] = line.split(" ", 1)[0]
+    return drops
 
 
 def redis_failures(work):
@@ -193,8 +218,19 @@ def check(work, ttl, leftovers, stats, sets, drain_ok, limit, unique_class):
                for name, members in sets.items()}
     ok_jids = {r["jid"] for r in runs if r["outcome"] == "ok"}
     confirmed = [p for p in pushes if p["confirmed"]]
+    # Dropped as a duplicate of its unique identity: explained when a run of that identity,
+    # started after the push, ended ok (the copy that waited).
+    drops = unique_drops(work)
+    identity_ok = defaultdict(list)
+    for r in runs:
+        if r["cls"] == unique_class and r["outcome"] == "ok" and r["args"] and len(r["args"]) > 2:
+            identity_ok[r["args"][2]].append(r["start"])
+    dropped = [p["jid"] for p in confirmed if p["jid"] not in ok_jids and p["jid"] in drops and
+               len(p.get("args") or []) > 2 and
+               any(s >= p["wall"] for s in identity_ok[p["args"][2]])]
     lost = [p["jid"] for p in confirmed if p["jid"] not in ok_jids
-            and p["jid"] not in in_sets["retry"] and p["jid"] not in in_sets["dead"]]
+            and p["jid"] not in in_sets["retry"] and p["jid"] not in in_sets["dead"]
+            and p["jid"] not in dropped]
     unconfirmed = [p for p in pushes if not p["confirmed"]]
 
     # Duplicates and reruns.
@@ -251,7 +287,8 @@ def check(work, ttl, leftovers, stats, sets, drain_ok, limit, unique_class):
     # flushed yet (at most one heartbeat's worth).
     crashed = [r for r in runs if r.get("cut_by") and r["cut_by"][0] == "runner_kill9"]
     finished = [r for r in runs if r["outcome"] in ("ok", "fail")]
-    ledger_processed = len(finished) + len(crashed)
+    # A dropped duplicate counts as processed in Sidekiq's stats; its handler never ran.
+    ledger_processed = len(finished) + len(crashed) + len(dropped)
     ledger_failed = sum(1 for r in finished if r["outcome"] == "fail") + len(crashed)
     unflushed = {"processed": 0, "failed": 0}
     for f in faults:
@@ -285,6 +322,7 @@ def check(work, ttl, leftovers, stats, sets, drain_ok, limit, unique_class):
         "runs": len(runs), "cron_runs": sum(1 for r in runs if r["cls"] == "Chaos::Cron"),
         "faults": dict(fault_counts), "fault_total": len(faults),
         "lost": lost, "in_retry": len(in_sets["retry"]), "in_dead": len(in_sets["dead"]),
+        "unique_dropped": len(dropped),
         "duplicates_by_cause": dict(causes), "unexplained_duplicates": unexplained[:20],
         "unexplained_count": len(unexplained),
         "reruns_after_interruption": dict(reruns), "vanished_runs": vanished[:20],
@@ -313,8 +351,9 @@ def print_report(r):
     p("chaos: %d runs (%d cron); %d faults: %s" % (
         r["runs"], r["cron_runs"], r["fault_total"],
         ", ".join("%s %d" % kv for kv in sorted(r["faults"].items()))))
-    p("chaos: lost %d%s; in retry %d, dead %d" % (len(r["lost"]), (": %s" % r["lost"][:10])
-                                                  if r["lost"] else "", r["in_retry"], r["in_dead"]))
+    p("chaos: lost %d%s; in retry %d, dead %d; dropped as a waiting unique identity's duplicate %d"
+      % (len(r["lost"]), (": %s" % r["lost"][:10]) if r["lost"] else "", r["in_retry"],
+         r["in_dead"], r["unique_dropped"]))
     dup = r["duplicates_by_cause"]
     p("chaos: duplicates %d (%s), unexplained %d" % (
         sum(dup.values()), ", ".join("%s: %d" % kv for kv in sorted(dup.items())) or "none",
