@@ -56,7 +56,7 @@ def all_ran(work, dead=()):
     """Whether every confirmed push has a run that ended ok, or is in the dead set `dead` (the
     drain's condition)."""
     done = {e["jid"] for e in ledger_events(work) if e.get("ev") == "end"} | set(dead) | \
-        set(unique_drops(work))
+        unique_drops(work)
     pushed = [e for e in read_jsonl(os.path.join(work, "events.jsonl"))
               if e.get("ev") == "push" and e.get("confirmed")]
     return all(p["jid"] in done for p in pushed)
@@ -93,15 +93,15 @@ DROP_LINE = re.compile(r" jid=([0-9a-f]+) duplicate dropped")
 
 def unique_drops(work):
     """Jids kiqd logged as dropped by a unique lock's on_conflict (another copy of the identity
-    was waiting), with the time of the log line (wall-clock microseconds)."""
-    drops = {}
+    was waiting)."""
+    drops = set()
     for name in os.listdir(work):
         if name.endswith(".out"):
             with open(os.path.join(work, name), errors="replace") as f:
                 for line in f:
                     m = DROP_LINE.search(line)
                     if m:
-                        drops[m.group(1)] = line.split(" ", 1)[0]
+                        drops.add(m.group(1))
     return drops
 
 
@@ -287,8 +287,8 @@ def check(work, ttl, leftovers, stats, sets, drain_ok, limit, unique_class):
     # flushed yet (at most one heartbeat's worth).
     crashed = [r for r in runs if r.get("cut_by") and r["cut_by"][0] == "runner_kill9"]
     finished = [r for r in runs if r["outcome"] in ("ok", "fail")]
-    # A dropped duplicate counts as processed in Sidekiq's stats; its handler never ran.
-    ledger_processed = len(finished) + len(crashed) + len(dropped)
+    # kiqd's stats count runs of the handler: a dropped duplicate is not one.
+    ledger_processed = len(finished) + len(crashed)
     ledger_failed = sum(1 for r in finished if r["outcome"] == "fail") + len(crashed)
     unflushed = {"processed": 0, "failed": 0}
     for f in faults:
