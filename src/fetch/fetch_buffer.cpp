@@ -266,6 +266,11 @@ std::vector<UnitOfWork> FetchBuffer::take_acks() {
     return out;
 }
 
+void FetchBuffer::put_back(UnitOfWork unit) {
+    std::lock_guard lock(mutex_);
+    jobs_.push_front(std::move(unit));
+}
+
 void FetchBuffer::restore_acks(std::vector<UnitOfWork> acks) {
     std::lock_guard lock(mutex_);
     for (auto& a : acks) acks_.push_back(std::move(a));

@@ -76,6 +76,9 @@ class FetchBuffer {
     // Every buffered job and every deferred acknowledgement, removing them (shutdown).
     std::vector<UnitOfWork> take_buffered();
     std::vector<UnitOfWork> take_acks();  // the shared list and every thread's
+    // Puts a job taken from the buffer back at its front (its start could not be checked:
+    // reliable_fetcher.cpp), so that the next take gets it again.
+    void put_back(UnitOfWork unit);
     // Gives back acknowledgements whose write failed.
     void restore_acks(std::vector<UnitOfWork> acks);
     // Payloads of buffered jobs and of deferred acknowledgements (they are still in the working

@@ -7,6 +7,7 @@
 // slot number. With `prefetch: N` (N > 1) BasicFetcher pops up to N jobs per round trip into a
 // process-wide FetchBuffer (fetch_buffer.hpp): buffered jobs exist only in this process, so a
 // kill -9 loses them (a clean stop pushes them back); hence opt-in.
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <random>
@@ -36,6 +37,9 @@ struct UnitOfWork {
     // What a batched refill acquired for this job ahead of its middlewares (refill_acquirer.hpp),
     // or null. Shared by copies of the unit; one thread at a time uses it.
     std::shared_ptr<AcquiredSet> acquired{};
+    // Reliable fetch: when the fetch that moved it into the working list was sent (the
+    // ownership fence, ownership_fence.hpp, checks that this process has owned it since).
+    std::chrono::steady_clock::time_point fetched_at{};
 };
 
 class Fetcher {

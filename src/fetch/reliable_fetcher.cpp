@@ -114,6 +114,7 @@ std::vector<UnitOfWork> ReliableFetcher::move_batch(redis::Connection& conn, std
                                                     const std::vector<UnitOfWork>& acks,
                                                     bool acquire_ahead) const {
     thread_local std::vector<std::string> args;
+    const auto fetched_at = OwnershipFence::Clock::now();
     batch_order_args(order_, rng, batch_, args);
     if (fair_) fair_->fair_args(args);
     // Deferred acknowledgements and lock releases (this thread's, and those any thread deferred
@@ -142,6 +143,7 @@ std::vector<UnitOfWork> ReliableFetcher::move_batch(redis::Connection& conn, std
         reply = batch_script_.run(conn, batch_keys_, args);  // the acknowledgements went out
     }
     auto units = batch_units(reply, order_.names());
+    for (auto& u : units) u.fetched_at = fetched_at;
     if (acquirer_ && acquire_ahead && !units.empty()) {
         try {
             acquirer_->acquire(conn, units);
@@ -158,6 +160,40 @@ std::vector<UnitOfWork> ReliableFetcher::move_batch(redis::Connection& conn, std
 std::optional<UnitOfWork> ReliableFetcher::retrieve_work(
     redis::Connection& conn, std::mt19937_64& rng, size_t slot,
     std::vector<redis::Command>& pending) const {
+    // Sent before any fetch this call makes, so a job fetched now is no older than this.
+    const auto fetched_at = OwnershipFence::Clock::now();
+    auto unit = take(conn, rng, slot, pending);
+    if (!unit) return unit;
+    if (unit->fetched_at == OwnershipFence::Clock::time_point{}) unit->fetched_at = fetched_at;
+    if (!still_owned(conn, *unit, pending)) return std::nullopt;
+    return unit;
+}
+
+bool ReliableFetcher::still_owned(redis::Connection& conn, UnitOfWork& unit,
+                                  std::vector<redis::Command>& pending) const {
+    if (fence_.holds(unit.fetched_at)) return true;
+    bool owned = false;
+    try {
+        owned = fence_.prove(conn, pending, keys_.alive(identity_), keys_.working_lists(),
+                             keys_.working(identity_, unit.queue), recoveries_key(identity_),
+                             unit.payload, unit.fetched_at);
+    } catch (const redis::Error&) {
+        // Not known either way: a buffered job waits for the next try at the front of the
+        // buffer; one fetched just now stays in the working list, where the stranded-job check
+        // (orphan_recovery.hpp) finds it and puts it back in its queue.
+        if (buffer_) buffer_->put_back(std::move(unit));
+        throw;
+    }
+    if (owned) return true;
+    // Recovered by another process while this one was away: that copy owns the job now.
+    fence_.count_dropped();
+    release_acquired(unit, pending);
+    return false;
+}
+
+std::optional<UnitOfWork> ReliableFetcher::take(redis::Connection& conn, std::mt19937_64& rng,
+                                                size_t slot,
+                                                std::vector<redis::Command>& pending) const {
     if (!ready_.stop_requested()) {
         ready_.wait_for(std::chrono::seconds(kBlockSeconds));
         return std::nullopt;
@@ -259,11 +295,12 @@ std::vector<redis::Command> ReliableFetcher::unmark_started_commands(const UnitO
 
 std::vector<redis::Command> ReliableFetcher::with_acknowledgement(
     const UnitOfWork& unit, std::vector<redis::Command> outcome) const {
-    redis::Command ack = ack_command(unit);
     for (auto& c : unmark_started_commands(unit)) outcome.push_back(std::move(c));
-    // The outcome (bare commands) and the acknowledgement land together or not at all.
-    outcome.push_back(std::move(ack));
-    return redis::in_transaction(std::move(outcome));
+    // The outcome (bare commands) and the acknowledgement land together or not at all, and only
+    // while the job is still in this process's working list: recovered by another process
+    // meanwhile, it is that process's now, and a retry entry written here would be a copy.
+    if (outcome.empty()) return {ack_command(unit)};
+    return redis::in_transaction_if_removed(ack_command(unit), std::move(outcome));
 }
 
 bool ReliableFetcher::defer_acknowledgement(const UnitOfWork& unit, size_t slot) const {
@@ -302,19 +339,21 @@ const std::string* ReliableFetcher::working_list(const std::string& queue) const
 std::vector<redis::Command> ReliableFetcher::requeue_commands(
     const std::vector<UnitOfWork>& units) const {
     if (units.empty()) return {};
+    // Each job goes back only if it is still in this process's working list (recovered by
+    // another process meanwhile, it is in a queue already, or running there).
     std::vector<redis::Command> out;
-    bool suspects = false;
     for (const auto& u : units) {
-        out.push_back({"RPUSH", keys_.queue(u.queue), u.payload});
-        out.push_back({"LREM", keys_.working(identity_, u.queue), "1", u.payload});
-        if (!u.suspect) continue;
-        // Still a suspect when it is fetched again.
-        out.push_back({"SREM", started_key(identity_), u.payload});
-        out.push_back({"SADD", suspects_key(), u.payload});
-        suspects = true;
+        std::vector<redis::Command> back{{"RPUSH", keys_.queue(u.queue), u.payload}};
+        if (u.suspect) {
+            // Still a suspect when it is fetched again.
+            back.push_back({"SREM", started_key(identity_), u.payload});
+            back.push_back({"SADD", suspects_key(), u.payload});
+            back.push_back({"EXPIRE", suspects_key(), std::to_string(kSuspectsTtlSeconds)});
+        }
+        for (auto& c : redis::in_transaction_if_removed(
+                 {"LREM", keys_.working(identity_, u.queue), "1", u.payload}, std::move(back)))
+            out.push_back(std::move(c));
     }
-    if (suspects) out.push_back({"EXPIRE", suspects_key(), std::to_string(kSuspectsTtlSeconds)});
-    out = redis::in_transaction(std::move(out));
     // What a job given back acquired ahead of its middlewares (refill_acquirer.hpp), after the
     // requeue: idempotent releases, outside the transaction.
     for (const auto& u : units) release_acquired(u, out);

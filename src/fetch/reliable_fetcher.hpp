@@ -28,15 +28,22 @@
 // spread over the queues (thread i waits on queue (i + round) mod n), so with concurrency >=
 // the number of queues a new job in any queue is taken at once.
 //
-// Shared by all processor threads (immutable except the ready latch). Processors do not fetch
-// until the process has registered its working lists and liveness key (set_ready), so that no
-// other process's recovery can take a freshly fetched job for an orphan.
+// Ownership fence (ownership_fence.hpp): a process that was away longer than liveness_ttl (a
+// stall, a VM pause, Redis out of reach) may have had its working lists recovered by another
+// process. Before a job fetched before that starts, retrieve_work proves that it is still in
+// this process's working list, or drops it without running it (the recovering process's copy
+// owns it). Jobs fetched while the liveness key is known to have lived cost nothing more.
+//
+// Shared by all processor threads (immutable except the ready latch and the fence). Processors do
+// not fetch until the process has registered its working lists and liveness key (set_ready), so
+// that no other process's recovery can take a freshly fetched job for an orphan.
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "fetch/fetcher.hpp"
+#include "fetch/ownership_fence.hpp"
 #include "kiqd/job_context.hpp"
 #include "kiqd/redis/script.hpp"
 
@@ -92,10 +99,23 @@ class ReliableFetcher final : public Fetcher {
     std::string started_key(const std::string& identity) const {
         return keys_.prefix() + "kiqd:reliable:started:" + identity;
     }
+    // How many of a process's jobs other processes' recoveries have moved (ownership_fence.hpp).
+    std::string recoveries_key(const std::string& identity) const {
+        return keys_.prefix() + "kiqd:reliable:recoveries:" + identity;
+    }
     // Called once the working lists and the liveness key are in Redis.
     void set_ready() const { ready_.request_stop(); }
+    // What this process knows of its own liveness key; the liveness thread reports each refresh.
+    OwnershipFence& fence() const { return fence_; }
 
   private:
+    // retrieve_work without the ownership fence.
+    std::optional<UnitOfWork> take(redis::Connection& conn, std::mt19937_64& rng, size_t slot,
+                                   std::vector<redis::Command>& pending) const;
+    // Whether `unit` may start here (ownership_fence.hpp); a job it does not own any more is
+    // dropped: what it acquired ahead is released (with `pending`), nothing is acknowledged.
+    bool still_owned(redis::Connection& conn, UnitOfWork& unit,
+                     std::vector<redis::Command>& pending) const;
     // The queue an idle thread blocks on: a different one per slot and round, not paused.
     size_t idle_queue(size_t slot, unsigned round) const;
     std::vector<UnitOfWork> move_batch(redis::Connection& conn, std::mt19937_64& rng,
@@ -131,6 +151,7 @@ class ReliableFetcher final : public Fetcher {
     std::unique_ptr<FetchCombiner> combiner_;
     // A one-shot latch (StopSignal's shape: set once, awaitable), not a stop request.
     mutable StopSignal ready_;
+    mutable OwnershipFence fence_;
 };
 
 }  // namespace kiqd

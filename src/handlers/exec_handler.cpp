@@ -234,6 +234,14 @@ void ExecRunner::operator()(const Job& job, JobContext& ctx) const {
                 kill_at = std::min(kill_at, saturating_deadline(now, limits_.shutdown_grace));
             }
         } else if (phase == Phase::running && now >= deadline) {
+            if (child.try_reap()) {
+                // It has ended on its own while this thread was not running (a VM pause, a
+                // loaded machine) and its exit was not seen yet: it ends as it ended, not as a
+                // timeout (nothing was signalled, and a retry would run a finished job again).
+                in.write.reset();
+                drain_until = now + milliseconds(200);
+                continue;
+            }
             phase = Phase::timed_out;
             child.signal(SIGTERM);
             kill_at = saturating_deadline(now, spec_.grace);

@@ -18,6 +18,13 @@
 //   EVAL <script> 0  3 ZADD retry <payload>  4 LREM queue:sq|id|q 1 <payload>
 // It answers an array of each command's reply. Commands it knows no key type for (EXPIRE, DEL)
 // are run unchecked; they cannot fail on a key's type.
+//
+// in_transaction_if_removed: the same, but the batch lands only if its first command, the LREM
+// that takes a job out of a reliable-fetch working list, removed it. A job that is not there any
+// more was recovered by another process while this one was away (stopped, or cut off from Redis
+// for longer than liveness_ttl): that copy owns it now, and an outcome or requeue written here
+// would be a second copy (a retry entry, a job back in its queue). The script then answers
+// {0} and writes nothing. The ARGV of such a batch starts with "?".
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,7 +42,8 @@ inline const char* guarded_batch_script() {
         "  hdel = 'hash', hincrby = 'hash', incr = 'string', incrby = 'string',\n"
         "  decrby = 'string'}\n"
         "local counters = {incr = true, incrby = true, decrby = true}\n"
-        "local cmds, i = {}, 1\n"
+        "local cmds, i, conditional = {}, 1, ARGV[1] == '?'\n"
+        "if conditional then i = 2 end\n"
         "while i <= #ARGV do\n"
         "  local n = tonumber(ARGV[i])\n"
         "  local c = {}\n"
@@ -60,20 +68,35 @@ inline const char* guarded_batch_script() {
         "  end\n"
         "end\n"
         "local replies = {}\n"
-        "for k, c in ipairs(cmds) do replies[k] = redis.call(unpack(c)) end\n"
+        "for k, c in ipairs(cmds) do\n"
+        "  replies[k] = redis.call(unpack(c))\n"
+        "  if conditional and k == 1 and replies[1] == 0 then return {0} end\n"
+        "end\n"
         "return replies\n";
+}
+
+// One EVAL of guarded_batch_script: `head` (EVAL, the script, 0 keys, and any marker), then
+// each command of `body` preceded by its number of words.
+inline std::vector<Command> batch_eval(Command head, std::vector<Command> body) {
+    for (auto& c : body) {
+        head.push_back(std::to_string(c.size()));
+        for (auto& word : c) head.push_back(std::move(word));
+    }
+    std::vector<Command> out;
+    out.push_back(std::move(head));
+    return out;
 }
 
 inline std::vector<Command> in_transaction(std::vector<Command> body) {
     if (body.size() <= 1) return body;
-    Command eval{"EVAL", guarded_batch_script(), "0"};
-    for (auto& c : body) {
-        eval.push_back(std::to_string(c.size()));
-        for (auto& word : c) eval.push_back(std::move(word));
-    }
-    std::vector<Command> out;
-    out.push_back(std::move(eval));
-    return out;
+    return batch_eval({"EVAL", guarded_batch_script(), "0"}, std::move(body));
+}
+
+// `remove` (an LREM from a working list) and then `body`, all or none, and none at all when
+// `remove` removed nothing (see above).
+inline std::vector<Command> in_transaction_if_removed(Command remove, std::vector<Command> body) {
+    body.insert(body.begin(), std::move(remove));
+    return batch_eval({"EVAL", guarded_batch_script(), "0", "?"}, std::move(body));
 }
 
 }  // namespace kiqd::redis

@@ -31,6 +31,9 @@ namespace {
 // KEYS[5] -> the dead set ("dead")
 // KEYS[6] -> the working list owner's started set ("kiqd:reliable:started:<identity>")
 // KEYS[7] -> the suspects set ("kiqd:reliable:suspects")
+// KEYS[8] -> the working list owner's liveness key ("kiqd:reliable:alive:<identity>")
+// KEYS[9] -> the owner's recoveries counter ("kiqd:reliable:recoveries:<identity>"), increased
+//            for each job moved while the owner's key was missing (ownership_fence.hpp)
 // --
 // ARGV[1] -> the payload
 // ARGV[2] -> the queue name (added to KEYS[3])
@@ -39,15 +42,24 @@ namespace {
 // ARGV[5] -> the TTL of the interruptions hash and of the suspects set, in seconds
 // ARGV[6] -> the dead-set score (now, epoch seconds)
 // ARGV[7] -> the dead-set entry (only used when ARGV[4] > 0)
+// ARGV[8] -> "1": only while KEYS[8] is missing (recovery of another process's list: an owner
+//            that came back, from a stall or an outage, owns its jobs again and may start them
+//            once it has proved so, ownership_fence.hpp); "0": whatever KEYS[8] holds
 // Returns 0 when the job was no longer in the working list (someone else moved it), 1 when it
 // was requeued, 2 when it went to the dead set, 3 when it was requeued without being counted
-// (not known to have started); a WRONGTYPE error with nothing written (the job stays in the
-// working list) when a key it would write holds another type.
+// (not known to have started), 4 when the owner is alive (nothing written); a WRONGTYPE error
+// with nothing written (the job stays in the working list) when a key it would write holds
+// another type.
 constexpr const char* kRequeueScript = KIQD_LUA_TYPE_GUARD R"lua(
 local refused = wrong_type({KEYS[2], 'list', KEYS[3], 'set', KEYS[4], 'hash', KEYS[5], 'zset',
                             KEYS[6], 'set', KEYS[7], 'set'})
 if refused then return refused end
+if ARGV[8] == '1' and redis.call('exists', KEYS[8]) == 1 then return 4 end
 if redis.call('lrem', KEYS[1], 1, ARGV[1]) == 0 then return 0 end
+if ARGV[8] == '1' then
+  redis.call('incr', KEYS[9])
+  redis.call('expire', KEYS[9], ARGV[5])
+end
 local max = tonumber(ARGV[4])
 local counted = false
 if max > 0 then
@@ -128,7 +140,7 @@ void OrphanRecovery::start() {
     worker_.start(PeriodicWorker::Duration::zero(), every, [this] { round(); });
 }
 
-void OrphanRecovery::register_alive(redis::Connection& conn) {
+long long OrphanRecovery::register_alive(redis::Connection& conn) {
     const auto& cfg = rt_.config.reliable_fetch;
     redis::Command sadd{"SADD", rt_.keys.working_lists()};
     for (const auto& [queue, list] : fetcher_.working_lists()) sadd.push_back(list);
@@ -139,13 +151,27 @@ void OrphanRecovery::register_alive(redis::Connection& conn) {
     // that only the jobs in it are known to have started.
     if (fetcher_.batch_size() > 1)
         commands.push_back({"SADD", fetcher_.started_key(fetcher_.identity()), ""});
-    conn.pipeline(commands);
+    commands.push_back({"GET", fetcher_.recoveries_key(fetcher_.identity())});
+    auto replies = conn.pipeline(commands);
+    const auto& recoveries = replies.back();
+    return recoveries.is_nil() ? 0 : std::stoll(std::string(recoveries.str()));
 }
 
 void OrphanRecovery::keep_alive() {
     try {
-        register_alive(*liveness_conn_);
+        const auto sent = OwnershipFence::Clock::now();
+        const long long recoveries = register_alive(*liveness_conn_);
+        // Before the processors may fetch: a job fetched from now on is known to be owned.
+        fetcher_.fence().renewed(sent, OwnershipFence::Clock::now(),
+                                 rt_.config.reliable_fetch.liveness_ttl, recoveries);
         fetcher_.set_ready();
+        if (const auto dropped = fetcher_.fence().dropped(); dropped > dropped_logged_) {
+            rt_.log.warn(
+                "reliable fetch: {} fetched job(s) not started: this process was away longer "
+                "than liveness_ttl and another process recovered them (they run there)",
+                dropped - dropped_logged_);
+            dropped_logged_ = dropped;
+        }
     } catch (const redis::Error& e) {
         // The processors report Redis outages; this thread just tries again next round.
         rt_.log.debug("reliable fetch: liveness refresh failed: {}", e.what());
@@ -221,7 +247,13 @@ OrphanRecovery::Result OrphanRecovery::recover_orphans(redis::Connection& conn, 
     for (const auto& o : candidates) {
         if (!dead_owners.count(o.identity)) continue;
         rt_.log.warn("reliable fetch: process {} is gone; recovering {}", o.identity, o.list);
-        recover_list(conn, o.list, o.queue, o.identity, true, result);
+        if (!recover_list(conn, o.list, o.queue, o.identity, true, result)) {
+            // Its owner came back in the middle (a stall or an outage ended): the rest is its.
+            rt_.log.warn("reliable fetch: process {} is back; leaving the rest of {} to it",
+                         o.identity, o.list);
+            dead_owners.erase(o.identity);
+            continue;
+        }
         conn.command({"EVAL", kUnregisterIfEmptyScript, "2", o.list, rt_.keys.working_lists()});
         ++result.lists;
     }
@@ -260,7 +292,7 @@ size_t OrphanRecovery::return_stranded(redis::Connection& conn,
             auto seen = suspects_.find(key);
             const auto since = seen == suspects_.end() ? now : seen->second;
             if (now - since >= after)
-                requeue_one(conn, list, queue, fetcher_.identity(), key.second, 0, result);
+                requeue_one(conn, list, queue, fetcher_.identity(), key.second, 0, false, result);
             else
                 still.emplace(std::move(key), since);
         }
@@ -269,20 +301,23 @@ size_t OrphanRecovery::return_stranded(redis::Connection& conn,
     return result.requeued;
 }
 
-void OrphanRecovery::recover_list(redis::Connection& conn, const std::string& list,
-                                  const std::string& queue, const std::string& owner, bool count,
+bool OrphanRecovery::recover_list(redis::Connection& conn, const std::string& list,
+                                  const std::string& queue, const std::string& owner, bool orphan,
                                   Result& result) {
-    const int max = count ? rt_.config.reliable_fetch.max_interruptions : 0;
+    const int max = orphan ? rt_.config.reliable_fetch.max_interruptions : 0;
     // LRANGE lists the newest fetch first; RPUSHing in that order puts the oldest at the very
     // front, so the jobs come back in the order they were fetched.
     auto jobs = conn.command({"LRANGE", list, "0", "-1"});
     for (size_t i = 0; i < jobs.size(); ++i)
-        requeue_one(conn, list, queue, owner, std::string(jobs[i].str()), max, result);
+        if (!requeue_one(conn, list, queue, owner, std::string(jobs[i].str()), max, orphan, result))
+            return false;
+    return true;
 }
 
-void OrphanRecovery::requeue_one(redis::Connection& conn, const std::string& list,
+bool OrphanRecovery::requeue_one(redis::Connection& conn, const std::string& list,
                                  const std::string& queue, const std::string& owner,
-                                 const std::string& payload, int max, Result& result) {
+                                 const std::string& payload, int max, bool only_if_dead,
+                                 Result& result) {
     const std::string message = fmt::format(
         "interrupted {} times: the kiqd process running it died each time "
         "(reliable_fetch.max_interruptions: {})",
@@ -291,12 +326,14 @@ void OrphanRecovery::requeue_one(redis::Connection& conn, const std::string& lis
     auto reply = requeue_script_.run(
         conn,
         {list, rt_.keys.queue(queue), rt_.keys.queues(), rt_.keys.interruptions(), rt_.keys.dead(),
-         fetcher_.started_key(owner), fetcher_.suspects_key()},
+         fetcher_.started_key(owner), fetcher_.suspects_key(), rt_.keys.alive(owner),
+         fetcher_.recoveries_key(owner)},
         {payload, queue, interruption_key(payload, queue), std::to_string(max),
          std::to_string(kInterruptionsTtlSeconds), score_text(now),
          max > 0 ? rt_.dead.invalid_entry(payload, queue,
                                           InvalidJob{"Kiqd::RepeatedlyInterrupted", message})
-                 : std::string()});
+                 : std::string(),
+         only_if_dead ? "1" : "0"});
     switch (reply.integer()) {
         case 3:
             ++result.uncounted;
@@ -311,9 +348,12 @@ void OrphanRecovery::requeue_one(redis::Connection& conn, const std::string& lis
             increment(outcome_counters().dead);
             rt_.log.error("queue={} job sent to the dead set: {}: {}", queue, message, payload);
             break;
+        case 4:
+            return false;  // its owner is alive
         default:
             break;  // already moved by someone else
     }
+    return true;
 }
 
 void OrphanRecovery::return_own_lists() {

@@ -19,6 +19,9 @@
 //    acknowledgement, only those in its started set (`kiqd:reliable:started:<identity>`, which
 //    has an empty member from its first liveness round on). Every requeued job becomes a suspect
 //    (`kiqd:reliable:suspects`), whose next start a batched fetch records (reliable_fetcher.hpp).
+//    A list whose owner comes back in the middle (its key set again: a stall or an outage
+//    ended) is left to it from that job on: the requeue script checks the key (the owner's
+//    half of that handshake is ownership_fence.hpp).
 //  * every round, returns jobs *stranded* in this process's own working lists: a fetch whose
 //    reply was lost (Redis moved the job, then the connection dropped) leaves a job there that
 //    no processor runs. An entry that no processor has been running for kStrandedAfter (longer
@@ -53,8 +56,9 @@ class OrphanRecovery {
         bool ran = false;      // false: another process holds the recovery lock
     };
     // Registers the working lists and refreshes the liveness key (and a batching process's
-    // started set). Public for tests.
-    void register_alive(redis::Connection& conn);
+    // started set); returns this process's recoveries counter (ownership_fence.hpp). Public for
+    // tests.
+    long long register_alive(redis::Connection& conn);
     // One recovery pass; `take_lock` false skips the cluster lock (tests). Public for tests.
     Result recover_orphans(redis::Connection& conn, bool take_lock = true);
     // One pass over this process's own working lists; returns the jobs put back. `after` is how
@@ -66,13 +70,18 @@ class OrphanRecovery {
   private:
     void keep_alive();  // one round of the liveness thread
     void round();       // one round of the recovery thread
-    // Moves every job of one working list (of the process `owner`) back to `queue`; `count`
-    // applies the poison-pill guard (false for this process's own leftovers at a clean stop).
-    void recover_list(redis::Connection& conn, const std::string& list, const std::string& queue,
-                      const std::string& owner, bool count, Result& result);
-    // Moves one job from `list` back to `queue` (the poison-pill count applies when `max` > 0).
-    void requeue_one(redis::Connection& conn, const std::string& list, const std::string& queue,
-                     const std::string& owner, const std::string& payload, int max, Result& result);
+    // Moves every job of one working list (of the process `owner`) back to `queue`. `orphan`:
+    // another process's list, so the poison-pill guard applies and each job moves only while
+    // the owner's liveness key is missing (false for this process's own leftovers at a clean
+    // stop). Returns false when it stopped because the owner is alive again.
+    bool recover_list(redis::Connection& conn, const std::string& list, const std::string& queue,
+                      const std::string& owner, bool orphan, Result& result);
+    // Moves one job from `list` back to `queue` (the poison-pill count applies when `max` > 0;
+    // `only_if_dead`: only while the owner's liveness key is missing). False: the owner is
+    // alive, nothing moved.
+    bool requeue_one(redis::Connection& conn, const std::string& list, const std::string& queue,
+                     const std::string& owner, const std::string& payload, int max,
+                     bool only_if_dead, Result& result);
     void return_own_lists();
 
     Runtime& rt_;
@@ -82,6 +91,7 @@ class OrphanRecovery {
     std::optional<redis::Connection> conn_;           // recovery thread, start() to stop()
     std::optional<redis::Connection> liveness_conn_;  // liveness thread, start() to stop()
     DueTime next_check_;                              // recovery thread only
+    uint64_t dropped_logged_ = 0;  // fence drops already logged (liveness thread only)
     // (working list, payload) → when it was first seen with no processor running it.
     std::map<std::pair<std::string, std::string>, std::chrono::steady_clock::time_point>
         suspects_;  // recovery thread only

@@ -113,8 +113,8 @@ void ThrottleMiddleware::call(JobContext& ctx, const Next& next) const {
     // with reliable fetch taken out of the working list in the same transaction.
     redis::Command zadd{"ZADD", keys_.schedule(), score_text(at), ctx.job.raw};
     if (ctx.working_list)
-        ctx.redis.pipeline(
-            redis::in_transaction({zadd, {"LREM", *ctx.working_list, "1", ctx.job.raw}}));
+        ctx.redis.pipeline(redis::in_transaction_if_removed(
+            {"LREM", *ctx.working_list, "1", ctx.job.raw}, {zadd}));
     else
         ctx.redis.command(zadd);
     ctx.working_list = nullptr;  // it left the working list (JobContext::working_list)

@@ -186,8 +186,9 @@ void PauseControlMiddleware::call(JobContext& ctx, const Next& next) const {
         // Popped by a fetch that was already blocked on this queue when it was paused: back to
         // the front, untouched, where it was.
         if (ctx.working_list)  // back and out of the working list together (see park)
-            ctx.redis.pipeline(redis::in_transaction({{"RPUSH", keys_.queue(job.queue), job.raw},
-                                                      {"LREM", *ctx.working_list, "1", job.raw}}));
+            ctx.redis.pipeline(
+                redis::in_transaction_if_removed({"LREM", *ctx.working_list, "1", job.raw},
+                                                 {{"RPUSH", keys_.queue(job.queue), job.raw}}));
         else
             ctx.redis.command({"RPUSH", keys_.queue(job.queue), job.raw});
         ctx.working_list = nullptr;  // it left the working list (JobContext::working_list)
