@@ -4,9 +4,11 @@
 #   kiqd (layout auto), `kiqd cron --json` lists both namespaces, the gem's API and its Web UI
 #   tab show kiqd's runs (last enqueue time, jid history), and a natural-language line fires;
 # * kiqd with `layout: v2` moves 1.x jobs into the 2.x keys as the gem's 2.x poller does;
-# * the gem's own poller (2.3.1, then 1.12.0) racing kiqd over a job firing every second: each
-#   run is claimed once and makes one job, and no second between the first and last run is
-#   missing — nothing fires twice or never.
+# * the gem's own poller (2.3.1, then 1.12.0) racing kiqd over a job firing every two seconds:
+#   each run is claimed once and makes one job, and no tick between the first and last run is
+#   missing — nothing fires twice or never;
+# * a sidekiq.yml with `:capsules:` and `:cron_schedule_file:`, beside 2.x jobs the app created,
+#   runs as it is: the capsule's queue served, both schedules firing once a tick, none missing.
 # The gem runs in child Ruby processes. Skipped, with the reason, when the gems are not there.
 require "support"
 require "open3"
@@ -140,21 +142,59 @@ class Cron2InteropTest < Minitest::Test
     after_race = redis.llen("queue:shared")
     wait_until(30, "two more runs, kiqd's alone") { redis.llen("queue:shared") >= after_race + 2 }
     kiqd.stop
-    claims = redis.zrange("#{prefix}:enqueued", 0, -1).map { |t| Time.iso8601(t).to_i }.sort
     by_kiqd = kiqd.log.scan("cron: enqueued shared").size
-    enqueued = redis.llen("queue:shared")
-    # The first claim is the one Job#save writes; each other claim made exactly one job...
-    assert_equal claims.size - 1, enqueued, "kiqd enqueued #{by_kiqd}, the gem #{enqueued - by_kiqd}"
-    assert by_kiqd.positive?, "kiqd enqueued none of the #{enqueued} runs"
-    # ...and no tick between the first run and the last is missing. The line fires every two
-    # seconds: with a one-second line the gem's own poller, alone, enqueues every other second
-    # (Job#enqueue! records the wall-clock time as last_enqueue_time, and fugit's previous_time
-    # is strictly before the current second, so the next second's run counts as enqueued
-    # already); kiqd follows the same rule, so such a line is no test of missed ticks.
+    assert by_kiqd.positive?, "kiqd enqueued none of the #{redis.llen("queue:shared")} runs"
+    # The line fires every two seconds: with a one-second line the gem's own poller, alone,
+    # enqueues every other second (Job#enqueue! records the wall-clock time as
+    # last_enqueue_time, and fugit's previous_time is strictly before the current second, so
+    # the next second's run counts as enqueued already); kiqd follows the same rule, so such a
+    # line is no test of missed ticks.
+    assert_every_tick_once(prefix, "shared")
+  end
+
+  # Each run of a two-second line claimed once and made exactly one job, none missing between
+  # the first and the last (the first claim is the one the job's save writes).
+  def assert_every_tick_once(prefix, queue)
+    claims = redis.zrange("#{prefix}:enqueued", 0, -1).map { |t| Time.iso8601(t).to_i }.sort
     runs = claims.drop(1)
-    assert runs.all?(&:even?), "runs off the two-second line: #{runs.inspect}"
-    missing = (runs.first..runs.last).step(2).to_a - runs
-    assert_empty missing, "ticks never enqueued in the race"
+    assert_operator runs.size, :>=, 2, "#{queue}: too few runs to judge"
+    assert_equal runs.size, redis.llen("queue:#{queue}"), "#{queue}: one job per claimed run"
+    assert runs.all?(&:even?), "#{queue}: runs off the two-second line: #{runs.inspect}"
+    assert_empty (runs.first..runs.last).step(2).to_a - runs, "#{queue}: ticks never enqueued"
+  end
+
+  # What a team brings over: Sidekiq 7's sidekiq.yml with `:capsules:` and sidekiq-cron's
+  # `:cron_schedule_file:`, and sidekiq-cron 2.x jobs its app created in Redis. kiqd runs it as
+  # it is: the capsule's queue is served, the file's schedule and the API's job both fire, each
+  # run once, none missing.
+  def test_an_existing_sidekiq_yml_with_capsules_a_schedule_file_and_2x_keys_runs_as_it_is
+    assert_equal true, gem_ruby("2.3.1", <<~RUBY)
+      puts Sidekiq::Cron::Job.create(name: "api_tick", cron: "*/2 * * * * *", class: "ApiTick",
+                                     queue: "api_ticks").to_json
+    RUBY
+    schedule = File.join(tmpdir, "schedule.yml")
+    File.write(schedule, <<~YAML)
+      file_tick:
+        cron: "*/2 * * * * *"
+        class: FileTick
+        queue: file_ticks
+    YAML
+    kiqd = start_kiqd({ ":capsules" => { ":bulk" => { ":concurrency" => 1, ":queues" => ["bulk"] } },
+                        ":cron_schedule_file" => schedule, "cron_poll_interval" => 0.2 })
+    redis.lpush("queue:bulk", JSON.generate("class" => "Kiqd::Noop", "args" => [],
+                                            "jid" => "b0000000000000000000000b",
+                                            "queue" => "bulk"))
+    redis.sadd("queues", "bulk")
+    wait_until(40, "four runs of each schedule and the bulk capsule's job") do
+      redis.llen("queue:api_ticks") >= 4 && redis.llen("queue:file_ticks") >= 4 &&
+        redis.llen("queue:bulk").zero? && redis.get("stat:processed").to_i >= 1
+    end
+    kiqd.stop
+    assert_match(/sidekiq-cron 2\.x layout/, kiqd.log)
+    assert_every_tick_once("cron_job:default:api_tick", "api_ticks")
+    # The schedule file's job was written into the 2.x keys, beside the API's.
+    assert_equal "schedule", redis.hget("cron_job:default:file_tick", "source")
+    assert_every_tick_once("cron_job:default:file_tick", "file_ticks")
   end
 
   def test_the_2x_poller_and_kiqd_enqueue_each_run_once
