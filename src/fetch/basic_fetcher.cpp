@@ -8,6 +8,7 @@
 #include "fetch/fetch_buffer.hpp"
 #include "fetch/fetch_combiner.hpp"
 #include "fetch/fetcher.hpp"
+#include "fetch/prefix_fetch.hpp"
 #include "redis/lua_type_guard.hpp"
 
 namespace kiqd {
@@ -93,6 +94,7 @@ BasicFetcher::BasicFetcher(const Keys& keys, const QueueOrder& order, size_t pre
                            size_t max_refills, std::unique_ptr<FairFetch> fair, size_t threads)
     : keys_(keys), order_(order), prefetch_(std::max<size_t>(prefetch, 1)), fair_(std::move(fair)) {
     for (const auto& name : order_.names()) queue_keys_.push_back(keys_.queue(name));
+    if (!fair_) prefix_ = std::make_unique<PrefixFetch>(order_, queue_keys_);
     if (prefetch_ > 1) {
         pop_script_ =
             std::make_unique<redis::Script>(fair_ ? FairFetch::script_source() : kBatchFetchScript);
@@ -140,6 +142,7 @@ std::optional<UnitOfWork> wait_all_paused(redis::Connection& conn,
 
 std::vector<UnitOfWork> BasicFetcher::pop_batch(redis::Connection& conn, std::mt19937_64& rng,
                                                 std::vector<redis::Command>& pending) const {
+    if (prefix_) return prefix_->take(conn, rng, prefetch_, pending);
     thread_local std::vector<std::string> args;
     batch_order_args(order_, rng, prefetch_, args);
     if (fair_) fair_->fair_args(args);
@@ -179,6 +182,11 @@ std::optional<UnitOfWork> BasicFetcher::retrieve_work(redis::Connection& conn, s
         }
         if (unit) return unit;
     }
+    if (prefix_ && !buffer_) {
+        // Only the queues last seen non-empty, a plain RPOP each (prefix_fetch.hpp).
+        if (auto unit = prefix_->pop_one(conn, rng, pending)) return unit;
+    }
+    // Every queue is empty: block on all of them, in this fetch's order, as Sidekiq does.
     thread_local std::vector<const std::string*> names;
     thread_local std::vector<std::string> argv_storage;
     order_.order(rng, names);
@@ -191,7 +199,13 @@ std::optional<UnitOfWork> BasicFetcher::retrieve_work(redis::Connection& conn, s
     if (reply.is_nil()) return std::nullopt;
     if (reply.size() != 2) reply.unexpected("BRPOP returned an unexpected reply");
     if (buffer_) buffer_->note_taken(slot);
-    return UnitOfWork{std::string(keys_.queue_name(reply[0].str())), std::string(reply[1].str())};
+    UnitOfWork unit{std::string(keys_.queue_name(reply[0].str())), std::string(reply[1].str())};
+    if (prefix_) {
+        const auto& all = order_.names();
+        const auto at = std::find(all.begin(), all.end(), unit.queue);
+        if (at != all.end()) prefix_->woke_with_job(static_cast<size_t>(at - all.begin()));
+    }
+    return unit;
 }
 
 std::vector<redis::Command> BasicFetcher::requeue_commands(

@@ -26,6 +26,7 @@ class FairFetch;
 struct AcquiredSet;
 class RefillAcquirer;
 class FetchCombiner;
+class PrefixFetch;
 
 struct UnitOfWork {
     std::string queue;    // without the "queue:" prefix
@@ -136,6 +137,7 @@ class BasicFetcher final : public Fetcher {
     std::unique_ptr<FetchBuffer> buffer_;      // only when prefetch_ > 1
     std::unique_ptr<FairFetch> fair_;          // only with fair queues
     std::unique_ptr<FetchCombiner> combiner_;  // fair queues without prefetch
+    std::unique_ptr<PrefixFetch> prefix_;      // without fair queues
 };
 
 // The script of every batched fetch (basic `prefetch` and batched reliable fetch): KEYS are
