@@ -27,7 +27,9 @@ std::vector<QueueWeight> many_queues(int n) {
     return queues;
 }
 
-int weight_of(const std::string& queue) { return std::stoi(queue.substr(1)) % 3 + 1; }
+int weight_of(const std::string& queue) {
+    return std::stoi(queue.substr(1)) % 3 + 1;
+}
 
 void push(redis::Connection& conn, const std::string& queue, int jobs) {
     redis::Command cmd{"LPUSH", "queue:" + queue};
@@ -40,18 +42,32 @@ const char* mode_name(FetchMode mode, int batch) {
     return batch > 1 ? "basic prefetch" : "basic";
 }
 
+// One of the fetches under test (0: basic, 1: basic with prefetch 50, 2: reliable batched 50)
+// over 500 queues, on the shared Redis, flushed.
+struct ManyQueues {
+    explicit ManyQueues(int which)
+        : mode(which == 2 ? FetchMode::reliable : FetchMode::basic),
+          batch(which == 0 ? 1 : 50),
+          t(flushed(), many_queues(500), 2, mode, batch),
+          conn(RedisServer::shared().connect()) {
+        t.reliable();
+    }
+    static RedisServer& flushed() {
+        RedisServer::shared().flushall();
+        return RedisServer::shared();
+    }
+    FetchMode mode;
+    int batch;
+    TestRuntime t;
+    redis::Connection conn;
+};
+
 }  // namespace
 
 TEST_CASE("500 queues, all non-empty: each weight class's share within 2 points of Sidekiq's",
           "[fetch][weights][many_queues]") {
-    auto& server = RedisServer::shared();
-    server.flushall();
-    const auto [mode, batch] = GENERATE(std::make_pair(FetchMode::basic, 1),
-                                        std::make_pair(FetchMode::basic, 50),
-                                        std::make_pair(FetchMode::reliable, 50));
-    TestRuntime t(server, many_queues(500), 2, mode, batch);
-    t.reliable();
-    auto conn = server.connect();
+    ManyQueues setup(GENERATE(0, 1, 2));
+    auto& [mode, batch, t, conn] = setup;
     // 40 jobs each; a weight-3 queue is expected to give 6000 × 3/1000 = 18 of them, so none
     // runs dry during the test and every fetch is a draw over all 500.
     for (int i = 0; i < 500; ++i) push(conn, "q" + std::to_string(i), 40);
@@ -69,8 +85,8 @@ TEST_CASE("500 queues, all non-empty: each weight class's share within 2 points 
     const std::map<int, double> sidekiq{{1, 167.0 / 999}, {2, 334.0 / 999}, {3, 498.0 / 999}};
     for (const auto& [w, expected] : sidekiq) {
         const double share = static_cast<double>(by_weight[w]) / kFetches;
-        INFO(mode_name(mode, batch) << ": weight " << w << " share " << share << ", Sidekiq "
-                                    << expected);
+        INFO(mode_name(mode, batch)
+             << ": weight " << w << " share " << share << ", Sidekiq " << expected);
         // The standard deviation of a share over 6000 fetches is at most 0.0065: 2 points is
         // three of them, and the seeded draw makes the run the same every time.
         CHECK(std::abs(share - expected) < 0.02);
@@ -79,14 +95,8 @@ TEST_CASE("500 queues, all non-empty: each weight class's share within 2 points 
 
 TEST_CASE("500 queues, 5 non-empty: they share by weight and the empty ones are not asked",
           "[fetch][weights][many_queues]") {
-    auto& server = RedisServer::shared();
-    server.flushall();
-    const auto [mode, batch] = GENERATE(std::make_pair(FetchMode::basic, 1),
-                                        std::make_pair(FetchMode::basic, 50),
-                                        std::make_pair(FetchMode::reliable, 50));
-    TestRuntime t(server, many_queues(500), 2, mode, batch);
-    t.reliable();
-    auto conn = server.connect();
+    ManyQueues setup(GENERATE(0, 1, 2));
+    auto& [mode, batch, t, conn] = setup;
     // Weights 1, 2, 3, 1, 2 (q0, q1, q2, q3, q4 of the 500): Σ = 9.
     const std::vector<std::string> full{"q3", "q100", "q200", "q300", "q400"};
     std::map<std::string, double> sidekiq;
@@ -114,14 +124,8 @@ TEST_CASE("500 queues, 5 non-empty: they share by weight and the empty ones are 
 
 TEST_CASE("500 queues: a queue that fills after it was found empty is fetched from",
           "[fetch][many_queues]") {
-    auto& server = RedisServer::shared();
-    server.flushall();
-    const auto [mode, batch] = GENERATE(std::make_pair(FetchMode::basic, 1),
-                                        std::make_pair(FetchMode::basic, 50),
-                                        std::make_pair(FetchMode::reliable, 50));
-    TestRuntime t(server, many_queues(500), 2, mode, batch);
-    t.reliable();
-    auto conn = server.connect();
+    ManyQueues setup(GENERATE(0, 1, 2));
+    auto& [mode, batch, t, conn] = setup;
     std::mt19937_64 rng(3);
     push(conn, "q7", 1);
     auto first = t.fetcher.retrieve_work(conn, rng, 0);  // every other queue is found empty
@@ -154,14 +158,8 @@ TEST_CASE("500 queues: a queue that fills after it was found empty is fetched fr
 
 TEST_CASE("500 queues: a paused queue is never fetched from, and is after its resume",
           "[fetch][pause][many_queues]") {
-    auto& server = RedisServer::shared();
-    server.flushall();
-    const auto [mode, batch] = GENERATE(std::make_pair(FetchMode::basic, 1),
-                                        std::make_pair(FetchMode::basic, 50),
-                                        std::make_pair(FetchMode::reliable, 50));
-    TestRuntime t(server, many_queues(500), 2, mode, batch);
-    t.reliable();
-    auto conn = server.connect();
+    ManyQueues setup(GENERATE(0, 1, 2));
+    auto& [mode, batch, t, conn] = setup;
     push(conn, "q5", 100);
     push(conn, "q6", 100);
     t.order.set_paused({"q5"});

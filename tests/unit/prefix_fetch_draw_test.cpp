@@ -3,11 +3,11 @@
 // With every queue non-empty, queue q comes first with probability w(q)/Σw; with some empty,
 // the first non-empty one is q with probability w(q)/Σ over the non-empty ones (checked here by
 // enumerating Sidekiq's shuffles for a small case). The draw only sees the non-empty queues.
-#include "fetch/prefix_fetch.hpp"
-
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <map>
+
+#include "fetch/prefix_fetch.hpp"
 
 using kiqd::PrefixFetch;
 using kiqd::QueueOrder;
