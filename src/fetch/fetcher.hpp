@@ -140,8 +140,7 @@ class BasicFetcher final : public Fetcher {
     std::unique_ptr<PrefixFetch> prefix_;      // without fair queues
 };
 
-// The batched fetch over every queue that the fair queues' fetch script extends (fair_fetch.hpp;
-// without fair queues, basic and batched reliable fetch use prefix_fetch.hpp's script): KEYS are
+// The script of every batched fetch (basic `prefetch` and batched reliable fetch): KEYS are
 // every queue list in order.names() order, followed — to move jobs into working lists rather
 // than pop them — by those lists and the suspects set; ARGV comes from batch_order_args.
 extern const char* const kBatchFetchScript;

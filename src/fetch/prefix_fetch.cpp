@@ -192,7 +192,6 @@ bool PrefixFetch::maybe_sweep(redis::Connection& conn) const {
 
 void PrefixFetch::woke_with_job(size_t index) const {
     empty_[index].store(false, std::memory_order_relaxed);
-    last_sweep_.store(0, std::memory_order_relaxed);
 }
 
 bool PrefixFetch::prepare(std::mt19937_64& rng, size_t count, std::vector<std::string>& keys,
@@ -260,7 +259,7 @@ std::vector<UnitOfWork> PrefixFetch::take(redis::Connection& conn, std::mt19937_
     // Each round that takes nothing marks at least one queue empty, so this ends.
     for (;;) {
         if (!prepare(rng, count, keys, args, sent)) {
-            if (swept) return {};
+            if (swept || !sweep_before_block()) return {};
             sweep(conn);  // every queue looks empty: look again before the caller blocks
             swept = true;
             continue;
@@ -279,7 +278,7 @@ std::optional<UnitOfWork> PrefixFetch::pop_one(redis::Connection& conn, std::mt1
     for (;;) {
         candidates(cands);
         if (cands.empty()) {
-            if (swept) return std::nullopt;
+            if (swept || !sweep_before_block()) return std::nullopt;
             sweep(conn);
             swept = true;
             continue;

@@ -9,11 +9,13 @@
 //   subset's first occurrences in a uniform shuffle is a uniform shuffle of the subset), so
 //   each non-empty queue keeps its share by weight, and strict order stays strict.
 // * A queue found empty (by a pop that got nothing) is left out of later draws until a sweep
-//   sees a job in it again. A sweep is one pipelined LLEN of every queue that is not paused:
-//   at most every kSweepPeriod, when every queue looks empty (before a fetch would block), and
-//   after an idle thread's blocking wait woke with a job. So no fetch blocks while a queue has
-//   jobs, and a queue that gets jobs while others keep the threads busy waits at most a sweep
-//   period to be drawn again.
+//   sees a job in it again, or a blocking wait takes a job from it. A sweep is one pipelined
+//   LLEN of every queue that is not paused, at most every kSweepPeriod; and, for reliable
+//   fetch, whose idle threads each wait on one queue, when every queue looks empty (before a
+//   fetch would block). Basic fetch then blocks on every queue (BRPOP), which returns at once
+//   when any has a job, so a trickle of jobs costs no sweep per job. So no fetch blocks while a
+//   queue has jobs, and a queue that gets jobs while others keep the threads busy waits at most
+//   a sweep period to be drawn again.
 // * A prefix that turns out empty ends the script call; the caller draws again over what is
 //   left, so the fallback always reaches every queue believed non-empty.
 //
@@ -45,18 +47,18 @@ class PrefixFetch {
     // Up to `count` jobs, each from the first non-empty queue of its own draw, in one script
     // call per round (more rounds only when a whole prefix was empty). `before`: commands sent
     // in the same write as the first call (their replies unchecked, NOSCRIPT resent), cleared
-    // once sent. Empty when every queue not paused is empty, checked by a sweep. Throws
+    // once sent. Empty when every queue not paused looks empty (reliable fetch: checked by a
+    // sweep). Throws
     // redis::ReplyError (WRONGTYPE, nothing taken) when a queue holds something other than a list.
     std::vector<UnitOfWork> take(redis::Connection& conn, std::mt19937_64& rng, size_t count,
                                  std::vector<redis::Command>& before) const;
     // One job for basic fetch without prefetch: a plain RPOP of the first queue of the draw
     // (cheaper for Redis than a script), the next draw when it was empty. nullopt when every
-    // queue not paused is empty (checked by a sweep). `before` as for take().
+    // queue not paused looks empty (the caller then BRPOPs them all). `before` as for take().
     std::optional<UnitOfWork> pop_one(redis::Connection& conn, std::mt19937_64& rng,
                                       std::vector<redis::Command>& before) const;
 
-    // A blocking wait took a job from queue `index`: it is not empty, and others may have
-    // filled meanwhile, so the next fetch sweeps.
+    // A blocking wait took a job from queue `index`: it is drawn again.
     void woke_with_job(size_t index) const;
     bool known_empty(size_t index) const { return empty_[index].load(std::memory_order_relaxed); }
     // One pipelined LLEN of every queue that is not paused; updates the flags. Public for tests.
@@ -75,6 +77,9 @@ class PrefixFetch {
   private:
     // Sweeps when the period has passed or a sweep was asked for, unless another thread is.
     bool maybe_sweep(redis::Connection& conn) const;  // true when it swept
+    // Reliable fetch (jobs moved): its idle threads wait on one queue each, so it looks at
+    // every queue before it reports them all empty; basic fetch's BRPOP over all of them does.
+    bool sweep_before_block() const { return !working_keys_.empty(); }
     void mark_empty(size_t index) const { empty_[index].store(true, std::memory_order_relaxed); }
     // Builds one script call's KEYS and ARGV for `count` jobs; false when no queue is a
     // candidate. `sent`: the order.names() index of each queue key sent.

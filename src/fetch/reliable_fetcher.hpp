@@ -8,8 +8,7 @@
 // dies, its working lists stay in Redis and OrphanRecovery (orphan_recovery.hpp) returns them.
 //
 // Batched (reliable_fetch.batch_size N > 1, the default): one Lua script moves up to N jobs, each
-// from the first non-empty queue of its own weighted draw, into the working lists (over the
-// queues last seen non-empty only: prefix_fetch.hpp; over every queue with fair queues), and the
+// from the first non-empty queue of its own weighted draw, into the working lists, and the
 // processors take them from a process-wide FetchBuffer (fetch_buffer.hpp). A success's LREM is
 // deferred and rides along with the next refill: a job leaves the working list only after its
 // outcome, so a kill -9 can run a finished job again (at most max_refills × batch_size +
