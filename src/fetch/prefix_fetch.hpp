@@ -68,7 +68,7 @@ class PrefixFetch {
     void candidates(std::vector<size_t>& out) const;
     // `width` entries of one job's order over `candidates` (weighted: drawn one by one with
     // probability proportional to weight among those not drawn yet, which is Sidekiq's
-    // shuffle-then-uniq order; strict: the first ones). `weights_sum` from candidate_sums().
+    // shuffle-then-uniq order; strict: the first ones). `sums` from candidate_sums().
     void draw(std::mt19937_64& rng, const std::vector<size_t>& candidates,
               const std::vector<long long>& sums, size_t width, std::vector<size_t>& out) const;
     // Running sums of the candidates' weights, for draw().
