@@ -29,6 +29,16 @@ struct QueueWeight {
     int weight = 0;  // 0 = given without a weight
 };
 
+// One of Sidekiq 7's `capsules:` (`capsules: {reports: {concurrency: 2, queues: [reports]}}`):
+// its own queues (weighted or strict, as `queues:`), its own processor threads and fetcher, in
+// this process. The top-level `queues:` and `concurrency:` are the "default" capsule.
+struct CapsuleConfig {
+    std::string name;
+    std::vector<QueueWeight> queues;
+    int concurrency = 0;
+    int line = -1;
+};
+
 class ConfigError : public std::runtime_error {
   public:
     ConfigError(std::string key, std::string message, int line = -1);
@@ -317,6 +327,8 @@ struct Config {
     int concurrency = 10;
     std::chrono::milliseconds timeout{25000};  // shutdown grace period
     std::vector<QueueWeight> queues;
+    // Sidekiq 7's `capsules:` besides the default capsule, in file order (none: one capsule).
+    std::vector<CapsuleConfig> capsules;
     FetchMode fetch = FetchMode::basic;
     ReliableFetchConfig reliable_fetch;
     // `prefetch: N` (basic fetch only, opt-in): pop up to N jobs per round trip into a local
@@ -375,6 +387,10 @@ struct Config {
     std::vector<std::string> cron_namespaces;  // `cron: namespaces:`; empty = found by SCAN
     std::string cron_schedule_file;            // `cron_schedule_file:` as it was given
 };
+
+// Processor threads of the whole process: `concurrency` plus every capsule's (Sidekiq's
+// Config#total_concurrency).
+int total_concurrency(const Config& config);
 
 // Parses YAML text (after expanding the supported ERB forms). `environment` selects a
 // sub-hash such as production:. Throws ConfigError.

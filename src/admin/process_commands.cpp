@@ -32,7 +32,7 @@ int cmd_processes(redis::Connection& conn, const Keys& keys, const Request& r, s
     const double now = epoch_seconds();
     if (r.json) {
         ojson a = ojson::array();
-        for (const auto& p : procs)
+        for (const auto& p : procs) {
             a.push_back({{"identity", p.identity},
                          {"runners", runner_children(p)},
                          {"hostname", p.hostname},
@@ -48,6 +48,14 @@ int cmd_processes(redis::Connection& conn, const Keys& keys, const Request& r, s
                          {"started_at", p.started_at},
                          {"started_at_iso", utc_time(p.started_at)},
                          {"quiet", p.quiet}});
+            // Sidekiq 7 capsules (kiqd's own field): only for processes that have some.
+            if (!p.capsules.empty()) {
+                ojson caps = ojson::object();
+                for (const auto& c : p.capsules)
+                    caps[c.name] = {{"busy", c.busy}, {"concurrency", c.concurrency}};
+                a.back()["capsules"] = caps;
+            }
+        }
         out << json_text(a) << "\n";
         return 0;
     }
@@ -57,8 +65,16 @@ int cmd_processes(redis::Connection& conn, const Keys& keys, const Request& r, s
                         std::to_string(p.busy) + "/" + std::to_string(p.concurrency),
                         fixed(p.rss_kb / 1024.0, 1) + " MB", human_duration(now - p.beat) + " ago",
                         p.quiet ? "yes" : "no", join(p.queues, ","), utc_time(p.started_at)});
-    print_table(out, {"IDENTITY", "TAG", "BUSY", "RSS", "LAST BEAT", "QUIET", "QUEUES", "STARTED"},
-                rows, !r.no_headers);
+    std::vector<std::string> headers{"IDENTITY",  "TAG",   "BUSY",   "RSS",
+                                     "LAST BEAT", "QUIET", "QUEUES", "STARTED"};
+    // A CAPSULES column (each capsule's busy/concurrency) only when some process has capsules.
+    if (std::any_of(procs.begin(), procs.end(),
+                    [](const ProcessInfo& p) { return !p.capsules.empty(); })) {
+        headers.insert(headers.begin() + 3, "CAPSULES");
+        for (size_t i = 0; i < procs.size(); ++i)
+            rows[i].insert(rows[i].begin() + 3, capsules_text(procs[i]));
+    }
+    print_table(out, headers, rows, !r.no_headers);
     // The runner children, under their processes (only when some process has any).
     std::vector<std::vector<std::string>> children;
     for (const auto& p : procs)

@@ -175,8 +175,8 @@ std::vector<ProcessInfo> fetch_processes(redis::Connection& conn, const Keys& ke
     if (ids.empty()) return out;
     std::vector<redis::Command> cmds;
     for (const auto& id : ids)
-        cmds.push_back(
-            {"HMGET", keys.process(id), "info", "busy", "beat", "quiet", "rss", "kiqd_runners"});
+        cmds.push_back({"HMGET", keys.process(id), "info", "busy", "beat", "quiet", "rss",
+                        "kiqd_runners", "kiqd_capsules"});
     auto replies = conn.pipeline(cmds);
     for (size_t i = 0; i < ids.size(); ++i) {
         const auto& h = replies[i];
@@ -201,8 +201,25 @@ std::vector<ProcessInfo> fetch_processes(redis::Connection& conn, const Keys& ke
         p.quiet = h[3].optional_str() == "true";
         p.rss_kb = to_ll(h[4].optional_str());
         if (auto runners = h[5].optional_str()) p.runners = std::string(*runners);
+        if (auto caps = h[6].optional_str()) {
+            // Any other shape is ignored: the field is kiqd's own, but Redis is anyone's.
+            auto o = nlohmann::ordered_json::parse(*caps, nullptr, false);
+            if (o.is_object())
+                for (const auto& [name, c] : o.items())
+                    if (c.is_object())
+                        p.capsules.push_back(
+                            {name, c.value("busy", 0LL), c.value("concurrency", 0LL)});
+        }
         out.push_back(std::move(p));
     }
+    return out;
+}
+
+std::string capsules_text(const ProcessInfo& p) {
+    std::string out;
+    for (const auto& c : p.capsules)
+        out += (out.empty() ? "" : ", ") + c.name + " " + std::to_string(c.busy) + "/" +
+               std::to_string(c.concurrency);
     return out;
 }
 

@@ -39,7 +39,16 @@ struct ProcessInfo {
     double beat = 0.0, started_at = 0.0;  // epoch seconds
     bool quiet = false;
     std::string runners;  // kiqd's `kiqd_runners` field: its runner children as JSON ("": none)
+    // kiqd's `kiqd_capsules` field, Sidekiq 7 capsules' busy/concurrency, in the process's order.
+    struct Capsule {
+        std::string name;
+        long long busy = 0, concurrency = 0;
+    };
+    std::vector<Capsule> capsules;  // empty: one capsule (or not kiqd)
 };
+
+// "default 1/5, reports 2/2": each capsule's busy/concurrency ("" without capsules).
+std::string capsules_text(const ProcessInfo& p);
 
 // One member of the retry or dead set.
 struct SetEntry {

@@ -6,6 +6,7 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <optional>
 #include <sstream>
@@ -153,7 +154,15 @@ std::vector<std::string> top_frame(const TopSample& now, const TopSample* previo
                         std::to_string(p.busy) + "/" + std::to_string(p.concurrency),
                         fixed(p.rss_kb / 1024.0, 1) + " MB",
                         human_duration(now.time - p.beat) + " ago", p.quiet ? "yes" : "no"});
-    add_table(lines, {"PROCESS", "TAG", "BUSY", "RSS", "LAST BEAT", "QUIET"}, rows);
+    std::vector<std::string> headers{"PROCESS", "TAG", "BUSY", "RSS", "LAST BEAT", "QUIET"};
+    // Each capsule's busy/concurrency, only when some process has Sidekiq 7 capsules.
+    if (std::any_of(now.processes.begin(), now.processes.end(),
+                    [](const ProcessInfo& p) { return !p.capsules.empty(); })) {
+        headers.insert(headers.begin() + 3, "CAPSULES");
+        for (size_t i = 0; i < now.processes.size(); ++i)
+            rows[i].insert(rows[i].begin() + 3, capsules_text(now.processes[i]));
+    }
+    add_table(lines, headers, rows);
     lines.push_back("");
     rows.clear();
     for (const auto& q : now.queues)

@@ -117,6 +117,18 @@ std::vector<std::string> queue_names(const Config& c) {
     return out;
 }
 
+// "critical:3,default:1 (weighted)" or "a,b (strict)", as the capsule's fetch reads them.
+std::string describe_queues(const std::vector<QueueWeight>& queues) {
+    std::string out;
+    bool weighted = false;
+    for (const auto& q : queues) {
+        out += (out.empty() ? "" : ",") + q.name;
+        if (q.weight > 0) out += ":" + std::to_string(q.weight);
+        weighted = weighted || q.weight > 0;
+    }
+    return out + (weighted ? " (weighted)" : " (strict)");
+}
+
 int config_error(const ConfigError& e, const std::string& source) {
     // The message quotes the file (keys, values, ERB output): escaped like every log line.
     std::cerr << "kiqd: configuration error in "
@@ -374,6 +386,15 @@ int run(int argc, char** argv, HandlerRegistry& handlers, MiddlewareRegistry& mi
                   << " runner(s), " << config.plugins.size() << " plugin(s), redis "
                   << escape_control(redis::parse_redis_url(config.redis.url).describe())
                   << (config.redis.endpoint.tls ? " over TLS" : "") << std::endl;
+        // Sidekiq 7's capsules, each with its own threads and queues (docs/configuration.md).
+        if (!config.capsules.empty()) {
+            std::cout << "kiqd: capsule default: concurrency=" << config.concurrency << ", queues "
+                      << escape_control(describe_queues(config.queues)) << std::endl;
+            for (const auto& cap : config.capsules)
+                std::cout << "kiqd: capsule " << escape_control(cap.name)
+                          << ": concurrency=" << cap.concurrency << ", queues "
+                          << escape_control(describe_queues(cap.queues)) << std::endl;
+        }
         const auto connections = redis_connection_count(config);
         std::cout << "kiqd: " << connections.total << " Redis connections per process ("
                   << connections.parts << ")" << std::endl;

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <thread>
 
+#include "config/capsules_config.hpp"
 #include "config/cron_config.hpp"
 #include "config/fair_fetch_config.hpp"
 #include "config/features_config.hpp"
@@ -24,33 +25,6 @@ using namespace config_detail;
 
 namespace {
 
-std::vector<QueueWeight> parse_queues(const YAML::Node& n) {
-    if (!n.IsSequence()) type_error("queues", n, "a list of names or [name, weight] pairs");
-    std::vector<QueueWeight> out;
-    for (size_t i = 0; i < n.size(); ++i) {
-        const auto& item = n[i];
-        const std::string key = "queues[" + std::to_string(i) + "]";
-        QueueWeight q;
-        if (item.IsScalar()) {
-            q.name = strip_symbol(item.Scalar());
-        } else if (item.IsSequence() && (item.size() == 1 || item.size() == 2)) {
-            q.name = as_symbol(key, item[0]);
-            if (item.size() == 2) {
-                long long w = as_int(key + ".weight", item[1]);
-                if (w < 1) throw ConfigError(key, "weight must be at least 1", line_of(item[1]));
-                if (w > 1000)
-                    throw ConfigError(key, "weight must be at most 1000", line_of(item[1]));
-                q.weight = static_cast<int>(w);
-            }
-        } else {
-            type_error(key, item, "a queue name or a [name, weight] pair");
-        }
-        out.push_back(std::move(q));
-    }
-    if (out.empty()) throw ConfigError("queues", "is empty: list at least one queue", line_of(n));
-    return out;
-}
-
 // The absolute directory of the config file (the working directory for a config given as
 // text, as tests do), against which relative plugin paths are resolved.
 std::string config_directory(const Config& c) {
@@ -61,39 +35,6 @@ std::string config_directory(const Config& c) {
     std::string text = dir.lexically_normal().string();
     while (!text.empty() && text.back() == '/') text.pop_back();  // "/" itself becomes ""
     return text;
-}
-
-// What kiqd does with Sidekiq 7's `capsules:` (nothing), naming each capsule's queues and
-// concurrency so that the operator can run one kiqd per capsule instead.
-std::string capsules_warning(const YAML::Node& v) {
-    std::string names;
-    if (v.IsMap()) {
-        for (const auto& kv : v) {
-            if (!kv.first.IsScalar()) continue;
-            std::string queues;
-            std::string concurrency = "?";
-            if (kv.second.IsMap()) {
-                for (const auto& setting : kv.second) {
-                    if (!setting.first.IsScalar()) continue;
-                    const std::string k = strip_symbol(setting.first.Scalar());
-                    if (k == "concurrency" && setting.second.IsScalar())
-                        concurrency = setting.second.Scalar();
-                    if (k == "queues" && setting.second.IsSequence())
-                        for (const auto& q : setting.second)
-                            if (q.IsScalar() || (q.IsSequence() && q.size() > 0 && q[0].IsScalar()))
-                                queues += (queues.empty() ? "" : ",") +
-                                          strip_symbol(q.IsScalar() ? q.Scalar() : q[0].Scalar());
-                }
-            }
-            names += (names.empty() ? "" : "; ") + strip_symbol(kv.first.Scalar()) + " (queues " +
-                     (queues.empty() ? "?" : queues) + ", concurrency " + concurrency + ")";
-        }
-    }
-    return "not run: kiqd serves the top-level queues with the top-level concurrency and ignores "
-           "Sidekiq 7 capsules" +
-           (names.empty() ? std::string() : " [" + names + "]") +
-           "; run one kiqd per capsule (kiqd@NAME.service with that capsule's queues and "
-           "concurrency) to keep them apart";
 }
 
 const std::set<std::string>& environment_names() {
@@ -121,7 +62,7 @@ void apply_map(const YAML::Node& root, Config& c, const std::string& environment
               if (c.timeout.count() <= 0)
                   throw ConfigError(key, "must be greater than 0", line_of(v));
           }},
-         {"queues", [&](const auto&, const auto& v) { c.queues = parse_queues(v); }},
+         {"queues", [&](const auto&, const auto& v) { c.queues = parse_queue_list("queues", v); }},
          {"fetch",
           [&](const auto& key, const auto& v) {
               c.fetch = parse_fetch_mode(key, as_string(key, v), line_of(v));
@@ -232,7 +173,7 @@ void apply_map(const YAML::Node& root, Config& c, const std::string& environment
                    "ignored: Sidekiq's lifecycle events are Ruby blocks of an initializer; kiqd "
                    "runs no Ruby at startup or shutdown (use systemd's ExecStartPre/ExecStopPost)");
           }},
-         {"capsules", [&](const auto& key, const auto& v) { warn(key, v, capsules_warning(v)); }},
+         {"capsules", [&](const auto&, const auto& v) { c.capsules = parse_capsules(v); }},
          {"cron", [&](const auto&, const auto& v) { parse_cron(v, c); }},
          {"cron_schedule_file",
           [&](const auto& key, const auto& v) { load_cron_schedule_file(key, v, c); }},
@@ -333,6 +274,7 @@ void validate_config(Config& c) {
         throw ConfigError("logging.level", "must be one of trace, debug, info, warn, error, off");
     if (c.logging.format != "text" && c.logging.format != "json")
         throw ConfigError("logging.format", "must be text or json");
+    config_detail::check_capsules(c);
     resolve_redis_endpoint(c.redis);
     config_detail::validate_runners(c);
     config_detail::check_fair_fetch(c);

@@ -111,7 +111,7 @@ void validate_runners(Config& c) {
             r.processes = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
         // As many jobs in flight as Sidekiq with the same concurrency, over `processes`.
         if (r.threads == 0)
-            r.threads = std::clamp((c.concurrency + r.processes - 1) / r.processes, 1, 1024);
+            r.threads = std::clamp((total_concurrency(c) + r.processes - 1) / r.processes, 1, 1024);
     }
 }
 

@@ -26,9 +26,17 @@ std::string command_line_identity() {
 
 ConnectionCount redis_connection_count(const Config& config) {
     ConnectionCount c;
-    c.total = static_cast<size_t>(config.concurrency) + 4;
-    c.parts = std::to_string(config.concurrency) +
-              " processors + heartbeat, scheduler, pause control, lock keeper";
+    // Every capsule's processor threads hold one connection each.
+    const int threads = total_concurrency(config);
+    c.total = static_cast<size_t>(threads) + 4;
+    c.parts = std::to_string(threads) + " processors";
+    if (!config.capsules.empty()) {
+        c.parts += " (default " + std::to_string(config.concurrency);
+        for (const auto& cap : config.capsules)
+            c.parts += ", " + cap.name + " " + std::to_string(cap.concurrency);
+        c.parts += ")";
+    }
+    c.parts += " + heartbeat, scheduler, pause control, lock keeper";
     if (config.fetch == FetchMode::reliable) {
         c.total += 2;
         c.parts += ", orphan recovery, liveness";

@@ -26,7 +26,8 @@ struct ConnectionCount {
     std::string parts;  // "10 processors + heartbeat, scheduler, ..." for check-config
 };
 
-// The long-lived connections a daemon with `config` opens (see docs/redis.md): concurrency + 4,
+// The long-lived connections a daemon with `config` opens (see docs/redis.md): concurrency (every
+// capsule's) + 4,
 // + 2 with reliable fetch, + 1 with concurrency limits, + 1 with the metrics endpoint.
 ConnectionCount redis_connection_count(const Config& config);
 

@@ -185,7 +185,17 @@ std::optional<std::string> Heartbeat::beat() {
         // read only the fields they name, so auto writes it too.
         if (rt_.config.compat == Compat::v8 || rt_.config.compat_auto) {
             hset.push_back("concurrency");
-            hset.push_back(std::to_string(rt_.config.concurrency));
+            hset.push_back(std::to_string(total_concurrency(rt_.config)));
+        }
+        if (!capsules_.empty()) {
+            // A field of kiqd's own, like kiqd_runners: {"default": {"busy": 1,
+            // "concurrency": 5}, "reports": {...}}.
+            nlohmann::ordered_json caps = nlohmann::ordered_json::object();
+            for (const auto& c : capsules_)
+                caps[c.name] = {{"busy", rt_.work.busy_in(c.first_slot, c.threads)},
+                                {"concurrency", c.threads}};
+            hset.push_back("kiqd_capsules");
+            hset.push_back(caps.dump());
         }
         // The runner children (pid, state, jobs, RSS), for `kiqd processes`. A field of kiqd's
         // own: Sidekiq's tools read the fields they name (HMGET) and never see it.

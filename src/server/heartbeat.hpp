@@ -15,6 +15,8 @@
 // Sidekiq majors the other processes run (cluster_compat.hpp), which sets the period and the
 // metrics layouts; auto writes the union of the fields 6, 7 and 8 read (both busy-hash keys, the
 // `concurrency` field, the info JSON's extra fields).
+// With Sidekiq 7's capsules the process record also carries `kiqd_capsules`, each capsule's
+// busy threads and concurrency, for `kiqd processes` and `kiqd top`.
 // clear() leaves "processes" and deletes the busy hash at shutdown. Runs on the launcher's io
 // thread only.
 #include <optional>
@@ -38,6 +40,13 @@ class Heartbeat {
     void clear();
     std::chrono::seconds period() const;
     const ClusterCompat& compat() const { return compat_; }
+    // The process's capsules (default first) and their WorkState slots, before the first beat.
+    struct CapsuleSlots {
+        std::string name;
+        size_t first_slot;
+        size_t threads;
+    };
+    void set_capsules(std::vector<CapsuleSlots> capsules) { capsules_ = std::move(capsules); }
     // Writes quiet=true at once, so the Web UI shows a quieted process without waiting a beat.
     void publish_quiet();
 
@@ -59,6 +68,7 @@ class Heartbeat {
     ClusterCompat compat_;
     long long flush_seq_ = 0;
     std::optional<StatsBatch> pending_;
+    std::vector<CapsuleSlots> capsules_;  // empty: the process has only the default capsule
 };
 
 // The EVAL command of one stats flush: stat:processed/failed and their daily keys += the counts,

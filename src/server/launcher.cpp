@@ -18,23 +18,34 @@
 namespace kiqd {
 namespace {
 
+// The fetcher of one capsule with `concurrency` threads; `fair`: the fair queues' fetch (the
+// default capsule only, capsules_config.hpp).
 std::unique_ptr<Fetcher> make_fetcher(const Config& config, const Keys& keys,
-                                      const QueueOrder& order, const std::string& identity) {
+                                      const QueueOrder& order, const std::string& identity,
+                                      int concurrency, bool fair_queues) {
     // A thread refilling the fetch buffer runs no job meanwhile: up to half of the threads may,
     // at most 4, and the measured pace asks for more than one only when the round trip is slow
     // (fetch_buffer.hpp). +1 ms per round trip, c10: 29k jobs/s with 1, 97k with 8; c25: 4 gave
     // 102k (8: 107k) with 1.3 MB less peak RSS, and on loopback 129k (8: 123k).
-    const auto max_refills = static_cast<size_t>(std::clamp(config.concurrency / 2, 1, 4));
-    auto fair = config.fair_fetch.queues.empty()
+    const auto max_refills = static_cast<size_t>(std::clamp(concurrency / 2, 1, 4));
+    auto fair = !fair_queues || config.fair_fetch.queues.empty()
                     ? nullptr
                     : std::make_unique<FairFetch>(keys, order, config.fair_fetch);
     if (config.fetch == FetchMode::reliable)
         return std::make_unique<ReliableFetcher>(
             keys, order, identity, static_cast<size_t>(config.reliable_fetch.batch_size),
-            max_refills, std::move(fair), static_cast<size_t>(config.concurrency));
+            max_refills, std::move(fair), static_cast<size_t>(concurrency));
     return std::make_unique<BasicFetcher>(keys, order, static_cast<size_t>(config.prefetch),
                                           max_refills, std::move(fair),
-                                          static_cast<size_t>(config.concurrency));
+                                          static_cast<size_t>(concurrency));
+}
+
+// `base` with another capsule's fetcher: everything else is shared.
+std::unique_ptr<Runtime> runtime_with_fetcher(const Runtime& base, const Fetcher& fetcher) {
+    return std::unique_ptr<Runtime>(new Runtime{
+        base.config, base.keys, base.identity, base.log, base.connection_options, fetcher,
+        base.handlers, base.chain, base.dead, base.retry, base.work, base.lifecycle, base.health,
+        base.limits, base.client, base.cpu_gate, base.execution_metrics});
 }
 
 std::vector<std::string> fair_queue_names(const Config& config) {
@@ -81,11 +92,11 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
       me_(ProcessIdentity::create()),
       keys_(config.redis.key_prefix),
       order_(config.queues),
-      fetcher_(make_fetcher(config, keys_, order_, me_.identity)),
+      fetcher_(make_fetcher(config, keys_, order_, me_.identity, config.concurrency, true)),
       reliable_(dynamic_cast<const ReliableFetcher*>(fetcher_.get())),
       dead_(keys_, config.dead_max_jobs, config.dead_timeout_seconds, config.compat),
       retry_(config.compat, config.max_retries, keys_, dead_),
-      work_(static_cast<size_t>(config.concurrency)),
+      work_(static_cast<size_t>(total_concurrency(config))),
       health_(log),
       chain_(chain),
       pause_strategies_(std::move(pause_strategies)),
@@ -95,7 +106,7 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
       cpu_gate_(catalog_.any_cpu_bound()
                     ? std::make_unique<CpuGate>(catalog_,
                                                 static_cast<size_t>(config.cpu_bound_concurrency),
-                                                static_cast<size_t>(config.concurrency))
+                                                static_cast<size_t>(total_concurrency(config)))
                     : nullptr),
       rt_{config,
           keys_,
@@ -121,7 +132,8 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
                       ChainAssembly::SharedState{pause_state_, parked_jobs_, pause_strategies_,
                                                  catalog_, job_metrics_},
                       chain_),
-      manager_(rt_),
+      capsules_(make_capsules()),
+      manager_(rt_, capsule_threads()),
       scheduler_(rt_),
       cron_poller_(rt_, client_),
       heartbeat_(rt_, me_, me_.info_json(config, order_)),
@@ -132,6 +144,16 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
     signals_.add(SIGTSTP);
     signals_.add(SIGTTIN);
     signals_.add(SIGHUP);
+    if (!capsules_.empty()) {
+        std::vector<Heartbeat::CapsuleSlots> slots{
+            {"default", 0, static_cast<size_t>(config.concurrency)}};
+        for (const auto& c : capsules_) {
+            slots.push_back(
+                {c->config.name, c->first_slot, static_cast<size_t>(c->config.concurrency)});
+            pause_controller_.also_pause(c->order);
+        }
+        heartbeat_.set_capsules(std::move(slots));
+    }
     if (reliable_) recovery_ = std::make_unique<OrphanRecovery>(rt_, *reliable_);
     // Batched reliable fetch acquires unique locks and concurrency slots for a whole refill in
     // one script call (refill_acquirer.hpp); before any processor starts.
@@ -145,7 +167,7 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
         metrics_ = std::make_unique<MetricsServer>(
             config.metrics,
             MetricsServer::Sources{
-                job_metrics_, work_, keys_, order_.names(),
+                job_metrics_, work_, keys_, served_queue_names(config, order_),
                 named_connection(rt_.connection_options, me_.identity, "metrics"),
                 [this] { return manager_.alive(); },
                 [this] { return lifecycle_.is_quiet() || stopping_.load(); },
@@ -155,6 +177,28 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
                 fair_queue_names(config)},
             log);
     }
+}
+
+std::vector<std::unique_ptr<Launcher::CapsuleRun>> Launcher::make_capsules() {
+    std::vector<std::unique_ptr<CapsuleRun>> out;
+    auto first = static_cast<size_t>(config_.concurrency);  // the default capsule's come first
+    for (const auto& cap : config_.capsules) {
+        auto run = std::unique_ptr<CapsuleRun>(
+            new CapsuleRun{cap, QueueOrder(cap.queues), nullptr, nullptr, first});
+        run->fetcher =
+            make_fetcher(config_, keys_, run->order, me_.identity, cap.concurrency, false);
+        run->rt = runtime_with_fetcher(rt_, *run->fetcher);
+        first += static_cast<size_t>(cap.concurrency);
+        out.push_back(std::move(run));
+    }
+    return out;
+}
+
+std::vector<Manager::CapsuleThreads> Launcher::capsule_threads() {
+    std::vector<Manager::CapsuleThreads> out{{&rt_, 0, static_cast<size_t>(config_.concurrency)}};
+    for (const auto& c : capsules_)
+        out.push_back({c->rt.get(), c->first_slot, static_cast<size_t>(c->config.concurrency)});
+    return out;
 }
 
 Launcher::~Launcher() {
@@ -182,7 +226,7 @@ void Launcher::notify_status() {
         ready_sent_ = true;
         notifier_.notify("READY=1");
     }
-    std::string status = fmt::format("{} of {} busy", work_.busy(), config_.concurrency);
+    std::string status = fmt::format("{} of {} busy", work_.busy(), work_.slots());
     if (stopping_)
         status += ", stopping";
     else if (lifecycle_.is_quiet())
@@ -290,6 +334,10 @@ int Launcher::run() {
               KIQD_VERSION, me_.identity, config_.concurrency, fmt::join(order_.names(), ","),
               order_.strict() ? "strict" : "weighted", reliable_ ? "reliable" : "basic",
               rt_.connection_options.describe(), config_.redis.endpoint.tls ? " (TLS)" : "");
+    for (const auto& c : capsules_)
+        log_.info("capsule {}: concurrency={} queues={} ({})", c->config.name,
+                  c->config.concurrency, fmt::join(c->order.names(), ","),
+                  c->order.strict() ? "strict" : "weighted");
     if (config_.redis.tls_context && !config_.redis.tls.verify_peer)
         log_.warn(
             "redis.tls.verify is none: the Redis server's certificate and name are not checked, "

@@ -9,6 +9,8 @@
 //   SIGTERM/SIGINT or a remote TERM → graceful stop (a second one: stop now, still requeueing);
 //   SIGTSTP or a remote TSTP → quiet; SIGTTIN or a remote TTIN → log every running job;
 //   SIGHUP → reopen the log file.
+// Sidekiq 7's capsules each get their own queue order, fetcher and processor threads (held by
+// the one Manager); middleware, handlers, runners, limits and the rest above are shared.
 // Under systemd (Type=notify) the io thread also sends READY=1 after the first heartbeat that
 // reached Redis, STATUS= at every beat, STOPPING=1 at the first stop request and WATCHDOG=1
 // every WATCHDOG_USEC/2, so a stuck io thread gets the process restarted.
@@ -53,6 +55,17 @@ class Launcher {
     const std::string& identity() const { return me_.identity; }
 
   private:
+    // A capsule besides the default one: its queue order, its fetcher, and the Runtime its
+    // processors use (the process's, with this fetcher). Built before the Manager.
+    struct CapsuleRun {
+        const CapsuleConfig& config;
+        QueueOrder order;
+        std::unique_ptr<Fetcher> fetcher;
+        std::unique_ptr<Runtime> rt;
+        size_t first_slot;
+    };
+    std::vector<std::unique_ptr<CapsuleRun>> make_capsules();
+    std::vector<Manager::CapsuleThreads> capsule_threads();
     void handle_signal(const std::string& name);
     void quiet();
     void begin_stop();
@@ -88,6 +101,7 @@ class Launcher {
     Runtime rt_;
     // Puts kiqd's own middlewares into chain_; owns the LockKeeper and SlotKeeper.
     ChainAssembly chain_assembly_;
+    std::vector<std::unique_ptr<CapsuleRun>> capsules_;  // Sidekiq 7's `capsules:`, file order
     Manager manager_;
     Scheduler scheduler_;
     CronPoller cron_poller_;  // sidekiq-cron's jobs and the YAML's schedules

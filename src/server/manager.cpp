@@ -17,15 +17,22 @@ const auto kStopGrace = ExecLimits{}.shutdown_grace + std::chrono::seconds(1);
 
 }  // namespace
 
-Manager::Manager(Runtime& rt) : rt_(rt) {
-    for (size_t i = 0; i < rt.work.slots(); ++i) {
-        processors_.push_back(std::make_unique<Processor>(rt, i, [this] {
-            {
-                std::lock_guard lock(mutex_);
-                --alive_;
-            }
-            cv_.notify_all();
-        }));
+Manager::Manager(Runtime& rt) : Manager(rt, {{&rt, 0, rt.work.slots()}}) {}
+
+Manager::Manager(Runtime& rt, const std::vector<CapsuleThreads>& capsules) : rt_(rt) {
+    for (const auto& cap : capsules) {
+        fetchers_.push_back(&cap.rt->fetcher);
+        for (size_t i = 0; i < cap.threads; ++i)
+            processors_.push_back(std::make_unique<Processor>(
+                *cap.rt, cap.first_slot + i,
+                [this] {
+                    {
+                        std::lock_guard lock(mutex_);
+                        --alive_;
+                    }
+                    cv_.notify_all();
+                },
+                i));
     }
 }
 
@@ -86,8 +93,14 @@ bool Manager::write_at_shutdown(const std::vector<redis::Command>& commands) {
 size_t Manager::requeue_unstarted_jobs() {
     // Jobs still in the fetch buffer and cpu-bound jobs still waiting for a slot never started:
     // they go back at once, in fetch order, and are not counted as interrupted.
-    auto units = rt_.fetcher.take_buffered();
-    std::reverse(units.begin(), units.end());
+    // Every capsule fetches with basic fetch when there are several (capsules_config.hpp), so
+    // the first fetcher's requeue (RPUSH to each job's queue) fits every capsule's jobs.
+    std::vector<UnitOfWork> units;
+    for (const Fetcher* f : fetchers_) {
+        auto taken = f->take_buffered();
+        std::reverse(taken.begin(), taken.end());
+        for (auto& u : taken) units.push_back(std::move(u));
+    }
     if (rt_.cpu_gate)
         for (auto& u : rt_.cpu_gate->close()) units.push_back(std::move(u));
     if (units.empty()) return 0;

@@ -17,6 +17,9 @@
 //      and orphan recovery returns them once this process's liveness key has expired.
 // Sidekiq instead pushes every running job back first and then raises Shutdown in the threads,
 // so a job can start elsewhere while its first run still goes on.
+// With Sidekiq 7's capsules the processors are grouped: each capsule's threads fetch through the
+// capsule's own fetcher (its Runtime), and hold WorkState slots of their own; quiet, stop and
+// the requeues above cover every capsule at once.
 // Called from the launcher's shutdown thread; processors report their exit through a callback.
 #include <atomic>
 #include <chrono>
@@ -33,7 +36,15 @@ namespace kiqd {
 class Manager {
   public:
     using Clock = std::chrono::steady_clock;
-    explicit Manager(Runtime& rt);
+    // One capsule's processor threads: `rt` is the process's Runtime with the capsule's fetcher;
+    // its threads hold WorkState slots first_slot..first_slot+threads-1.
+    struct CapsuleThreads {
+        Runtime* rt;
+        size_t first_slot;
+        size_t threads;
+    };
+    explicit Manager(Runtime& rt);  // one capsule: every slot of rt.work, rt.fetcher
+    Manager(Runtime& rt, const std::vector<CapsuleThreads>& capsules);
     ~Manager();
 
     void start();
@@ -54,6 +65,7 @@ class Manager {
     bool write_at_shutdown(const std::vector<redis::Command>& commands);
 
     Runtime& rt_;
+    std::vector<const Fetcher*> fetchers_;  // one per capsule; rt_.fetcher is the first
     std::vector<std::unique_ptr<Processor>> processors_;
     mutable std::mutex mutex_;
     std::condition_variable cv_;

@@ -55,37 +55,76 @@ ProcessIdentity ProcessIdentity::create() {
     return p;
 }
 
+namespace {
+
+// One capsule's weights and mode as Sidekiq's Capsule#queues= sets them: a queue given without
+// a weight has 0; the mode is strict when every weight is 0, random when every weight is 1,
+// weighted otherwise (lib/sidekiq/capsule.rb).
+struct CapsuleWeights {
+    nlohmann::ordered_json weights = nlohmann::ordered_json::object();
+    const char* mode = "strict";
+};
+
+CapsuleWeights capsule_weights(const std::vector<QueueWeight>& queues) {
+    CapsuleWeights out;
+    bool all_zero = true, all_ones = true;
+    for (const auto& q : queues) {
+        out.weights[q.name] = q.weight;
+        all_zero = all_zero && q.weight == 0;
+        all_ones = all_ones && q.weight == 1;
+    }
+    out.mode = all_zero ? "strict" : all_ones ? "random" : "weighted";
+    return out;
+}
+
+}  // namespace
+
+std::vector<std::string> served_queue_names(const Config& config, const QueueOrder& order) {
+    std::vector<std::string> out = order.names();
+    for (const auto& cap : config.capsules)
+        for (const auto& q : cap.queues)
+            if (std::find(out.begin(), out.end(), q.name) == out.end()) out.push_back(q.name);
+    return out;
+}
+
 std::string ProcessIdentity::info_json(const Config& config, const QueueOrder& queues) const {
     nlohmann::ordered_json info;
     info["hostname"] = hostname;
     info["started_at"] = started_at;
     info["pid"] = pid;
     info["tag"] = config.tag;
-    info["concurrency"] = config.concurrency;
-    info["queues"] = queues.names();
+    // With capsules, as Sidekiq 7.3's Launcher#to_data: the total concurrency, every capsule's
+    // queues once each in capsule order, one weights hash per capsule.
+    info["concurrency"] = total_concurrency(config);
+    info["queues"] = served_queue_names(config, queues);
     info["labels"] = config.labels;
     info["identity"] = identity;
     // Compat 7 and 8 add weights, version and embedded; 8 adds capsules. compat: auto writes
     // them all: 6.4's readers pick the fields they know by name, so the extra ones are harmless
-    // to a mixed cluster's tools (docs/sidekiq-compatibility.md#compat-auto).
+    // to a mixed cluster's tools (docs/sidekiq-compatibility.md#compat-auto). With capsules
+    // configured `capsules` is written in every mode (the only place their names appear).
     const bool all = config.compat_auto;
-    nlohmann::ordered_json weights = nlohmann::ordered_json::object();
-    for (const auto& q : config.queues) weights[q.name] = q.weight;
+    std::vector<std::pair<std::string, CapsuleWeights>> capsules{
+        {"default", capsule_weights(config.queues)}};
+    std::vector<int> concurrency{config.concurrency};
+    for (const auto& cap : config.capsules) {
+        capsules.emplace_back(cap.name, capsule_weights(cap.queues));
+        concurrency.push_back(cap.concurrency);
+    }
     if (all || config.compat != Compat::v6) {
-        info["weights"] = nlohmann::ordered_json::array({weights});
+        nlohmann::ordered_json weights = nlohmann::ordered_json::array();
+        for (const auto& [name, w] : capsules) weights.push_back(w.weights);
+        info["weights"] = weights;
         info["version"] = std::string("kiqd-") + KIQD_VERSION;
         info["embedded"] = false;
     }
-    if (all || config.compat == Compat::v8) {
-        // Sidekiq's Capsule#to_h: the mode is strict when no queue has a weight, random when
-        // every weight is 1, weighted otherwise (lib/sidekiq/capsule.rb).
-        const bool all_ones = std::all_of(config.queues.begin(), config.queues.end(),
-                                          [](const QueueWeight& q) { return q.weight == 1; });
-        info["capsules"] = {
-            {"default",
-             {{"concurrency", config.concurrency},
-              {"mode", queues.strict() ? "strict" : (all_ones ? "random" : "weighted")},
-              {"weights", weights}}}};
+    if (all || config.compat == Compat::v8 || !config.capsules.empty()) {
+        nlohmann::ordered_json caps = nlohmann::ordered_json::object();
+        for (size_t i = 0; i < capsules.size(); ++i)
+            caps[capsules[i].first] = {{"concurrency", concurrency[i]},
+                                       {"mode", capsules[i].second.mode},
+                                       {"weights", capsules[i].second.weights}};
+        info["capsules"] = caps;
     }
     return info.dump();
 }

@@ -7,6 +7,7 @@
 // (encode_host_name). Immutable.
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "fetch/queue_order.hpp"
 #include "kiqd/config.hpp"
@@ -24,6 +25,10 @@ struct ProcessIdentity {
     // The heartbeat's "info" field for the configured Sidekiq major version.
     std::string info_json(const Config& config, const QueueOrder& queues) const;
 };
+
+// Every capsule's queues, each once: the default capsule's (`order`) first, then the others' in
+// file order (Sidekiq 7.3's Launcher#to_data `queues`; the queue gauges of /metrics).
+std::vector<std::string> served_queue_names(const Config& config, const QueueOrder& order);
 
 // A host or dyno name as the identity carries it: every byte outside [A-Za-z0-9._-] becomes %XX
 // ("web 1|a" → "web%201%7Ca"), so the name cannot contain a separator that key names and lock

@@ -41,8 +41,12 @@ double ms_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-Processor::Processor(Runtime& rt, size_t slot, std::function<void()> on_exit)
-    : rt_(rt), slot_(slot), on_exit_(std::move(on_exit)), rng_(std::random_device{}()) {}
+Processor::Processor(Runtime& rt, size_t slot, std::function<void()> on_exit, size_t fetch_slot)
+    : rt_(rt),
+      slot_(slot),
+      fetch_slot_(fetch_slot == static_cast<size_t>(-1) ? slot : fetch_slot),
+      on_exit_(std::move(on_exit)),
+      rng_(std::random_device{}()) {}
 
 Processor::~Processor() {
     if (thread_.joinable()) thread_.detach();
@@ -68,7 +72,7 @@ void Processor::run() noexcept {
     while (!rt_.lifecycle.is_quiet()) {
         try {
             const auto started = RedisHealth::Clock::now();
-            auto unit = rt_.fetcher.retrieve_work(conn, rng_, slot_, pending_);
+            auto unit = rt_.fetcher.retrieve_work(conn, rng_, fetch_slot_, pending_);
             rt_.health.succeeded(started);
             backoff = std::chrono::milliseconds{0};
             if (!unit) continue;
@@ -181,7 +185,7 @@ void Processor::record_outcome(redis::Connection& conn, const UnitOfWork& unit, 
             write_with_pending(conn, redis::in_transaction(std::move(writes)), "outcome", payload);
         return;
     }
-    if (done && rt_.fetcher.defer_acknowledgement(unit, slot_)) return;
+    if (done && rt_.fetcher.defer_acknowledgement(unit, fetch_slot_)) return;
     auto commands = rt_.fetcher.with_acknowledgement(unit, std::move(writes));
     if (done && commands.empty()) return;
     static constexpr const char* kWhat[] = {"dead-set entry", "acknowledgement", "failure"};
@@ -315,7 +319,7 @@ void Processor::run_unit(redis::Connection& conn, UnitOfWork unit, const Admissi
     // it, or its class's options changed) is released like a lock release; the releases that
     // may wait ride with the next refill, else with this thread's next write.
     rt_.fetcher.release_acquired(unit, pending_);
-    if (!after_refill_.empty() && !rt_.fetcher.defer_commands(after_refill_, slot_)) {
+    if (!after_refill_.empty() && !rt_.fetcher.defer_commands(after_refill_, fetch_slot_)) {
         for (auto& c : after_refill_) pending_.push_back(std::move(c));
         after_refill_.clear();
     }

@@ -18,7 +18,11 @@ namespace kiqd {
 
 class Processor {
   public:
-    Processor(Runtime& rt, size_t slot, std::function<void()> on_exit);
+    // `slot`: this thread's WorkState slot, unique in the process; `fetch_slot`: its number
+    // among the threads of its capsule's fetcher (rt.fetcher), the same as `slot` when the
+    // process has one capsule.
+    Processor(Runtime& rt, size_t slot, std::function<void()> on_exit,
+              size_t fetch_slot = static_cast<size_t>(-1));
     ~Processor();
     void start();
     void join();
@@ -68,6 +72,7 @@ class Processor {
 
     Runtime& rt_;
     size_t slot_;
+    size_t fetch_slot_;
     std::function<void()> on_exit_;
     std::mt19937_64 rng_;
     std::vector<redis::Command> pending_;       // JobContext::after_job of the last job(s)

@@ -35,6 +35,15 @@ void WorkState::begin(size_t slot, RunningJob job) {
     busy_.fetch_add(1, std::memory_order_relaxed);
 }
 
+size_t WorkState::busy_in(size_t first, size_t count) const {
+    size_t busy = 0;
+    for (size_t i = first; i < first + count && i < slots_.size(); ++i) {
+        std::lock_guard lock(slots_[i]->mutex);
+        if (slots_[i]->job && !slots_[i]->abandoned) ++busy;
+    }
+    return busy;
+}
+
 bool WorkState::finish(size_t slot) {
     auto& s = *slots_[slot];
     std::lock_guard lock(s.mutex);

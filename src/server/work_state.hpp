@@ -44,6 +44,8 @@ class WorkState {
     std::vector<Entry> snapshot() const;
     size_t busy() const { return busy_.load(std::memory_order_relaxed); }
     size_t slots() const { return slots_.size(); }
+    // Jobs running in slots first..first+count-1 (one capsule's threads).
+    size_t busy_in(size_t first, size_t count) const;
     // A short id per slot, unique in the process, used as the busy-hash field (Sidekiq's "tid").
     const std::string& tid(size_t slot) const { return slots_[slot]->tid; }
 

@@ -73,6 +73,17 @@ size_t fd_count(pid_t pid) {
     return n;
 }
 
+// What each descriptor of `pid` points at, one per line (shown when a count check fails).
+std::string fd_targets(pid_t pid) {
+    std::string out;
+    for (const auto& e : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) {
+        std::error_code ec;
+        out +=
+            e.path().filename().string() + " -> " + fs::read_symlink(e.path(), ec).string() + "\n";
+    }
+    return out;
+}
+
 // Children of `pid` (any state), and how many of them are zombies.
 std::pair<int, int> children_of(pid_t pid) {
     int children = 0, zombies = 0;
@@ -342,21 +353,25 @@ TEST_CASE("exec: 1,000 quick jobs at concurrency 10 leave no zombies and no leak
     KiqdProcess kiqd(KIQD_BINARY, config_for(server,
                                              "concurrency: 10\nlogging: {level: warn}\n"
                                              "handlers:\n  Quick:\n    exec: [\"/bin/true\"]\n"));
-    // Warm up: every processor thread has its Redis connection, the heartbeat has run.
-    push(50);
-    REQUIRE(wait_until([&] { return counter(conn, "stat:processed") == 50; },
-                       std::chrono::seconds(30)));
+    // Warm up: every processor thread has had jobs (and so its Redis connection), the
+    // heartbeat has run. Enough jobs that all ten threads take part on a loaded machine too.
+    push(300);
+    REQUIRE(wait_until([&] { return counter(conn, "stat:processed") == 300; },
+                       std::chrono::seconds(60)));
+    const std::string fds_warm = fd_targets(kiqd.pid());
     // The least of a few samples: one may catch a descriptor another thread holds for an
     // instant (the heartbeat reads /proc/self/status for its RSS).
     size_t fds_before = fd_count(kiqd.pid());
     for (int i = 0; i < 4; ++i) fds_before = std::min(fds_before, fd_count(kiqd.pid()));
     push(1000);
-    REQUIRE(wait_until([&] { return counter(conn, "stat:processed") == 1050; },
+    REQUIRE(wait_until([&] { return counter(conn, "stat:processed") == 1300; },
                        std::chrono::seconds(120)));
     CHECK(conn.command({"GET", "stat:failed"}).optional_str().value_or("0") == "0");
     CHECK(zcard(conn, "retry") == 0);
     CHECK(children_of(kiqd.pid()) == std::pair<int, int>{0, 0});
     // Awaited for the same reason: a transient descriptor goes, a leaked one never does.
-    CHECK(wait_until([&] { return fd_count(kiqd.pid()) == fds_before; }));
+    const bool back = wait_until([&] { return fd_count(kiqd.pid()) == fds_before; });
+    INFO("descriptors after the warm-up:\n" << fds_warm << "now:\n" << fd_targets(kiqd.pid()));
+    CHECK(back);
     CHECK(kiqd.stop() == 0);
 }

@@ -222,7 +222,10 @@ TEST_CASE("metrics: /metrics in Prometheus format, SLO counters, /healthz, clean
         if (status != 200) return false;
         e = parse_prometheus(body);
         try {
-            return e.value("kiqd_jobs_failed_total", {{"class", "Test::FailOnce"}}) == 1;
+            // The burning job is not among the records awaited above: await its run too (a
+            // loaded machine takes longer than 0.2 s of wall time for its 0.2 s of CPU).
+            return e.value("kiqd_jobs_failed_total", {{"class", "Test::FailOnce"}}) == 1 &&
+                   e.value("kiqd_jobs_processed_total", {{"class", "Test::Burn"}}) == 1;
         } catch (const std::exception&) {
             return false;
         }

@@ -9,7 +9,7 @@
 # The sidekiq7 and gems files skip with a message where ../shared/gems is absent.
 require "minitest/autorun"
 GROUPS = {
-  "sidekiq7" => %w[test_sidekiq7_interop.rb test_sidekiq7_suite_interop.rb],
+  "sidekiq7" => %w[test_sidekiq7_interop.rb test_sidekiq7_suite_interop.rb test_capsules7_interop.rb],
   "gems" => %w[test_cron_interop.rb test_cron2_interop.rb test_fair_tenant_gem_interop.rb test_unique_gems_interop.rb],
   "rails" => %w[test_rails_pg_interop.rb]
 }.freeze

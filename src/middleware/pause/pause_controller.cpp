@@ -82,6 +82,7 @@ bool PauseController::refresh(redis::Connection& conn) {
         if (pause) next.workers.insert(job_class);
     }
     order_.set_paused(next.queues);
+    for (QueueOrder* other : more_orders_) other->set_paused(next.queues);
     const std::string workers = describe(next.workers), queues = describe(next.queues);
     if (!state_.update(std::move(next))) return false;
     rt_.log.info("pause control: paused workers: {}; paused queues: {}", workers, queues);

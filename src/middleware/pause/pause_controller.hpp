@@ -33,6 +33,9 @@ class PauseController {
     // worker or queue is paused never runs one of its jobs. Logs and carries on when Redis is
     // not reachable yet (the thread retries).
     void refresh_before_start() noexcept;
+    // Another capsule's queue order (launcher.hpp) whose configured queues pause as `order`'s;
+    // before start().
+    void also_pause(QueueOrder& order) { more_orders_.push_back(&order); }
     void start();
     void stop() noexcept;  // idempotent; joins the thread and gives up the resume lock
 
@@ -50,6 +53,7 @@ class PauseController {
     Runtime& rt_;
     PauseState& state_;
     QueueOrder& order_;
+    std::vector<QueueOrder*> more_orders_;  // the other capsules' (launcher.hpp)
     const ParkedJobs& parked_;
     const PauseStrategies& strategies_;
     redis::Script lock_script_;
