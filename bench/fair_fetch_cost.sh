@@ -119,11 +119,14 @@ for ((round = 1; round <= RUNS; round++)); do
         left0=$(rcli eval "$poll" "${poll_keys[@]}")
         "${pin_kiqd[@]}" "$KIQD" -C "$work/$mode.yml" >"$work/$mode.log" 2>&1 &
         kiqd_pid=$!
-        t0="" t1=""
+        # The clock starts at the last poll that still saw every job (a small drain can end
+        # within one poll: the first poll that sees a job taken may see none left).
+        t0="" t1="" full_at=$(date +%s.%N)
         while :; do
             left=$(rcli eval "$poll" "${poll_keys[@]}")
             now=$(date +%s.%N)
-            [[ -z $t0 && $left -lt $left0 ]] && t0=$now
+            [[ -z $t0 && $left -lt $left0 ]] && t0=$full_at
+            [[ -z $t0 ]] && full_at=$now
             [[ -n $t0 && $left == 0 ]] && { t1=$now; break; }
             kill -0 "$kiqd_pid" 2>/dev/null || die "kiqd exited: $(tail -5 "$work/$mode.log")"
             sleep 0.01

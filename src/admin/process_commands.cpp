@@ -67,13 +67,7 @@ int cmd_processes(redis::Connection& conn, const Keys& keys, const Request& r, s
                         p.quiet ? "yes" : "no", join(p.queues, ","), utc_time(p.started_at)});
     std::vector<std::string> headers{"IDENTITY",  "TAG",   "BUSY",   "RSS",
                                      "LAST BEAT", "QUIET", "QUEUES", "STARTED"};
-    // A CAPSULES column (each capsule's busy/concurrency) only when some process has capsules.
-    if (std::any_of(procs.begin(), procs.end(),
-                    [](const ProcessInfo& p) { return !p.capsules.empty(); })) {
-        headers.insert(headers.begin() + 3, "CAPSULES");
-        for (size_t i = 0; i < procs.size(); ++i)
-            rows[i].insert(rows[i].begin() + 3, capsules_text(procs[i]));
-    }
+    add_capsules_column(procs, 3, headers, rows);
     print_table(out, headers, rows, !r.no_headers);
     // The runner children, under their processes (only when some process has any).
     std::vector<std::vector<std::string>> children;

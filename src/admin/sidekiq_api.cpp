@@ -223,6 +223,18 @@ std::string capsules_text(const ProcessInfo& p) {
     return out;
 }
 
+void add_capsules_column(const std::vector<ProcessInfo>& processes, size_t at,
+                         std::vector<std::string>& headers,
+                         std::vector<std::vector<std::string>>& rows) {
+    if (std::none_of(processes.begin(), processes.end(),
+                     [](const ProcessInfo& p) { return !p.capsules.empty(); }))
+        return;
+    headers.insert(headers.begin() + static_cast<std::ptrdiff_t>(at), "CAPSULES");
+    for (size_t i = 0; i < processes.size(); ++i)
+        rows[i].insert(rows[i].begin() + static_cast<std::ptrdiff_t>(at),
+                       capsules_text(processes[i]));
+}
+
 std::vector<SetEntry> list_entries(redis::Connection& conn, const std::string& set_key,
                                    const EntryFilter& filter, size_t limit) {
     std::vector<SetEntry> out;

@@ -49,6 +49,12 @@ struct ProcessInfo {
 
 // "default 1/5, reports 2/2": each capsule's busy/concurrency ("" without capsules).
 std::string capsules_text(const ProcessInfo& p);
+// Inserts a CAPSULES column (capsules_text) at `at` into a process table whose rows follow
+// `processes`, only when some process has capsules: tables of processes without any keep their
+// shape.
+void add_capsules_column(const std::vector<ProcessInfo>& processes, size_t at,
+                         std::vector<std::string>& headers,
+                         std::vector<std::vector<std::string>>& rows);
 
 // One member of the retry or dead set.
 struct SetEntry {

@@ -6,7 +6,6 @@
 #include <termios.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <csignal>
 #include <optional>
 #include <sstream>
@@ -155,13 +154,7 @@ std::vector<std::string> top_frame(const TopSample& now, const TopSample* previo
                         fixed(p.rss_kb / 1024.0, 1) + " MB",
                         human_duration(now.time - p.beat) + " ago", p.quiet ? "yes" : "no"});
     std::vector<std::string> headers{"PROCESS", "TAG", "BUSY", "RSS", "LAST BEAT", "QUIET"};
-    // Each capsule's busy/concurrency, only when some process has Sidekiq 7 capsules.
-    if (std::any_of(now.processes.begin(), now.processes.end(),
-                    [](const ProcessInfo& p) { return !p.capsules.empty(); })) {
-        headers.insert(headers.begin() + 3, "CAPSULES");
-        for (size_t i = 0; i < now.processes.size(); ++i)
-            rows[i].insert(rows[i].begin() + 3, capsules_text(now.processes[i]));
-    }
+    add_capsules_column(now.processes, 3, headers, rows);
     add_table(lines, headers, rows);
     lines.push_back("");
     rows.clear();

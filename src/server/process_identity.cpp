@@ -61,12 +61,15 @@ namespace {
 // a weight has 0; the mode is strict when every weight is 0, random when every weight is 1,
 // weighted otherwise (lib/sidekiq/capsule.rb).
 struct CapsuleWeights {
+    std::string name;
+    int concurrency = 0;
     nlohmann::ordered_json weights = nlohmann::ordered_json::object();
     const char* mode = "strict";
 };
 
-CapsuleWeights capsule_weights(const std::vector<QueueWeight>& queues) {
-    CapsuleWeights out;
+CapsuleWeights capsule_weights(std::string name, int concurrency,
+                               const std::vector<QueueWeight>& queues) {
+    CapsuleWeights out{std::move(name), concurrency};
     bool all_zero = true, all_ones = true;
     for (const auto& q : queues) {
         out.weights[q.name] = q.weight;
@@ -104,26 +107,22 @@ std::string ProcessIdentity::info_json(const Config& config, const QueueOrder& q
     // to a mixed cluster's tools (docs/sidekiq-compatibility.md#compat-auto). With capsules
     // configured `capsules` is written in every mode (the only place their names appear).
     const bool all = config.compat_auto;
-    std::vector<std::pair<std::string, CapsuleWeights>> capsules{
-        {"default", capsule_weights(config.queues)}};
-    std::vector<int> concurrency{config.concurrency};
-    for (const auto& cap : config.capsules) {
-        capsules.emplace_back(cap.name, capsule_weights(cap.queues));
-        concurrency.push_back(cap.concurrency);
-    }
+    std::vector<CapsuleWeights> capsules{
+        capsule_weights("default", config.concurrency, config.queues)};
+    for (const auto& cap : config.capsules)
+        capsules.push_back(capsule_weights(cap.name, cap.concurrency, cap.queues));
     if (all || config.compat != Compat::v6) {
         nlohmann::ordered_json weights = nlohmann::ordered_json::array();
-        for (const auto& [name, w] : capsules) weights.push_back(w.weights);
+        for (const auto& c : capsules) weights.push_back(c.weights);
         info["weights"] = weights;
         info["version"] = std::string("kiqd-") + KIQD_VERSION;
         info["embedded"] = false;
     }
     if (all || config.compat == Compat::v8 || !config.capsules.empty()) {
         nlohmann::ordered_json caps = nlohmann::ordered_json::object();
-        for (size_t i = 0; i < capsules.size(); ++i)
-            caps[capsules[i].first] = {{"concurrency", concurrency[i]},
-                                       {"mode", capsules[i].second.mode},
-                                       {"weights", capsules[i].second.weights}};
+        for (const auto& c : capsules)
+            caps[c.name] = {
+                {"concurrency", c.concurrency}, {"mode", c.mode}, {"weights", c.weights}};
         info["capsules"] = caps;
     }
     return info.dump();

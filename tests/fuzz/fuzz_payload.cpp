@@ -63,7 +63,12 @@ void check_job(const kiqd::Job& job, const kiqd::JobRetry& retry, const kiqd::De
     failure.message += std::string(job.raw.size() % 97, 'x');
     std::mt19937_64 rng(42);
     auto plan = retry.plan(job, failure, 1.7e9, rng);
-    if (plan.outcome != kiqd::FailureOutcome::Discarded || !plan.payload.empty()) {
+    // A job that allows no retry (retry: false) is discarded with its payload as it was, for
+    // the exhausted hook: nothing edited to check.
+    const bool as_it_was =
+        plan.outcome == kiqd::FailureOutcome::Discarded && plan.payload == job.raw;
+    if (as_it_was) require(plan.exhausted, "a job discarded as it was is not marked exhausted");
+    if (!as_it_was && (plan.outcome != kiqd::FailureOutcome::Discarded || !plan.payload.empty())) {
         auto edited = parse_object(plan.payload, "retry payload");
         require(edited["error_class"] == "RuntimeError", "retry payload lost error_class");
         require(edited["retry_count"].is_number_integer(), "retry payload without retry_count");
