@@ -45,7 +45,7 @@ ReliableFetcher::ReliableFetcher(const Keys& keys, const QueueOrder& order, std:
       identity_(std::move(identity)),
       fetch_script_(kFetchScript),
       batch_(std::max<size_t>(batch_size, 1)),
-      batch_script_(fair ? FairFetch::script_source() : kBatchFetchScript),
+      batch_script_(FairFetch::script_source()),  // used with fair queues only
       fair_(std::move(fair)) {
     for (const auto& name : order_.names()) {
         queue_keys_.push_back(keys_.queue(name));

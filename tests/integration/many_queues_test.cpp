@@ -8,8 +8,12 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <map>
+#include <nlohmann/json.hpp>
 
+#include "fetch/fair_fetch.hpp"
 #include "fetch/fetcher.hpp"
+#include "fetch/reliable_fetcher.hpp"
+#include "support/job_pushes.hpp"
 #include "support/redis_reads.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_runtime.hpp"
@@ -174,4 +178,60 @@ TEST_CASE("500 queues: a paused queue is never fetched from, and is after its re
     auto u = t.fetcher.retrieve_work(conn, rng, 0);
     REQUIRE(u);
     CHECK(u->queue == "q5");
+}
+
+TEST_CASE("500 queues, one of them fair: its tenants take turns, the plain queues are served",
+          "[fetch][fair_fetch][many_queues]") {
+    const int which = GENERATE(0, 1, 2);  // basic, basic with prefetch 50, reliable batched 50
+    RedisServer::shared().flushall();
+    auto conn = RedisServer::shared().connect();
+    FairFetchConfig config;
+    FairFetchQueue fair_queue;
+    fair_queue.queue = "q7";
+    fair_queue.arg = 0;
+    config.queues.push_back(fair_queue);
+    Keys keys;
+    QueueOrder order(many_queues(500));
+    auto fair = std::make_unique<FairFetch>(keys, order, config);
+    std::unique_ptr<Fetcher> fetcher;
+    if (which == 2) {
+        auto reliable = std::make_unique<ReliableFetcher>(keys, order, "manyq:1:0123456789ab", 50,
+                                                          1, std::move(fair), 1);
+        reliable->set_ready();
+        fetcher = std::move(reliable);
+    } else {
+        fetcher =
+            std::make_unique<BasicFetcher>(keys, order, which == 1 ? 50 : 1, 1, std::move(fair), 1);
+    }
+    // Tenant a pushed 4 jobs before tenant b's 2; a plain queue has 10.
+    std::vector<std::string> fair_jobs;
+    for (const auto& [tenant, n] : std::vector<std::pair<std::string, int>>{
+             {"a", 1}, {"a", 2}, {"a", 3}, {"a", 4}, {"b", 1}, {"b", 2}})
+        fair_jobs.push_back(nlohmann::json{{"class", "Kiqd::Noop"},
+                                           {"args", {tenant, n}},
+                                           {"queue", "q7"},
+                                           {"jid", tenant + std::to_string(n)}}
+                                .dump());
+    kiqd::test::push_raw(conn, "q7", fair_jobs);
+    push(conn, "q300", 10);
+    std::mt19937_64 rng(9);
+    std::vector<std::string> from_fair;
+    int from_plain = 0;
+    for (int i = 0; i < 16; ++i) {
+        auto u = fetcher->retrieve_work(conn, rng, 0);
+        REQUIRE(u);
+        if (u->queue == "q300") {
+            ++from_plain;
+            continue;
+        }
+        REQUIRE(u->queue == "q7");
+        const auto j = nlohmann::json::parse(u->payload);
+        from_fair.push_back(j["args"][0].get<std::string>() +
+                            std::to_string(j["args"][1].get<int>()));
+    }
+    INFO(mode_name(which == 2 ? FetchMode::reliable : FetchMode::basic, which ? 50 : 1));
+    CHECK(from_plain == 10);
+    CHECK(from_fair == std::vector<std::string>{"a1", "b1", "a2", "b2", "a3", "a4"});
+    CHECK(llen(conn, "queue:q300") == 0);
+    CHECK(llen(conn, "queue:q7") == 0);
 }
