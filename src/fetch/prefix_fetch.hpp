@@ -9,8 +9,8 @@
 //   subset's first occurrences in a uniform shuffle is a uniform shuffle of the subset), so
 //   each non-empty queue keeps its share by weight, and strict order stays strict.
 // * A queue found empty (by a pop that got nothing) is left out of later draws until a sweep
-//   sees a job in it again, or a blocking wait takes a job from it. A sweep is one pipelined
-//   LLEN of every queue that is not paused, at most every kSweepPeriod; and, for reliable
+//   sees a job in it again, or a blocking wait takes a job from it. A sweep is one script call
+//   (an LLEN of every queue that is not paused), at most every kSweepPeriod; and, for reliable
 //   fetch, whose idle threads each wait on one queue, when every queue looks empty (before a
 //   fetch would block). Basic fetch then blocks on every queue (BRPOP), which returns at once
 //   when any has a job, so a trickle of jobs costs no sweep per job. So no fetch blocks while a
@@ -61,7 +61,8 @@ class PrefixFetch {
     // A blocking wait took a job from queue `index`: it is drawn again.
     void woke_with_job(size_t index) const;
     bool known_empty(size_t index) const { return empty_[index].load(std::memory_order_relaxed); }
-    // One pipelined LLEN of every queue that is not paused; updates the flags. Public for tests.
+    // One script call that asks every queue not paused whether it has a job (LLEN); updates
+    // the flags. Public for tests.
     void sweep(redis::Connection& conn) const;
 
     // The order's queues that are neither paused nor known empty, by index in order.names().
@@ -92,6 +93,7 @@ class PrefixFetch {
     std::vector<std::string> working_keys_;
     std::string suspects_;
     redis::Script script_;
+    redis::Script sweep_script_;
     std::unique_ptr<std::atomic<bool>[]> empty_;    // by index in order.names()
     mutable std::atomic<long long> last_sweep_{0};  // steady clock, ns; 0 = sweep at once
     mutable std::atomic<bool> sweeping_{false};
