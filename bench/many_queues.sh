@@ -5,6 +5,7 @@
 #
 #   bench/many_queues.sh
 #   KIQD_BEFORE=/tmp/kiqd-old bench/many_queues.sh   # also rows for another kiqd build
+#   WHAT=latency bench/many_queues.sh                # idle latency instead (below)
 #
 # Environment:
 #   JOBS=20000                jobs per run, spread at random (seeded) over the filled queues
@@ -16,6 +17,17 @@
 #   SIDEKIQ=auto              Debian's Sidekiq 6.4.1 (quiet logging); "none" skips it
 #   SIDEKIQ_CASES="1/1 50/50 500/500"  the cases Sidekiq runs (it is slow at 500 queues)
 #   RESULTS=bench/results/many_queues.jsonl  one JSON line per run
+#   WHAT=drain                drain, or latency: enqueue -> start at a low rate, with the
+#                             variables below
+#
+# WHAT=latency: Test::Record jobs pushed one LPUSH each at their due time (RATE=1 job/s for
+# SECONDS_EACH=60 s per row), each to a queue drawn at random among the configured ones, with
+# 1 and 500 queues (QUEUES="1 500"; weights as above), MODES as above, CONCURRENCY as above.
+# DAEMON=build/tests/kiqd_test_daemon runs them (kiqd with the Test::Record handler, which
+# records its start time), DAEMON_BEFORE a second build ("before" rows). Each row: FLUSHALL,
+# start the worker, wait for its first heartbeat and 1 s more, push; start is the handler's
+# first line (kiqbench.py latency); p50/p99/max over the row's jobs. RESULTS defaults to
+# bench/results/many_queues_latency.jsonl.
 #
 # Method: a private redis-server (127.0.0.1, free port, no persistence, stopped by PID). Per run:
 # FLUSHALL, push, start the worker, poll the queues' total length (one script call every 20 ms)
@@ -34,10 +46,22 @@ KIQD_BEFORE=${KIQD_BEFORE:-}
 MODES=${MODES:-"basic batched"}
 SIDEKIQ=${SIDEKIQ:-auto}
 SIDEKIQ_CASES=${SIDEKIQ_CASES:-"1/1 50/50 500/500"}
-RESULTS=${RESULTS:-$here/results/many_queues.jsonl}
+WHAT=${WHAT:-drain}
+RATE=${RATE:-1}
+SECONDS_EACH=${SECONDS_EACH:-60}
+QUEUES=${QUEUES:-"1 500"}
+DAEMON=${DAEMON:-$repo/build/tests/kiqd_test_daemon}
+DAEMON_BEFORE=${DAEMON_BEFORE:-}
+if [[ $WHAT == latency ]]; then
+    RESULTS=${RESULTS:-$here/results/many_queues_latency.jsonl}
+else
+    RESULTS=${RESULTS:-$here/results/many_queues.jsonl}
+fi
 
 die() { echo "many_queues: $*" >&2; exit 1; }
-[[ -x $KIQD ]] || die "no kiqd at $KIQD"
+[[ $WHAT == drain || $WHAT == latency ]] || die "WHAT must be drain or latency, not $WHAT"
+[[ $WHAT == latency || -x $KIQD ]] || die "no kiqd at $KIQD"
+[[ $WHAT == drain || -x $DAEMON ]] || die "no worker at $DAEMON (configure with -DBUILD_TESTING=ON)"
 sidekiq_bin=""
 if [[ $SIDEKIQ != none ]] && ruby -e 'require "sidekiq"' >/dev/null 2>&1; then
     if [[ $SIDEKIQ == auto ]]; then sidekiq_bin=$(command -v sidekiq || true); else sidekiq_bin=$SIDEKIQ; fi
@@ -78,14 +102,45 @@ run() {  # LABEL N FILLED -- CMD...
     /usr/bin/python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("  %-28s %3d queues, %3d filled  %8.0f jobs/s  CPU/job %5.1f + redis %5.1f us" % (r["system"], r["queues"], r["filled"], r["jobs_per_s"], r["worker_cpu_us_per_job"], r["redis_cpu_us_per_job"]))' "$work/one.json" >&2
 }
 
+kiqd_yml() {  # MODE N: writes the kiqd config of N queues in MODE and prints its path
+    local cfg=$work/kiqd-$1-$2.yml
+    printf 'redis: {url: "redis://127.0.0.1:%s/0"}\nlogging: {level: warn}\nqueues: %s\n' \
+        "$port" "$(queue_list "$2")" >"$cfg"
+    [[ $1 == batched ]] && printf 'fetch: reliable\nreliable_fetch: {batch_size: 50}\n' >>"$cfg"
+    echo "$cfg"
+}
+
+latency() {  # LABEL N WORKER
+    local label=$1 n=$2 bin=$3 mode=${1#kiqd }
+    mode=${mode% (before)}
+    rcli flushall >/dev/null
+    /usr/bin/python3 "$here/lib/kiqbench.py" latency --port "$port" --rate "$RATE" \
+        --seconds "$SECONDS_EACH" --queues "$n" --label "$label" \
+        --concurrency "$CONCURRENCY" --log "$work/worker.log" --cwd "$work" \
+        --extra "{\"queues\":$n,\"mode\":\"$mode\"}" \
+        -- "$bin" -C "$(kiqd_yml "$mode" "$n")" -c "$CONCURRENCY" >"$work/one.json" ||
+        { tail -n 20 "$work/worker.log" >&2; die "run failed: $label, $n queues"; }
+    cat "$work/one.json" >>"$RESULTS"
+    /usr/bin/python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("  %-22s %3d queues  p50 %7.2f ms  p99 %7.2f ms  max %7.2f ms" % (r["system"], r["queues"], r["p50_ms"], r["p99_ms"], r["max_ms"]))' "$work/one.json" >&2
+}
+
+if [[ $WHAT == latency ]]; then
+    echo "many_queues: latency, $RATE job/s for ${SECONDS_EACH}s per row, c=$CONCURRENCY, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+    for n in $QUEUES; do
+        for mode in $MODES; do
+            [[ -n $DAEMON_BEFORE ]] && latency "kiqd $mode (before)" "$n" "$DAEMON_BEFORE"
+            latency "kiqd $mode" "$n" "$DAEMON"
+        done
+    done
+    echo "many_queues: load after $(cut -d' ' -f1-3 /proc/loadavg); results in $RESULTS" >&2
+    exit 0
+fi
+
 echo "many_queues: $JOBS jobs, c=$CONCURRENCY, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 for case in $CASES; do
     n=${case%/*} filled=${case#*/}
     for mode in $MODES; do
-        cfg=$work/kiqd-$mode-$n.yml
-        printf 'redis: {url: "redis://127.0.0.1:%s/0"}\nlogging: {level: warn}\nqueues: %s\n' \
-            "$port" "$(queue_list "$n")" >"$cfg"
-        [[ $mode == batched ]] && printf 'fetch: reliable\nreliable_fetch: {batch_size: 50}\n' >>"$cfg"
+        cfg=$(kiqd_yml "$mode" "$n")
         [[ -n $KIQD_BEFORE ]] && run "kiqd $mode (before)" "$n" "$filled" -- "$KIQD_BEFORE" -C "$cfg" -c "$CONCURRENCY"
         run "kiqd $mode" "$n" "$filled" -- "$KIQD" -C "$cfg" -c "$CONCURRENCY"
     done

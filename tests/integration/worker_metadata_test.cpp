@@ -181,6 +181,20 @@ void push_job(kiqd::redis::Connection& c, const std::string& cls, const std::str
     kiqd::test::push_raw(c, queue, {job.dump()});
 }
 
+// The heartbeat `info` of the only process in `processes`, once it has written one.
+nlohmann::json only_process_info(kiqd::redis::Connection& c) {
+    std::string info;
+    REQUIRE(wait_until([&] {
+        const auto identity = kiqd::test::only_member(c, "processes");
+        if (!identity) return false;
+        auto i = c.command({"HGET", *identity, "info"});
+        if (i.is_nil()) return false;
+        info = std::string(i.str());
+        return true;
+    }));
+    return nlohmann::json::parse(info);
+}
+
 }  // namespace
 
 TEST_CASE("metrics: /metrics in Prometheus format, SLO counters, /healthz, clean stop",
@@ -356,17 +370,9 @@ handlers:
                                                 {"--selector", "resource_boundary=memory"});
     CHECK(code == 0);
     CHECK_THAT(out, Catch::Contains("1 queue(s) (memory_bound)"));
-    std::string info;
-    REQUIRE(wait_until([&] {
-        const auto identity = kiqd::test::only_member(c, "processes");
-        if (!identity) return false;
-        auto i = c.command({"HGET", *identity, "info"});
-        if (i.is_nil()) return false;
-        info = std::string(i.str());
-        return true;
-    }));
+    const auto info = only_process_info(c);
     // Classes in name order: Test::FailOnce → slow, Test::Record → urgent (weight from queues:).
-    CHECK(nlohmann::json::parse(info)["queues"] == nlohmann::json::array({"slow", "urgent"}));
+    CHECK(info["queues"] == nlohmann::json::array({"slow", "urgent"}));
     const double now = kiqd::epoch_seconds();
     push_job(c, "Test::Record", "urgent", now);
     push_job(c, "Test::Record", "memory_bound", now);
@@ -397,16 +403,7 @@ TEST_CASE("selector: of 500 declared workers' queues, a process serves the 250 i
             std::string(batched ? "fetch: reliable\nreliable_fetch: {batch_size: 50}\n" : "") +
             handlers);
     KiqdProcess p(KIQD_TEST_DAEMON, yaml, {"--selector", "urgency=high"});
-    nlohmann::json info;
-    REQUIRE(wait_until([&] {
-        const auto identity = kiqd::test::only_member(c, "processes");
-        if (!identity) return false;
-        auto i = c.command({"HGET", *identity, "info"});
-        if (i.is_nil()) return false;
-        info = nlohmann::json::parse(std::string(i.str()));
-        return true;
-    }));
-    CHECK(info["queues"].size() == 250);
+    CHECK(only_process_info(c)["queues"].size() == 250);
     const double now = kiqd::epoch_seconds();
     for (const char* q : {"q498", "q0", "q250", "q1", "q499"}) push_job(c, "Test::Record", q, now);
     REQUIRE(wait_until([&] { return ran_records(c).size() == 3; }));
