@@ -21,6 +21,7 @@ import argparse
 import hashlib
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -358,9 +359,10 @@ def percentile(sorted_values, q):
 def cmd_latency(args):
     """Starts a worker, pushes Test::Record jobs at a paced rate (LPUSH every ms of what is due,
     each payload stamped with enqueued_at just before its push), waits until every job recorded
-    its start in kiqd-test:ran, and prints enqueue->start latency percentiles as JSON."""
+    its start in kiqd-test:ran, and prints enqueue->start latency percentiles as JSON. With
+    --queues N, each job goes to one of q0..q<N-1> at random (seeded) instead of --queue."""
     r = Redis("127.0.0.1", args.port)
-    key = "queue:" + args.queue
+    spread = random.Random(args.queues)
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
     log = open(args.log, "ab")
     child = None
@@ -390,16 +392,18 @@ def cmd_latency(args):
         now = time.monotonic()
         due = min(total, int((now - t0) * args.rate) + 1)
         if due > sent:
-            payloads = []
+            by_queue = {}
             stamp = time.time()
             for _ in range(due - sent):
                 jid = os.urandom(12).hex()
                 enqueued[jid] = stamp
-                payloads.append(json.dumps(
-                    {"retry": True, "queue": args.queue, "class": "Test::Record", "args": [],
+                queue = "q%d" % spread.randrange(args.queues) if args.queues else args.queue
+                by_queue.setdefault(queue, []).append(json.dumps(
+                    {"retry": True, "queue": queue, "class": "Test::Record", "args": [],
                      "jid": jid, "created_at": stamp, "enqueued_at": stamp},
                     separators=(",", ":")))
-            r.call("LPUSH", key, *payloads)
+            for queue, payloads in by_queue.items():
+                r.call("LPUSH", "queue:" + queue, *payloads)
             sent = due
         else:
             time.sleep(max(0.0, min(0.001, sent / args.rate - (now - t0))))
@@ -730,6 +734,8 @@ def main():
     la.add_argument("--rate", type=float, required=True)
     la.add_argument("--seconds", type=float, required=True)
     la.add_argument("--queue", default="default")
+    la.add_argument("--queues", type=int, default=0,
+                    help="spread the jobs at random over q0..q<N-1> instead of --queue")
     la.add_argument("--label", required=True)
     la.add_argument("--concurrency", type=int, required=True)
     la.add_argument("--log", required=True)

@@ -3,67 +3,23 @@
 #include <map>
 #include <thread>
 
-#include "fetch/batch_fetch_loop.hpp"
 #include "fetch/fair_fetch.hpp"
 #include "fetch/fetch_buffer.hpp"
 #include "fetch/fetch_combiner.hpp"
 #include "fetch/fetcher.hpp"
-#include "redis/lua_type_guard.hpp"
+#include "fetch/prefix_fetch.hpp"
 
 namespace kiqd {
-namespace {}  // namespace
-
-// Every batched fetch (basic `prefetch` and batched reliable fetch): takes up to ARGV[1] jobs,
-// each from the first non-empty queue of its own queue order. It pops them (RPOP), or, when
-// the working lists are given, moves each into its queue's working list (RPOPLPUSH).
-//
-// KEYS[1..n]    every queue list, in order.names() order
-// KEYS[n+1..2n] optional (reliable fetch): their working lists; KEYS[n+q] receives KEYS[q]'s
-//               jobs. The script moves rather than pops whenever it has more than n KEYS.
-// KEYS[2n+1]    optional (reliable fetch): the suspects set (orphan_recovery.hpp); a moved job
-//               found there leaves it and is flagged. One EXISTS per call when it is empty.
-// ARGV[1]       how many jobs to take at most
-// ARGV[2]       n, the number of queues
-// ARGV[3..]     one or more queue orders of n entries each, 1-based indexes into KEYS[1..n]
-//               (0 = a paused queue's padding, skipped); job j (from 0) uses order
-//               j mod <number of orders> (batch_order_args)
-//
-// Returns {q, payload, q, payload, ...}: for each job taken, the 1-based index of its queue
-// (negated for a suspect) and the job, in the order taken. It stops at the first job that finds
-// every queue of its order empty, so the reply can be shorter than ARGV[1] jobs, and is an empty
-// array when no queue has a job. A WRONGTYPE error, and nothing taken, when a queue or working
-// list holds something other than a list, or the suspects key something other than a set
-// (lua_type_guard.hpp): Redis keeps the jobs a script popped before a command failed, and its
-// error reply would not deliver them.
-const char* const kBatchFetchScript = KIQD_LUA_TYPE_GUARD R"lua(
-local checks = {}
-for i = 1, #KEYS do
-  checks[2 * i - 1] = KEYS[i]
-  checks[2 * i] = 'list'
-end
-if #KEYS > 2 * tonumber(ARGV[2]) then checks[2 * #KEYS] = 'set' end
-local refused = wrong_type(checks)
-if refused then return refused end
-local n = tonumber(ARGV[2])
-local orders = (#ARGV - 2) / n
-local first = 2
-local function take(q, dest)
-  if dest then return redis.call('rpoplpush', KEYS[q], dest) end
-  return redis.call('rpop', KEYS[q])
-end
-local finish = nil
-)lua" KIQD_BATCH_FETCH_LOOP;
-
 std::vector<UnitOfWork> batch_units(const redis::Reply& reply,
                                     const std::vector<std::string>& names) {
     std::vector<UnitOfWork> out;
     if (reply.is_nil()) return out;
-    if (reply.size() % 2) reply.unexpected("batch fetch script: unexpected reply");
+    if (reply.size() % 2) reply.unexpected("fair fetch script: unexpected reply");
     out.reserve(reply.size() / 2);
     for (size_t i = 0; i < reply.size(); i += 2) {
         const long long index = reply[i].integer();
         const auto q = static_cast<size_t>(index < 0 ? -index : index);
-        if (q < 1 || q > names.size()) reply.unexpected("batch fetch script: index out of range");
+        if (q < 1 || q > names.size()) reply.unexpected("fair fetch script: index out of range");
         out.push_back(UnitOfWork{names[q - 1], std::string(reply[i + 1].str()), index < 0});
     }
     return out;
@@ -93,9 +49,11 @@ BasicFetcher::BasicFetcher(const Keys& keys, const QueueOrder& order, size_t pre
                            size_t max_refills, std::unique_ptr<FairFetch> fair, size_t threads)
     : keys_(keys), order_(order), prefetch_(std::max<size_t>(prefetch, 1)), fair_(std::move(fair)) {
     for (const auto& name : order_.names()) queue_keys_.push_back(keys_.queue(name));
+    // Without fair queues, every fetch asks only a few queues (prefix_fetch.hpp); with them,
+    // the fair fetch script walks every queue.
+    if (!fair_) prefix_ = std::make_unique<PrefixFetch>(order_, queue_keys_);
     if (prefetch_ > 1) {
-        pop_script_ =
-            std::make_unique<redis::Script>(fair_ ? FairFetch::script_source() : kBatchFetchScript);
+        if (fair_) pop_script_ = std::make_unique<redis::Script>(FairFetch::script_source());
         buffer_ = std::make_unique<FetchBuffer>(prefetch_, max_refills, threads);
     } else if (fair_) {
         combiner_ = std::make_unique<FetchCombiner>(threads);
@@ -140,6 +98,7 @@ std::optional<UnitOfWork> wait_all_paused(redis::Connection& conn,
 
 std::vector<UnitOfWork> BasicFetcher::pop_batch(redis::Connection& conn, std::mt19937_64& rng,
                                                 std::vector<redis::Command>& pending) const {
+    if (prefix_) return prefix_->take(conn, rng, prefetch_, pending);
     thread_local std::vector<std::string> args;
     batch_order_args(order_, rng, prefetch_, args);
     if (fair_) fair_->fair_args(args);
@@ -179,6 +138,11 @@ std::optional<UnitOfWork> BasicFetcher::retrieve_work(redis::Connection& conn, s
         }
         if (unit) return unit;
     }
+    if (prefix_ && !buffer_) {
+        // Only the queues last seen non-empty, a plain RPOP each (prefix_fetch.hpp).
+        if (auto unit = prefix_->pop_one(conn, rng, pending)) return unit;
+    }
+    // Every queue is empty: block on all of them, in this fetch's order, as Sidekiq does.
     thread_local std::vector<const std::string*> names;
     thread_local std::vector<std::string> argv_storage;
     order_.order(rng, names);
@@ -191,7 +155,13 @@ std::optional<UnitOfWork> BasicFetcher::retrieve_work(redis::Connection& conn, s
     if (reply.is_nil()) return std::nullopt;
     if (reply.size() != 2) reply.unexpected("BRPOP returned an unexpected reply");
     if (buffer_) buffer_->note_taken(slot);
-    return UnitOfWork{std::string(keys_.queue_name(reply[0].str())), std::string(reply[1].str())};
+    UnitOfWork unit{std::string(keys_.queue_name(reply[0].str())), std::string(reply[1].str())};
+    if (prefix_) {
+        const auto& all = order_.names();
+        const auto at = std::find(all.begin(), all.end(), unit.queue);
+        if (at != all.end()) prefix_->woke_with_job(static_cast<size_t>(at - all.begin()));
+    }
+    return unit;
 }
 
 std::vector<redis::Command> BasicFetcher::requeue_commands(

@@ -1,7 +1,7 @@
 #pragma once
-// KIQD_BATCH_FETCH_LOOP: the main loop of every batched fetch script (kBatchFetchScript in
-// basic_fetcher.cpp, the fair fetch script in fair_fetch.cpp), so that both take jobs, walk the
-// queue orders and flag suspects the same way. The script defines before it:
+// KIQD_BATCH_FETCH_LOOP: the main loop of the fair fetch script (fair_fetch.cpp): takes jobs,
+// walks the queue orders and flags suspects. Kept apart from that script's fair-queue logic,
+// which it calls through take(). The script defines before it:
 //
 //   n        the number of queues (KEYS[1..n]; KEYS[n+1..2n] their working lists when moving;
 //            KEYS[2n+1] the suspects set, optional)

@@ -6,12 +6,13 @@
 namespace kiqd {
 namespace {
 
-// The fetch script of a process with fair queues: kBatchFetchScript (basic_fetcher.cpp), where
-// taking a job from a fair queue splits that queue first (once per call) and then takes the
-// next tenant's job from the ring (fair_fetch.hpp).
+// The fetch script of a process with fair queues: takes up to ARGV[1] jobs, each from the first
+// non-empty queue of its own queue order (KIQD_BATCH_FETCH_LOOP), where taking a job from a
+// fair queue splits that queue first (once per call) and then takes the next tenant's job from
+// the ring (fair_fetch.hpp).
 //
-// KEYS          as kBatchFetchScript: the queue lists in order.names() order; for reliable
-//               fetch their working lists, and (batched) the suspects set
+// KEYS          the queue lists in order.names() order; for reliable fetch their working
+//               lists (KEYS[n+q] receives KEYS[q]'s jobs), and (batched) the suspects set
 // ARGV[1]       how many jobs to take at most
 // ARGV[2]       n, the number of queues
 // ARGV[3]       m, the number of queue orders that follow
@@ -21,10 +22,12 @@ namespace {
 //               queue: its index, "arg" or "key", N or the key name, max_tenants, its name,
 //               the number of weights and that many tenant, weight pairs
 //
-// Returns what kBatchFetchScript returns. A WRONGTYPE error, and nothing taken, when a queue or
-// working list holds another type. A tenant list, ring or `queues` of another type (someone
-// else's key) never loses a job: a split leaves the jobs in the plain queue (or sends a tenant's
-// to the tenantless bucket), and a fetch from a ring that is not a list fails before any pop.
+// Returns {q, payload, q, payload, ...}: for each job taken, the 1-based index of its queue
+// (negated for a suspect) and the job (batch_units). A WRONGTYPE error, and nothing taken,
+// when a queue or working list holds another type. A tenant list, ring or `queues` of another
+// type (someone else's key) never loses a job: a split leaves the jobs in the plain queue (or
+// sends a tenant's to the tenantless bucket), and a fetch from a ring that is not a list fails
+// before any pop.
 const char* const kFairFetchScript = KIQD_LUA_TYPE_GUARD R"lua(
 local n = tonumber(ARGV[2])
 local orders = tonumber(ARGV[3])

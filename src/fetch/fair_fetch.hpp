@@ -19,9 +19,10 @@
 //   vanishes costs nothing.
 //
 // Both steps run inside the fetch script, so every job is always in exactly one list; a
-// kill -9 finds it in the plain queue, a tenant list or a working list. The script has the
-// contract of kBatchFetchScript (fetcher.hpp) for KEYS and for the non-fair queues; only its
-// ARGV differ (fair_args). Paused queues are left out of the order as for any queue.
+// kill -9 finds it in the plain queue, a tenant list or a working list. The script takes every
+// queue of a process with fair queues, the plain ones too: KEYS are every queue list (and
+// working lists), ARGV a full queue order per job (batch_order_args, then fair_args). Paused
+// queues are left out of the order as for any queue.
 //
 // Built once by the launcher from the config; immutable, shared by all processor threads.
 #include <optional>
@@ -45,9 +46,9 @@ class FairFetch {
 
     FairFetch(const Keys& keys, const QueueOrder& order, const FairFetchConfig& config);
 
-    // The fetch script's source (kBatchFetchScript's KEYS and reply, fair_args' ARGV).
+    // The fetch script's source (KEYS and reply: fair_fetch.cpp; ARGV: fair_args).
     static const char* script_source();
-    // kBatchFetchScript's ARGV (batch_order_args) turned into this script's.
+    // batch_order_args' ARGV (fetcher.hpp) turned into this script's.
     void fair_args(std::vector<std::string>& args) const;
     // One job, with `keys` (queue lists, plus working lists for reliable fetch), sending
     // `pending` in the same write; nullopt when every queue of this fetch's order is empty.

@@ -27,6 +27,7 @@ class FairFetch;
 struct AcquiredSet;
 class RefillAcquirer;
 class FetchCombiner;
+class PrefixFetch;
 
 struct UnitOfWork {
     std::string queue;    // without the "queue:" prefix
@@ -135,29 +136,26 @@ class BasicFetcher final : public Fetcher {
     const Keys& keys_;
     const QueueOrder& order_;
     size_t prefetch_;
-    std::vector<std::string> queue_keys_;  // by index in order_.names()
-    std::unique_ptr<redis::Script> pop_script_;
-    std::unique_ptr<FetchBuffer> buffer_;      // only when prefetch_ > 1
-    std::unique_ptr<FairFetch> fair_;          // only with fair queues
-    std::unique_ptr<FetchCombiner> combiner_;  // fair queues without prefetch
+    std::vector<std::string> queue_keys_;        // by index in order_.names()
+    std::unique_ptr<redis::Script> pop_script_;  // fair queues with prefetch
+    std::unique_ptr<FetchBuffer> buffer_;        // only when prefetch_ > 1
+    std::unique_ptr<FairFetch> fair_;            // only with fair queues
+    std::unique_ptr<FetchCombiner> combiner_;    // fair queues without prefetch
+    std::unique_ptr<PrefixFetch> prefix_;        // without fair queues
 };
 
-// The script of every batched fetch (basic `prefetch` and batched reliable fetch): KEYS are
-// every queue list in order.names() order, followed — to move jobs into working lists rather
-// than pop them — by those lists and the suspects set; ARGV comes from batch_order_args.
-extern const char* const kBatchFetchScript;
-// The jobs in a batch script's reply {index, payload, ...} (a negative index: a suspect);
-// `names` = order.names().
+// The jobs in the fair fetch script's reply {index, payload, ...} (a negative index: a
+// suspect); `names` = order.names().
 std::vector<UnitOfWork> batch_units(const redis::Reply& reply,
                                     const std::vector<std::string>& names);
 
 // What a fetch does when every queue is paused: sends `pending`, waits a little, finds nothing.
 std::optional<UnitOfWork> wait_all_paused(redis::Connection& conn,
                                           std::vector<redis::Command>& pending, int seconds);
-// ARGV for kBatchFetchScript: the count, the number of queues, then one queue order per job as
-// 1-based indexes into order.names() (a single order in strict mode, reused for every job;
-// paused queues padded with 0). Each job of a batch
-// gets its own weighted draw, so a batch keeps the shares of one-at-a-time fetch.
+// ARGV for the fair fetch script (fair_fetch.hpp): the count, the number of queues, then one
+// queue order per job as 1-based indexes into order.names() (a single order in strict mode,
+// reused for every job; paused queues padded with 0). Each job of a batch gets its own
+// weighted draw, so a batch keeps the shares of one-at-a-time fetch.
 void batch_order_args(const QueueOrder& order, std::mt19937_64& rng, size_t count,
                       std::vector<std::string>& args);
 

@@ -11,6 +11,7 @@ QueueOrder::QueueOrder(std::vector<QueueWeight> queues) {
         if (std::find(names_.begin(), names_.end(), q.name) != names_.end()) continue;
         names_.push_back(q.name);
         const size_t index = names_.size() - 1;
+        weights_.push_back(std::max(q.weight, 1));
         for (int i = 0; i < std::max(q.weight, 1); ++i) expanded_.push_back(index);
     }
     paused_ = std::make_unique<std::atomic<bool>[]>(names_.size());

@@ -26,6 +26,8 @@ class QueueOrder {
     bool strict() const { return strict_; }
     // Unique queue names in configuration order (what the heartbeat reports).
     const std::vector<std::string>& names() const { return names_; }
+    // The weight of names()[index] (1 for an unweighted queue).
+    int weight(size_t index) const { return weights_[index]; }
     // Fills `out` with the queue names for one fetch; empty when every queue is paused.
     void order(std::mt19937_64& rng, std::vector<const std::string*>& out) const;
 
@@ -37,6 +39,7 @@ class QueueOrder {
   private:
     bool strict_ = true;
     std::vector<std::string> names_;
+    std::vector<int> weights_;      // by index into names_
     std::vector<size_t> expanded_;  // indices into names_, each repeated weight times
     std::unique_ptr<std::atomic<bool>[]> paused_;  // by index into names_
 };

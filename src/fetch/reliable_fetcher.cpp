@@ -5,6 +5,7 @@
 #include "fetch/fair_fetch.hpp"
 #include "fetch/fetch_buffer.hpp"
 #include "fetch/fetch_combiner.hpp"
+#include "fetch/prefix_fetch.hpp"
 #include "fetch/refill_acquirer.hpp"
 
 namespace kiqd {
@@ -44,7 +45,7 @@ ReliableFetcher::ReliableFetcher(const Keys& keys, const QueueOrder& order, std:
       identity_(std::move(identity)),
       fetch_script_(kFetchScript),
       batch_(std::max<size_t>(batch_size, 1)),
-      batch_script_(fair ? FairFetch::script_source() : kBatchFetchScript),
+      batch_script_(FairFetch::script_source()),  // used with fair queues only
       fair_(std::move(fair)) {
     for (const auto& name : order_.names()) {
         queue_keys_.push_back(keys_.queue(name));
@@ -57,6 +58,12 @@ ReliableFetcher::ReliableFetcher(const Keys& keys, const QueueOrder& order, std:
     if (batch_ > 1) buffer_ = std::make_unique<FetchBuffer>(batch_, max_refills, threads);
     if (buffer_)
         for (size_t i = 0; i < threads; ++i) deferred_.push_back(std::make_unique<Deferred>());
+    if (buffer_ && !fair_) {
+        std::vector<std::string> working_keys;
+        for (const auto& w : working_) working_keys.push_back(w.second);
+        prefix_ = std::make_unique<PrefixFetch>(order_, queue_keys_, std::move(working_keys),
+                                                suspects_key());
+    }
     if (batch_ == 1 && fair_) combiner_ = std::make_unique<FetchCombiner>(threads);
 }
 
@@ -113,10 +120,8 @@ std::vector<UnitOfWork> ReliableFetcher::move_batch(redis::Connection& conn, std
                                                     std::vector<redis::Command>& pending,
                                                     const std::vector<UnitOfWork>& acks,
                                                     bool acquire_ahead) const {
-    thread_local std::vector<std::string> args;
+    // Sent before the fetch below, so a job it fetches is no older than this (ownership_fence).
     const auto fetched_at = OwnershipFence::Clock::now();
-    batch_order_args(order_, rng, batch_, args);
-    if (fair_) fair_->fair_args(args);
     // Deferred acknowledgements and lock releases (this thread's, and those any thread deferred
     // to the next refill) go out in the same write as the fetch.
     auto deferred = take_deferred();
@@ -126,6 +131,44 @@ std::vector<UnitOfWork> ReliableFetcher::move_batch(redis::Connection& conn, std
     for (const auto& a : acks) cmds.push_back(ack_command(a));
     for (const auto& d : deferred) cmds.push_back(d);
     for (const auto& p : pending) cmds.push_back(p);
+    std::vector<UnitOfWork> units;
+    if (prefix_) {
+        try {
+            units = prefix_->take(conn, rng, batch_, cmds);
+            if (!cmds.empty()) {
+                // No queue had a job, so no script call carried them: they go out now, as the
+                // caller blocks next.
+                auto replies = conn.pipeline_unchecked(cmds);
+                redis::resend_noscript(conn, cmds, replies, 0, cmds.size());
+            }
+        } catch (...) {
+            restore_deferred(std::move(deferred));  // idempotent: they go again with a later write
+            throw;
+        }
+        pending.clear();
+    } else {
+        units = move_batch_all_queues(conn, rng, pending, cmds, std::move(deferred));
+    }
+    for (auto& u : units) u.fetched_at = fetched_at;
+    if (acquirer_ && acquire_ahead && !units.empty()) {
+        try {
+            acquirer_->acquire(conn, units);
+        } catch (const redis::Error&) {
+            // The jobs are in the working list already: they must reach the buffer. Without
+            // what they would have acquired, their middlewares acquire one by one, as without
+            // batching; anything the lost reply took expires by its TTL (never extended).
+            for (auto& u : units) u.acquired.reset();
+        }
+    }
+    return units;
+}
+
+std::vector<UnitOfWork> ReliableFetcher::move_batch_all_queues(
+    redis::Connection& conn, std::mt19937_64& rng, std::vector<redis::Command>& pending,
+    std::vector<redis::Command>& cmds, std::vector<redis::Command> deferred) const {
+    thread_local std::vector<std::string> args;
+    batch_order_args(order_, rng, batch_, args);
+    if (fair_) fair_->fair_args(args);
     cmds.push_back(batch_script_.evalsha_command(batch_keys_, args));
     std::vector<redis::Reply> replies;
     try {
@@ -142,19 +185,7 @@ std::vector<UnitOfWork> ReliableFetcher::move_batch(redis::Connection& conn, std
             throw redis::ReplyError(std::string(reply.error_text()));
         reply = batch_script_.run(conn, batch_keys_, args);  // the acknowledgements went out
     }
-    auto units = batch_units(reply, order_.names());
-    for (auto& u : units) u.fetched_at = fetched_at;
-    if (acquirer_ && acquire_ahead && !units.empty()) {
-        try {
-            acquirer_->acquire(conn, units);
-        } catch (const redis::Error&) {
-            // The jobs are in the working list already: they must reach the buffer. Without
-            // what they would have acquired, their middlewares acquire one by one, as without
-            // batching; anything the lost reply took expires by its TTL (never extended).
-            for (auto& u : units) u.acquired.reset();
-        }
-    }
-    return units;
+    return batch_units(reply, order_.names());
 }
 
 std::optional<UnitOfWork> ReliableFetcher::retrieve_work(
@@ -227,6 +258,7 @@ std::optional<UnitOfWork> ReliableFetcher::take(redis::Connection& conn, std::mt
                                       std::to_string(kBlockSeconds)});
         if (blocked.is_nil()) return std::nullopt;
         buffer_->note_taken(slot);
+        if (prefix_) prefix_->woke_with_job(index);
         UnitOfWork taken{working_[index].first, std::string(blocked.str())};
         // What the batch script checks for each job it moves; one more round trip, when idle.
         taken.suspect = conn.command({"SREM", suspects_key(), taken.payload}).integer() == 1;

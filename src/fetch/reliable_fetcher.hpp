@@ -49,6 +49,8 @@
 
 namespace kiqd {
 
+class PrefixFetch;
+
 class ReliableFetcher final : public Fetcher {
   public:
     static constexpr int kBlockSeconds = 2;
@@ -122,6 +124,12 @@ class ReliableFetcher final : public Fetcher {
                                        std::vector<redis::Command>& pending,
                                        const std::vector<UnitOfWork>& acks,
                                        bool acquire_ahead) const;  // with the acquirer_
+    // The fair queues' refill: one script call over every queue (fair_fetch.hpp). `cmds`: the
+    // commands to send first; `deferred`: those of them to restore when the write fails.
+    std::vector<UnitOfWork> move_batch_all_queues(redis::Connection& conn, std::mt19937_64& rng,
+                                                  std::vector<redis::Command>& pending,
+                                                  std::vector<redis::Command>& cmds,
+                                                  std::vector<redis::Command> deferred) const;
     redis::Command ack_command(const UnitOfWork& unit) const;
 
     const Keys& keys_;
@@ -135,6 +143,7 @@ class ReliableFetcher final : public Fetcher {
     redis::Script batch_script_;
     std::unique_ptr<FetchBuffer> buffer_;  // only when batch_ > 1
     std::unique_ptr<FairFetch> fair_;      // only with fair queues
+    std::unique_ptr<PrefixFetch> prefix_;  // batched, without fair queues (prefix_fetch.hpp)
     std::vector<std::string> fair_keys_;   // queue keys, then working list keys
     const RefillAcquirer* acquirer_ = nullptr;
     bool acquire_always_ = false;

@@ -6,6 +6,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 
 #include "kiqd/clock.hpp"
 #include "support/http_get.hpp"
@@ -178,6 +179,20 @@ void push_job(kiqd::redis::Connection& c, const std::string& cls, const std::str
                        {"created_at", enqueued_at},
                        {"enqueued_at", enqueued_at}};
     kiqd::test::push_raw(c, queue, {job.dump()});
+}
+
+// The heartbeat `info` of the only process in `processes`, once it has written one.
+nlohmann::json only_process_info(kiqd::redis::Connection& c) {
+    std::string info;
+    REQUIRE(wait_until([&] {
+        const auto identity = kiqd::test::only_member(c, "processes");
+        if (!identity) return false;
+        auto i = c.command({"HGET", *identity, "info"});
+        if (i.is_nil()) return false;
+        info = std::string(i.str());
+        return true;
+    }));
+    return nlohmann::json::parse(info);
 }
 
 }  // namespace
@@ -355,17 +370,9 @@ handlers:
                                                 {"--selector", "resource_boundary=memory"});
     CHECK(code == 0);
     CHECK_THAT(out, Catch::Contains("1 queue(s) (memory_bound)"));
-    std::string info;
-    REQUIRE(wait_until([&] {
-        const auto identity = kiqd::test::only_member(c, "processes");
-        if (!identity) return false;
-        auto i = c.command({"HGET", *identity, "info"});
-        if (i.is_nil()) return false;
-        info = std::string(i.str());
-        return true;
-    }));
+    const auto info = only_process_info(c);
     // Classes in name order: Test::FailOnce → slow, Test::Record → urgent (weight from queues:).
-    CHECK(nlohmann::json::parse(info)["queues"] == nlohmann::json::array({"slow", "urgent"}));
+    CHECK(info["queues"] == nlohmann::json::array({"slow", "urgent"}));
     const double now = kiqd::epoch_seconds();
     push_job(c, "Test::Record", "urgent", now);
     push_job(c, "Test::Record", "memory_bound", now);
@@ -377,6 +384,37 @@ handlers:
     CHECK(llen(c, "queue:default") == 1);
     CHECK(p.stop() == 0);
     CHECK(ran_records(c).size() == 1);
+}
+
+TEST_CASE("selector: of 500 declared workers' queues, a process serves the 250 it selects",
+          "[selector][metadata][many_queues]") {
+    const bool batched = GENERATE(false, true);
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto c = server.connect();
+    // Worker W<i> on queue q<i>: urgency high for even i, low for odd.
+    std::string handlers = "handlers:\n  Test::Record: {queue: q0, urgency: high}\n";
+    for (int i = 0; i < 500; ++i)
+        handlers += "  W" + std::to_string(i) + ": {queue: q" + std::to_string(i) +
+                    ", urgency: " + (i % 2 ? "low" : "high") + "}\n";
+    const std::string yaml = kiqd::test::kiqd_config(
+        server,
+        "concurrency: 4\n" +
+            std::string(batched ? "fetch: reliable\nreliable_fetch: {batch_size: 50}\n" : "") +
+            handlers);
+    KiqdProcess p(KIQD_TEST_DAEMON, yaml, {"--selector", "urgency=high"});
+    CHECK(only_process_info(c)["queues"].size() == 250);
+    const double now = kiqd::epoch_seconds();
+    for (const char* q : {"q498", "q0", "q250", "q1", "q499"}) push_job(c, "Test::Record", q, now);
+    REQUIRE(wait_until([&] { return ran_records(c).size() == 3; }));
+    std::multiset<std::string> ran;
+    for (const auto& r : ran_records(c)) ran.insert(r["queue"].get<std::string>());
+    CHECK(ran == std::multiset<std::string>{"q0", "q250", "q498"});
+    // The unselected queues keep their jobs.
+    CHECK(llen(c, "queue:q1") == 1);
+    CHECK(llen(c, "queue:q499") == 1);
+    CHECK(p.stop() == 0);
+    CHECK(ran_records(c).size() == 3);
 }
 
 TEST_CASE("cpu cap: at most cpu_bound_concurrency cpu-bound jobs at once, others keep running",
