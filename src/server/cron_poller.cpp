@@ -199,6 +199,8 @@ size_t CronPoller::push_one_offs(redis::Connection& conn, double now, double hor
         if (!spec.one_off() || one_offs_done_.count(spec.name)) continue;
         const double due = spec.once_at ? *spec.once_at : started_ + *spec.once_in;
         if (due > now + horizon) continue;  // a later poll pushes it
+        // Done once pushed, claimed by another process, or given up; a Redis error leaves it
+        // to the next poll (an at: run's claim keeps a retry from pushing it twice).
         one_offs_done_.insert(spec.name);
         if (now - due > static_cast<double>(rt_.config.cron_reschedule_grace_period)) {
             rt_.log.warn(
@@ -225,18 +227,25 @@ size_t CronPoller::push_one_offs(redis::Connection& conn, double now, double hor
             continue;
         }
         const std::string score = score_text(due);
-        if (spec.once_at) {
-            // Claimed for a day past its time: long enough for every process to see it taken.
-            const auto ttl = static_cast<long long>(std::max(0.0, due - now)) + 86400;
-            const std::string claim =
-                rt_.keys.prefix() + "kiqd:scheduler:at:" + spec.name + ":" + score;
-            if (one_off_script_
-                    .run(conn, {claim, rt_.keys.schedule()}, {std::to_string(ttl), score, payload})
-                    .integer() != 1)
-                continue;
-        } else {
-            conn.command({"ZADD", rt_.keys.schedule(), score, payload});
+        bool ours = true;
+        try {
+            if (spec.once_at) {
+                // Claimed for a day past its time: long enough for every process to see it.
+                const auto ttl = static_cast<long long>(std::max(0.0, due - now)) + 86400;
+                const std::string claim =
+                    rt_.keys.prefix() + "kiqd:scheduler:at:" + spec.name + ":" + score;
+                ours = one_off_script_
+                           .run(conn, {claim, rt_.keys.schedule()},
+                                {std::to_string(ttl), score, payload})
+                           .integer() == 1;
+            } else {
+                conn.command({"ZADD", rt_.keys.schedule(), score, payload});
+            }
+        } catch (const redis::Error&) {
+            one_offs_done_.erase(spec.name);
+            throw;
         }
+        if (!ours) continue;
         rt_.log.info("cron: one-off {} ({}) pushed to run at {}", spec.name, spec.job_class,
                      iso8601_utc(static_cast<std::int64_t>(due)));
         ++pushed;
