@@ -150,6 +150,7 @@ void PrefixFetch::draw(std::mt19937_64& rng, const std::vector<size_t>& candidat
     // which leaves each remaining queue's chance proportional to its weight. After many
     // repeats (a few heavy queues already drawn), an exact walk over the remaining weight.
     const long long total = sums.empty() ? 0 : sums.back();
+    const auto weight_at = [&](size_t p) { return sums[p] - (p ? sums[p - 1] : 0); };
     thread_local std::vector<size_t> positions;
     positions.clear();
     while (positions.size() < width) {
@@ -162,11 +163,11 @@ void PrefixFetch::draw(std::mt19937_64& rng, const std::vector<size_t>& candidat
         }
         if (pos == candidates.size()) {
             long long left = total;
-            for (size_t p : positions) left -= sums[p] - (p ? sums[p - 1] : 0);
+            for (size_t p : positions) left -= weight_at(p);
             long long r = std::uniform_int_distribution<long long>(0, left - 1)(rng);
             for (size_t p = 0; p < candidates.size(); ++p) {
                 if (std::find(positions.begin(), positions.end(), p) != positions.end()) continue;
-                r -= sums[p] - (p ? sums[p - 1] : 0);
+                r -= weight_at(p);
                 if (r < 0) {
                     pos = p;
                     break;

@@ -76,7 +76,7 @@ class PrefixFetch {
     void candidate_sums(const std::vector<size_t>& candidates, std::vector<long long>& sums) const;
 
   private:
-    // Sweeps when the period has passed or a sweep was asked for, unless another thread is.
+    // Sweeps when kSweepPeriod has passed since the last sweep, unless another thread is.
     bool maybe_sweep(redis::Connection& conn) const;  // true when it swept
     // Reliable fetch (jobs moved): its idle threads wait on one queue each, so it looks at
     // every queue before it reports them all empty; basic fetch's BRPOP over all of them does.
