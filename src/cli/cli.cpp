@@ -17,6 +17,7 @@
 #include "config/worker_catalog.hpp"
 #include "config/yaml_helpers.hpp"
 #include "handlers/exec_handler.hpp"
+#include "handlers/group_keeper.hpp"
 #include "handlers/plugin_loader.hpp"
 #include "handlers/runner_handler.hpp"
 #include "kiqd/kiqd.hpp"
@@ -266,6 +267,9 @@ struct EnqueueCli {
 }  // namespace
 
 int run(int argc, char** argv, HandlerRegistry& handlers, MiddlewareRegistry& middleware) {
+    // kiqd started again as its own group keeper (handlers/group_keeper.hpp), before anything
+    // else: it must hold nothing of kiqd's.
+    if (argc == 2 && std::string_view(argv[1]) == kGroupKeeperArg) run_group_keeper();
     // First of all: systemd's notify variables leave the environment before exec handlers (or
     // anything else) copy it, so that no child can talk to systemd in kiqd's name.
     SystemdNotifier notifier = SystemdNotifier::from_environment();

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,19 +13,10 @@
 #include <cerrno>
 #include <cstring>
 
+#include "handlers/group_keeper.hpp"
+
 namespace kiqd {
 namespace {
-
-// Everything from `first` up. close_range (Linux 5.9) in one call; on older kernels, each number
-// up to the descriptor limit (no /proc walk: it would allocate, and this runs in a vfork child).
-void close_from(int first) {
-    if (::syscall(SYS_close_range, static_cast<unsigned>(first), ~0U, 0U) == 0) return;
-    struct rlimit lim {};
-    long top = 65536;
-    if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY)
-        top = static_cast<long>(lim.rlim_cur);
-    for (long fd = first; fd < top; ++fd) ::close(static_cast<int>(fd));
-}
 
 // Moves `fd` to `target`. A source that is itself 0-2 is first copied above 2, so that one
 // dup2 cannot overwrite a source another still needs.
@@ -38,8 +30,22 @@ int move_to(int fd, int target) {
 
 }  // namespace
 
+// Everything from `first` up. close_range (Linux 5.9) in one call; on older kernels, each number
+// up to the descriptor limit (no /proc walk: it would allocate, and this runs in a vfork child).
+void close_descriptors_from(int first) {
+    if (::syscall(SYS_close_range, static_cast<unsigned>(first), ~0U, 0U) == 0) return;
+    struct rlimit lim {};
+    long top = 65536;
+    if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY)
+        top = static_cast<long>(lim.rlim_cur);
+    for (long fd = first; fd < top; ++fd) ::close(static_cast<int>(fd));
+}
+
 SpawnedChild spawn_child(char* const argv[], char* const envp[], int stdin_fd, int stdout_fd,
                          int stderr_fd, int fd3) {
+    // Taken (and the keeper started when needed) before vfork: the child may only make system
+    // calls.
+    const int keeper = process_group_keeper();
     sigset_t all, old;
     sigfillset(&all);
     ::pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -54,6 +60,13 @@ SpawnedChild spawn_child(char* const argv[], char* const envp[], int stdin_fd, i
         if (::setpgid(0, 0) != 0 || ::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) err = errno;
         // kiqd may have died between vfork and prctl; then nothing would ever kill this child.
         if (!err && ::getppid() != parent) ::_exit(127);
+        // Registered before exec, so the group never runs unknown to the keeper (one small
+        // message; a keeper that is gone is started again by the next spawn, which registers
+        // this group from kiqd's own record).
+        if (!err && keeper >= 0) {
+            const pid_t self = ::getpid();
+            ::send(keeper, &self, sizeof self, MSG_NOSIGNAL);
+        }
         for (int i = 0; i < count && !err; ++i) {
             if (fds[i] >= 0 && fds[i] < count && fds[i] != i) {
                 const int copy = ::fcntl(fds[i], F_DUPFD, count);
@@ -64,7 +77,7 @@ SpawnedChild spawn_child(char* const argv[], char* const envp[], int stdin_fd, i
         for (int i = 0; i < count && !err; ++i)
             if (move_to(fds[i], i) != 0) err = errno;
         if (!err) {
-            close_from(count);
+            close_descriptors_from(count);
             struct sigaction dfl {};
             dfl.sa_handler = SIG_DFL;
             for (int sig = 1; sig < NSIG; ++sig) ::sigaction(sig, &dfl, nullptr);
@@ -85,8 +98,10 @@ SpawnedChild spawn_child(char* const argv[], char* const envp[], int stdin_fd, i
         int status = 0;
         while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
         }
+        release_process_group(pid);
         return {-1, child_error};
     }
+    keep_process_group(pid);
     return {pid, 0};
 }
 

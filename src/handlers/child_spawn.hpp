@@ -8,7 +8,10 @@
 //   * PR_SET_PDEATHSIG = SIGKILL: it dies with the thread that started it, so a kiqd killed with
 //     SIGKILL (or crashed) does not leave the job running while a peer recovers it from the
 //     working list and runs it again — two copies at once. The processor thread that spawns a
-//     command outlives it, so the signal only ever fires when kiqd itself is gone.
+//     command outlives it, so the signal only ever fires when kiqd itself is gone;
+//   * its process group registered with the group keeper (group_keeper.hpp) before exec, so
+//     that what the command starts itself ends with kiqd too. The caller releases the group
+//     (release_process_group) once it has reaped the child.
 // posix_spawn cannot set PR_SET_PDEATHSIG, so this is vfork + exec, done the way glibc's
 // posix_spawn does it: every signal blocked around vfork (no kiqd handler can run in the child,
 // which shares kiqd's memory until exec), only system calls in the child, errno reported
@@ -37,6 +40,9 @@ SpawnedChild spawn_child(char* const argv[], char* const envp[], int stdin_fd, i
 int open_pidfd(pid_t pid);
 
 void set_nonblocking(int fd);
+
+// Closes every descriptor from `first` up, whether or not it is close-on-exec; system calls only.
+void close_descriptors_from(int first);
 
 // "SIGKILL" for 9; the number itself for a signal glibc has no name for.
 std::string signal_name(int sig);

@@ -24,6 +24,7 @@
 #include "handlers/child_environment.hpp"
 #include "handlers/child_output.hpp"
 #include "handlers/child_spawn.hpp"
+#include "handlers/group_keeper.hpp"
 #include "handlers/unique_fd.hpp"
 #include "kiqd/deadline.hpp"
 
@@ -108,12 +109,18 @@ class Child {
   private:
     // Once reaped, the group id may be reused by an unrelated process: never signal it again.
     void forget() {
-        std::lock_guard lock(live_groups().mutex);
-        live_groups().groups.erase(pid_);
+        if (forgotten_) return;  // once: the id may already belong to another command
+        forgotten_ = true;
+        {
+            std::lock_guard lock(live_groups().mutex);
+            live_groups().groups.erase(pid_);
+        }
+        release_process_group(pid_);
     }
 
     pid_t pid_;
     bool reaped_ = false;
+    bool forgotten_ = false;
     int status_ = 0;
 };
 

@@ -21,6 +21,7 @@
 
 #include "handlers/child_output.hpp"
 #include "handlers/child_spawn.hpp"
+#include "handlers/group_keeper.hpp"
 #include "handlers/runner_process.hpp"
 #include "handlers/runner_protocol.hpp"
 #include "handlers/unique_fd.hpp"
@@ -288,6 +289,7 @@ bool RunnerPool::reap(Slot& slot) {
     c.reaped = true;
     c.status = status;
     c.pidfd.reset();
+    if (!c.forked) release_process_group(c.pid);
     // What it wrote last, then the pipes are closed: descendants that keep them open are not
     // waited for, and they die with the group below.
     log_output(c, false);
@@ -547,6 +549,7 @@ std::optional<std::string> RunnerPool::boot_once(const RunnerSpec& spec,
         while (::waitpid(s.pid, &status, 0) < 0 && errno == EINTR) {
         }
     }
+    release_process_group(s.pid);
     if (problem) {
         while (s.err.open() && read_into(s.err, err_lines, {})) {
             pollfd p{s.err.get(), POLLIN, 0};

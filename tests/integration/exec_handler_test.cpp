@@ -1,6 +1,7 @@
 // Exec handlers (`handlers: {Class: {exec: [...]}}`) in the real kiqd binary: payload on stdin
 // and KIQD_* environment, failures and retries, timeouts (SIGTERM and SIGKILL), commands that
-// cannot start, shell metacharacters, hard shutdown, and 1,000 jobs without zombies or fd leaks.
+// cannot start, shell metacharacters, hard shutdown, a command's own children ending with a
+// killed kiqd (its group keeper), and 1,000 jobs without zombies or fd leaks.
 #include <dirent.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -88,7 +89,8 @@ std::string fd_targets(pid_t pid) {
     return out;
 }
 
-// Children of `pid` (any state), and how many of them are zombies.
+// Children of `pid` (any state), and how many of them are zombies. kiqd's group keeper
+// (handlers/group_keeper.hpp), a child for kiqd's whole life, is not counted.
 std::pair<int, int> children_of(pid_t pid) {
     int children = 0, zombies = 0;
     for (const auto& e : fs::directory_iterator("/proc")) {
@@ -96,7 +98,7 @@ std::pair<int, int> children_of(pid_t pid) {
         if (name.find_first_not_of("0123456789") != std::string::npos) continue;
         std::string stat = slurp(e.path().string() + "/stat");
         auto close = stat.rfind(')');
-        if (close == std::string::npos) continue;
+        if (close == std::string::npos || stat.find("(kiqd-keeper)") != std::string::npos) continue;
         std::istringstream rest(stat.substr(close + 2));
         char state = 0;
         long ppid = 0;
@@ -106,6 +108,23 @@ std::pair<int, int> children_of(pid_t pid) {
         if (state == 'Z') ++zombies;
     }
     return {children, zombies};
+}
+
+// kiqd's group keeper: its child named kiqd-keeper, or -1.
+pid_t keeper_of(pid_t pid) {
+    for (const auto& e : fs::directory_iterator("/proc")) {
+        const std::string name = e.path().filename().string();
+        if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+        const std::string stat = slurp(e.path().string() + "/stat");
+        const auto close = stat.rfind(')');
+        if (close == std::string::npos || stat.find("(kiqd-keeper)") == std::string::npos) continue;
+        std::istringstream rest(stat.substr(close + 2));
+        char state = 0;
+        long ppid = 0;
+        rest >> state >> ppid;
+        if (ppid == pid && state != 'Z') return std::stoi(name);
+    }
+    return -1;
 }
 
 }  // namespace
@@ -278,6 +297,100 @@ TEST_CASE("exec: a command dies with kiqd when kiqd is killed with SIGKILL", "[e
     kiqd.signal(SIGKILL);
     kiqd.wait_exit();
     CHECK(wait_until([&] { return process_ended(child); }));
+}
+
+namespace {
+
+// The pids the processes of a test's script wrote, one a line, once there are `count`.
+std::vector<pid_t> await_pids(const std::string& file, size_t count) {
+    std::vector<pid_t> pids;
+    const bool all = wait_until([&] {
+        if (!exists(file)) return false;
+        std::istringstream in(slurp(file));
+        pids.clear();
+        for (pid_t p; in >> p;) pids.push_back(p);
+        return pids.size() == count;
+    });
+    REQUIRE(all);
+    return pids;
+}
+
+// A command (tree.sh) whose own children ignore SIGTERM and write their pids to $OUT/pids: one
+// started in the background, one two shells deep (`sh -c "…"`, as a wrapper script would).
+std::string stubborn_tree(const TempDir& dir) {
+    const std::string child =
+        dir.script("child.sh", "trap '' TERM\necho $$ >> \"$OUT/pids\"\nexec sleep 600\n");
+    return dir.script("tree.sh",
+                      "\"" + child + "\" &\nsh -c '\"" + child + "\"; sleep 600' &\nwait\n");
+}
+
+bool all_ended(const std::vector<pid_t>& pids) {
+    const bool ended =
+        wait_until([&] { return std::all_of(pids.begin(), pids.end(), process_ended); });
+    for (pid_t p : pids) ::kill(p, SIGKILL);  // leave nothing behind if they survived
+    return ended;
+}
+
+}  // namespace
+
+// PR_SET_PDEATHSIG reaches the command only. What the command started itself ends through
+// kiqd's group keeper (handlers/group_keeper.hpp), however kiqd was started: here, by the test,
+// with no service manager or container around it.
+TEST_CASE("exec: a command's own children die with a killed kiqd, SIGTERM ignored or not",
+          "[exec][pdeathsig]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    TempDir dir;
+    const std::string script = stubborn_tree(dir);
+    Client client(Keys{}, Compat::v6);
+    client.push(conn, {{"class", "Tree"}});
+    KiqdProcess kiqd(KIQD_BINARY,
+                     config_for(server, "handlers:\n  Tree:\n    exec: [\"" + script + "\"]\n"), {},
+                     {{"OUT", dir.path()}});
+    const auto pids = await_pids(dir.file("pids"), 2);
+    for (pid_t p : pids) REQUIRE(!process_ended(p));
+    const pid_t keeper = keeper_of(kiqd.pid());
+    REQUIRE(keeper > 0);
+    kiqd.signal(SIGKILL);
+    kiqd.wait_exit();
+    CHECK(all_ended(pids));
+    // The keeper ends too, its work done.
+    CHECK(wait_until([&] { return process_ended(keeper); }));
+}
+
+// A keeper killed on its own is started again by the next command, which it then covers.
+TEST_CASE("exec: a killed group keeper is replaced, and the next command's children are covered",
+          "[exec][pdeathsig]") {
+    auto& server = RedisServer::shared();
+    server.flushall();
+    auto conn = server.connect();
+    TempDir dir;
+    const std::string script = stubborn_tree(dir);
+    Client client(Keys{}, Compat::v6);
+    client.push(conn, {{"class", "Quick"}});
+    KiqdProcess kiqd(KIQD_BINARY,
+                     config_for(server,
+                                "concurrency: 2\nhandlers:\n  Quick:\n    exec: [\"/bin/true\"]\n"
+                                "  Tree:\n    exec: [\"" +
+                                    script + "\"]\n"),
+                     {}, {{"OUT", dir.path()}});
+    REQUIRE(wait_until([&] { return counter(conn, "stat:processed") == 1; }));
+    const pid_t first = keeper_of(kiqd.pid());
+    REQUIRE(first > 0);
+    ::kill(first, SIGKILL);
+    REQUIRE(wait_until([&] { return process_ended(first); }));
+    client.push(conn, {{"class", "Tree"}});
+    const auto pids = await_pids(dir.file("pids"), 2);
+    // The new keeper names itself once it runs (it may start after the command's children).
+    pid_t second = -1;
+    CHECK(wait_until([&] {
+        second = keeper_of(kiqd.pid());
+        return second > 0 && second != first;
+    }));
+    kiqd.signal(SIGKILL);
+    kiqd.wait_exit();
+    CHECK(all_ended(pids));
 }
 
 TEST_CASE("exec: a command that cannot start fails the job; check-config warns", "[exec]") {
