@@ -431,6 +431,9 @@ def drained(conn):
 
 
 def main():
+    # A SIGTERM (a timeout, an operator) ends the run through the cleanup below, so that no
+    # kiqd, proxy or redis-server of the run is left behind.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     seed = int(os.environ.get("SEED", "1"))
     duration = float(os.environ.get("DURATION", "120"))
     rate = float(os.environ.get("RATE", "8"))

@@ -29,7 +29,8 @@ namespace {
 //
 // Returns {{e, ...}, q, payload, q, payload, ...}: first the indexes of the queues it found
 // empty, then for each job taken the index of its queue (negated for a suspect) and the job.
-// It stops at the first job whose whole order is empty. A WRONGTYPE error, and nothing taken,
+// A job whose whole order is empty is skipped: the call returns fewer jobs, and the caller
+// draws again over the queues still believed non-empty. A WRONGTYPE error, and nothing taken,
 // when a queue or working list holds something other than a list, or the suspects key
 // something other than a set: the pops run under redis.pcall, and a refused one puts back the
 // jobs taken before it (Redis keeps a failed script's writes, and an error reply could not
@@ -65,7 +66,6 @@ local function refuse(q, err)
 end
 for j = 0, want - 1 do
   local base = (j % orders) * width * 2 - 1
-  local got = false
   for k = 1, width do
     local hi, lo = string.byte(packed, base + 2 * k, base + 2 * k + 1)
     local q = hi * 256 + lo
@@ -79,14 +79,12 @@ for j = 0, want - 1 do
         taken[#taken + 1] = {q, job, flagged}
         out[#out + 1] = flagged and -q or q
         out[#out + 1] = job
-        got = true
         break
       end
       known_empty[q] = true
       empty[#empty + 1] = q
     end
   end
-  if not got then break end
 end
 return out
 )lua";
@@ -237,7 +235,15 @@ bool PrefixFetch::prepare(std::mt19937_64& rng, size_t count, std::vector<std::s
     sent.clear();
     keys.clear();
     args.clear();
-    const size_t width = std::min(kWidth, cands.size());
+    // Each order is a short prefix of Sidekiq's order, for a fallback within the call when its
+    // first queue has turned out empty. Among many queues, the first one drawn is almost always
+    // one with jobs (the empty ones are known and left out), while the prefix would triple the
+    // keys sent: a batch of 50 names up to 150 queues and their 150 working lists, and Redis
+    // spends more on each key it receives than on a job. So a weighted order over many queues
+    // is its first queue only; a job whose queue has turned out empty is skipped, and the next
+    // refill draws without it.
+    const size_t width =
+        std::min(order_.strict() || cands.size() <= kFewQueues ? kWidth : size_t{1}, cands.size());
     const size_t orders = order_.strict() || cands.size() == 1 ? 1 : count;
     args.push_back(std::to_string(count));
     args.push_back("");  // m, known once every order is drawn

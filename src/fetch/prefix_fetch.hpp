@@ -2,7 +2,7 @@
 // PrefixFetch: the fetch of basic and batched reliable fetch, at a cost that does not grow with
 // the number of configured queues. It remembers, per process, which queues were empty at the
 // last look, draws each job's weighted (or strict) order over the others only, and asks Redis
-// for a short prefix of that order (kWidth queues) instead of every queue:
+// for a short prefix of that order (kWidth queues; one among many) instead of every queue:
 //
 // * The first queue of a Sidekiq order that has a job is what a fetch takes. Drawing the order
 //   over the non-empty queues only gives that queue the same distribution (the order of a
@@ -16,8 +16,10 @@
 //   when any has a job, so a trickle of jobs costs no sweep per job. So no fetch blocks while a
 //   queue has jobs, and a queue that gets jobs while others keep the threads busy waits at most
 //   a sweep period to be drawn again.
-// * A prefix that turns out empty ends the script call; the caller draws again over what is
-//   left, so the fallback always reaches every queue believed non-empty.
+// * A job whose prefix turns out empty is skipped in that script call (with more than
+//   kFewQueues queues to draw from, a weighted prefix is one queue); a call that takes nothing
+//   makes the caller draw again over what is left, so the fallback always reaches every queue
+//   believed non-empty.
 //
 // Shared by all processor threads of one fetcher: the empty flags are atomics, one thread at a
 // time sweeps (the others go on with the flags as they are). Paused queues (QueueOrder) are
@@ -37,6 +39,9 @@ namespace kiqd {
 class PrefixFetch {
   public:
     static constexpr size_t kWidth = 3;  // queues of each job's order sent to Redis
+    // Above this many candidate queues, a weighted order is sent as its first queue only (every
+    // key sent costs Redis more than a job; see prepare()).
+    static constexpr size_t kFewQueues = 16;
     static constexpr std::chrono::milliseconds kSweepPeriod{100};
 
     // `queue_keys`: by index in order.names(). `working_keys` (same indexes) and `suspects`:
