@@ -11,6 +11,9 @@
 namespace kiqd {
 namespace {
 
+// Up to this many queues, working_list scans their names; above, it looks them up.
+constexpr size_t kScannedQueues = 8;
+
 // One unbatched reliable fetch over the queues after the first of this fetch's order (the
 // first was tried with a plain RPOPLPUSH): moves the job at the popping end of the first
 // non-empty queue into its working list (RPOPLPUSH).
@@ -51,6 +54,8 @@ ReliableFetcher::ReliableFetcher(const Keys& keys, const QueueOrder& order, std:
         queue_keys_.push_back(keys_.queue(name));
         working_.emplace_back(name, keys_.working(identity_, name));
     }
+    if (working_.size() > kScannedQueues)
+        for (size_t i = 0; i < working_.size(); ++i) working_index_.emplace(working_[i].first, i);
     batch_keys_ = queue_keys_;
     for (const auto& w : working_) batch_keys_.push_back(w.second);
     fair_keys_ = batch_keys_;
@@ -113,7 +118,8 @@ size_t ReliableFetcher::idle_queue(size_t slot, unsigned round) const {
 
 redis::Command ReliableFetcher::ack_command(const UnitOfWork& unit) const {
     // From the tail: the oldest entries are the ones that finished (new fetches go to the head).
-    return {"LREM", keys_.working(identity_, unit.queue), "-1", unit.payload};
+    const std::string* list = working_list(unit.queue);
+    return {"LREM", list ? *list : keys_.working(identity_, unit.queue), "-1", unit.payload};
 }
 
 std::vector<UnitOfWork> ReliableFetcher::move_batch(redis::Connection& conn, std::mt19937_64& rng,
@@ -363,6 +369,10 @@ std::vector<redis::Command> ReliableFetcher::release_commands() const {
 }
 
 const std::string* ReliableFetcher::working_list(const std::string& queue) const {
+    if (!working_index_.empty()) {
+        const auto it = working_index_.find(queue);
+        return it == working_index_.end() ? nullptr : &working_[it->second].second;
+    }
     for (const auto& [name, list] : working_)  // a handful of queues: a scan beats a map
         if (name == queue) return &list;
     return nullptr;
