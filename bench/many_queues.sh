@@ -16,6 +16,11 @@
 #   MODES="basic batched"     kiqd rows: basic fetch, reliable fetch with batch_size 50
 #   SIDEKIQ=auto              Debian's Sidekiq 6.4.1 (quiet logging); "none" skips it
 #   SIDEKIQ_CASES="1/1 50/50 500/500"  the cases Sidekiq runs (it is slow at 500 queues)
+#   SIDEKIQ_JOBS=$JOBS        jobs per Sidekiq run (it drains about 1,000 a second at 500 queues)
+#   REPEAT=1                  rounds of every case, interleaved (round 1 of each case, then
+#                             round 2, ...); with more than one, a summary per row: the median
+#                             jobs/s, and the median over rounds of each row's rate as a share of
+#                             the same system's one-queue rate in that round
 #   RESULTS=bench/results/many_queues.jsonl  one JSON line per run
 #   WHAT=drain                drain, or latency: enqueue -> start at a low rate, with the
 #                             variables below
@@ -46,6 +51,8 @@ KIQD_BEFORE=${KIQD_BEFORE:-}
 MODES=${MODES:-"basic batched"}
 SIDEKIQ=${SIDEKIQ:-auto}
 SIDEKIQ_CASES=${SIDEKIQ_CASES:-"1/1 50/50 500/500"}
+SIDEKIQ_JOBS=${SIDEKIQ_JOBS:-$JOBS}
+REPEAT=${REPEAT:-1}
 WHAT=${WHAT:-drain}
 RATE=${RATE:-1}
 SECONDS_EACH=${SECONDS_EACH:-60}
@@ -92,13 +99,14 @@ sidekiq_queues() {  # N: -q name,weight for each queue
     for ((i = 0; i < n; i++)); do printf -- '-q q%d,%d ' "$i" $((i % 3 + 1)); done
 }
 
-run() {  # LABEL N FILLED -- CMD...
-    local label=$1 n=$2 filled=$3
-    shift 4
+run() {  # LABEL N FILLED JOBS ROUND -- CMD...
+    local label=$1 n=$2 filled=$3 jobs=$4 round=$5
+    shift 6
     /usr/bin/python3 "$here/lib/many_queues.py" --port "$port" --redis-pid "$redis_pid" \
-        --queues "$n" --filled "$filled" --jobs "$JOBS" --label "$label" --log "$work/worker.log" \
+        --queues "$n" --filled "$filled" --jobs "$jobs" --label "$label" --log "$work/worker.log" \
         -- "$@" >"$work/one.json" || { tail -n 20 "$work/worker.log" >&2; die "run failed: $label $n/$filled"; }
-    cat "$work/one.json" >>"$RESULTS"
+    /usr/bin/python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); r["round"]=int(sys.argv[2]); print(json.dumps(r))' \
+        "$work/one.json" "$round" >>"$RESULTS"
     /usr/bin/python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("  %-28s %3d queues, %3d filled  %8.0f jobs/s  CPU/job %5.1f + redis %5.1f us" % (r["system"], r["queues"], r["filled"], r["jobs_per_s"], r["worker_cpu_us_per_job"], r["redis_cpu_us_per_job"]))' "$work/one.json" >&2
 }
 
@@ -137,17 +145,22 @@ if [[ $WHAT == latency ]]; then
 fi
 
 echo "many_queues: $JOBS jobs, c=$CONCURRENCY, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-for case in $CASES; do
-    n=${case%/*} filled=${case#*/}
-    for mode in $MODES; do
-        cfg=$(kiqd_yml "$mode" "$n")
-        [[ -n $KIQD_BEFORE ]] && run "kiqd $mode (before)" "$n" "$filled" -- "$KIQD_BEFORE" -C "$cfg" -c "$CONCURRENCY"
-        run "kiqd $mode" "$n" "$filled" -- "$KIQD" -C "$cfg" -c "$CONCURRENCY"
+for ((round = 1; round <= REPEAT; round++)); do
+    ((REPEAT > 1)) && echo "many_queues: round $round of $REPEAT" >&2
+    for case in $CASES; do
+        n=${case%/*} filled=${case#*/}
+        for mode in $MODES; do
+            cfg=$(kiqd_yml "$mode" "$n")
+            [[ -n $KIQD_BEFORE ]] && run "kiqd $mode (before)" "$n" "$filled" "$JOBS" "$round" -- "$KIQD_BEFORE" -C "$cfg" -c "$CONCURRENCY"
+            run "kiqd $mode" "$n" "$filled" "$JOBS" "$round" -- "$KIQD" -C "$cfg" -c "$CONCURRENCY"
+        done
+        if [[ -n $sidekiq_bin && " $SIDEKIQ_CASES " == *" $case "* ]]; then
+            # shellcheck disable=SC2046
+            run "Sidekiq 6.4.1 (quiet)" "$n" "$filled" "$SIDEKIQ_JOBS" "$round" -- env REDIS_URL="redis://127.0.0.1:$port/0" \
+                "$sidekiq_bin" -r "$here/sidekiq_noop.rb" -c "$CONCURRENCY" $(sidekiq_queues "$n")
+        fi
     done
-    if [[ -n $sidekiq_bin && " $SIDEKIQ_CASES " == *" $case "* ]]; then
-        # shellcheck disable=SC2046
-        run "Sidekiq 6.4.1 (quiet)" "$n" "$filled" -- env REDIS_URL="redis://127.0.0.1:$port/0" \
-            "$sidekiq_bin" -r "$here/sidekiq_noop.rb" -c "$CONCURRENCY" $(sidekiq_queues "$n")
-    fi
 done
 echo "many_queues: load after $(cut -d' ' -f1-3 /proc/loadavg); results in $RESULTS" >&2
+((REPEAT > 1)) && /usr/bin/python3 "$here/lib/many_queues.py" summary "$RESULTS" >&2
+exit 0

@@ -2,7 +2,8 @@
 payload shape) spread at random over the first --filled of queues q0..q<N-1>, starts the worker
 command, polls until every queue (and every reliable working list) is empty, stops the worker
 by PID, and prints one JSON line: jobs/s from worker start to empty queues, and the worker's and
-redis-server's CPU per job over the drain proper (from the first job taken)."""
+redis-server's CPU per job over the drain proper (from the first job taken).
+`many_queues.py summary RESULTS`: the medians of a run with REPEAT rounds."""
 import argparse
 import json
 import os
@@ -98,5 +99,40 @@ def main():
         sys.exit("many_queues: worker exit code %s after SIGTERM" % rc)
 
 
+def summary(path):
+    """The rows of a REPEAT run: median jobs/s and CPU per row, and the median over rounds of
+    the row's rate as a share of the same system's one-queue rate in that round (rates drift
+    with the machine's load between rounds; a round's rows ran minutes apart at most)."""
+    rows = [json.loads(line) for line in open(path) if line.strip()]
+    one = {(r["system"], r.get("round")): r["jobs_per_s"] for r in rows
+           if r["queues"] == 1 and r["filled"] == 1}
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["system"], r["queues"], r["filled"]), []).append(r)
+
+    def median(xs):
+        xs = sorted(xs)
+        return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
+
+    one_redis = {system: median([r["redis_cpu_us_per_job"] for r in rs])
+                 for (system, queues, filled), rs in groups.items() if queues == 1 and filled == 1}
+    print("many_queues: medians over %d round(s)" % max(r.get("round", 1) for r in rows))
+    for (system, queues, filled), rs in groups.items():
+        shares = [100.0 * r["jobs_per_s"] / one[(system, r.get("round"))] for r in rs
+                  if (system, r.get("round")) in one]
+        print("  %-28s %3d queues, %3d filled  %8.0f jobs/s (%s)  CPU/job %5.1f + redis %5.1f us%s"
+              % (system, queues, filled, median([r["jobs_per_s"] for r in rs]),
+                 ", ".join("%.0f" % r["jobs_per_s"] for r in rs),
+                 median([r["worker_cpu_us_per_job"] for r in rs]),
+                 median([r["redis_cpu_us_per_job"] for r in rs]),
+                 "  %3.0f %% of 1 queue (%s), Redis %.1fx" % (
+                     median(shares), ", ".join("%.0f" % x for x in shares),
+                     median([r["redis_cpu_us_per_job"] for r in rs]) / one_redis[system])
+                 if shares and queues > 1 and one_redis.get(system) else ""))
+
+
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 3 and sys.argv[1] == "summary":
+        summary(sys.argv[2])
+    else:
+        main()
