@@ -89,41 +89,47 @@ std::string fd_targets(pid_t pid) {
     return out;
 }
 
-// Children of `pid` (any state), and how many of them are zombies. kiqd's group keeper
-// (handlers/group_keeper.hpp), a child for kiqd's whole life, is not counted.
-std::pair<int, int> children_of(pid_t pid) {
-    int children = 0, zombies = 0;
-    for (const auto& e : fs::directory_iterator("/proc")) {
-        const std::string name = e.path().filename().string();
-        if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-        std::string stat = slurp(e.path().string() + "/stat");
-        auto close = stat.rfind(')');
-        if (close == std::string::npos || stat.find("(kiqd-keeper)") != std::string::npos) continue;
-        std::istringstream rest(stat.substr(close + 2));
-        char state = 0;
-        long ppid = 0;
-        rest >> state >> ppid;
-        if (ppid != pid) continue;
-        ++children;
-        if (state == 'Z') ++zombies;
-    }
-    return {children, zombies};
-}
+// A child process of a kiqd, from /proc.
+struct ChildProcess {
+    pid_t pid;
+    char state;   // 'Z': a zombie
+    bool keeper;  // kiqd's group keeper (handlers/group_keeper.hpp)
+};
 
-// kiqd's group keeper: its child named kiqd-keeper, or -1.
-pid_t keeper_of(pid_t pid) {
+std::vector<ChildProcess> child_processes(pid_t parent) {
+    std::vector<ChildProcess> out;
     for (const auto& e : fs::directory_iterator("/proc")) {
         const std::string name = e.path().filename().string();
         if (name.find_first_not_of("0123456789") != std::string::npos) continue;
         const std::string stat = slurp(e.path().string() + "/stat");
         const auto close = stat.rfind(')');
-        if (close == std::string::npos || stat.find("(kiqd-keeper)") == std::string::npos) continue;
+        if (close == std::string::npos) continue;
         std::istringstream rest(stat.substr(close + 2));
         char state = 0;
         long ppid = 0;
         rest >> state >> ppid;
-        if (ppid == pid && state != 'Z') return std::stoi(name);
+        if (ppid != parent) continue;
+        out.push_back({std::stoi(name), state, stat.find("(kiqd-keeper)") != std::string::npos});
     }
+    return out;
+}
+
+// Children of `pid` (any state), and how many of them are zombies. kiqd's group keeper, a
+// child for kiqd's whole life, is not counted.
+std::pair<int, int> children_of(pid_t pid) {
+    int children = 0, zombies = 0;
+    for (const auto& c : child_processes(pid)) {
+        if (c.keeper) continue;
+        ++children;
+        if (c.state == 'Z') ++zombies;
+    }
+    return {children, zombies};
+}
+
+// kiqd's group keeper, or -1.
+pid_t keeper_of(pid_t pid) {
+    for (const auto& c : child_processes(pid))
+        if (c.keeper && c.state != 'Z') return c.pid;
     return -1;
 }
 
