@@ -26,6 +26,9 @@ long long drain_fair_queue(redis::Connection& conn, const Keys& keys, const std:
 
 // Whether `queue` has fair-fetch state (a ring) in Redis.
 bool has_fair_state(redis::Connection& conn, const Keys& keys, const std::string& queue);
+// Those of `queues` that have such state, asked in one pipeline.
+std::vector<std::string> with_fair_state(redis::Connection& conn, const Keys& keys,
+                                         const std::vector<std::string>& queues);
 
 struct FairTenantBacklog {
     std::string tenant;

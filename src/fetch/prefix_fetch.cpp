@@ -23,9 +23,10 @@ namespace {
 // ARGV[3]       w, the length of each order
 // ARGV[4]       one or more orders of w entries, each entry a 1-based index into KEYS[1..m]
 //               (0 = padding, skipped) in two bytes, high byte first; job j (from 0) uses order
-//               j mod <number of orders>. One packed string rather than an argument per entry:
-//               a batch of 50 sends 150 entries, and Redis spends more on each argument it
-//               receives than on reading two bytes of one.
+//               floor(j / r) mod <number of orders>. One packed string rather than an argument
+//               per entry: a batch of 50 sends 150 entries, and Redis spends more on each
+//               argument it receives than on reading two bytes of one.
+// ARGV[5]       r, how many consecutive jobs use one order (a run)
 //
 // Returns {{e, ...}, q, payload, q, payload, ...}: first the indexes of the queues it found
 // empty, then for each job taken the index of its queue (negated for a suspect) and the job.
@@ -48,6 +49,7 @@ end
 local want = tonumber(ARGV[1])
 local packed = ARGV[4]
 local orders = #packed / (2 * width)
+local run = tonumber(ARGV[5])
 local empty, known_empty, taken = {}, {}, {}
 local out = {empty}
 local function refuse(q, err)
@@ -65,7 +67,7 @@ local function refuse(q, err)
   return wrong_type(checks) or redis.error_reply(err)
 end
 for j = 0, want - 1 do
-  local base = (j % orders) * width * 2 - 1
+  local base = (math.floor(j / run) % orders) * width * 2 - 1
   for k = 1, width do
     local hi, lo = string.byte(packed, base + 2 * k, base + 2 * k + 1)
     local q = hi * 256 + lo
@@ -242,9 +244,16 @@ bool PrefixFetch::prepare(std::mt19937_64& rng, size_t count, std::vector<std::s
     // spends more on each key it receives than on a job. So a weighted order over many queues
     // is its first queue only; a job whose queue has turned out empty is skipped, and the next
     // refill draws without it.
+    // And each weighted order serves a run of kRun jobs: a refill then names 10 queues, not
+    // 50, draws 10 orders instead of 50, and each working list gets a few jobs at once instead
+    // of being created and deleted around every single job. A queue's share of fetches stays
+    // proportional to its weight (each order is still drawn by weight, and yields kRun jobs
+    // from any queue that has them).
+    const bool weighted = !order_.strict() && cands.size() > 1;
     const size_t width =
-        std::min(order_.strict() || cands.size() <= kFewQueues ? kWidth : size_t{1}, cands.size());
-    const size_t orders = order_.strict() || cands.size() == 1 ? 1 : count;
+        std::min(weighted && cands.size() > kFewQueues ? size_t{1} : kWidth, cands.size());
+    const size_t run = weighted ? kRun : 1;
+    const size_t orders = weighted ? (count + run - 1) / run : 1;
     args.push_back(std::to_string(count));
     args.push_back("");  // m, known once every order is drawn
     args.push_back(std::to_string(width));
@@ -262,6 +271,7 @@ bool PrefixFetch::prepare(std::mt19937_64& rng, size_t count, std::vector<std::s
             packed.push_back(static_cast<char>(local[q] & 0xff));
         }
     }
+    args.push_back(std::to_string(run));
     args[1] = std::to_string(sent.size());
     for (size_t q : sent) keys.push_back(queue_keys_[q]);
     if (!working_keys_.empty()) {

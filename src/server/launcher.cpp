@@ -60,15 +60,14 @@ std::vector<std::string> fair_queue_names(const Config& config) {
 void drain_unfair_queues(const Config& config, const Keys& keys, const QueueOrder& order,
                          const redis::ConnectionOptions& options, spdlog::logger& log) {
     try {
-        std::optional<redis::Connection> conn;
-        for (const auto& q : order.names()) {
-            if (config.fair_fetch.find(q)) continue;
-            if (!conn) {
-                conn.emplace(options);
-                conn->connect();
-            }
-            if (!has_fair_state(*conn, keys, q)) continue;
-            const long long moved = drain_fair_queue(*conn, keys, q);
+        std::vector<std::string> plain;
+        for (const auto& q : order.names())
+            if (!config.fair_fetch.find(q)) plain.push_back(q);
+        if (plain.empty()) return;
+        redis::Connection conn(options);
+        conn.connect();
+        for (const auto& q : with_fair_state(conn, keys, plain)) {
+            const long long moved = drain_fair_queue(conn, keys, q);
             log.warn(
                 "fair fetch: queue {} is not fair in this config: moved its {} jobs from "
                 "tenant lists back into queue:{}, in order",
