@@ -11,7 +11,7 @@
 # What each check means and the figures of a 30-minute run: docs/reliability.md.
 #
 #   bench/chaos.sh                              # 2 minutes, seed 1 (as CI runs it)
-#   SEED=7 DURATION=1800 FAULT_EVERY=15 bench/chaos.sh   # 30 minutes, ~100 faults
+#   SEED=7 DURATION=1800 FAULT_EVERY=10 bench/chaos.sh   # 30 minutes, ~140 faults
 #
 # Environment:
 #   SEED=1            the fault schedule and the job mix (same seed: same schedule)
