@@ -50,7 +50,7 @@ TEST_CASE("batched fetch: weighted shares are those of one-at-a-time fetch", "[b
     t.reliable();
     auto conn = server.connect();
     // Both queues stay non-empty for the whole test, so every fetch is a weighted draw.
-    constexpr int kFetches = 4000;
+    constexpr int kFetches = 20000;
     for (const char* q : {"a", "b"}) {
         redis::Command push{"LPUSH", std::string("queue:") + q};
         for (int i = 0; i < kFetches; ++i) push.push_back(std::string(q) + std::to_string(i));
@@ -64,7 +64,8 @@ TEST_CASE("batched fetch: weighted shares are those of one-at-a-time fetch", "[b
         if (u->queue == "a") ++from_a;
         CHECK(u->payload.substr(0, 1) == u->queue);
     }
-    // Expected share 3/4; the standard deviation of the share over 4000 draws is 0.007, so
+    // Expected share 3/4. A batch draws once per run of 5 jobs (prefix_fetch.hpp): 20,000
+    // fetches are at least 4,000 draws, whose share has a standard deviation of 0.007, so
     // ±0.04 (over 5 sigma) fails only when the mix is really different — e.g. when a whole
     // batch came from one queue, the share would swing by whole batches.
     const double share = static_cast<double>(from_a) / kFetches;
