@@ -24,8 +24,8 @@ namespace {
 // ARGV[4]       one or more orders of w entries, each entry a 1-based index into KEYS[1..m]
 //               (0 = padding, skipped) in two bytes, high byte first; job j (from 0) uses order
 //               floor(j / r) mod <number of orders>. One packed string rather than an argument
-//               per entry: a batch of 50 sends 150 entries, and Redis spends more on each
-//               argument it receives than on reading two bytes of one.
+//               per entry: a batch of 50 sends up to 30 entries (10 orders of 3), and Redis
+//               spends more on each argument it receives than on reading two bytes of one.
 // ARGV[5]       r, how many consecutive jobs use one order (a run)
 //
 // Returns {{e, ...}, q, payload, q, payload, ...}: first the indexes of the queues it found
