@@ -24,7 +24,7 @@ namespace {
 // ARGV[4]       one or more orders of w entries, each entry a 1-based index into KEYS[1..m]
 //               (0 = padding, skipped) in two bytes, high byte first; job j (from 0) uses order
 //               floor(j / r) mod <number of orders>. One packed string rather than an argument
-//               per entry: a batch of 50 sends up to 30 entries (10 orders of 3), and Redis
+//               per entry: a batch of 50 sends up to 150 entries (50 orders of 3), and Redis
 //               spends more on each argument it receives than on reading two bytes of one.
 // ARGV[5]       r, how many consecutive jobs use one order (a run)
 //
@@ -244,15 +244,16 @@ bool PrefixFetch::prepare(std::mt19937_64& rng, size_t count, std::vector<std::s
     // spends more on each key it receives than on a job. So a weighted order over many queues
     // is its first queue only; a job whose queue has turned out empty is skipped, and the next
     // refill draws without it.
-    // And each weighted order serves a run of kRun jobs: a refill then names 10 queues, not
-    // 50, draws 10 orders instead of 50, and each working list gets a few jobs at once instead
-    // of being created and deleted around every single job. A queue's share of fetches stays
-    // proportional to its weight (each order is still drawn by weight, and yields kRun jobs
-    // from any queue that has them).
+    // And each such order serves a run of kRun jobs: a refill then names 10 queues, not 50,
+    // and each working list gets a few jobs at once instead of being created and deleted
+    // around every single job. A queue's share of fetches stays proportional to its weight
+    // (each order is still drawn by weight, and yields kRun jobs from any queue that has them),
+    // but varies more over a short stretch; among a few queues, where the keys are few anyway,
+    // every job keeps its own draw, as in Sidekiq.
     const bool weighted = !order_.strict() && cands.size() > 1;
-    const size_t width =
-        std::min(weighted && cands.size() > kFewQueues ? size_t{1} : kWidth, cands.size());
-    const size_t run = weighted ? kRun : 1;
+    const bool many = weighted && cands.size() > kFewQueues;
+    const size_t width = std::min(many ? size_t{1} : kWidth, cands.size());
+    const size_t run = many ? kRun : 1;
     const size_t orders = weighted ? (count + run - 1) / run : 1;
     args.push_back(std::to_string(count));
     args.push_back("");  // m, known once every order is drawn

@@ -16,9 +16,10 @@
 //   when any has a job, so a trickle of jobs costs no sweep per job. So no fetch blocks while a
 //   queue has jobs, and a queue that gets jobs while others keep the threads busy waits at most
 //   a sweep period to be drawn again.
-// * A weighted order serves a run of kRun consecutive jobs of a refill (fewer draws and keys,
-//   fewer working lists created and deleted); shares by weight hold, as each run's queue is
-//   drawn by weight. With more than kFewQueues queues to draw from, its prefix is one queue.
+// * With more than kFewQueues queues to draw from, a weighted order is one queue, and serves a
+//   run of kRun consecutive jobs of a refill (fewer keys, fewer working lists created and
+//   deleted); shares by weight hold, as each run's queue is drawn by weight. Among fewer
+//   queues every job of a refill has its own order, of kWidth queues.
 // * A job whose prefix turns out empty is skipped in that script call; a call that takes nothing
 //   makes the caller draw again over what is left, so the fallback always reaches every queue
 //   believed non-empty.
@@ -44,7 +45,7 @@ class PrefixFetch {
     // Above this many candidate queues, a weighted order is sent as its first queue only (every
     // key sent costs Redis more than a job; see prepare()).
     static constexpr size_t kFewQueues = 16;
-    // Consecutive jobs of a refill served by one weighted order (see prepare()).
+    // ... and each such order serves this many consecutive jobs of a refill (see prepare()).
     static constexpr size_t kRun = 5;
     static constexpr std::chrono::milliseconds kSweepPeriod{100};
 
