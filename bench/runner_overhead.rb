@@ -6,7 +6,9 @@
 #
 #   ruby bench/runner_overhead.rb                        # 1 thread, Debian's Sidekiq
 #   ruby bench/runner_overhead.rb --threads 5 --jobs 50000
-#   ruby bench/runner_overhead.rb --sidekiq7 ../shared/gems   # Sidekiq 7.3.10 ahead of Debian's
+#   scripts/world sidekiq73 ruby bench/runner_overhead.rb      # Sidekiq 7.3 (a test world;
+#   scripts/world sidekiq81 ruby bench/runner_overhead.rb      # 8.1 on Ruby 3.3): the runner
+#                                                              # inherits the world
 #   ruby bench/runner_overhead.rb --untagged --runner OLD_RUNNER   # a runner without tags
 #
 # --untagged sends plain `job` frames (one at a time, as to a runner that did not announce
@@ -22,7 +24,6 @@ OptionParser.new do |o|
   o.on("--jobs N", Integer) { |v| opts[:jobs] = v }
   o.on("--warmup N", Integer) { |v| opts[:warmup] = v }
   o.on("--runner PATH") { |v| opts[:runner] = v }
-  o.on("--sidekiq7 GEMS_DIR") { |v| opts[:gems] = v }
   o.on("--untagged") { opts[:untagged] = true }
 end.parse!
 opts[:threads] = 1 if opts[:untagged]
@@ -37,17 +38,13 @@ File.write(app, <<~RUBY)
     def perform(*); end
   end
 RUBY
-flags = []
-if opts[:gems]
-  flags = %w[sidekiq-7.3.10 redis-client-0.26.4 connection_pool-2.5.5].map { |g| "-I#{File.join(File.expand_path(opts[:gems]), g, "lib")}" }
-end
 
 ours, theirs = Socket.pair(:UNIX, :STREAM)
 require "io/nonblock"
 theirs.nonblock = false
 ours.nonblock = false
 env = {"KIQD_RUNNER_FD" => "3", "KIQD_RUNNER_THREADS" => opts[:threads].to_s, "REDIS_URL" => "redis://127.0.0.1:1/0"}
-pid = Process.spawn(env, RbConfig.ruby, *flags, opts[:runner], "--require", app, 3 => theirs, in: File::NULL,
+pid = Process.spawn(env, RbConfig.ruby, opts[:runner], "--require", app, 3 => theirs, in: File::NULL,
                     out: File.join(dir, "runner.log"), err: [:child, :out])
 theirs.close
 buf = "".b

@@ -10,8 +10,8 @@
 # Then a Python no-op job through `exec:` (a process per job) vs the Python runner. The `rails`
 # workload (bench/lib/rails_pg.sh) is the Rails app on PostgreSQL: an ActiveJob that reads and
 # updates one row, RAILS_JOBS (default IO_JOBS) of them, kiqd with the default runner settings
-# vs one Sidekiq process at the same concurrency and Active Record pool size (6.4.1, and 7.3.10
-# when ../shared/gems has it).
+# vs one Sidekiq process at the same concurrency and Active Record pool size: Sidekiq 6.4.1 on
+# Rails 6.1 (Debian's), 7.3 on Rails 7.2 and 8.1 on Rails 8.1 (the test worlds, scripts/world).
 #
 #   bench/runners.sh                     # JOBS=5000 IO_JOBS=2500 CPU_JOBS=1000 CONCURRENCY=25
 #   JOBS=300 IO_JOBS=200 CPU_JOBS=50 bench/runners.sh   # smoke mode

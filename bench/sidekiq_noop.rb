@@ -1,6 +1,6 @@
 # Loaded by bench/run and bench/core_throughput.sh with `sidekiq -r <abs path>/bench/sidekiq_noop.rb`
-# (Debian's Sidekiq 6.4.1, or Sidekiq 7.3 run as `ruby -I... bin/sidekiq`). The Ruby twin of
-# kiqd's built-in Kiqd::Noop handler, so both systems drain the very same payloads.
+# (Debian's Sidekiq 6.4.1, or a test world's through `scripts/world WORLD sidekiq`). The Ruby twin
+# of kiqd's built-in Kiqd::Noop handler, so both systems drain the very same payloads.
 #
 # Logging: quiet (warn) by default, i.e. Sidekiq at its fastest, with no per-job start/done lines.
 # SIDEKIQ_BENCH_LOG=default leaves Sidekiq's own default (info: two lines per job), the "Sidekiq,

@@ -1,6 +1,6 @@
-# The Sidekiq side of bench/unique_gem.sh, with the real sidekiq-unique-jobs gem (7.1 on Debian's
-# Sidekiq 6.4.1, 8.x on Sidekiq 7.3; RUBYLIB decides). Kiqd::Noop declares the lock
-# until_and_while_executing, as an application would with the gem:
+# The Sidekiq side of bench/unique_gem.sh, with the real sidekiq-unique-jobs gem (7.1 on Sidekiq
+# 6.4.1, 8.x on Sidekiq 7.3 and 8.1: the test world it runs in decides, scripts/world). Kiqd::Noop
+# declares the lock until_and_while_executing, as an application would with the gem:
 #   * loaded by `ruby bench/sidekiq_unique.rb push N`: pushes N jobs (args [i], so N distinct
 #     locks) through the gem's CLIENT middleware, which takes each job's client lock;
 #   * loaded by `sidekiq -r <abs path>/bench/sidekiq_unique.rb`: the gem's SERVER middleware

@@ -1,5 +1,5 @@
 # Loaded by bench/unique_gem_rows.sh with Sidekiq 7.3 and sidekiq-unique-jobs 8.1 (run as
-# `ruby -I... bin/sidekiq -r <abs path>/bench/sidekiq_unique_gem.rb`): Kiqd::Noop
+# `scripts/world sidekiq73 sidekiq -r <abs path>/bench/sidekiq_unique_gem.rb`): Kiqd::Noop
 # (bench/sidekiq_noop.rb) behind the gem's server middleware, which handles the lock the gem's
 # client took for each pushed job, as in an app that uses the gem.
 require_relative "sidekiq_noop"

@@ -8,9 +8,9 @@
 #   bench/unique_gem.sh                 # JOBS=20000, CONCURRENCY=10, RUNS=1
 #   JOBS=300 bench/unique_gem.sh        # smoke (CI)
 #
-# Gem lines, from SIDEKIQ7_GEMS (default: the shared/gems folder beside the checkout; the script
-# skips with a message when it is absent): sidekiq-unique-jobs 7.1.33 on Debian's Sidekiq 6.4.1,
-# 8.1.0 on Sidekiq 7.3.10. Each row: flush, push, then bench/lib/kiqbench.py drain (the worker
+# Gem lines, each from its test world (tests/gemfiles/, run through scripts/world; installed by
+# scripts/install-gems): sidekiq-unique-jobs 7.1.33 on Sidekiq 6.4.1, 8.1.0 on Sidekiq 7.3.10 and
+# on Sidekiq 8.1.7 (Ruby 3.3). Each row: flush, push, then bench/lib/kiqbench.py drain (the worker
 # is started on the full queue and timed until it is empty; CPU per job from /proc of the worker
 # and of redis-server; log lines counted; stopped by PID with SIGTERM; stat:processed checked).
 set -euo pipefail
@@ -23,15 +23,20 @@ CONCURRENCY=${CONCURRENCY:-10}
 RUNS=${RUNS:-1}
 BATCH=${BATCH:-50}
 KIQD=${KIQD:-$repo/build/kiqd}
-GEMS=${SIDEKIQ7_GEMS:-$repo/../shared/gems}
+world=("$repo/scripts/world")
 
 die() { echo "unique_gem: $*" >&2; exit 1; }
 [[ -x $KIQD ]] || die "no kiqd binary at $KIQD"
-if [[ ! -d $GEMS/sidekiq-unique-jobs-7.1.33 || ! -d $GEMS/sidekiq-unique-jobs-8.1.0 ]]; then
-    echo "unique_gem: the sidekiq-unique-jobs gems are not in $GEMS (set SIDEKIQ7_GEMS): skipped" >&2
-    exit 0
-fi
-command -v sidekiq >/dev/null || die "Debian's sidekiq not found (scripts/install-deps)"
+# version|gem|world
+lines=("6.4.1|sidekiq-unique-jobs 7.1.33|sidekiq64"
+    "7.3.10|sidekiq-unique-jobs 8.1.0|sidekiq73"
+    "8.1.7|sidekiq-unique-jobs 8.1.0|sidekiq81")
+for line in "${lines[@]}"; do
+    IFS='|' read -r version gem name <<<"$line"
+    "${world[@]}" "$name" ruby -e 'require "sidekiq"; require "sidekiq_unique_jobs"
+      exit(Sidekiq::VERSION == ARGV[0] && SidekiqUniqueJobs::VERSION == ARGV[1].split.last)' \
+        "$version" "$gem" || die "the $name world has not Sidekiq $version with $gem (bash scripts/install-gems $name)"
+done
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/kiqd-bench-unique-gem.XXXXXX")
 redis_pid=""
@@ -40,22 +45,16 @@ source "$here/lib/cleanup.sh"
 source "$here/lib/redis.sh"
 start_redis "$("${helper[@]}" freeport)" "$work"
 
-sk6_lib="$GEMS/sidekiq-unique-jobs-7.1.33/lib:$GEMS/brpoplpush-redis_script-0.1.3/lib"
-sk7_lib="$GEMS/sidekiq-7.3.10/lib:$GEMS/redis-client-0.26.4/lib:$GEMS/connection_pool-2.5.5/lib"
-lines=("6.4.1|sidekiq-unique-jobs 7.1.33|$sk6_lib|$(command -v sidekiq)"
-    "7.3.10|sidekiq-unique-jobs 8.1.0|$sk7_lib:$GEMS/sidekiq-unique-jobs-8.1.0/lib|ruby $GEMS/sidekiq-7.3.10/bin/sidekiq")
-plain_lib=("$sk6_lib" "$sk7_lib")  # the plain rows need no gem; Sidekiq 7's path does
-
 printf 'redis: {url: "%s"}\nqueues: [default]\nlogging: {level: warn}\n' "$redis_url" >"$work/basic.yml"
 cp "$work/basic.yml" "$work/batched.yml"
 printf 'fetch: reliable\nreliable_fetch: {batch_size: %s}\n' "$BATCH" >>"$work/batched.yml"
 
 results=$work/results.jsonl
 : >"$results"
-push_gem() {  # RUBYLIB
+push_gem() {  # WORLD
     rcli flushall >/dev/null
-    RUBYLIB=$1 REDIS_URL=$redis_url ruby -W0 "$here/sidekiq_unique.rb" push "$JOBS" >"$work/push.out" ||
-        die "push through the gem's client failed"
+    "${world[@]}" "$1" env REDIS_URL="$redis_url" ruby -W0 "$here/sidekiq_unique.rb" push "$JOBS" \
+        >"$work/push.out" || die "push through the gem's client failed"
     [[ $(rcli llen queue:default) == "$JOBS" ]] || die "push: expected $JOBS jobs"
 }
 push_plain() {
@@ -81,17 +80,16 @@ drain() {  # LABEL -- CMD...
 
 echo "unique_gem: JOBS=$JOBS CONCURRENCY=$CONCURRENCY RUNS=$RUNS load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 for ((run = 1; run <= RUNS; run++)); do
-    for i in 0 1; do
-        IFS='|' read -r version gem lib cmd <<<"${lines[$i]}"
-        # shellcheck disable=SC2086
-        push_plain && drain "Sidekiq $version (quiet), plain" -- env RUBYLIB="${plain_lib[$i]}" \
-            REDIS_URL="$redis_url" $cmd -r "$here/sidekiq_noop.rb" -c "$CONCURRENCY" -q default
-        # shellcheck disable=SC2086
-        push_gem "$lib" && drain "Sidekiq $version (quiet) + $gem" -- env RUBYLIB="$lib" \
-            REDIS_URL="$redis_url" $cmd -r "$here/sidekiq_unique.rb" -c "$CONCURRENCY" -q default
-        push_gem "$lib" && drain "kiqd basic, jobs from $gem's client" -- \
+    for line in "${lines[@]}"; do
+        IFS='|' read -r version gem name <<<"$line"
+        # scripts/world execs the world's `sidekiq`: the drained pid is Sidekiq's own.
+        push_plain && drain "Sidekiq $version (quiet), plain" -- "${world[@]}" "$name" \
+            env REDIS_URL="$redis_url" sidekiq -r "$here/sidekiq_noop.rb" -c "$CONCURRENCY" -q default
+        push_gem "$name" && drain "Sidekiq $version (quiet) + $gem" -- "${world[@]}" "$name" \
+            env REDIS_URL="$redis_url" sidekiq -r "$here/sidekiq_unique.rb" -c "$CONCURRENCY" -q default
+        push_gem "$name" && drain "kiqd basic, jobs from $gem's client ($version)" -- \
             "$KIQD" -C "$work/basic.yml" -c "$CONCURRENCY"
-        push_gem "$lib" && drain "kiqd reliable batch $BATCH, jobs from $gem's client" -- \
+        push_gem "$name" && drain "kiqd reliable batch $BATCH, jobs from $gem's client ($version)" -- \
             "$KIQD" -C "$work/batched.yml" -c "$CONCURRENCY"
     done
     push_plain && drain "kiqd basic, plain" -- "$KIQD" -C "$work/basic.yml" -c "$CONCURRENCY"

@@ -6,14 +6,14 @@
 #   gem      as the gem 8.1's client pushes them: lock options and lock_digest in the payload,
 #            the gem's client lock in Redis (kiqd releases it as the gem's server does)
 #   sidekiq  the same gem-pushed jobs drained by Sidekiq 7.3 with sidekiq-unique-jobs 8.1's
-#            server middleware (bench/sidekiq_unique_gem.rb), from SIDEKIQ7_GEMS; skipped with a
-#            message when absent. SIDEKIQ_JOBS jobs (its rate is steady; this saves time)
+#            server middleware (bench/sidekiq_unique_gem.rb), in the sidekiq73 test world
+#            (scripts/world). SIDEKIQ_JOBS jobs (its rate is steady; this saves time)
 # Each line: "ROW FETCH jobs/s kiqd-or-ruby-µs/job Redis-µs/job"; then "median ROW ..." and the
 # gem row's share of the own row.
 #
 #   bench/unique_gem_rows.sh BINARY FETCH [N] [RUNS]
 #     BINARY a kiqd binary   FETCH basic | batched (reliable, batch_size 50)
-#     N jobs [60000]   RUNS [3]   SIDEKIQ_JOBS [5000]   SIDEKIQ7_GEMS [../shared/gems]
+#     N jobs [60000]   RUNS [3]   SIDEKIQ_JOBS [5000]
 #     ROWS ["own gem sidekiq"]  (e.g. ROWS="own gem" for an A/B of two binaries)
 #     CMDSTATS [0]  1: after each row, Redis's INFO commandstats per job (calls, µs)
 set -euo pipefail
@@ -22,7 +22,6 @@ die() { echo "unique_gem_rows: $*" >&2; exit 1; }
 [[ $# -ge 2 ]] || die "usage: bench/unique_gem_rows.sh BINARY FETCH [N] [RUNS]"
 binary=$(realpath "$1") fetch=$2 jobs=${3:-60000} runs=${4:-3}
 sidekiq_jobs=${SIDEKIQ_JOBS:-5000}
-gems=${SIDEKIQ7_GEMS:-$here/../../shared/gems}
 [[ -x $binary ]] || die "not an executable: $1"
 [[ $fetch == basic || $fetch == batched ]] || die "FETCH is basic or batched, not $fetch"
 work=$(mktemp -d "${TMPDIR:-/tmp}/kiqd-ugem.XXXXXX")
@@ -32,16 +31,8 @@ source "$here/lib/redis.sh"
 source "$here/lib/row_config.sh"
 helper=(/usr/bin/python3 "$here/lib/kiqbench.py")
 
-sidekiq=()
-if [[ -d $gems/sidekiq-7.3.10 && -d $gems/sidekiq-unique-jobs-8.1.0 ]]; then
-    sidekiq=(ruby)
-    for d in sidekiq-7.3.10 redis-client-0.26.4 connection_pool-2.5.5 sidekiq-unique-jobs-8.1.0; do
-        sidekiq+=(-I "$gems/$d/lib")
-    done
-    sidekiq+=("$gems/sidekiq-7.3.10/bin/sidekiq" -r "$here/sidekiq_unique_gem.rb" -c 10 -q default)
-else
-    echo "unique_gem_rows: no Sidekiq 7.3.10 and sidekiq-unique-jobs 8.1.0 in $gems: no sidekiq row" >&2
-fi
+# The world's own `sidekiq` executable; scripts/world execs it, so the drained pid is Sidekiq's.
+sidekiq=("$here/../scripts/world" sidekiq73 sidekiq -r "$here/sidekiq_unique_gem.rb" -c 10 -q default)
 
 kiqd_yml() {  # ROW → the config file
     local snippet=""
@@ -80,9 +71,6 @@ PY
 }
 
 read -r -a rows <<<"${ROWS:-own gem sidekiq}"
-if [[ ${#sidekiq[@]} -eq 0 ]]; then
-    for i in "${!rows[@]}"; do [[ ${rows[$i]} == sidekiq ]] && unset "rows[$i]"; done
-fi
 for _ in $(seq "$runs"); do
     for row in "${rows[@]}"; do one_row "$row"; done
 done

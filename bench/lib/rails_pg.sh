@@ -5,16 +5,14 @@
 #     concurrency / processes, rounded up); Active Record's pool per process = its threads
 #     (KIQD_RUNNER_THREADS);
 #   * one Sidekiq 6.4.1 process, `sidekiq -r <app> -c CONCURRENCY`, pool = concurrency;
-#   * the same with Sidekiq 7.3.10 (and kiqd's runner on it) when ../shared/gems has it.
+#   * the same on Rails 7.2 with Sidekiq 7.3.10, and on Rails 8.1 with Sidekiq 8.1.7 (Ruby 3.3),
+#     each from its test world (scripts/world sidekiq73 / sidekiq81), the runner on it too.
 # Every system runs the app quiet (APP_LOG_LEVEL=warn). A private PostgreSQL cluster
 # (tests/support/pg_cluster.sh) serves the rows, one database, 100 accounts; a row counts only
 # if every job committed its update (the balances grew by RAILS_JOBS, nothing in the retry or
 # dead set), else it says FAILED. Uses runners.sh's helpers (row, drain, pss_mb, cpu_s, ...).
 
 rails_app=$repo/tests/runners/rails_pg_app
-gems=$(cd "$repo/.." && pwd)/shared/gems
-ruby7=(/usr/bin/ruby -I"$gems/sidekiq-7.3.10/lib" -I"$gems/redis-client-0.26.4/lib"
-    -I"$gems/connection_pool-2.5.5/lib")
 pg_pid=""
 pg_dir=""
 
@@ -112,13 +110,16 @@ run_rails_rows() {
         return 0
     fi
     start_pg
-    [[ -n $sidekiq_bin ]] && run_rails_sidekiq 6.4.1 "$sidekiq_bin"
-    run_rails_kiqd 6.4.1 /usr/bin/ruby
-    if [[ -d $gems/sidekiq-7.3.10 ]]; then
-        run_rails_sidekiq 7.3.10 "${ruby7[@]}" "$gems/sidekiq-7.3.10/bin/sidekiq"
-        run_rails_kiqd 7.3.10 "${ruby7[@]}"
-    else
-        echo "runners bench: no Sidekiq 7.3 rows: $gems/sidekiq-7.3.10 is absent" >&2
-    fi
+    [[ -n $sidekiq_bin ]] && run_rails_sidekiq "6.4.1 (Rails 6.1)" "$sidekiq_bin"
+    run_rails_kiqd "6.4.1 (Rails 6.1)" /usr/bin/ruby
+    local world version
+    for world in sidekiq73 sidekiq81; do
+        version=$("$repo/scripts/world" "$world" ruby -e 'require "sidekiq"; require "rails"
+            print "#{Sidekiq::VERSION} (Rails #{Rails.version})"') ||
+            die "the $world test world is not installed (bash scripts/install-gems $world)"
+        # scripts/world execs the world's sidekiq and ruby: the measured pids are theirs.
+        run_rails_sidekiq "$version" "$repo/scripts/world" "$world" sidekiq
+        run_rails_kiqd "$version" "$repo/scripts/world" "$world" ruby
+    done
     stop_pg
 }
