@@ -2,11 +2,16 @@
 # kiqd drives them, without kiqd: each is started with its end of a real socketpair as descriptor
 # 3, KIQD_RUNNER_FD=3, KIQD_RUNNER_THREADS=5 and REDIS_URL pointing at a real redis-server on a
 # free loopback port; the test sends tagged frames and reads the answers. The Ruby runner is
-# tested with Debian's Sidekiq 6.4.1 and with Sidekiq 7.3.10 from ../shared/gems (skipped with a
-# message where that directory is absent), loading tests/runners/sidekiq_app; the Python runner
-# loads tests/runners/python_app/concurrent_jobs.py.
+# tested with Debian's Sidekiq 6.4.1 (Debian's Ruby) and inside the test worlds sidekiq73
+# (Sidekiq 7.3, Ruby 3.1) and sidekiq81 (Sidekiq 8.1, Ruby 3.3): there the runner is started
+# through scripts/world, which execs the world's Ruby with the world's bundle (so the runner's
+# pid is the one this test spawned). A world that is not installed fails its tests with the
+# command that installs it. Each loads tests/runners/sidekiq_app; the Python runner loads
+# tests/runners/python_app/concurrent_jobs.py. This file itself runs on Debian's Ruby (it only
+# needs redis-rb and minitest).
 #
 #   ruby tests/runners/runner_protocol_test.rb            # (ctest -L runners)
+#   ruby tests/runners/runner_protocol_test.rb -n /Sidekiq81/
 #
 # Jobs that must overlap wait at gates (FIFOs the test opens), so overlap and answer order are
 # facts the jobs record, not timings.
@@ -25,8 +30,7 @@ Minitest.parallel_executor = Minitest::Parallel::Executor.new(3)
 
 module RunnerHarness
   ROOT = File.expand_path("../..", __dir__)
-  GEMS = File.expand_path("../shared/gems", ROOT)
-  SIDEKIQ7 = %w[sidekiq-7.3.10 redis-client-0.26.4 connection_pool-2.5.5].map { |g| File.join(GEMS, g, "lib") }
+  WORLD = File.join(ROOT, "scripts/world")
   RUBY_RUNNER = File.join(ROOT, "runners/ruby/kiqd-ruby-runner")
   PY_RUNNER = File.join(ROOT, "runners/python/kiqd_runner.py")
 
@@ -297,7 +301,7 @@ module RunnerHarness
   module RubyRunnerTests
     include SharedTests
 
-    def command = [RbConfig.ruby, *ruby_flags, RUBY_RUNNER, "--require", app_file]
+    def command = [RbConfig.ruby, RUBY_RUNNER, "--require", app_file]
     def app_file = File.join(ROOT, "tests/runners/sidekiq_app/app.rb")
     def records(list) = @redis.lrange("app:#{list}", 0, -1).map { |s| JSON.parse(s) }
 
@@ -380,8 +384,89 @@ module RunnerHarness
     end
   end
 
-  def self.check_sidekiq7(test)
-    test.skip "Sidekiq 7.3.10 is not at #{GEMS} (../shared/gems)" unless SIDEKIQ7.all? { |d| File.directory?(d) }
+  # The Sidekiq version a world's lock pins (tests/gemfiles/WORLD.gemfile.lock).
+  def self.locked_sidekiq(world)
+    lock = File.join(ROOT, "tests/gemfiles/#{world}.gemfile.lock")
+    File.read(lock)[/^    sidekiq \(([\d.]+)\)$/, 1] or raise "no sidekiq in #{lock}"
+  end
+
+  # nil when `world` is installed (its Ruby loads the world's Sidekiq and ActiveJob), else why
+  # not; asked once per world.
+  WORLD_LOCK = Mutex.new
+  def self.world_problem(world)
+    WORLD_LOCK.synchronize do
+      (@world_problems ||= {}).fetch(world) do
+        out = IO.popen([WORLD, world, "ruby", "-e", 'require "sidekiq"; require "active_job"; print Sidekiq::VERSION'],
+                       err: [:child, :out], &:read)
+        @world_problems[world] =
+          if !$?.success?
+            "the #{world} world is not installed (run: bash scripts/install-gems #{world}):\n#{out}"
+          elsif out != locked_sidekiq(world)
+            "the #{world} world loads Sidekiq #{out}, its lock pins #{locked_sidekiq(world)} " \
+              "(run: bash scripts/install-gems #{world})"
+          end
+      end
+    end
+  end
+
+  # The Ruby runner inside a test world (scripts/world): `world` and `ruby_version` (a Regexp
+  # source) name it. The world must be installed: the tests fail, not skip, without it.
+  module WorldRunner
+    def setup
+      super
+      problem = RunnerHarness.world_problem(world)
+      flunk problem if problem
+    end
+
+    def command = [WORLD, world, "ruby", RUBY_RUNNER, "--require", app_file]
+
+    def expected_runner
+      /\Akiqd-ruby-runner \S+ \(ruby #{ruby_version}, sidekiq #{Regexp.escape(RunnerHarness.locked_sidekiq(world))}\)\z/
+    end
+  end
+
+  # What the Ruby runner does on Sidekiq 7.x and 8.x only.
+  module Sidekiq7PlusTests
+    def test_retry_in_kill_and_discard
+      r = start_runner
+      r.job(1, payload("FailJob", "kill", jid: "kill-1"))
+      r.job(2, payload("FailJob", "discard", jid: "discard-2"))
+      answers = Array.new(2) { r.read_frame }.to_h { |type, data| [type, JSON.parse(data)["retry_in"]] }
+      assert_equal({"fail 1" => "kill", "fail 2" => "discard"}, answers)
+      assert_equal [[0, "ModeError", "ModeError"]] * 2, records("retry_in"),
+                   "7.x and 8.x call sidekiq_retry_in with (count, exception, job)"
+      deaths = records("deaths").map { |_, jid, *| jid }
+      if discard_runs_death_handlers?
+        assert_equal ["discard-2"], deaths, "8.x runs the death handlers for a :discard (JobRetry#process_retry)"
+      else
+        assert_empty deaths, "7.x discards without the death handlers; :kill's are kiqd's exhausted frame"
+      end
+    end
+
+    def test_quiet_makes_an_iterable_job_save_its_cursor_and_requeue_itself
+      # One thread, busy with the job: `quiet` still gets read while it runs.
+      r = start_runner(threads: 1)
+      gate("walk-1")
+      jid = SecureRandom.hex(12)
+      r.job(1, payload("WalkJob", "walk", jid: jid))
+      wait_until("the iteration at item 1") { records("walked").any? { |_, item, _| item == 1 } }
+      r.send_frame("quiet", "{}")
+      release("walk-1")
+      assert_equal ["done 1", "{}"], r.read_frame, "an interrupted iteration is done (re-pushed by the app)"
+      assert_equal [0, 1], records("walked").map { |_, item, _| item }
+      requeued = @redis.lrange("queue:default", 0, -1).map { |s| JSON.parse(s) }
+      assert_equal [["WalkJob", jid]], requeued.map { |j| [j["class"], j["jid"]] }
+      state = @redis.hgetall("it-#{jid}")
+      assert_equal "1", state["ex"], "one execution so far"
+      assert_equal "2", state["c"], "the cursor: the next item to run"
+
+      # The re-pushed job, run by a process that is not quieting, resumes at its cursor.
+      r2 = start_runner
+      r2.send_frame("job 1", @redis.lpop("queue:default"))
+      assert_equal ["done 1", "{}"], r2.read_frame
+      assert_equal [0, 1, 2, 3, 4], records("walked").map { |_, item, _| item }
+      assert_equal 0, @redis.exists("it-#{jid}"), "the iteration state is gone once it completed"
+    end
   end
 end
 
@@ -389,56 +474,31 @@ class RubyRunnerSidekiq6Test < Minitest::Test
   parallelize_me!
   include RunnerHarness::RubyRunnerTests
 
-  def ruby_flags = []
   def expected_runner = /\Akiqd-ruby-runner .* sidekiq 6\.4\.1\)\z/
 end
 
-class RubyRunnerSidekiq7Test < Minitest::Test
+# Sidekiq 7.3 (the sidekiq73 world: Debian's Ruby 3.1, redis-client instead of redis-rb).
+class RubyRunnerSidekiq73Test < Minitest::Test
   parallelize_me!
   include RunnerHarness::RubyRunnerTests
+  include RunnerHarness::WorldRunner
+  include RunnerHarness::Sidekiq7PlusTests
 
-  def setup
-    RunnerHarness.check_sidekiq7(self)
-    super
-  end
+  def world = "sidekiq73"
+  def ruby_version = /3\.1\.\d+/
+  def discard_runs_death_handlers? = false
+end
 
-  def ruby_flags = RunnerHarness::SIDEKIQ7.map { |d| "-I#{d}" }
-  def expected_runner = /\Akiqd-ruby-runner .* sidekiq 7\.3\.10\)\z/
+# Sidekiq 8.1 (the sidekiq81 world: Ruby 3.3).
+class RubyRunnerSidekiq81Test < Minitest::Test
+  parallelize_me!
+  include RunnerHarness::RubyRunnerTests
+  include RunnerHarness::WorldRunner
+  include RunnerHarness::Sidekiq7PlusTests
 
-  def test_retry_in_kill_and_discard
-    r = start_runner
-    r.job(1, payload("FailJob", "kill"))
-    r.job(2, payload("FailJob", "discard"))
-    answers = Array.new(2) { r.read_frame }.to_h { |type, data| [type, JSON.parse(data)["retry_in"]] }
-    assert_equal({"fail 1" => "kill", "fail 2" => "discard"}, answers)
-    assert_equal [[0, "ModeError", "ModeError"]] * 2, records("retry_in"),
-                 "7.x calls sidekiq_retry_in with (count, exception, job)"
-  end
-
-  def test_quiet_makes_an_iterable_job_save_its_cursor_and_requeue_itself
-    # One thread, busy with the job: `quiet` still gets read while it runs.
-    r = start_runner(threads: 1)
-    gate("walk-1")
-    jid = SecureRandom.hex(12)
-    r.job(1, payload("WalkJob", "walk", jid: jid))
-    wait_until("the iteration at item 1") { records("walked").any? { |_, item, _| item == 1 } }
-    r.send_frame("quiet", "{}")
-    release("walk-1")
-    assert_equal ["done 1", "{}"], r.read_frame, "an interrupted iteration is done (re-pushed by the app)"
-    assert_equal [0, 1], records("walked").map { |_, item, _| item }
-    requeued = @redis.lrange("queue:default", 0, -1).map { |s| JSON.parse(s) }
-    assert_equal [["WalkJob", jid]], requeued.map { |j| [j["class"], j["jid"]] }
-    state = @redis.hgetall("it-#{jid}")
-    assert_equal "1", state["ex"], "one execution so far"
-    assert_equal "2", state["c"], "the cursor: the next item to run"
-
-    # The re-pushed job, run by a process that is not quieting, resumes at its cursor.
-    r2 = start_runner
-    r2.send_frame("job 1", @redis.lpop("queue:default"))
-    assert_equal ["done 1", "{}"], r2.read_frame
-    assert_equal [0, 1, 2, 3, 4], records("walked").map { |_, item, _| item }
-    assert_equal 0, @redis.exists("it-#{jid}"), "the iteration state is gone once it completed"
-  end
+  def world = "sidekiq81"
+  def ruby_version = /3\.3\.\d+/
+  def discard_runs_death_handlers? = true
 end
 
 class PythonRunnerTest < Minitest::Test
