@@ -1,6 +1,8 @@
 #pragma once
 // The Ruby application the runner cases run (tests/runners/ruby_app) and the helpers they share:
 // its config, its client, and the records its jobs write to its own Redis (app:<list>).
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <map>
@@ -8,6 +10,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "support/kiqd_process.hpp"
@@ -26,19 +29,67 @@ inline const std::string kSource = KIQD_SOURCE_DIR;
 inline const std::string kRunner = kSource + "/runners/ruby/kiqd-ruby-runner";
 inline const std::string kApp = kSource + "/tests/runners/ruby_app";
 
-inline bool have_ruby_stack() {
-    static const bool ok = [] {
-        auto [status, out] =
-            run_command({"/usr/bin/ruby", "-e", "require 'sidekiq'; require 'active_job'; exit 0"});
-        return status == 0;
-    }();
-    return ok;
+// The test world the cases run in (scripts/world sets KIQD_WORLD; ctest's runner_sidekiq73 and
+// runner_sidekiq81 run integration_tests inside one), or "" for Debian's Ruby and Sidekiq 6.4.1.
+inline std::string world() {
+    const char* w = std::getenv("KIQD_WORLD");
+    return w ? w : "";
 }
 
-#define REQUIRE_RUBY_STACK()                                                                  \
-    if (!have_ruby_stack()) {                                                                 \
-        WARN("skipped: /usr/bin/ruby with ruby-sidekiq and ruby-activejob is not installed"); \
-        return;                                                                               \
+// The Ruby the application runs on, an absolute path (kiqd_process's run_command does not search
+// PATH): Debian's /usr/bin/ruby, or inside a world the world's `ruby`, first on PATH. kiqd and
+// its runner processes inherit the world's environment (BUNDLE_GEMFILE, RUBYOPT=-rbundler/setup).
+inline const std::string& ruby() {
+    static const std::string path = [] {
+        if (world().empty()) return std::string("/usr/bin/ruby");
+        const char* env_path = std::getenv("PATH");
+        std::istringstream dirs(env_path ? env_path : "");
+        for (std::string dir; std::getline(dirs, dir, ':');) {
+            if (dir.empty()) continue;
+            const std::string candidate = dir + "/ruby";
+            if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+        }
+        return std::string("ruby (not found on PATH)");
+    }();
+    return path;
+}
+
+// What `ruby()` makes of `require 'sidekiq'; require 'active_job'`: {loads, the Sidekiq version
+// it loads, or its output when it does not}.
+inline const std::pair<bool, std::string>& ruby_stack() {
+    static const std::pair<bool, std::string> stack = [] {
+        auto [status, out] = run_command(
+            {ruby(), "-e",
+             "require 'sidekiq'; require 'active_job'; print \"\\n\", Sidekiq::VERSION"});
+        if (status != 0) return std::pair<bool, std::string>{false, out};
+        return std::pair<bool, std::string>{true, out.substr(out.rfind('\n') + 1)};
+    }();
+    return stack;
+}
+
+inline bool have_ruby_stack() {
+    return ruby_stack().first;
+}
+
+// The application's Sidekiq: "6.4.1" (Debian), or the world's.
+inline std::string sidekiq_version() {
+    return have_ruby_stack() ? ruby_stack().second : "";
+}
+inline int sidekiq_major() {
+    return std::atoi(sidekiq_version().c_str());
+}
+
+// Without a world, a machine without Debian's ruby-sidekiq and ruby-activejob skips the Ruby
+// cases; inside a world the world must work: the case fails with the command that installs it.
+#define REQUIRE_RUBY_STACK()                                                                      \
+    if (!have_ruby_stack()) {                                                                     \
+        if (!world().empty())                                                                     \
+            FAIL("the " << world() << " world's Ruby (" << ruby()                                 \
+                        << ") cannot load sidekiq and active_job: run bash scripts/install-gems " \
+                        << world() << "\n"                                                        \
+                        << ruby_stack().second);                                                  \
+        WARN("skipped: /usr/bin/ruby with ruby-sidekiq and ruby-activejob is not installed");     \
+        return;                                                                                   \
     }
 
 // Every Ruby case begins so: skipped without Ruby's stack, then the shared server, flushed, and a
@@ -49,23 +100,20 @@ inline bool have_ruby_stack() {
     server.flushall();                    \
     auto conn = server.connect()
 
-// The application's environment: its Redis, and the Sidekiq it loads. KIQD_TEST_RUBYLIB (a
-// RUBYLIB, set by the ctest entry that runs these cases on Sidekiq 7.3 from ../shared/gems) puts
-// another Sidekiq ahead of Debian's 6.4.1 for the app, the runner kiqd starts, and enqueue.rb.
+// The application's environment: its Redis. (The Sidekiq it loads is the one `ruby()` loads:
+// Debian's, or the world's, whose environment kiqd and its runners inherit.)
 inline std::map<std::string, std::string> app_env(const RedisServer& server) {
-    std::map<std::string, std::string> env{{"APP_REDIS_URL", server.url()}};
-    if (const char* lib = std::getenv("KIQD_TEST_RUBYLIB")) env["RUBYLIB"] = lib;
-    return env;
+    return {{"APP_REDIS_URL", server.url()}};
 }
 
 // kiqd's config with a runner `ruby` for every class ("*"), plus `runner_extra` under it.
 inline std::string runner_config(const RedisServer& server, const std::string& runner_extra = "",
                                  const std::string& extra = "") {
     return kiqd::test::default_queue_config(
-        server,
-        "concurrency: 2\ntimeout: 10\nrunners:\n  ruby:\n    command: [\"/usr/bin/ruby\", \"" +
-            kRunner + "\", \"--require\", \"" + kApp + "/app.rb\"]\n    processes: 2\n" +
-            runner_extra + "handlers:\n  \"*\": {runner: ruby}\n" + extra);
+        server, "concurrency: 2\ntimeout: 10\nrunners:\n  ruby:\n    command: [\"" + ruby() +
+                    "\", \"" + kRunner + "\", \"--require\", \"" + kApp +
+                    "/app.rb\"]\n    processes: 2\n" + runner_extra +
+                    "handlers:\n  \"*\": {runner: ruby}\n" + extra);
 }
 
 inline std::string one_at_a_time(std::string yaml) {
@@ -79,8 +127,7 @@ using JobList = std::vector<std::vector<nlohmann::json>>;
 inline std::vector<std::string> enqueue(const RedisServer& server, const JobList& jobs) {
     nlohmann::json list = nlohmann::json::array();
     for (const auto& j : jobs) list.push_back(nlohmann::json(j));
-    auto [status, out] =
-        run_command({"/usr/bin/ruby", kApp + "/enqueue.rb", list.dump()}, app_env(server));
+    auto [status, out] = run_command({ruby(), kApp + "/enqueue.rb", list.dump()}, app_env(server));
     REQUIRE(status == 0);
     std::vector<std::string> jids;
     std::istringstream lines(out);
@@ -92,7 +139,7 @@ inline std::vector<std::string> enqueue(const RedisServer& server, const JobList
 }
 
 inline nlohmann::json sidekiq_api(const RedisServer& server) {
-    auto [status, out] = run_command({"/usr/bin/ruby", kApp + "/inspect.rb"}, app_env(server));
+    auto [status, out] = run_command({ruby(), kApp + "/inspect.rb"}, app_env(server));
     REQUIRE(status == 0);
     // The last line that is a JSON object: Sidekiq 7 logs its Redis options (a Ruby hash) first.
     return nlohmann::json::parse(out.substr(out.rfind("\n{") + 1));

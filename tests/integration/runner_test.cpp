@@ -1,5 +1,7 @@
 // Persistent runners (`runners:` and `handlers: … runner:`) in the real kiqd binary with the real
-// kiqd-ruby-runner and Debian's Sidekiq 6.4.1: a small application (tests/runners/ruby_app)
+// kiqd-ruby-runner and Debian's Sidekiq 6.4.1 (ctest's `integration`), or the Sidekiq and Rails of
+// a test world (ctest's runner_sidekiq73 and runner_sidekiq81 run the cases that depend on the
+// application's Sidekiq inside scripts/world): a small application (tests/runners/ruby_app)
 // enqueues with perform_async/perform_later; kiqd runs its jobs through the runner with the
 // application's server middleware; failures carry the Ruby backtrace Sidekiq's API shows,
 // sidekiq_retry_in's delay, and sidekiq_retries_exhausted/death handlers; crashes, hangs,
@@ -57,6 +59,8 @@ TEST_CASE("runner: the app's Sidekiq and ActiveJob jobs run with its server midd
     // The job's stdout is in kiqd's log with its class and jid.
     CHECK(kiqd.wait_for_output("class=PlainJob jid=" + jids[0]));
     CHECK(kiqd.wait_for_output("stdout: plain job 1 two"));
+    // The runner processes run on the application's Ruby and Sidekiq (the world's, in a world).
+    CHECK(kiqd.wait_for_output(", sidekiq " + sidekiq_version() + "))"));
     CHECK(kiqd.stop() == 0);
 }
 
@@ -154,7 +158,7 @@ TEST_CASE(
              "warn 'cannot find config/database.yml'\nraise LoadError, 'boom at boot'\n";
     }
     const std::string yaml = kiqd::test::default_queue_config(
-        server, "timeout: 1\nrunners:\n  bad:\n    command: [\"/usr/bin/ruby\", \"" + kRunner +
+        server, "timeout: 1\nrunners:\n  bad:\n    command: [\"" + ruby() + "\", \"" + kRunner +
                     "\", \"--require\", \"" + broken +
                     "\"]\n    processes: 1\nhandlers:\n  \"*\": {runner: bad}\n");
     const std::string boot_log = dir.file("boots.log");
@@ -449,13 +453,26 @@ TEST_CASE("runner: a killed master takes its children along and is booted again"
     CHECK(kiqd.stop() == 0);
 }
 
-TEST_CASE("runner: a Rails 6.1 application's ActiveJob job, booted once", "[runner][rails]") {
+// Debian's Rails 6.1 (ruby-rails), or the world's: Rails 7.2 in sidekiq73, 8.1 in sidekiq81.
+TEST_CASE("runner: a Rails application's ActiveJob job, booted once", "[runner][rails]") {
     REQUIRE_RUBY_STACK();
-    auto [rails, version] = run_command({"/usr/bin/ruby", "-e", "require 'rails'"});
+    auto [rails, version] =
+        run_command({ruby(), "-e", "require 'rails'; print \"\\n\", Rails::VERSION::STRING"});
     if (rails != 0) {
-        WARN("skipped: Debian's ruby-rails is not installed");
+        // A world whose gemfile has Rails must load it; Debian's may lack ruby-rails.
+        const std::string lock =
+            world().empty()
+                ? ""
+                : kiqd::test::read_file(kSource + "/tests/gemfiles/" + world() + ".gemfile.lock");
+        if (lock.find("    railties (") != std::string::npos)
+            FAIL("the " << world() << " world cannot load Rails: run bash scripts/install-gems "
+                        << world() << "\n"
+                        << version);
+        WARN("skipped: " << (world().empty() ? "Debian's ruby-rails is not installed"
+                                             : "the " + world() + " world has no Rails"));
         return;
     }
+    INFO("Rails " << version.substr(version.rfind('\n') + 1) << ", Sidekiq " << sidekiq_version());
     auto& server = RedisServer::shared();
     server.flushall();
     auto conn = server.connect();
@@ -465,7 +482,7 @@ TEST_CASE("runner: a Rails 6.1 application's ActiveJob job, booted once", "[runn
     yaml.replace(yaml.find(kApp + "/app.rb"), (kApp + "/app.rb").size(), app);
     KiqdProcess kiqd(KIQD_BINARY, yaml, {}, boot_logged_env(server, dir));
     auto [status, out] = run_command(
-        {"/usr/bin/ruby", "-e",
+        {ruby(), "-e",
          "require '" + app +
              "/config/environment'; puts \"jid: #{InvoiceJob.perform_later(42).provider_job_id}\""},
         app_env(server));

@@ -3,8 +3,9 @@
 // default keeps `concurrency` jobs in flight over `processes`; a timeout fails its job and
 // requeues the others on that process; a crash fails every job the process held; shutdown
 // requeues; recycling drains; the processes get the app's environment (REDIS_URL, `env:`); a
-// selector key routes classes by their resource boundary. Also run on Sidekiq 7.3 (ctest's
-// runner_sidekiq7, through KIQD_TEST_RUBYLIB).
+// selector key routes classes by their resource boundary. Also run on Sidekiq 7.3 and 8.1 (ctest's
+// runner_sidekiq73 and runner_sidekiq81, inside the test worlds of scripts/world), where two more
+// cases run: sidekiq_retry_in's :kill and an iterable job.
 #include <fmt/format.h>
 #include <signal.h>
 
@@ -33,10 +34,10 @@ std::string pool_config(const RedisServer& server, int concurrency, int processe
                         const std::string& top = "timeout: 10\n") {
     return kiqd::test::default_queue_config(
         server,
-        fmt::format("concurrency: {}\n{}runners:\n  ruby:\n    command: [\"/usr/bin/ruby\", "
+        fmt::format("concurrency: {}\n{}runners:\n  ruby:\n    command: [\"{}\", "
                     "\"{}\", \"--require\", \"{}/app.rb\"]\n    processes: {}\n{}"
                     "handlers:\n  \"*\": {{runner: ruby}}\n{}",
-                    concurrency, top, kRunner, kApp, processes, runner_extra, handlers));
+                    concurrency, top, ruby(), kRunner, kApp, processes, runner_extra, handlers));
 }
 
 std::vector<std::string> keys(const std::string& prefix, int n) {
@@ -210,13 +211,13 @@ TEST_CASE("runner threads: a selector key sends CPU-bound classes to their own p
     const std::string yaml = kiqd::test::default_queue_config(
         server,
         fmt::format("concurrency: 4\ntimeout: 10\nrunners:\n"
-                    "  app:\n    command: [\"/usr/bin/ruby\", \"{0}\", \"--require\", "
+                    "  app:\n    command: [\"{2}\", \"{0}\", \"--require\", "
                     "\"{1}/app.rb\"]\n    processes: 1\n"
-                    "  cpu:\n    command: [\"/usr/bin/ruby\", \"{0}\", \"--require\", "
+                    "  cpu:\n    command: [\"{2}\", \"{0}\", \"--require\", "
                     "\"{1}/app.rb\"]\n    processes: 1\n    threads: 1\n"
                     "handlers:\n  CpuJob: {{resource_boundary: cpu}}\n"
                     "  \"resource_boundary=cpu\": {{runner: cpu}}\n  \"*\": {{runner: app}}\n",
-                    kRunner, kApp));
+                    kRunner, kApp, ruby()));
     KiqdProcess kiqd(KIQD_BINARY, yaml, {}, app_env(server));
     enqueue(server, {{"CpuJob", 1}, {"CpuJob", 2}, {"EnvJob"}});
     require_records(conn, "cpu", 2);
@@ -238,8 +239,10 @@ TEST_CASE("runner threads: a selector key sends CPU-bound classes to their own p
 TEST_CASE("runner threads: Sidekiq 7's sidekiq_retry_in :kill sends the job to the dead set",
           "[runner][threads][sidekiq7]") {
     RUBY_CASE_BEGIN();
-    if (!std::getenv("KIQD_TEST_RUBYLIB")) {
-        WARN("skipped: runs on Sidekiq 7.3 (ctest's runner_sidekiq7)");
+    if (sidekiq_major() < 7) {
+        WARN(
+            "skipped: :kill is Sidekiq 7's and 8's (ctest's runner_sidekiq73 and "
+            "runner_sidekiq81)");
         return;
     }
     KiqdProcess kiqd(KIQD_BINARY, pool_config(server, 2, 1), {}, app_env(server));
@@ -254,8 +257,10 @@ TEST_CASE("runner threads: Sidekiq 7's sidekiq_retry_in :kill sends the job to t
 TEST_CASE("runner threads: quiet makes an iterable job save its cursor; the next run resumes",
           "[runner][threads][sidekiq7]") {
     RUBY_CASE_BEGIN();
-    if (!std::getenv("KIQD_TEST_RUBYLIB")) {
-        WARN("skipped: iterable jobs are Sidekiq 7.3's (ctest's runner_sidekiq7)");
+    if (sidekiq_major() < 7) {
+        WARN(
+            "skipped: iterable jobs are Sidekiq 7.3's and 8's (ctest's runner_sidekiq73 and "
+            "runner_sidekiq81)");
         return;
     }
     const int n = 200;  // 50 ms each: it is still running when the quiet comes

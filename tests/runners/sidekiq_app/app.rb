@@ -1,6 +1,6 @@
 # A small Sidekiq application for tests/runners/runner_protocol_test.rb, loaded by
-# kiqd-ruby-runner with whichever Sidekiq is first on the load path (Debian's 6.4.1, or 7.3.10
-# from ../shared/gems ahead of it). It configures no Redis: Sidekiq takes REDIS_URL from the
+# kiqd-ruby-runner with whichever Sidekiq the Ruby loads (Debian's 6.4.1, or the 7.3 or 8.1 of a
+# test world, scripts/world). It configures no Redis: Sidekiq takes REDIS_URL from the
 # environment, as it does under `sidekiq`. Jobs record what they did in Redis lists (app:<name>)
 # and wait at gates: a FIFO under $APP_GATES that the test opens and closes to let one job on.
 require "json"

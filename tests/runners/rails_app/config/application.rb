@@ -1,5 +1,6 @@
-# A minimal Rails 6.1 application (Debian's ruby-rails) whose ActiveJob jobs go through Sidekiq's
-# adapter; kiqd runs them with `kiqd-ruby-runner --require <this directory>` (its
+# A minimal Rails application whose ActiveJob jobs go through Sidekiq's adapter: Rails 6.1
+# (Debian's ruby-rails), 7.2 (the sidekiq73 test world) or 8.1 (sidekiq81), each with its own
+# defaults. kiqd runs them with `kiqd-ruby-runner --require <this directory>` (its
 # config/environment.rb). tests/integration/runner_test.cpp enqueues with perform_later.
 require "rails"
 require "active_job/railtie"
@@ -10,7 +11,7 @@ Redis.silence_deprecations = true if defined?(Redis) && Redis.respond_to?(:silen
 module RailsApp
   class Application < Rails::Application
     config.root = File.expand_path("..", __dir__) # (no config.ru to find it from)
-    config.load_defaults 6.1
+    config.load_defaults Rails::VERSION::STRING.to_f
     config.eager_load = false
     config.secret_key_base = "kiqd-test-application-not-a-secret" # (else Rails writes tmp/)
     config.logger = Logger.new($stdout)
