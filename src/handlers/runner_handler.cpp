@@ -132,8 +132,8 @@ void RunnerPools::start(spdlog::logger& log) {
     if (!pools_.empty()) g_active = this;
 }
 
-void RunnerPools::quiet() const {
-    for (auto& [name, pool] : pools_) pool->quiet();
+void RunnerPools::quiet(bool shutdown) const {
+    for (auto& [name, pool] : pools_) pool->quiet(shutdown);
 }
 
 void RunnerPools::stop() {

@@ -74,7 +74,8 @@ class RunnerPools {
     bool empty() const { return pools_.empty(); }
     std::shared_ptr<RunnerPool> find(const std::string& name) const;
     void start(spdlog::logger& log);  // boots every pool's children (main thread)
-    void quiet() const;               // quiet or shutdown began: tells the runners (any thread)
+    // Quiet (TSTP) or, with `shutdown`, kiqd's shutdown began: tells the runners (any thread).
+    void quiet(bool shutdown = false) const;
     void stop();                      // after the processors have stopped
     std::vector<RunnerChildInfo> snapshot() const;
     // check-config: boots one child of each pool once. Problems as "runners.NAME (line N): …".

@@ -121,8 +121,9 @@ class RunnerPool {
                            std::optional<std::chrono::milliseconds> timeout);
 
     // Tells every child that speaks the tagged dialect that no new job comes (`quiet`): its
-    // long jobs may stop at their next safe point. Any thread.
-    void quiet();
+    // long jobs may stop at their next safe point. With `shutdown`, kiqd is stopping
+    // (`quiet {"shutdown":true}`: the application's shutdown event fires). Any thread.
+    void quiet(bool shutdown = false);
 
     std::vector<RunnerChildInfo> snapshot() const;
 

@@ -332,9 +332,9 @@ void RunnerPool::release(RunnerChild& c, RunnerSeat& seat, bool broken) {
             }
 }
 
-void RunnerPool::quiet() {
+void RunnerPool::quiet(bool shutdown) {
     std::lock_guard lock(mutex_);
-    const std::string frame = runner::encode_frame("quiet", "{}");
+    const std::string frame = runner::encode_frame("quiet", shutdown ? R"({"shutdown":true})" : "{}");
     for (auto& slot : slots_) {
         auto& c = slot.child;
         if (c && c->tagged && !c->reaped && c->broken.empty() && c->state != ChildState::booting)

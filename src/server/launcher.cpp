@@ -296,7 +296,7 @@ void Launcher::begin_stop() {
         return;
     }
     notifier_.notify("STOPPING=1\nSTATUS=stopping: waiting for running jobs");
-    if (const RunnerPools* pools = active_runner_pools()) pools->quiet();
+    if (const RunnerPools* pools = active_runner_pools()) pools->quiet(true);
     log_.info("Shutting down: waiting up to {:.1f} s for running jobs",
               std::chrono::duration<double>(config_.timeout).count());
     deadline_ns_ = saturating_deadline(Clock::now(), config_.timeout).time_since_epoch().count();

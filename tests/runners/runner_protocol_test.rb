@@ -411,6 +411,75 @@ module RunnerHarness
 
   # The Ruby runner inside a test world (scripts/world): `world` and `ruby_version` (a Regexp
   # source) name it. The world must be installed: the tests fail, not skip, without it.
+  # The application's lifecycle events and exceptions no constructor can rebuild, on every
+  # Sidekiq the Ruby runner runs with.
+  module RubyRunnerEventTests
+    def events = records("events").map(&:first)
+
+    # The major version of the Sidekiq the runner loaded (each event records it).
+    def sidekiq_major = wait_until("a lifecycle event") { records("events").first&.last }
+
+    # startup before ready, then the first heartbeat's `heartbeat` (and `beat`, 7.x/8.x);
+    # `quiet` on kiqd's quiet, `shutdown` at end of file, and on 8.x `exit` last; each once.
+    def test_lifecycle_events_fire_as_under_sidekiq
+      r = start_runner
+      major = sidekiq_major
+      first = major >= 7 ? %w[startup heartbeat beat] : %w[startup heartbeat]
+      wait_until("the first heartbeat's events") { events.first(first.size) == first }
+      assert records("events").all? { |_, pid, _| pid == r.pid }, "fired in the process that runs jobs"
+      r.job(1, payload("OtherJob", 1))
+      assert_equal ["done 1", "{}"], r.read_frame
+      r.send_frame("quiet", "{}")
+      wait_until("quiet") { events.include?("quiet") }
+      r.close_write
+      assert_equal :eof, r.read_frame
+      assert_equal 0, r.wait_exit.exitstatus
+      last = major >= 8 ? %w[quiet shutdown exit] : %w[quiet shutdown]
+      # Later beats (every 10 s) may fall anywhere after the first ones.
+      assert_equal first + last, first + (events.drop(first.size) - ["beat"])
+    end
+
+    # kiqd's shutdown sends quiet {"shutdown":true}: quiet then shutdown fire while the jobs
+    # run; SIGTERM then ends the process (and 8.x's `exit` fires).
+    def test_shutdown_quiet_and_sigterm_fire_quiet_shutdown_once
+      r = start_runner
+      major = sidekiq_major
+      r.job(1, payload("SleepJob", "s1"))
+      wait_until("the job sleeping") { records("started").size == 1 }
+      r.send_frame("quiet", JSON.generate({"shutdown" => true}))
+      wait_until("quiet and shutdown") { events.include?("shutdown") }
+      r.signal("TERM")
+      assert_equal :eof, r.read_frame
+      refute_nil r.wait_exit
+      stops = events - %w[startup heartbeat beat]
+      assert_equal "startup", events.first
+      assert_equal major >= 8 ? %w[quiet shutdown exit] : %w[quiet shutdown], stops
+    end
+
+    # The hooks of an exhausted job get an exception of its own class even when the class's
+    # constructor wants a response object; a message that raises still fails the job as itself.
+    # The process serves on.
+    def test_exceptions_that_cannot_be_rebuilt_or_read_do_not_end_the_process
+      r = start_runner
+      r.job(1, payload("ApiJob"))
+      type, data = r.read_frame
+      assert_equal "fail 1", type
+      fail = JSON.parse(data)
+      assert_equal ["ApiError", "the API answered 503"], [fail["class"], fail["message"]]
+      dead = payload("ApiJob", jid: "api-1", retry_count: 25, error_class: "ApiError",
+                               error_message: fail["message"])
+      r.send_frame("exhausted 2", JSON.generate({"job" => dead, "error" => {"class" => "ApiError", "message" => fail["message"]}}))
+      assert_equal ["done 2", "{}"], r.read_frame
+      assert_equal [["api-1", "ApiError", "the API answered 503"]], records("exhausted")
+      r.job(3, payload("UnreadableJob"))
+      type, data = r.read_frame
+      assert_equal "fail 3", type
+      assert_equal "UnreadableError", JSON.parse(data)["class"]
+      r.job(4, payload("OtherJob", 1))
+      assert_equal ["done 4", "{}"], r.read_frame, "the same process still runs jobs"
+    end
+  end
+
   module WorldRunner
     def setup
       super
@@ -473,6 +542,7 @@ end
 class RubyRunnerSidekiq6Test < Minitest::Test
   parallelize_me!
   include RunnerHarness::RubyRunnerTests
+  include RunnerHarness::RubyRunnerEventTests
 
   def expected_runner = /\Akiqd-ruby-runner .* sidekiq 6\.4\.1\)\z/
 end
@@ -481,6 +551,7 @@ end
 class RubyRunnerSidekiq73Test < Minitest::Test
   parallelize_me!
   include RunnerHarness::RubyRunnerTests
+  include RunnerHarness::RubyRunnerEventTests
   include RunnerHarness::WorldRunner
   include RunnerHarness::Sidekiq7PlusTests
 
@@ -493,6 +564,7 @@ end
 class RubyRunnerSidekiq81Test < Minitest::Test
   parallelize_me!
   include RunnerHarness::RubyRunnerTests
+  include RunnerHarness::RubyRunnerEventTests
   include RunnerHarness::WorldRunner
   include RunnerHarness::Sidekiq7PlusTests
 

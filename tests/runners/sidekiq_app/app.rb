@@ -36,6 +36,15 @@ class RecordMiddleware
   end
 end
 
+# Every lifecycle event the version knows, recorded with the process that fired it and the
+# Sidekiq major version.
+Sidekiq.configure_server do |c|
+  events = Sidekiq::VERSION.to_i >= 7 ? c[:lifecycle_events] : Sidekiq.options[:lifecycle_events]
+  events.each_key do |event|
+    c.on(event) { App.record("events", [event.to_s, Process.pid, Sidekiq::VERSION.to_i]) }
+  end
+end
+
 Sidekiq.configure_server do |c|
   c.server_middleware { |chain| chain.add RecordMiddleware }
   c.death_handlers << ->(job, ex) { App.record("deaths", [job["class"], job["jid"], ex.class.name, ex.message]) }
@@ -94,6 +103,32 @@ class NoRetryJob
   include Sidekiq::Job
   sidekiq_options retry: false
   sidekiq_retries_exhausted { |msg, _ex| App.record("exhausted", [msg["jid"], "must not run"]) }
+end
+
+# An exception whose constructor takes a response, not a message (as API clients' errors do).
+class ApiError < StandardError
+  attr_reader :status
+
+  def initialize(response)
+    @status = response.fetch(:status)
+    super("the API answered #{@status}")
+  end
+end
+
+class ApiJob
+  include Sidekiq::Job
+  sidekiq_retries_exhausted { |msg, ex| App.record("exhausted", [msg["jid"], ex.class.name, ex.message]) }
+  def perform = raise(ApiError.new(status: 503))
+end
+
+# An exception whose message cannot be read.
+class UnreadableError < StandardError
+  def message = raise(NotImplementedError, "no message")
+end
+
+class UnreadableJob
+  include Sidekiq::Job
+  def perform = raise(UnreadableError)
 end
 
 class OtherJob
