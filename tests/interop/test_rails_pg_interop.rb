@@ -1,17 +1,21 @@
-# A real Rails 6.1 application on PostgreSQL (tests/runners/rails_pg_app) under kiqd's preloading
-# Ruby runner, on Debian's Sidekiq 6.4.1 and on Sidekiq 7.3.10 from ../shared/gems: ActiveJob jobs
-# and native Sidekiq job classes that update rows in transactions, jobs that enqueue jobs through
-# REDIS_URL, and a failing job whose transaction rolls back and whose retry commits. The app's
-# initializer reads the database at boot, so the runner's master holds a connection when it
-# forks. Checked: each job's ledger row is written exactly once, more than one runner process did
-# the work, balances match the ledger, no PG:: connection errors, and pg_stat_activity never
-# shows more connections than processes x threads + 1 per process.
+# A real Rails application on PostgreSQL (tests/runners/rails_pg_app: one app that loads the
+# defaults of whichever Rails it runs on) under kiqd's preloading Ruby runner, on three stacks:
+# Rails 6.1 + Sidekiq 6.4.1 (Debian's Ruby, ruby-rails, ruby-pg and ruby-sidekiq), Rails 7.2 +
+# Sidekiq 7.3 (the sidekiq73 test world, Ruby 3.1) and Rails 8.1 + Sidekiq 8.1 (the sidekiq81
+# world, Ruby 3.3). In a world, the enqueuing process and kiqd's runner processes start through
+# scripts/world (the world's Ruby and bundle; the runner's pid is the one kiqd started: the script
+# execs Ruby). ActiveJob jobs and native Sidekiq job classes update rows in transactions, jobs
+# enqueue jobs through REDIS_URL, and a failing job's transaction rolls back and its retry
+# commits. The app's initializer reads the database at boot, so the runner's master holds a
+# connection when it forks. Checked: each job's ledger row is written exactly once, more than one
+# runner process did the work, balances match the ledger, no PG:: connection errors, and
+# pg_stat_activity never shows more connections than processes x threads + 1 per process.
 #
 # One private PostgreSQL cluster (tests/support/pg_cluster.sh, as the `postgres` user when run as
 # root, on a free loopback port) serves the whole file, a database per test; it is stopped by its
-# PID when the run ends. Skips when PostgreSQL, Rails or the pg gem is not installed.
+# PID when the run ends. Fails (does not skip) when PostgreSQL, Debian's Rails or pg, or a world
+# is not installed.
 require "support"
-require "sidekiq7_support"
 
 module KiqdInterop
   # The file's PostgreSQL cluster: started on first use, stopped (SIGINT: fast shutdown) by its
@@ -19,9 +23,10 @@ module KiqdInterop
   module PgCluster
     SCRIPT = File.join(ROOT, "tests", "support", "pg_cluster.sh")
 
-    # Why this machine cannot run the test, or nil.
+    # Why this machine cannot run the test, or nil. (This file's own Ruby, Debian's, reads the
+    # database with ruby-pg; the Rails 6.1 stack is Debian's ruby-rails.)
     def self.missing
-      return "PostgreSQL is not installed (Debian: postgresql)" if Dir["/usr/lib/postgresql/*/bin/initdb"].empty?
+      return "PostgreSQL is not installed (Debian: postgresql; bash scripts/install-deps)" if Dir["/usr/lib/postgresql/*/bin/initdb"].empty?
       %w[railties activerecord pg].each do |gem|
         return "the #{gem} gem is not installed (Debian: ruby-rails, ruby-pg)" if Gem::Specification.find_all_by_name(gem).empty?
       end
@@ -74,10 +79,10 @@ end
 
 class RailsPgInteropTest < Minitest::Test
   include KiqdInterop::Helpers
-  include KiqdInterop::Sidekiq7Helpers
 
   APP = File.join(KiqdInterop::ROOT, "tests", "runners", "rails_pg_app")
   RUNNER = File.join(KiqdInterop::ROOT, "runners", "ruby", "kiqd-ruby-runner")
+  WORLD = File.join(KiqdInterop::ROOT, "scripts", "world")
   PROCESSES = 2
   CONCURRENCY = 10
   THREADS = (CONCURRENCY + PROCESSES - 1) / PROCESSES # the runner pool's default `threads`
@@ -85,21 +90,38 @@ class RailsPgInteropTest < Minitest::Test
   FAN_OUTS = 5
   FLAKY_ACCOUNT = 10 # its own account: its balance shows how many attempts committed
 
-  def test_rails_app_on_postgresql_sidekiq_6_4
-    run_rails_app([], "6.4.1")
+  def test_rails_6_1_on_sidekiq_6_4
+    run_rails_app(nil, rails: "6.1", sidekiq: "6.4")
   end
 
-  def test_rails_app_on_postgresql_sidekiq_7_3
-    skip_without_sidekiq7
-    run_rails_app(INCLUDES, "7.3.10")
+  def test_rails_7_2_on_sidekiq_7_3
+    run_rails_app("sidekiq73", rails: "7.2", sidekiq: "7.3")
+  end
+
+  def test_rails_8_1_on_sidekiq_8_1
+    run_rails_app("sidekiq81", rails: "8.1", sidekiq: "8.1")
   end
 
   private
 
-  def run_rails_app(ruby_flags, version)
+  # A Ruby command: Debian's Ruby (world nil), or the world's through scripts/world.
+  def ruby_command(world, *args)
+    world ? [WORLD, world, "ruby", *args] : [KiqdInterop::RUBY, *args]
+  end
+
+  # Fails unless the stack loads: the world (or Debian's packages) with Rails, Sidekiq and pg.
+  def check_stack(world)
     missing = KiqdInterop::PgCluster.missing
-    skip "the Rails/PostgreSQL test needs #{missing}" if missing
-    @db = "rails_pg_#{version.delete(".")}"
+    flunk "the Rails/PostgreSQL test needs #{missing}" if missing
+    return unless world
+    out = IO.popen(ruby_command(world, "-e", 'require "rails"; require "active_record"; require "sidekiq"; require "pg"'),
+                   err: [:child, :out], &:read)
+    flunk "the #{world} world does not load Rails, Sidekiq and pg (run: bash scripts/install-gems #{world}):\n#{out}" unless $?.success?
+  end
+
+  def run_rails_app(world, rails:, sidekiq:)
+    check_stack(world)
+    @db = "rails_pg_#{rails.delete(".")}_sidekiq_#{sidekiq.delete(".")}"
     admin = KiqdInterop::PgCluster.connect("postgres")
     admin.exec("CREATE DATABASE #{@db}")
     admin.close
@@ -107,20 +129,23 @@ class RailsPgInteropTest < Minitest::Test
     app_env = {"DATABASE_HOST" => "127.0.0.1", "DATABASE_PORT" => KiqdInterop::PgCluster.port.to_s,
                "DATABASE_NAME" => @db}
 
-    enqueue(ruby_flags, version, app_env)
+    enqueue(world, rails, sidekiq, app_env)
     # The enqueuing process has gone: from here on every connection to the database is the runners'.
     wait_until(10, "the enqueuing process's connection to close") { connections.zero? }
     sampler = start_connection_sampler
 
     kiqd = start_kiqd({"concurrency" => CONCURRENCY,
-                       "runners" => {"rails" => {"command" => [KiqdInterop::RUBY, *ruby_flags, RUNNER, "--require", APP],
+                       "runners" => {"rails" => {"command" => ruby_command(world, RUNNER, "--require", APP),
                                                  "processes" => PROCESSES, "env" => app_env}},
                        "handlers" => {"*" => {"runner" => "rails"}}})
     keys = (0...JOBS).map { |i| i.even? ? "deposit-#{i}" : "ledger-#{i}" }
-    wait_until(120, "#{JOBS} jobs and FlakyWorker's retry to commit their ledger rows") do
+    wait_until(180, "#{JOBS} jobs and FlakyWorker's retry to commit their ledger rows") do
       committed = ledger_counts
       keys.all? { |k| committed[k] } && committed["flaky"]
     end
+    # The runner's master booted the app on the stack under test.
+    assert_match(/runner=rails master pid=\d+ booted \(kiqd-ruby-runner \S+ \(ruby [\d.]+, sidekiq #{Regexp.escape(sidekiq)}\.\d+\)\)/,
+                 kiqd.log)
 
     counts = ledger_counts
     keys.each { |k| assert_equal 1, counts[k], "job #{k} must write its ledger row exactly once" }
@@ -167,11 +192,13 @@ class RailsPgInteropTest < Minitest::Test
   end
 
   # Loads the schema, seeds the accounts and pushes every job with the app's own client, in a Ruby
-  # that boots the app with the Sidekiq under test.
-  def enqueue(ruby_flags, version, app_env)
-    script = write_ruby_script("enqueue.rb", <<~RUBY)
+  # that boots the app on the stack under test (and says so: its Rails and Sidekiq versions).
+  def enqueue(world, rails, sidekiq, app_env)
+    body = <<~RUBY
       require #{File.join(APP, "config", "environment").inspect}
-      raise "loaded Sidekiq \#{Sidekiq::VERSION}, not #{version}" unless Sidekiq::VERSION == #{version.inspect}
+      unless Rails::VERSION::STRING.start_with?("#{rails}.") && Sidekiq::VERSION.start_with?("#{sidekiq}.")
+        raise "loaded Rails \#{Rails::VERSION::STRING} and Sidekiq \#{Sidekiq::VERSION}, not #{rails} and #{sidekiq}"
+      end
       load Rails.root.join("db", "schema.rb").to_s
       load Rails.root.join("db", "seeds.rb").to_s
       FlakyWorker.perform_async(#{FLAKY_ACCOUNT}, "flaky")
@@ -181,8 +208,11 @@ class RailsPgInteropTest < Minitest::Test
       end
       #{FAN_OUTS}.times { |i| FanOutJob.perform_later(9, "fan-\#{i}") }
     RUBY
+    # Debian's Sidekiq 6.4.1 loads redis-rb 4.8, quietly (write_ruby_script); a world's 7.x/8.x
+    # talk to Redis through redis-client, and the world has no redis-rb.
+    script = world ? File.join(tmpdir, "enqueue.rb").tap { |path| File.write(path, body) } : write_ruby_script("enqueue.rb", body)
     out = IO.popen(app_env.merge("REDIS_URL" => redis_url, "APP_LOG_LEVEL" => "warn"),
-                   [KiqdInterop::RUBY, *ruby_flags, script], err: [:child, :out], &:read)
+                   ruby_command(world, script), err: [:child, :out], &:read)
     assert $?.success?, "enqueue.rb failed:\n#{out}"
     assert_equal JOBS + FAN_OUTS + 1, redis.llen("queue:default")
   end
@@ -200,9 +230,11 @@ class RailsPgInteropTest < Minitest::Test
     @pg.exec_params("SELECT balance FROM accounts WHERE id = $1", [account]).getvalue(0, 0).to_i
   end
 
-  # FanOutJob's error in the retry or dead set (e.g. the Redis it could not reach), or nil.
+  # FanOutJob's error in the retry or dead set (e.g. the Redis it could not reach), or nil. (This
+  # is Debian's Sidekiq 6.4.1 API: it names the ActiveJob class of 6.x's wrapper only; `wrapped`
+  # is there in every version.)
   def failed_fan_out
-    job = (Sidekiq::RetrySet.new.to_a + Sidekiq::DeadSet.new.to_a).find { |j| j.display_class == "FanOutJob" }
+    job = (Sidekiq::RetrySet.new.to_a + Sidekiq::DeadSet.new.to_a).find { |j| (j.item["wrapped"] || j.display_class) == "FanOutJob" }
     job && "#{job["error_class"]}: #{job["error_message"]}"
   end
 

@@ -1,9 +1,11 @@
-# A minimal Rails 6.1 application (Debian's ruby-rails and ruby-pg) on PostgreSQL: Active Record
-# models, ActiveJob jobs on Sidekiq's adapter (app/jobs) and native Sidekiq job classes
-# (app/workers). kiqd runs its jobs with `kiqd-ruby-runner --require <this directory>`; Sidekiq
-# with `sidekiq -r <this directory>`. tests/interop/test_rails_pg_interop.rb and bench/runners.sh's
-# Rails row use it. The database comes from DATABASE_HOST/DATABASE_PORT/DATABASE_NAME
-# (config/database.yml); Redis, as for any Sidekiq app, from REDIS_URL.
+# A minimal Rails application on PostgreSQL: Active Record models, ActiveJob jobs on Sidekiq's
+# adapter (app/jobs) and native Sidekiq job classes (app/workers). One app for every Rails it is
+# tested on, each with its own defaults: 6.1 (Debian's ruby-rails and ruby-pg, Sidekiq 6.4.1),
+# 7.2 (the sidekiq73 test world, Sidekiq 7.3) and 8.1 (sidekiq81, Sidekiq 8.1). kiqd runs its
+# jobs with `kiqd-ruby-runner --require <this directory>`; Sidekiq with `sidekiq -r <this
+# directory>`. tests/interop/test_rails_pg_interop.rb and bench/runners.sh's Rails row use it.
+# The database comes from DATABASE_HOST/DATABASE_PORT/DATABASE_NAME (config/database.yml);
+# Redis, as for any Sidekiq app, from REDIS_URL.
 require "rails"
 require "active_record/railtie"
 require "active_job/railtie"
@@ -14,7 +16,7 @@ Redis.silence_deprecations = true if defined?(Redis) && Redis.respond_to?(:silen
 module RailsPgApp
   class Application < Rails::Application
     config.root = File.expand_path("..", __dir__) # (no config.ru to find it from)
-    config.load_defaults 6.1
+    config.load_defaults Rails::VERSION::STRING.to_f
     # As in production: every class is loaded at boot, so a preloading master forks with the
     # whole application loaded, and job threads never autoload.
     config.eager_load = true
