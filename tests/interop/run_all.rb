@@ -1,24 +1,32 @@
-# Runs the interop files of one group (ctest runs the groups side by side, two at a time):
-#   debian    the files that need only Debian's Sidekiq 6.4.1
-#   sidekiq7  the files that load Sidekiq 7.3 from ../shared/gems
-#   gems      the files that load the client gems from ../shared/gems (unique jobs, fair tenant,
-#             cron)
-#   rails     the Rails app on a private PostgreSQL cluster (skips without PostgreSQL; its
-#             Sidekiq 7.3 half skips without ../shared/gems)
-#   (none)    every file
-# The sidekiq7 and gems files skip with a message where ../shared/gems is absent.
+# Runs the interop files of one group (ctest runs each group as its own test, side by side):
+#   debian    the files that need only Debian's Sidekiq 6.4.1 (the suite's own Ruby)
+#   sidekiq7  the Sidekiq 7 files (API, Web UI, sidekiqmon, compat auto, capsules) on Sidekiq
+#             7.3.10: the sidekiq73 world (tests/gemfiles/sidekiq73.gemfile, scripts/world)
+#   sidekiq8  the same files on Sidekiq 8.1.7, Ruby 3.3: the sidekiq81 world
+#   gems      the files that load the client gems from the worlds: sidekiq-unique-jobs (7.1.33 in
+#             sidekiq64, 8.1.0 in sidekiq73 and sidekiq81), sidekiq-cron (1.12.0 in sidekiq64,
+#             2.4.0 in sidekiq73), sidekiq-fair_tenant 0.1.0 (sidekiq64, sidekiq73)
+#   rails     the Rails app on a private PostgreSQL cluster (skips without PostgreSQL)
+#   (none)    every file, the Sidekiq 7 files in both worlds
+# The worlds are installed by `bash scripts/install-gems`; a test whose world is missing fails,
+# naming the world and that command.
 require "minitest/autorun"
+SIDEKIQ7_FILES = %w[test_sidekiq7_interop.rb test_sidekiq7_suite_interop.rb test_capsules7_interop.rb].freeze
 GROUPS = {
-  "sidekiq7" => %w[test_sidekiq7_interop.rb test_sidekiq7_suite_interop.rb test_capsules7_interop.rb],
+  "sidekiq7" => SIDEKIQ7_FILES,
+  "sidekiq8" => SIDEKIQ7_FILES,
   "gems" => %w[test_cron_interop.rb test_cron2_interop.rb test_fair_tenant_gem_interop.rb test_unique_gems_interop.rb],
   "rails" => %w[test_rails_pg_interop.rb]
 }.freeze
+# The worlds the Sidekiq 7 files run in (KiqdInterop::Worlds.per_world).
+GROUP_WORLDS = { "sidekiq7" => "sidekiq73", "sidekiq8" => "sidekiq81" }.freeze
 group = ARGV.shift
 files = Dir[File.join(__dir__, "test_*.rb")].sort
 files = case group
         when nil then files
         when "debian" then files.reject { |f| GROUPS.values.flatten.include?(File.basename(f)) }
         when *GROUPS.keys then files.select { |f| GROUPS[group].include?(File.basename(f)) }
-        else abort "run_all.rb: unknown group #{group.inspect} (debian, sidekiq7, gems, rails; none: all)"
+        else abort "run_all.rb: unknown group #{group.inspect} (debian, sidekiq7, sidekiq8, gems, rails; none: all)"
         end
+ENV["KIQD_INTEROP_WORLDS"] = GROUP_WORLDS[group] if GROUP_WORLDS.key?(group)
 files.each { |f| require f }

@@ -1,51 +1,50 @@
-# Helpers shared by the suites that load the real Sidekiq 7.3.10 next to Debian's 6.4.1
-# (test_sidekiq7_interop.rb, test_sidekiq7_suite_interop.rb): where the gems are, Ruby children
-# with 7.3 loaded, real 7.3 and 6.4.1 server processes, 7.3's sidekiqmon, and kiqd's
-# `compat auto:` log lines. The suite's own Ruby process has 6.4.1 loaded, so everything 7.3
-# runs in a child Ruby with ../shared/gems (7.3.10, redis-client 0.26.4, connection_pool 2.5.5)
-# ahead of Debian's gems.
+# Helpers shared by the files that check kiqd with the real Sidekiq 7.3 and 8.1 next to Debian's
+# 6.4.1 (test_sidekiq7_interop.rb, test_sidekiq7_suite_interop.rb, test_capsules7_interop.rb):
+# Ruby children with the world's Sidekiq loaded, real server processes of the world's Sidekiq
+# and of Debian's 6.4.1, the world's sidekiqmon, and kiqd's `compat auto:` log lines. Those files
+# run once per world (KiqdInterop::Worlds.per_world): sidekiq73 (Sidekiq 7.3.10, Ruby 3.1) and
+# sidekiq81 (Sidekiq 8.1.7, Ruby 3.3); `world` names the one a test runs in. The suite's own Ruby
+# process has Debian's 6.4.1 loaded, so the world's Sidekiq runs in children started through
+# scripts/world (tests/interop/worlds.rb).
 require "support"
 
 module KiqdInterop
   module Sidekiq7Helpers
-    GEMS = File.expand_path("../shared/gems", KiqdInterop::ROOT)
-    SIDEKIQ7 = File.join(GEMS, "sidekiq-7.3.10")
-    INCLUDES = %w[sidekiq-7.3.10 redis-client-0.26.4 connection_pool-2.5.5]
-               .map { |g| "-I#{File.join(GEMS, g, "lib")}" }.freeze
+    # The Sidekiq version of the test's world ("7.3.10", "8.1.7") and its major (7, 8).
+    def sidekiq_version = KiqdInterop::Worlds::SIDEKIQ.fetch(world)
+    def sidekiq_major = KiqdInterop::Worlds.major(world)
 
-    def skip_without_sidekiq7
-      skip "the real Sidekiq 7.3.10 is not at #{SIDEKIQ7}" unless File.directory?(SIDEKIQ7)
-    end
-
-    # Runs `body` in a Ruby with Sidekiq 7.3.10 loaded (pointed at this test's Redis); the last
-    # line it prints is JSON, returned parsed.
-    def sidekiq7_json(name, body, *args)
+    # Runs `body` in the world's Ruby with its Sidekiq loaded (pointed at this test's Redis); the
+    # last line it prints is JSON, returned parsed.
+    def sidekiq_json(name, body, *args)
       script = File.join(tmpdir, name)
       File.write(script, <<~RUBY + body)
         require "json"
         require "sidekiq"
         require "sidekiq/api"
-        raise "loaded Sidekiq \#{Sidekiq::VERSION}, not 7.3.10" unless Sidekiq::VERSION == "7.3.10"
+        raise "loaded Sidekiq \#{Sidekiq::VERSION}, not #{sidekiq_version}" unless Sidekiq::VERSION == #{sidekiq_version.inspect}
         Sidekiq.configure_client { |c| c.redis = { url: ENV.fetch("REDIS_URL") } }
       RUBY
-      out = IO.popen({ "REDIS_URL" => redis_url }, [KiqdInterop::RUBY, *INCLUDES, script, *args],
+      out = IO.popen({ "REDIS_URL" => redis_url }, KiqdInterop::Worlds.ruby(world, script, *args),
                      err: [:child, :out], &:read)
-      assert $?.success?, "#{name} failed:\n#{out}"
+      assert $?.success?, "#{name} (#{world}) failed:\n#{out}"
       JSON.parse(out.lines.last)
     end
 
-    # A real Sidekiq server process, 7.3.10 (version 7) or Debian's 6.4.1 (version 6), loading
+    # A real Sidekiq server process, the world's (:world) or Debian's 6.4.1 (:debian), loading
     # `jobfile` and serving `queues`; returns it once it is in `processes`.
-    def spawn_sidekiq_server(version, jobfile, queues, concurrency: 1)
+    def spawn_sidekiq_server(which, jobfile, queues, concurrency: 1)
       flags = ["-r", jobfile, "-c", concurrency.to_s, *queues.flat_map { |q| ["-q", q] }, "-t", "2"]
-      child =
-        if version == 7
-          spawn_child("sidekiq-7.3", [KiqdInterop::RUBY, *INCLUDES,
-                                      File.join(SIDEKIQ7, "bin", "sidekiq"), *flags])
-        else
-          spawn_child("sidekiq-6.4", KiqdInterop.sidekiq_command("sidekiq") + flags)
+      child, label =
+        case which
+        when :world
+          [spawn_child("sidekiq-#{sidekiq_version}", KiqdInterop::Worlds.sidekiq(world, *flags)),
+           "Sidekiq #{sidekiq_version}"]
+        when :debian
+          [spawn_child("sidekiq-6.4.1", KiqdInterop.sidekiq_command("sidekiq") + flags),
+           "Sidekiq 6.4.1"]
+        else raise ArgumentError, which.inspect
         end
-      label = version == 7 ? "Sidekiq 7.3" : "Sidekiq 6.4.1"
       wait_until(30, "#{label} in `processes`") do
         assert_alive(child)
         redis.smembers("processes").any? { |id| id.split(":")[-2] == child.pid.to_s }
@@ -53,12 +52,17 @@ module KiqdInterop
       child
     end
 
-    # 7.3's sidekiqmon output for this test's Redis.
-    def sidekiqmon7
-      script = File.join(tmpdir, "mon7.rb")
-      File.write(script, "require 'sidekiq/monitor'\nSidekiq::Monitor::Status.new.display\n")
-      IO.popen({ "REDIS_URL" => redis_url }, [KiqdInterop::RUBY, *INCLUDES, script],
-               err: [:child, :out], &:read)
+    # The world's sidekiqmon output for this test's Redis.
+    def world_sidekiqmon
+      out = IO.popen({ "REDIS_URL" => redis_url }, KiqdInterop::Worlds.sidekiq(world, bin: "sidekiqmon"),
+                     err: [:child, :out], &:read)
+      assert $?.success?, "sidekiqmon (#{world}) failed:\n#{out}"
+      out
+    end
+
+    # The `compat auto:` decision kiqd logs beside one process of the world's Sidekiq.
+    def beside_world_decision
+      "1 Sidekiq #{sidekiq_major} process; presenting as Sidekiq #{sidekiq_major}"
     end
 
     def decision_lines(kiqd)

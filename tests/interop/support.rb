@@ -19,6 +19,7 @@ require "net/http"
 require "uri"
 
 require_relative "quiet_redis"
+require_relative "worlds"
 
 require "sidekiq"
 require "sidekiq/api"
@@ -321,28 +322,36 @@ module KiqdInterop
     end
 
     # Serves Sidekiq::Web (Rack + WEBrick on 127.0.0.1) from a child Ruby pointed at this test's
-    # Redis; `ruby_flags` (-I paths) choose which Sidekiq it loads (Debian's by default). Returns
-    # the base URL once "/" answers 200.
-    def start_web_ui(ruby_flags = [], name: "web-ui")
+    # Redis: Debian's Ruby and Sidekiq 6.4.1 by default, or the Ruby and Sidekiq of `world`
+    # (rack 2's Rack::Handler::WEBrick, or rackup's Rackup::Handler::WEBrick under rack 3).
+    # Returns the base URL once "/" answers 200.
+    def start_web_ui(world = nil, name: "web-ui")
       port = KiqdInterop.free_port
       script = File.join(tmpdir, "#{name}.rb")
-      quiet = ruby_flags.empty? ? "require #{File.join(__dir__, "quiet_redis.rb").inspect}\n" : ""
+      quiet = world ? "" : "require #{File.join(__dir__, "quiet_redis.rb").inspect}\n"
       File.write(script, quiet + <<~RUBY)
         require "securerandom"
         require "rack"
         require "rack/session/cookie"
         require "webrick"
-        require "rack/handler/webrick"
+        if Rack.release >= "3"
+          require "rackup/handler/webrick"
+          handler = Rackup::Handler::WEBrick
+        else
+          require "rack/handler/webrick"
+          handler = Rack::Handler::WEBrick
+        end
         require "sidekiq/web"
         Sidekiq.configure_client { |c| c.redis = { url: ENV.fetch("REDIS_URL") } }
         app = Rack::Builder.new do
           use Rack::Session::Cookie, secret: SecureRandom.hex(64), same_site: true, max_age: 86400
           run Sidekiq::Web
         end
-        Rack::Handler::WEBrick.run(app, Host: "127.0.0.1", Port: #{port}, AccessLog: [],
-                                   Logger: WEBrick::Log.new($stderr, WEBrick::Log::WARN))
+        handler.run(app, Host: "127.0.0.1", Port: #{port}, AccessLog: [],
+                         Logger: WEBrick::Log.new($stderr, WEBrick::Log::WARN))
       RUBY
-      web = spawn_child(name, [KiqdInterop::RUBY, *ruby_flags, script])
+      cmd = world ? KiqdInterop::Worlds.ruby(world, script) : [KiqdInterop::RUBY, script]
+      web = spawn_child(name, cmd)
       base = "http://127.0.0.1:#{port}"
       wait_until(30, "the Web UI to answer on #{base}") do
         assert_alive(web)

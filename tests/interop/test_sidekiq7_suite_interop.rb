@@ -1,15 +1,17 @@
-# Issue 22's "7.3 suite" under `compat: auto` (the default), in three configurations, one Redis
-# each: kiqd alone (no Ruby server; a second kiqd plays the peer), kiqd beside a running Sidekiq
-# 7.3.10 process, and kiqd beside a running Debian 6.4.1 process. In each one, through the
-# Sidekiq API of the cluster's version (7.3's alone and beside 7.3, 6.4.1's beside 6.4.1): the
-# client API pushing jobs kiqd runs, ProcessSet (kiqd's record has every key the Ruby process's
+# Issue 22's "7.3 suite" under `compat: auto` (the default), run once per world (sidekiq73:
+# Sidekiq 7.3.10, sidekiq81: Sidekiq 8.1.7), in three configurations, one Redis each: kiqd alone
+# (no Ruby server; a second kiqd plays the peer), kiqd beside a running process of the world's
+# Sidekiq, and kiqd beside a running Debian 6.4.1 process (world-independent: in the sidekiq73
+# run only). In each one, through the Sidekiq API of the cluster's version (the world's alone and
+# beside the world's process, 6.4.1's beside 6.4.1): the client API pushing jobs kiqd runs, ProcessSet (kiqd's record has every key the Ruby process's
 # has), WorkSet, RetrySet/DeadSet and their actions (retry, delete, kill), retry_queue and
 # retry_for, the peer running a retry kiqd wrote, 5,000 jobs shared with the peer (each run once),
 # two schedulers over 1,000 `at:` jobs (each enqueued once), the Web UI's pages, sidekiqmon, and
 # Process#quiet!/stop!.
 #
 # The API runs in one long-lived child Ruby per configuration (the suite's own Ruby has 6.4.1
-# loaded; 7.3 needs its own process), driven line by line over a pipe: see ApiChild.
+# loaded; the world's Sidekiq runs in its own process, through scripts/world), driven line by
+# line over a pipe: see ApiChild.
 # KIQD_SUITE_SHARED_JOBS / KIQD_SUITE_AT_JOBS change the 5,000 / 1,000 counts.
 require "support"
 require "sidekiq7_support"
@@ -23,13 +25,20 @@ class Sidekiq7SuiteInteropTest < Minitest::Test
   SHARED_JOBS = Integer(ENV["KIQD_SUITE_SHARED_JOBS"] || 5000)
   AT_JOBS = Integer(ENV["KIQD_SUITE_AT_JOBS"] || 1000)
 
-  # The fields of a Sidekiq 7.3 process record as 7.3's ProcessSet reads them (`info` merged with
-  # the hash's own fields): what kiqd must write when it is alone (no Ruby process to compare with).
+  # The fields of a process record as the world's ProcessSet reads them (`info` merged with the
+  # hash's own fields), by Sidekiq major: what kiqd must write when it is alone (no Ruby process to
+  # compare with). 8 adds `capsules`.
   SEVEN_KEYS = %w[beat busy concurrency embedded hostname identity labels pid queues quiet rss
                   rtt_us started_at tag version weights].freeze
+  RECORD_KEYS = { 7 => SEVEN_KEYS, 8 => (SEVEN_KEYS + %w[capsules]).sort }.freeze
+
+  # The configuration beside Debian's 6.4.1 uses no gem of the world: it runs in one world only.
+  def self.runnable_methods
+    world == "sidekiq73" ? super : super - %w[test_suite_beside_a_sidekiq_6_4_1_process]
+  end
 
   def setup
-    skip_without_sidekiq7
+    KiqdInterop::Worlds.require!(world)
     super
   end
 
@@ -42,20 +51,20 @@ class Sidekiq7SuiteInteropTest < Minitest::Test
     run_suite(:alone)
   end
 
-  def test_suite_beside_a_sidekiq_7_3_process
-    run_suite(:seven)
+  def test_suite_beside_a_process_of_the_worlds_sidekiq
+    run_suite(:modern)
   end
 
   def test_suite_beside_a_sidekiq_6_4_1_process
     run_suite(:six)
   end
 
-  # SortedEntry#reschedule (6.4.1 and 7.3 alike) re-serializes the entry with Ruby's JSON and
-  # ZINCRBYs that string by (at - score): it moves the entry only when kiqd's bytes are exactly
-  # what Ruby's JSON.generate writes for the same data. 100 retry entries kiqd wrote, each
-  # rescheduled an hour ahead through 7.3's API, must stay 100 entries, all an hour ahead.
+  # SortedEntry#reschedule (6.4.1 and 7.3 alike; 8.1 too) re-serializes the entry with Ruby's JSON
+  # and ZINCRBYs that string by (at - score): it moves the entry only when kiqd's bytes are
+  # exactly what Ruby's JSON.generate writes for the same data. 100 retry entries kiqd wrote, each
+  # rescheduled an hour ahead through the world's API, must stay 100 entries, all an hour ahead.
   def test_reschedule_of_retry_entries_kiqd_wrote
-    @api = ApiChild.new(self, 7)
+    @api = ApiChild.new(self, world)
     start_kiqd({ "concurrency" => 5, "queues" => %w[kiqdonly] })
     api(<<~RUBY)
       100.times do |i|
@@ -72,15 +81,14 @@ class Sidekiq7SuiteInteropTest < Minitest::Test
 
   private
 
-  # A child Ruby with one Sidekiq's API loaded (7.3.10, or Debian's 6.4.1), pointed at this
-  # test's Redis. Each call sends a Ruby snippet (with `args` bound) and reads back its value as
-  # JSON, so one process serves every API check of a configuration.
+  # A child Ruby with one Sidekiq's API loaded (a world's, or Debian's 6.4.1 with world nil),
+  # pointed at this test's Redis. Each call sends a Ruby snippet (with `args` bound) and reads
+  # back its value as JSON, so one process serves every API check of a configuration.
   class ApiChild
-    def initialize(test, version)
+    def initialize(test, world)
       @test = test
-      flags = version == 7 ? Sidekiq7SuiteInteropTest::INCLUDES : []
-      quiet = version == 7 ? "" : "require #{File.join(__dir__, "quiet_redis.rb").inspect}\n"
-      script = File.join(test.tmpdir, "api#{version}.rb")
+      quiet = world ? "" : "require #{File.join(__dir__, "quiet_redis.rb").inspect}\n"
+      script = File.join(test.tmpdir, "api-#{world || "debian"}.rb")
       File.write(script, quiet + <<~RUBY)
         require "json"
         require "sidekiq"
@@ -92,7 +100,7 @@ class Sidekiq7SuiteInteropTest < Minitest::Test
             sidekiq_options queue: "kiqdonly", retry: 3
           end
         end
-        # 7.3's Sidekiq::Work and 6.4.1's hash, as one shape.
+        # 7.3's and 8.1's Sidekiq::Work and 6.4.1's hash, as one shape.
         def work_row(pid, tid, w)
           h = w.is_a?(Hash) ? w : { "queue" => w.queue, "payload" => w.payload }
           payload = h["payload"].is_a?(String) ? JSON.parse(h["payload"]) : h["payload"]
@@ -116,9 +124,9 @@ class Sidekiq7SuiteInteropTest < Minitest::Test
           end
         end
       RUBY
-      @log = File.join(test.tmpdir, "api#{version}.log")
-      @io = IO.popen({ "REDIS_URL" => test.redis_url }, [KiqdInterop::RUBY, *flags, script],
-                     "r+", err: @log)
+      @log = File.join(test.tmpdir, "api-#{world || "debian"}.log")
+      cmd = world ? KiqdInterop::Worlds.ruby(world, script) : [KiqdInterop::RUBY, script]
+      @io = IO.popen({ "REDIS_URL" => test.redis_url }, cmd, "r+", err: @log)
       @version = read_reply("(start)")
     end
 
@@ -204,8 +212,8 @@ class Sidekiq7SuiteInteropTest < Minitest::Test
     when :alone
       start_kiqd({ "concurrency" => 5, "queues" => %w[shared ruby] }, test_daemon: true,
                                                                      name: "kiqd-peer")
-    when :seven then spawn_sidekiq_server(7, ruby_peer_jobfile, %w[shared ruby], concurrency: 5)
-    when :six then spawn_sidekiq_server(6, ruby_peer_jobfile, %w[shared ruby], concurrency: 5)
+    when :modern then spawn_sidekiq_server(:world, ruby_peer_jobfile, %w[shared ruby], concurrency: 5)
+    when :six then spawn_sidekiq_server(:debian, ruby_peer_jobfile, %w[shared ruby], concurrency: 5)
     end
   end
 
@@ -228,13 +236,13 @@ class Sidekiq7SuiteInteropTest < Minitest::Test
   end
 
   def run_suite(mode)
-    @api = ApiChild.new(self, mode == :six ? 6 : 7)
-    assert_equal(mode == :six ? "6.4.1" : "7.3.10", @api.version)
+    @api = ApiChild.new(self, mode == :six ? nil : world)
+    assert_equal(mode == :six ? "6.4.1" : sidekiq_version, @api.version)
     peer = start_peer(mode)
     kiqd = start_kiqd({ "concurrency" => 5, "queues" => %w[kiqdonly shared] }, test_daemon: true)
     wait_for_decision(kiqd, { alone: "no other Sidekiq process in the cluster; presenting as " \
                                      "Sidekiq 6",
-                              seven: "1 Sidekiq 7 process; presenting as Sidekiq 7",
+                              modern: beside_world_decision,
                               six: "1 Sidekiq 6 process; presenting as Sidekiq 6" }[mode])
 
     check_process_set(mode, kiqd, peer)
@@ -268,8 +276,9 @@ class Sidekiq7SuiteInteropTest < Minitest::Test
     assert_equal 5, mine["concurrency"]
     assert_equal 10, mine["total"]
     assert_match(/\Akiqd-/, mine["version"])
+    # The record's own `weights` (one hash per capsule, as 7.3 and 8.1 both write it).
     assert_equal [{ "kiqdonly" => 0, "shared" => 0 }], mine["weights"] unless mode == :six
-    expected = mode == :alone ? SEVEN_KEYS : other["keys"]
+    expected = mode == :alone ? RECORD_KEYS.fetch(sidekiq_major) : other["keys"]
     assert_empty expected - mine["keys"], "kiqd's record lacks fields the #{mode} peer has"
   end
 
@@ -417,7 +426,7 @@ class Sidekiq7SuiteInteropTest < Minitest::Test
   # The Web UI of the cluster's version renders its pages, with kiqd's process and busy job and
   # the entries kiqd wrote.
   def check_web_ui(mode, kiqd, sleeper, failed)
-    base = start_web_ui(mode == :six ? [] : INCLUDES, name: "web-ui-#{@api.version}")
+    base = start_web_ui(mode == :six ? nil : world, name: "web-ui-#{@api.version}")
     paths = %w[/ /busy /queues /queues/kiqdonly /retries /scheduled /morgue]
     paths << "/metrics" unless mode == :six
     paths.each { |path| assert_equal "200", http_get(base + path).code, "GET #{path}" }
@@ -440,7 +449,7 @@ class Sidekiq7SuiteInteropTest < Minitest::Test
         assert mon.wait(60)&.success?, mon.log
         mon.log
       else
-        sidekiqmon7
+        world_sidekiqmon
       end
     assert_includes out, kiqd.identity
     assert_includes out, "---- Processes (2) ----"
@@ -455,7 +464,7 @@ class Sidekiq7SuiteInteropTest < Minitest::Test
     api("#{find}.quiet!", kiqd.identity)
     wait_until(30, "kiqd quiet in ProcessSet") { api("#{find}&.stopping?", kiqd.identity) }
     jid = api('Test::Record.perform_async("after quiet")')
-    wait_for_beats(kiqd, 1, timeout: 25) # 5 s beats, 10 s beside 7
+    wait_for_beats(kiqd, 1, timeout: 25) # 5 s beats, 10 s beside 7 or 8
     assert kiqd.alive?, "quiet must not stop the process"
     assert_includes api('Sidekiq::Queue.new("kiqdonly").map(&:jid)'), jid, "a quiet kiqd must not fetch"
     api("#{find}.stop!", kiqd.identity)
@@ -464,3 +473,5 @@ class Sidekiq7SuiteInteropTest < Minitest::Test
     assert_equal [jid, sleeper].sort, api('Sidekiq::Queue.new("kiqdonly").map(&:jid)').sort
   end
 end
+
+KiqdInterop::Worlds.per_world(Sidekiq7SuiteInteropTest)
