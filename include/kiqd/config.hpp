@@ -353,6 +353,7 @@ struct Config {
     RedisConfig redis;
     LoggingConfig logging;
     int max_retries = 25;
+    bool max_retries_set = false;  // the config says max_retries (it then wins over the app's)
     long long dead_max_jobs = 10000;
     long long dead_timeout_seconds = 180LL * 24 * 3600;
     double average_scheduled_poll_interval = 5.0;

@@ -98,6 +98,7 @@ void apply_map(const YAML::Node& root, Config& c, const std::string& environment
          {"max_retries",
           [&](const auto& key, const auto& v) {
               c.max_retries = static_cast<int>(as_int(key, v));
+              c.max_retries_set = true;
               if (c.max_retries < 0) throw ConfigError(key, "must not be negative", line_of(v));
           }},
          {"dead_max_jobs",

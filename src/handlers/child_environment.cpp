@@ -85,6 +85,10 @@ std::vector<std::string> runner_environment(char** env, const Config& config,
     }
     if (!has_redis_url && !config.redis.url.empty() && config.redis.sentinel.sentinels.empty())
         out.push_back("REDIS_URL=" + config.redis.url);
+    // A runner that runs Sidekiq's retry decisions itself (docs/runner-protocol.md) uses the
+    // app's max_retries, unless kiqd's config sets one: that one wins.
+    if (config.max_retries_set)
+        out.push_back("KIQD_RUNNER_MAX_RETRIES=" + std::to_string(config.max_retries));
     for (const auto& [name, value] : spec.env) {
         const std::string prefix = name + "=";
         auto it = std::find_if(out.begin(), out.end(), [&](const std::string& entry) {

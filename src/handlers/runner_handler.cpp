@@ -90,10 +90,32 @@ void RunnerJobHandler::operator()(const Job& job, JobContext& ctx) const {
     const auto give_up = reply.give_up == runner::GiveUp::kill      ? Failure::GiveUp::kill
                          : reply.give_up == runner::GiveUp::discard ? Failure::GiveUp::discard
                                                                     : Failure::GiveUp::no;
-    throw RunnerFailure(reply.error_class, reply.message, reply.backtrace, reply.retry_in, give_up,
-                        [self, log, stop, error_class, message](const std::string& payload) {
-                            self.exhausted(*log, *stop, payload, error_class, message);
-                        });
+    RunnerFailure failure(reply.error_class, reply.message, reply.backtrace, reply.retry_in,
+                          give_up,
+                          [self, log, stop, error_class, message](const std::string& payload) {
+                              self.exhausted(*log, *stop, payload, error_class, message);
+                          });
+    using Decision = Failure::Decision;
+    switch (reply.decision) {
+        case runner::Decision::none:
+            break;
+        case runner::Decision::retry:
+            failure.decision = Decision::retry;
+            failure.retry_at = reply.retry_at;
+            break;
+        case runner::Decision::dead:
+            failure.decision = Decision::dead;
+            break;
+        case runner::Decision::discard:
+            failure.decision = Decision::discard;
+            break;
+    }
+    if (out.hold) {
+        // The runner waits on the job's seat until the outcome is written, then runs Sidekiq's
+        // death and error handlers and answers `done`.
+        failure.after_write = [hold = out.hold, stop] { hold->finish(*stop, kExhaustedTimeout); };
+    }
+    throw failure;
 }
 
 void RunnerJobHandler::exhausted(spdlog::logger& log, const StopSignal& stop,

@@ -16,6 +16,10 @@
 //                                 retry_in (or kill/discard); once retries are exhausted the
 //                                 runner is told (`exhausted`) to call
 //                                 sidekiq_retries_exhausted/death handlers
+//   fail with a decision        → the runner ran Sidekiq's JobRetry itself: kiqd writes what it
+//                                 decided (retry at its time, dead, or nothing) and, for a retry
+//                                 or dead, tells it `written` on the job's seat, which it holds
+//                                 until the runner has run Sidekiq's later hooks (`done`)
 //   death, EOF, malformed reply → "Kiqd::RunnerCrashed" for every job the child held; the child
 //                                 is killed and replaced
 //   runs past `timeout`         → "Kiqd::Timeout"; the child takes no new job, its other jobs get
@@ -58,6 +62,11 @@ class RunnerFailure : public JobError {
     std::optional<long long> retry_in;
     Failure::GiveUp give_up;
     std::function<void(const std::string& payload)> on_exhausted;
+    // A runner that ran Sidekiq's own retry decision (Failure::decision), and what tells it the
+    // outcome is written.
+    Failure::Decision decision = Failure::Decision::none;
+    double retry_at = 0;
+    std::function<void()> after_write;
 };
 
 // Thrown by a runner handler whose job was cut short through no fault of its own: another job

@@ -71,9 +71,14 @@ enum class RunnerEnd {
     not_started,  // the stop signal came (or the pool stopped) before it reached a process
 };
 
+class RunnerHold;
+
 struct RunnerOutcome {
     RunnerEnd end = RunnerEnd::not_started;
     std::optional<runner::Reply> reply;
+    // A `fail` that carries a retry or dead decision keeps its seat: the runner waits for
+    // `written` (RunnerHold::finish) before it runs Sidekiq's hooks and answers `done`.
+    std::shared_ptr<RunnerHold> hold;
     std::string problem;
     pid_t pid = -1;
     std::optional<int> status;  // the wait status, when the process was reaped
@@ -91,6 +96,30 @@ struct RunnerChildInfo {
     std::string job_class, jid;  // while it runs exactly one job
     int in_flight = 0;           // jobs it holds now
     int capacity = 0;            // jobs it may hold at once
+};
+
+class RunnerPool;
+
+// The seat of a job whose runner decided its failure's outcome and waits for kiqd to write it
+// (docs/runner-protocol.md#retry-decisions). finish() sends `written` on the job's tag and
+// waits (at most `timeout`) for the runner's `done`, then frees the seat. A hold dropped without
+// finish() leaves a runner thread waiting for ever: the process is stopped and replaced.
+// Processor threads; one thread per hold.
+class RunnerHold {
+  public:
+    ~RunnerHold();
+    RunnerHold(const RunnerHold&) = delete;
+    RunnerHold& operator=(const RunnerHold&) = delete;
+    void finish(const StopSignal& stop, std::chrono::milliseconds timeout);
+
+  private:
+    friend class RunnerPool;
+    RunnerHold(RunnerPool& pool, std::shared_ptr<RunnerChild> child,
+               std::unique_ptr<RunnerSeat> seat);
+    RunnerPool& pool_;
+    std::shared_ptr<RunnerChild> child_;
+    std::unique_ptr<RunnerSeat> seat_;
+    bool finished_ = false;
 };
 
 class RunnerPool {
@@ -180,6 +209,12 @@ class RunnerPool {
     void release(RunnerChild& child, RunnerSeat& seat, bool broken);
     // Stops the child for its timed-out seats once its other seats are done (or their grace is).
     void stop_after_timeout(RunnerChild& child, Clock::time_point now);
+    // Waits for the seat's answer (or its end: a crash, the timeout at `deadline`, the stop
+    // signal) and fills `out`. An answer leaves the seat leased (the caller releases or holds
+    // it); any other end releases it, the process gone.
+    void await_answer(std::unique_lock<std::mutex>& lock, RunnerChild& c, RunnerSeat& seat,
+                      const StopSignal& stop, Clock::time_point deadline, RunnerOutcome& out);
+    friend class RunnerHold;
 
     RunnerSpec spec_;
     std::vector<std::string> env_;

@@ -196,15 +196,27 @@ void RunnerPool::stop_after_timeout(RunnerChild& c, Clock::time_point now) {
 
 RunnerOutcome RunnerPool::exchange(const StopSignal& stop, const RunnerRequest& request,
                                    std::optional<milliseconds> timeout) {
-    RunnerSeat seat;
+    // On the heap: a seat whose answer holds it (RunnerHold) outlives this call.
+    auto seat = std::make_unique<RunnerSeat>();
     RunnerOutcome out;
     std::unique_lock lock(mutex_);
-    const auto child = acquire(lock, stop, request, seat);
+    auto child = acquire(lock, stop, request, *seat);
     if (!child) return out;  // not_started
-    RunnerChild& c = *child;
-    out.pid = c.pid;
+    out.pid = child->pid;
     const auto deadline =
         timeout ? saturating_deadline(Clock::now(), *timeout) : Clock::time_point::max();
+    await_answer(lock, *child, *seat, stop, deadline, out);
+    if (out.end != RunnerEnd::answered) return out;
+    if (out.reply->awaits_written())
+        out.hold.reset(new RunnerHold(*this, std::move(child), std::move(seat)));
+    else
+        release(*child, *seat, false);
+    return out;
+}
+
+void RunnerPool::await_answer(std::unique_lock<std::mutex>& lock, RunnerChild& c,
+                              RunnerSeat& seat, const StopSignal& stop,
+                              Clock::time_point deadline, RunnerOutcome& out) {
     bool stopping = false;
     for (;;) {
         if (seat.answer && !seat.timed_out) {
@@ -212,8 +224,7 @@ RunnerOutcome RunnerPool::exchange(const StopSignal& stop, const RunnerRequest& 
             out.reply = runner::parse_reply(*seat.answer, error);
             if (out.reply) {
                 out.end = RunnerEnd::answered;
-                release(c, seat, false);
-                return out;
+                return;
             }
             if (c.broken.empty()) c.broken = "answered with " + error;
             c.garbled = true;
@@ -270,7 +281,43 @@ RunnerOutcome RunnerPool::exchange(const StopSignal& stop, const RunnerRequest& 
         out.end = RunnerEnd::crashed;
     out.problem = c.broken;
     release(c, seat, true);
-    return out;
+}
+
+RunnerHold::RunnerHold(RunnerPool& pool, std::shared_ptr<RunnerChild> child,
+                       std::unique_ptr<RunnerSeat> seat)
+    : pool_(pool), child_(std::move(child)), seat_(std::move(seat)) {}
+
+void RunnerHold::finish(const StopSignal& stop, milliseconds timeout) {
+    if (finished_) return;
+    finished_ = true;
+    std::unique_lock lock(pool_.mutex_);
+    RunnerChild& c = *child_;
+    if (!c.broken.empty() || c.reaped) {
+        // It ended while kiqd wrote: nothing waits for `written` any more.
+        pool_.release(c, *seat_, true);
+        return;
+    }
+    seat_->answer.reset();
+    queue_frame(c, runner::encode_frame("written", "{}", seat_->tag));
+    RunnerOutcome out;
+    pool_.await_answer(lock, c, *seat_, stop, saturating_deadline(Clock::now(), timeout), out);
+    if (out.end == RunnerEnd::answered) {
+        pool_.release(c, *seat_, false);
+        return;
+    }
+    pool_.log_->warn("runner={} pid {} did not finish the hooks after its failed job was written "
+                     "({})",
+                     pool_.spec_.name, out.pid > 0 ? out.pid : c.pid,
+                     out.problem.empty() ? "timeout or shutdown" : out.problem);
+}
+
+RunnerHold::~RunnerHold() {
+    if (finished_) return;
+    // Never finished (the outcome was not recorded): the runner's thread would wait for ever.
+    std::unique_lock lock(pool_.mutex_);
+    RunnerChild& c = *child_;
+    if (c.broken.empty()) c.broken = "its failed job's outcome was never written";
+    pool_.release(c, *seat_, true);
 }
 
 void RunnerPool::drain(RunnerChild& c, std::string why) {

@@ -78,6 +78,8 @@ StartedRunner spawn_runner(const RunnerSpec& spec, const std::vector<std::string
     envs.push_back("KIQD_RUNNER_FD=3");
     envs.push_back("KIQD_RUNNER_NAME=" + spec.name);
     envs.push_back("KIQD_RUNNER_THREADS=" + std::to_string(std::max(1, spec.threads)));
+    // This kiqd answers a `fail` that carries a retry decision (docs/runner-protocol.md).
+    envs.push_back("KIQD_RUNNER_DECISIONS=1");
     if (preload) envs.push_back("KIQD_RUNNER_PRELOAD=1");
     std::vector<char*> envp, argv;
     for (auto& e : envs) envp.push_back(e.data());

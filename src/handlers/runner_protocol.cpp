@@ -109,6 +109,30 @@ std::optional<Reply> parse_reply(const Frame& frame, std::string& error) {
         if (word == "kill") r.give_up = GiveUp::kill;
         if (word == "discard") r.give_up = GiveUp::discard;
     }
+    // A runner that ran Sidekiq's own retry decision (docs/runner-protocol.md#retry-decisions).
+    if (auto d = j->find("decision"); d != j->end()) {
+        const std::string word = d->is_string() ? d->get<std::string>() : "";
+        if (word == "retry")
+            r.decision = Decision::retry;
+        else if (word == "dead")
+            r.decision = Decision::dead;
+        else if (word == "discard")
+            r.decision = Decision::discard;
+        else {
+            error = "a fail frame whose \"decision\" is not retry, dead or discard";
+            return std::nullopt;
+        }
+        if (r.decision == Decision::retry) {
+            auto at = j->find("retry_at");
+            if (at == j->end() || !at->is_number() || !(at->get<double>() > 0)) {
+                error = "a retry decision without a positive \"retry_at\"";
+                return std::nullopt;
+            }
+            r.retry_at = at->get<double>();
+        }
+        r.give_up = GiveUp::no;  // the decision says it all
+        r.retry_in.reset();
+    }
     return r;
 }
 

@@ -47,6 +47,12 @@ class FrameReader {
 // :kill or :discard).
 enum class GiveUp { no, kill, discard };
 
+// What a runner that ran Sidekiq's own JobRetry decided for a failed job: none (kiqd decides),
+// retry (at retry_at), dead (the morgue) or discard (nothing to write). For retry and dead the
+// runner waits for `written` before it runs what Sidekiq runs after that write, then answers
+// `done`.
+enum class Decision { none, retry, dead, discard };
+
 // A `done` or `fail` answer to a job.
 struct Reply {
     bool ok = false;
@@ -55,6 +61,10 @@ struct Reply {
     std::vector<std::string> backtrace;
     std::optional<long long> retry_in;  // seconds, > 0
     GiveUp give_up = GiveUp::no;        // "retry_in": "kill" | "discard"
+    Decision decision = Decision::none;
+    double retry_at = 0;  // decision retry: when (epoch seconds, the retry set's score)
+    // The runner holds the job's seat until kiqd says the failure is written.
+    bool awaits_written() const { return decision == Decision::retry || decision == Decision::dead; }
 };
 
 // The reply a frame carries, or nullopt with `error` saying why it is not one.

@@ -116,7 +116,10 @@ RetryPlan JobRetry::plan(const Job& job, const Failure& failure, double now,
     // many times its size (docs/hardening-bounds.md), and the entry is edited as text.
     const nlohmann::json p =
         job.members({"retry", "retry_queue", "backtrace", "retry_for", "failed_at", "dead"});
-    if (!retry_enabled(p)) {
+    using Decision = Failure::Decision;
+    if (failure.decision == Decision::discard) return plan;  // the runner's Sidekiq wrote nothing
+    const bool decided = failure.decision != Decision::none;
+    if (!decided && !retry_enabled(p)) {
         // No retry, no morgue; Sidekiq still calls its death handlers (JobRetry#global), with
         // the job as it was: a runner's exhausted hook does.
         plan.exhausted = true;
@@ -145,14 +148,20 @@ RetryPlan JobRetry::plan(const Job& job, const Failure& failure, double now,
     }
 
     const bool exhausted =
-        failure.give_up == Failure::GiveUp::kill || retries_exhausted(p, count, max, now, compat_);
+        decided ? failure.decision == Decision::dead
+                : failure.give_up == Failure::GiveUp::kill ||
+                      retries_exhausted(p, count, max, now, compat_);
     plan.payload = obj->dump();
     if (exhausted) {
         auto dead = p.find("dead");
         plan.outcome = dead != p.end() && dead->is_boolean() && !*dead ? FailureOutcome::Discarded
                                                                        : FailureOutcome::Dead;
         plan.score = now;
-        plan.exhausted = true;
+        plan.exhausted = !decided;  // a deciding runner ran Sidekiq's exhausted hooks itself
+    } else if (decided) {
+        // When the runner's Sidekiq would have scheduled it: its own delay and jitter.
+        plan.outcome = FailureOutcome::Retried;
+        plan.score = failure.retry_at;
     } else {
         plan.outcome = FailureOutcome::Retried;
         // With the job's own delay (sidekiq_retry_in), Sidekiq 6.4.1's delay_for: that delay

@@ -38,6 +38,14 @@ struct Failure {
     // Called with the dead-set member once the job's retries are exhausted (dead, or discarded
     // with "dead": false): a runner's sidekiq_retries_exhausted and death handlers.
     std::function<void(const std::string& payload)> on_exhausted;
+    // A runner that ran Sidekiq's own JobRetry decided the outcome (its order, hooks and
+    // exception): retry at `retry_at`, dead, or discard. plan() follows it instead of
+    // deciding, and runs no exhausted hook (the runner ran Sidekiq's).
+    enum class Decision { none, retry, dead, discard } decision = Decision::none;
+    double retry_at = 0;
+    // Called once the outcome is written (or could not be): the runner, which waits for it,
+    // runs what Sidekiq runs after that write (death and error handlers).
+    std::function<void()> after_write;
 };
 
 enum class FailureOutcome { Retried, Dead, Discarded };

@@ -206,6 +206,9 @@ Failure Processor::failure_from_current_exception(const Job& job) const {
         f.retry_in = e.retry_in;
         f.give_up = e.give_up;
         f.on_exhausted = e.on_exhausted;
+        f.decision = e.decision;
+        f.retry_at = e.retry_at;
+        f.after_write = e.after_write;
         return f;
     } catch (const JobError& e) {
         auto bt = e.backtrace();
@@ -394,8 +397,10 @@ void Processor::run_unit(redis::Connection& conn, UnitOfWork unit, const Admissi
                                          failure->error_class, failure->message, outcome)));
     record_outcome(conn, unit, Outcome::failed, rt_.retry.commands(plan),
                    plan.payload.empty() ? job.raw : plan.payload, acknowledge);
-    // A runner's sidekiq_retries_exhausted and death handlers, once the entry is written.
+    // A runner's sidekiq_retries_exhausted and death handlers, once the entry is written; a
+    // runner that decided the outcome itself goes on with Sidekiq's hooks after the write.
     if (plan.exhausted && failure->on_exhausted) failure->on_exhausted(plan.payload);
+    if (failure->after_write) failure->after_write();
 }
 
 void Processor::push_back_interrupted(redis::Connection& conn, const UnitOfWork& unit,

@@ -184,10 +184,11 @@ module RunnerHarness
 
     def env = {"REDIS_URL" => @redis_url, "APP_GATES" => @gates, "APP_OUT" => @out}
 
-    # Starts a runner with KIQD_RUNNER_THREADS=threads and returns it once it said `ready`.
-    def start_runner(threads: 5)
+    # Starts a runner with KIQD_RUNNER_THREADS=threads (and `extra` in its environment) and
+    # returns it once it said `ready`.
+    def start_runner(threads: 5, extra: {})
       log = File.join(@dir, "runner-#{@runners.size}.log")
-      r = RunnerHarness::Runner.spawn(command, env.merge("KIQD_RUNNER_THREADS" => threads.to_s), log)
+      r = RunnerHarness::Runner.spawn(command, env.merge("KIQD_RUNNER_THREADS" => threads.to_s).merge(extra), log)
       @runners << r
       type, data = r.read_frame(30)
       assert_equal "ready", type, File.read(log)
@@ -480,6 +481,92 @@ module RunnerHarness
     end
   end
 
+  # With KIQD_RUNNER_DECISIONS=1 the job runs inside the app's own Sidekiq::JobRetry: the answer
+  # carries Sidekiq's decision, and what Sidekiq does after its write waits for `written`.
+  module RubyRunnerDecisionTests
+    DECISIONS = {"KIQD_RUNNER_DECISIONS" => "1"}.freeze
+
+    def jids(list) = records(list).map { |_, jid, *| jid }
+
+    # A retry: sidekiq_retry_in gives its delay; the error handlers run only after `written`.
+    def test_decision_retry_then_error_handlers_after_the_write
+      r = start_runner(extra: DECISIONS)
+      before = Time.now.to_f
+      r.job(1, payload("FailJob", "boom", jid: "r-1"))
+      type, data = r.read_frame
+      assert_equal "fail 1", type
+      fail = JSON.parse(data)
+      assert_equal %w[ModeError boom retry], fail.values_at("class", "message", "decision")
+      assert_operator fail["retry_at"], :>=, before + 100, "sidekiq_retry_in's 100 s (count 0) plus jitter"
+      assert_operator fail["retry_at"], :<, Time.now.to_f + 100 + 10
+      # 6.x calls sidekiq_retry_in with (count, exception), 7.x/8.x with the job too.
+      assert_equal [[0, "ModeError", sidekiq_major_of_app >= 7 ? "ModeError" : nil]], records("retry_in")
+      assert_empty records("errors"), "the error handlers wait for the retry to be written"
+      r.send_frame("written 1", "{}")
+      assert_equal ["done 1", "{}"], r.read_frame
+      assert_equal [["ModeError", "r-1"]], records("errors")
+    end
+
+    # The last retry: no sidekiq_retry_in; the exhausted block sees the real exception before
+    # the morgue write; the death handlers run after `written`, then the error handlers.
+    def test_decision_dead_runs_exhausted_before_and_death_handlers_after_the_write
+      r = start_runner(extra: DECISIONS)
+      @redis.zadd("dead", 1, "{}") # the exhausted block reports the dead set's size
+      r.job(1, payload("FailJob", "boom", jid: "d-1", retry: 5, retry_count: 4))
+      type, data = r.read_frame
+      assert_equal "fail 1", type
+      assert_equal "dead", JSON.parse(data)["decision"]
+      assert_empty records("retry_in"), "sidekiq_retry_in is not called on the last failure"
+      assert_equal [["d-1", "ModeError", "boom", 1]], records("exhausted"),
+                   "the exhausted block ran first, with the job not yet in the dead set"
+      assert_empty records("deaths")
+      assert_empty records("errors")
+      r.send_frame("written 1", "{}")
+      assert_equal ["done 1", "{}"], r.read_frame
+      assert_equal ["d-1"], jids("deaths")
+      assert_equal [["ModeError", "d-1"]], records("errors")
+    end
+
+    # Nothing to write: :discard from the exhausted block, retry: false, and a sidekiq_retry_in
+    # that raises (the error handlers get its exception, and the default delay is used).
+    def test_decision_discard_retry_false_and_a_raising_retry_in
+      r = start_runner(extra: DECISIONS)
+      major = sidekiq_major_of_app
+      r.job(1, payload("FailJob", "keep-out", jid: "k-1", retry: 1, retry_count: 0))
+      type, data = r.read_frame
+      assert_equal "fail 1", type
+      assert_equal ["k-1"], records("exhausted").map(&:first)
+      if major == 6
+        # 6.x ignores what the block returns: the morgue is written, then the death handlers run.
+        assert_equal "dead", JSON.parse(data)["decision"]
+        r.send_frame("written 1", "{}")
+        assert_equal ["done 1", "{}"], r.read_frame
+      else
+        assert_equal "discard", JSON.parse(data)["decision"], "discarded by sidekiq_retries_exhausted"
+      end
+      # 7.x returns before the death handlers; 6.x and 8.x run them.
+      expect_deaths = major == 7 ? [] : ["k-1"]
+      assert_equal expect_deaths, jids("deaths")
+
+      r.job(2, payload("NoRetryJob", jid: "n-2", retry: false))
+      type, data = r.read_frame
+      assert_equal ["fail 2", "discard"], [type, JSON.parse(data)["decision"]]
+      assert_equal expect_deaths + ["n-2"], jids("deaths"), "retry: false: the death handlers only"
+      assert_equal ["k-1"], records("exhausted").map(&:first)
+
+      r.job(3, payload("FailJob", "bad-retry-in", jid: "b-3"))
+      type, data = r.read_frame
+      assert_equal ["fail 3", "retry"], [type, JSON.parse(data)["decision"]]
+      assert_equal [["RuntimeError", nil]], records("errors").last(1),
+                   "the exception raised in sidekiq_retry_in went to the error handlers"
+      r.send_frame("written 3", "{}")
+      assert_equal ["done 3", "{}"], r.read_frame
+      assert_equal ["ModeError", "b-3"], records("errors").last
+    end
+
+    def sidekiq_major_of_app = wait_until("a lifecycle event") { records("events").first&.last }
+  end
+
   module WorldRunner
     def setup
       super
@@ -543,6 +630,7 @@ class RubyRunnerSidekiq6Test < Minitest::Test
   parallelize_me!
   include RunnerHarness::RubyRunnerTests
   include RunnerHarness::RubyRunnerEventTests
+  include RunnerHarness::RubyRunnerDecisionTests
 
   def expected_runner = /\Akiqd-ruby-runner .* sidekiq 6\.4\.1\)\z/
 end
@@ -552,6 +640,7 @@ class RubyRunnerSidekiq73Test < Minitest::Test
   parallelize_me!
   include RunnerHarness::RubyRunnerTests
   include RunnerHarness::RubyRunnerEventTests
+  include RunnerHarness::RubyRunnerDecisionTests
   include RunnerHarness::WorldRunner
   include RunnerHarness::Sidekiq7PlusTests
 
@@ -565,6 +654,7 @@ class RubyRunnerSidekiq81Test < Minitest::Test
   parallelize_me!
   include RunnerHarness::RubyRunnerTests
   include RunnerHarness::RubyRunnerEventTests
+  include RunnerHarness::RubyRunnerDecisionTests
   include RunnerHarness::WorldRunner
   include RunnerHarness::Sidekiq7PlusTests
 

@@ -5,6 +5,7 @@
 # and wait at gates: a FIFO under $APP_GATES that the test opens and closes to let one job on.
 require "json"
 require "sidekiq"
+require "sidekiq/api"
 if defined?(Redis) # redis-rb 4.8 (Sidekiq 6.4.1) warns about Sidekiq's SADD and pipelining
   Redis.sadd_returns_boolean = false if Redis.respond_to?(:sadd_returns_boolean=)
   Redis.silence_deprecations = true if Redis.respond_to?(:silence_deprecations=)
@@ -81,7 +82,13 @@ class FailJob
   sidekiq_options retry: 5
   sidekiq_retry_in do |count, ex, msg|
     App.record("retry_in", [count, ex.class.name, msg && msg["error_class"]])
+    raise "sidekiq_retry_in broke" if ex.message == "bad-retry-in"
     {"kill" => :kill, "discard" => :discard}.fetch(ex.message) { 100 * (count + 1) }
+  end
+  # Sees the real exception object; "keep-out" asks for the job to be discarded.
+  sidekiq_retries_exhausted do |msg, ex|
+    App.record("exhausted", [msg["jid"], ex.class.name, ex.message, Sidekiq::DeadSet.new.size])
+    :discard if ex.message == "keep-out"
   end
 
   def perform(mode)
@@ -103,6 +110,7 @@ class NoRetryJob
   include Sidekiq::Job
   sidekiq_options retry: false
   sidekiq_retries_exhausted { |msg, _ex| App.record("exhausted", [msg["jid"], "must not run"]) }
+  def perform = raise(ArgumentError, "no")
 end
 
 # An exception whose constructor takes a response, not a message (as API clients' errors do).
