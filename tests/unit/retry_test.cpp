@@ -160,3 +160,31 @@ TEST_CASE("a job class's kill and discard (Sidekiq 7's sidekiq_retry_in :kill, :
     CHECK(off.exhausted);
     CHECK(off.payload == raw);
 }
+
+TEST_CASE("a runner's retry decision is followed, not made again", "[retry]") {
+    Fixture f;
+    // A retry at the runner's time, though the count would have it dead here (retry: 1,
+    // retry_count 5: the app's JobRetry decided with its own limits).
+    f.failure.decision = Failure::Decision::retry;
+    f.failure.retry_at = 1234.5;
+    auto retried = f.retry.plan(job_of(R"({"class":"W","retry":1,"retry_count":5,"x":[1.50]})"),
+                                f.failure, 1000, f.rng);
+    CHECK(retried.outcome == FailureOutcome::Retried);
+    CHECK(retried.score == 1234.5);
+    CHECK_FALSE(retried.exhausted);
+    CHECK(retried.payload.find(R"("retry_count":6)") != std::string::npos);
+    CHECK(retried.payload.find(R"("x":[1.50])") != std::string::npos);  // the rest byte for byte
+    // Dead, though retries are left; no exhausted hook (the runner ran Sidekiq's).
+    f.failure.decision = Failure::Decision::dead;
+    auto dead = f.retry.plan(job_of(R"({"class":"W","retry":25})"), f.failure, 1000, f.rng);
+    CHECK(dead.outcome == FailureOutcome::Dead);
+    CHECK(dead.score == 1000);
+    CHECK_FALSE(dead.exhausted);
+    CHECK(dead.payload.find(R"("error_class":"RuntimeError")") != std::string::npos);
+    // Discard: nothing to write, whatever the payload says.
+    f.failure.decision = Failure::Decision::discard;
+    auto gone = f.retry.plan(job_of(R"({"class":"W","retry":25})"), f.failure, 1000, f.rng);
+    CHECK(gone.outcome == FailureOutcome::Discarded);
+    CHECK_FALSE(gone.exhausted);
+    CHECK(f.retry.commands(gone).empty());
+}

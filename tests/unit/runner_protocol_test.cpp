@@ -86,6 +86,35 @@ TEST_CASE("runner replies", "[runner_protocol]") {
     CHECK(ready->runner == "r 1");
 }
 
+TEST_CASE("retry decisions in fail frames", "[runner_protocol]") {
+    std::string error;
+    auto retry = parse_reply(
+        {"fail", R"({"class":"E","decision":"retry","retry_at":1700000042.5,"retry_in":"kill"})"},
+        error);
+    REQUIRE(retry);
+    CHECK(retry->decision == Decision::retry);
+    CHECK(retry->retry_at == 1700000042.5);
+    CHECK(retry->give_up == GiveUp::no);  // the decision says it all
+    CHECK(retry->awaits_written());
+    auto dead = parse_reply({"fail", R"({"class":"E","decision":"dead"})"}, error);
+    REQUIRE(dead);
+    CHECK(dead->decision == Decision::dead);
+    CHECK(dead->awaits_written());
+    auto gone = parse_reply({"fail", R"({"class":"E","decision":"discard"})"}, error);
+    REQUIRE(gone);
+    CHECK(gone->decision == Decision::discard);
+    CHECK_FALSE(gone->awaits_written());
+    auto plain = parse_reply({"fail", R"({"class":"E"})"}, error);
+    REQUIRE(plain);
+    CHECK(plain->decision == Decision::none);
+    CHECK_FALSE(plain->awaits_written());
+    CHECK_FALSE(parse_reply({"fail", R"({"class":"E","decision":"later"})"}, error));
+    CHECK(error == "a fail frame whose \"decision\" is not retry, dead or discard");
+    CHECK_FALSE(parse_reply({"fail", R"({"class":"E","decision":"retry"})"}, error));
+    CHECK(error == "a retry decision without a positive \"retry_at\"");
+    CHECK_FALSE(parse_reply({"fail", R"({"class":"E","decision":"retry","retry_at":-1})"}, error));
+}
+
 TEST_CASE("the tagged dialect: tags on the type line, threads in ready, kill and discard",
           "[runner_protocol]") {
     const std::string wire = encode_frame("job", "{\"jid\":\"a\"}", 7) +
