@@ -7,6 +7,8 @@
 #             sidekiq64, 8.1.0 in sidekiq73 and sidekiq81), sidekiq-cron (1.12.0 in sidekiq64,
 #             2.4.0 in sidekiq73), sidekiq-fair_tenant 0.1.0 (sidekiq64, sidekiq73)
 #   rails     the Rails app on a private PostgreSQL cluster (skips without PostgreSQL)
+#   differential  the runner differential suite: one app under the real Sidekiq server and under
+#             kiqd with kiqd-ruby-runner, on 6.4, 7.3 and 8.1 (the sidekiq64/73/81 worlds)
 #   (none)    every file, the Sidekiq 7 files in both worlds
 # The worlds are installed by `bash scripts/install-gems`; a test whose world is missing fails,
 # naming the world and that command.
@@ -16,7 +18,8 @@ GROUPS = {
   "sidekiq7" => SIDEKIQ7_FILES,
   "sidekiq8" => SIDEKIQ7_FILES,
   "gems" => %w[test_cron_interop.rb test_cron2_interop.rb test_fair_tenant_gem_interop.rb test_unique_gems_interop.rb],
-  "rails" => %w[test_rails_pg_interop.rb]
+  "rails" => %w[test_rails_pg_interop.rb],
+  "differential" => %w[test_runner_differential_interop.rb]
 }.freeze
 # The worlds the Sidekiq 7 files run in (KiqdInterop::Worlds.per_world).
 GROUP_WORLDS = { "sidekiq7" => "sidekiq73", "sidekiq8" => "sidekiq81" }.freeze
@@ -26,7 +29,7 @@ files = case group
         when nil then files
         when "debian" then files.reject { |f| GROUPS.values.flatten.include?(File.basename(f)) }
         when *GROUPS.keys then files.select { |f| GROUPS[group].include?(File.basename(f)) }
-        else abort "run_all.rb: unknown group #{group.inspect} (debian, sidekiq7, sidekiq8, gems, rails; none: all)"
+        else abort "run_all.rb: unknown group #{group.inspect} (debian, sidekiq7, sidekiq8, gems, rails, differential; none: all)"
         end
 ENV["KIQD_INTEROP_WORLDS"] = GROUP_WORLDS[group] if GROUP_WORLDS.key?(group)
 files.each { |f| require f }
