@@ -298,16 +298,6 @@ std::int64_t CronExpression::instant(int year, int month, int day, int hour, int
     return ls.time_since_epoch().count() - li.first.offset.count();
 }
 
-std::int64_t CronExpression::noon(int y, int m, int d) const {
-    const date::local_seconds ls =
-        date::local_days{date::year{y} / date::month{static_cast<unsigned>(m)} /
-                         date::day{static_cast<unsigned>(d)}} +
-        std::chrono::hours{12};
-    if (!zone_) return ls.time_since_epoch().count() - offset_;
-    const auto li = zone_->get_info(ls);
-    return ls.time_since_epoch().count() - li.first.offset.count();
-}
-
 int CronExpression::pick(const std::string& line, int draw, int n) {
     // FNV-1a (64 bits) of "<line>#<draw>": stable across processes, machines and versions.
     std::uint64_t h = 14695981039346656037ULL;
@@ -332,9 +322,15 @@ bool CronExpression::weekday_match(const Local& l) const {
     for (const auto& w : *weekdays_) {
         if (w.day != l.wday) continue;
         if (w.mod) {
-            // et-orbi's rweek: whole weeks between the noons of 2018-12-31 and this day, in
-            // this zone (floored: a daylight-saving hour short of a week counts one less).
-            const auto days = floor_div(noon(l.year, l.month, l.day) - noon(2018, 12, 31), 86400);
+            // et-orbi's rweek (1.4.2, under fugit 1.14.0): whole weeks between Monday
+            // 2018-12-31 and this day's local date, counted in calendar days. (Up to et-orbi
+            // 1.4.1 it counted seconds between the two local noons, so a day in daylight-saving
+            // time, an hour short, counted one less and its Monday fell in the previous week.)
+            const auto days =
+                (date::sys_days{date::year{l.year} / date::month{static_cast<unsigned>(l.month)} /
+                                date::day{static_cast<unsigned>(l.day)}} -
+                 date::sys_days{date::year{2018} / date::December / date::day{31}})
+                    .count();
             const auto rweek = floor_div(days, 7);
             const auto m = static_cast<std::int64_t>(w.mod->first);
             if (m == 0) throw CronError("'%0' divides by zero");

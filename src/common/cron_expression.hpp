@@ -84,8 +84,6 @@ class CronExpression {
     bool weekday_match(const Local& l) const;
     bool monthday_match(const Local& l) const;
     static bool in(const Field& f, int v);
-    // The instant of local noon on y-m-d in this expression's zone (et-orbi's rday uses it).
-    std::int64_t noon(int y, int m, int d) const;
 
   public:
     // The value `~` draws: FNV-1a of the line and the draw's rank, modulo n (public for the

@@ -1,7 +1,8 @@
 # The differential test of schedules: thousands of generated lines — cron lines of every form
 # fugit reads (5/6 fields, ranges, steps, lists, names, L, #, &, `~`, `%`, zones) and fugit's
 # natural language ("every day at 5pm", "from mon to fri at 9:30", …), valid and not — read by
-# the real fugit 1.13.0 as sidekiq-cron reads them (Fugit.parse_cronish) and by kiqd
+# the real fugit 1.14.0 (the sidekiq73 world's, the one sidekiq-cron 2.4.0 runs on) as
+# sidekiq-cron reads them (Fugit.parse_cronish) and by kiqd
 # (kiqd_cron_times). Both must accept the same lines with the same next, following and previous
 # times, and the same cron line for a natural-language one, from instants around daylight-saving
 # changes in Europe/Berlin, America/New_York, America/Santiago and Australia/Sydney, with the
@@ -10,9 +11,10 @@
 #
 #   KIQD_CRON_TIMES=build/tests/kiqd_cron_times ruby tests/interop/cron_differential.rb
 #
-# Skips with the reason when ../shared/gems has no fugit.
+# Fails, naming the world and `bash scripts/install-gems sidekiq73`, when that world is missing.
 require "minitest/autorun"
 require "open3"
+require_relative "worlds"
 
 # "2026-03-08 06:30:00 UTC" as a UTC Time, without loading the time library.
 class Time
@@ -26,9 +28,8 @@ end
 
 
 class CronDifferentialTest < Minitest::Test
-  ROOT = File.expand_path("../..", __dir__)
-  GEMS = File.expand_path("../shared/gems", ROOT)
-  LIBS = %w[fugit-1.13.0 et-orbi-1.4.1].map { |g| File.join(GEMS, g, "lib") }
+  WORLD = "sidekiq73"
+  FUGIT_VERSION = "1.14.0"
   ZONES = %w[Europe/Berlin America/New_York America/Santiago Australia/Sydney].freeze
   # 2026's clock changes in those zones, and ordinary instants.
   FROMS = [
@@ -39,8 +40,7 @@ class CronDifferentialTest < Minitest::Test
   ].map { |t| Time.parse_utc(t) }.freeze
 
   def setup
-    missing = LIBS.reject { |d| File.directory?(d) }
-    skip "fugit is not there (#{missing.join(", ")})" unless missing.empty?
+    assert_equal FUGIT_VERSION, KiqdInterop::Worlds.gem_version(WORLD, "fugit"), "fugit in #{WORLD}"
     @tool = ENV["KIQD_CRON_TIMES"]
     skip "KIQD_CRON_TIMES is not set (build/tests/kiqd_cron_times)" unless @tool && File.executable?(@tool)
   end
@@ -123,7 +123,7 @@ class CronDifferentialTest < Minitest::Test
     (crons + nats).uniq
   end
 
-  # ---- fugit's side: a child Ruby with the gems, TZ set for the whole run
+  # ---- fugit's side: a child Ruby in the world, TZ set for the whole run
 
   FUGIT = <<~RUBY
     require "fugit"
@@ -153,8 +153,7 @@ class CronDifferentialTest < Minitest::Test
 
   def run_both(tz, input)
     env = { "TZ" => tz }
-    fugit, err, st = Open3.capture3(env, RbConfig.ruby, *LIBS.flat_map { |l| ["-I", l] }, "-e", FUGIT,
-                                    stdin_data: input)
+    fugit, err, st = Open3.capture3(env, *KiqdInterop::Worlds.ruby(WORLD, "-e", FUGIT), stdin_data: input)
     assert st.success?, "fugit's side failed: #{err}"
     kiqd, err, st = Open3.capture3(env, @tool, stdin_data: input)
     assert st.success?, "kiqd_cron_times failed: #{err}"

@@ -513,4 +513,20 @@ TEST_CASE("cron: natural-language lines, ~ and % as fugit reads them", "[cron]")
     CHECK(kiqd::CronExpression::parse("0 10 * * thu%2 UTC").next_time(thu - 1) == thu);
     CHECK(kiqd::CronExpression::parse("0 10 * * thu%2+1 UTC").next_time(thu - 1) ==
           thu + 7 * 86400);
+    // Weeks are counted in calendar days of the zone, as et-orbi 1.4.2 (fugit 1.14.0) counts
+    // them: a Monday in summer time is in the same week number as in UTC. Times from fugit 1.14.0.
+    const double jul1 = 1751328000;  // 2025-07-01 00:00:00 UTC
+    struct Case {
+        const char* line;
+        double next, previous;
+    };
+    for (const auto& c : {Case{"0 10 * * mon%2 Europe/Berlin", 1751875200, 1750665600},
+                          Case{"0 10 * * mon%2+1 Europe/Berlin", 1752480000, 1751270400},
+                          Case{"0 10 * * mon%3+2 America/New_York", 1752501600, 1750687200},
+                          Case{"0 10 * * mon%2 Australia/Sydney", 1751846400, 1750636800}}) {
+        INFO(c.line);
+        const auto e = kiqd::CronExpression::parse(c.line);
+        CHECK(e.next_time(jul1) == c.next);
+        CHECK(e.previous_time(jul1) == c.previous);
+    }
 }
