@@ -54,8 +54,13 @@ TEST_CASE("runner: the app's Sidekiq and ActiveJob jobs run with its server midd
     const auto mw = records(conn, "middleware");
     REQUIRE(mw.size() == 2);
     std::set<std::string> classes{mw[0][0], mw[1][0]};
-    CHECK(classes == std::set<std::string>{"PlainJob",
-                                           "ActiveJob::QueueAdapters::SidekiqAdapter::JobWrapper"});
+    // The ActiveJob job runs in the adapter's wrapper: ...SidekiqAdapter::JobWrapper (Rails 6.1's
+    // adapter, and Sidekiq 7.3's subclass of the same name), Sidekiq::ActiveJob::Wrapper under
+    // Sidekiq 8's adapter (its JobWrapper is only another name for it).
+    const std::string wrapper = sidekiq_major() >= 8
+                                    ? "Sidekiq::ActiveJob::Wrapper"
+                                    : "ActiveJob::QueueAdapters::SidekiqAdapter::JobWrapper";
+    CHECK(classes == std::set<std::string>{"PlainJob", wrapper});
     // The job's stdout is in kiqd's log with its class and jid.
     CHECK(kiqd.wait_for_output("class=PlainJob jid=" + jids[0]));
     CHECK(kiqd.wait_for_output("stdout: plain job 1 two"));
