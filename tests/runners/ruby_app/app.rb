@@ -1,5 +1,6 @@
-# A small plain Sidekiq 6.4 application with an ActiveJob job, run by kiqd through
-# kiqd-ruby-runner in tests/integration/runner_test.cpp. Every job records what it did in the
+# A small plain Sidekiq application with an ActiveJob job, run by kiqd through kiqd-ruby-runner in
+# tests/integration/runner_test.cpp on Debian's Sidekiq 6.4.1, and on 7.3 and 8.1 inside the test
+# worlds (ctest's runner_sidekiq73 and runner_sidekiq81). Every job records what it did in the
 # application's own Redis (APP_REDIS_URL, which the test gives kiqd's runners), so the test
 # reads the results where the application wrote them.
 require "json"
