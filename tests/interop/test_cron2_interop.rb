@@ -1,15 +1,18 @@
-# sidekiq-cron 2.3.1 and 1.12.0 on the real Sidekiq 7.3.10 (all from ../shared/gems, with fugit
-# 1.13.0, et-orbi 1.4.1, cronex 0.15.0 and globalid) sharing cron jobs with kiqd:
+# sidekiq-cron 2.4.0 on the real Sidekiq 7.3.10 (the sidekiq73 world, with fugit 1.14.0, et-orbi
+# 1.4.2, cronex 0.15.0 and globalid) and sidekiq-cron 1.12.0 on Sidekiq 6.4.1 (the sidekiq64
+# world, fugit 1.14.0) sharing cron jobs with kiqd:
 # * 2.x's namespaced keys: jobs created through the gem's API in two namespaces are enqueued by
 #   kiqd (layout auto), `kiqd cron --json` lists both namespaces, the gem's API and its Web UI
 #   tab show kiqd's runs (last enqueue time, jid history), and a natural-language line fires;
 # * kiqd with `layout: v2` moves 1.x jobs into the 2.x keys as the gem's 2.x poller does;
-# * the gem's own poller (2.3.1, then 1.12.0) racing kiqd over a job firing every two seconds:
+# * the gem's own poller (2.4.0 on 7.3, then 1.12.0 on 6.4.1) racing kiqd over a job firing
+#   every two seconds:
 #   each run is claimed once and makes one job, and no tick between the first and last run is
 #   missing — nothing fires twice or never;
 # * a sidekiq.yml with `:capsules:` and `:cron_schedule_file:`, beside 2.x jobs the app created,
 #   runs as it is: the capsule's queue served, both schedules firing once a tick, none missing.
-# The gem runs in child Ruby processes. Skipped, with the reason, when the gems are not there.
+# The gem runs in child Ruby processes started through scripts/world; a missing world fails the
+# test.
 require "support"
 require "open3"
 require "time"
@@ -17,25 +20,24 @@ require "time"
 class Cron2InteropTest < Minitest::Test
   include KiqdInterop::Helpers
 
-  GEMS = File.expand_path("../shared/gems", KiqdInterop::ROOT)
-  BASE = %w[sidekiq-7.3.10 redis-client-0.26.4 connection_pool-2.5.5 fugit-1.13.0 et-orbi-1.4.1
-            cronex-0.15.0 globalid-1.4.0].freeze
-  LIBS = {
-    "2.3.1" => ["sidekiq-cron-2.3.1", *BASE],
-    "1.12.0" => ["sidekiq-cron-1.12.0", *BASE]
-  }.transform_values { |gems| gems.map { |g| File.join(GEMS, g, "lib") } }.freeze
+  # The world of each sidekiq-cron line, and the version it pins there.
+  CRON2 = "sidekiq73"
+  CRON1 = "sidekiq64"
+  VERSIONS = { CRON2 => "2.4.0", CRON1 => "1.12.0" }.freeze
 
   def setup
-    missing = LIBS.values.flatten.uniq.reject { |d| File.directory?(d) }
-    skip "the real sidekiq-cron 2.x / Sidekiq 7.3 are not there (#{missing.join(", ")})" unless missing.empty?
+    VERSIONS.each do |world, version|
+      assert_equal version, KiqdInterop::Worlds.gem_version(world, "sidekiq-cron"), "sidekiq-cron in #{world}"
+    end
     super
   end
 
-  def gem_command(version, code)
-    prelude = <<~RUBY
-      require #{File.join(__dir__, "quiet_redis.rb").inspect}
+  def gem_command(world, code)
+    # redis-rb (and its deprecation warnings) exists only on Sidekiq 6.4.1.
+    quiet = world == CRON1 ? "require #{File.join(__dir__, "quiet_redis.rb").inspect}\n" : ""
+    prelude = quiet + <<~RUBY
       require "sidekiq"
-      raise "loaded Sidekiq \#{Sidekiq::VERSION}" unless Sidekiq::VERSION == "7.3.10"
+      raise "loaded Sidekiq \#{Sidekiq::VERSION}" unless Sidekiq::VERSION == #{KiqdInterop::Worlds::SIDEKIQ[world].inspect}
       Sidekiq.logger.level = Logger::WARN
       require "sidekiq-cron" # the gem as an app loads it (2.x's configuration and namespaces)
       require "json"
@@ -44,12 +46,12 @@ class Cron2InteropTest < Minitest::Test
         Sidekiq::Cron.configure { |c| c.available_namespaces = %w[default billing] }
       end
     RUBY
-    [KiqdInterop::RUBY, *LIBS.fetch(version).flat_map { |l| ["-I", l] }, "-e", prelude + code]
+    KiqdInterop::Worlds.ruby(world, "-e", prelude + code)
   end
 
-  def gem_ruby(version, code)
+  def gem_ruby(world, code)
     out, err, st = Open3.capture3({ "REDIS_URL" => redis_url, "TZ" => "UTC" },
-                                  *gem_command(version, code))
+                                  *gem_command(world, code))
     assert st.success?, "the gem's Ruby failed: #{err}"
     JSON.parse(out.lines.last || "null")
   end
@@ -59,7 +61,7 @@ class Cron2InteropTest < Minitest::Test
   end
 
   def test_sidekiq_cron_2_jobs_in_two_namespaces_fire_and_show_kiqds_runs
-    created = gem_ruby("2.3.1", <<~RUBY)
+    created = gem_ruby(CRON2, <<~RUBY)
       puts [
         Sidekiq::Cron::Job.create(name: "tick", cron: "* * * * * *", class: "Tick", queue: "ticks"),
         Sidekiq::Cron::Job.create(name: "bill", namespace: "billing", cron: "*/2 * * * * *",
@@ -77,7 +79,7 @@ class Cron2InteropTest < Minitest::Test
     assert_match(/sidekiq-cron 2\.x layout/, kiqd.log)
     kiqd.stop
 
-    api = gem_ruby("2.3.1", <<~RUBY)
+    api = gem_ruby(CRON2, <<~RUBY)
       puts Sidekiq::Cron::Job.all("*").map { |j|
         [j.name, { "ns" => j.namespace, "last" => j.last_enqueue_time&.to_i,
                    "jids" => j.jid_history_from_redis.map { |h| h["jid"] } }] }.to_h.to_json
@@ -95,8 +97,8 @@ class Cron2InteropTest < Minitest::Test
                    "nat" => ["v2", "default", api["nat"]["last"]],
                    "tick" => ["v2", "default", api["tick"]["last"]] }, listed)
 
-    # The gem's Web UI tab (2.x, on Sidekiq 7.3's Web) lists the jobs and shows kiqd's jids.
-    pages = gem_ruby("2.3.1", <<~RUBY)
+    # The gem's Web UI tab (2.4, on Sidekiq 7.3's Web) lists the jobs and shows kiqd's jids.
+    pages = gem_ruby(CRON2, <<~RUBY)
       require #{File.join(__dir__, "cron_web_request.rb").inspect}
       web = cron_web
       index = web.get("/cron/namespaces/default")
@@ -108,7 +110,7 @@ class Cron2InteropTest < Minitest::Test
   end
 
   def test_layout_v2_moves_1x_jobs_as_the_2x_poller_does
-    assert_equal true, gem_ruby("1.12.0", <<~RUBY)
+    assert_equal true, gem_ruby(CRON1, <<~RUBY)
       puts Sidekiq::Cron::Job.create(name: "old", cron: "* * * * * *", class: "Old", queue: "olds").to_json
     RUBY
     assert redis.sismember("cron_jobs", "cron_job:old")
@@ -116,20 +118,20 @@ class Cron2InteropTest < Minitest::Test
     wait_until(30, "kiqd to enqueue the moved job") { redis.llen("queue:olds") >= 2 }
     kiqd.stop
     refute redis.sismember("cron_jobs", "cron_job:old")
-    seen = gem_ruby("2.3.1", 'puts Sidekiq::Cron::Job.all.map { |j| [j.name, j.last_enqueue_time&.to_i] }.to_json')
+    seen = gem_ruby(CRON2, 'puts Sidekiq::Cron::Job.all.map { |j| [j.name, j.last_enqueue_time&.to_i] }.to_json')
     assert_equal "old", seen.dig(0, 0)
     assert_in_delta Time.now.to_i, seen.dig(0, 1), 20
   end
 
-  def race(version, prefix)
-    assert_equal true, gem_ruby(version, <<~RUBY)
+  def race(world, prefix)
+    assert_equal true, gem_ruby(world, <<~RUBY)
       puts Sidekiq::Cron::Job.create(name: "shared", cron: "*/2 * * * * *", class: "Shared",
                                      queue: "shared").to_json
     RUBY
-    enqueue = version.start_with?("2") ? "test_and_enqueue_for_time!" : "test_and_enque_for_time!"
-    all = version.start_with?("2") ? 'all("*")' : "all"
+    enqueue = world == CRON2 ? "test_and_enqueue_for_time!" : "test_and_enque_for_time!"
+    all = world == CRON2 ? 'all("*")' : "all"
     # The gem's Poller#enqueue, in a loop, in a Ruby process of its own.
-    poller = spawn_child("gem-poller", gem_command(version, <<~RUBY), env: { "TZ" => "UTC" })
+    poller = spawn_child("gem-poller", gem_command(world, <<~RUBY), env: { "TZ" => "UTC" })
       loop do
         time = Time.now.utc
         Sidekiq::Cron::Job.#{all}.each { |j| j.#{enqueue}(time) if j.valid? }
@@ -168,7 +170,7 @@ class Cron2InteropTest < Minitest::Test
   # it is: the capsule's queue is served, the file's schedule and the API's job both fire, each
   # run once, none missing.
   def test_an_existing_sidekiq_yml_with_capsules_a_schedule_file_and_2x_keys_runs_as_it_is
-    assert_equal true, gem_ruby("2.3.1", <<~RUBY)
+    assert_equal true, gem_ruby(CRON2, <<~RUBY)
       puts Sidekiq::Cron::Job.create(name: "api_tick", cron: "*/2 * * * * *", class: "ApiTick",
                                      queue: "api_ticks").to_json
     RUBY
@@ -198,10 +200,10 @@ class Cron2InteropTest < Minitest::Test
   end
 
   def test_the_2x_poller_and_kiqd_enqueue_each_run_once
-    race("2.3.1", "cron_job:default:shared")
+    race(CRON2, "cron_job:default:shared")
   end
 
-  def test_the_1x_poller_on_sidekiq_7_and_kiqd_enqueue_each_run_once
-    race("1.12.0", "cron_job:shared")
+  def test_the_1x_poller_on_sidekiq_6_4_and_kiqd_enqueue_each_run_once
+    race(CRON1, "cron_job:shared")
   end
 end

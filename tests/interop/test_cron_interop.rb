@@ -1,23 +1,21 @@
-# Issue 22, cron jobs: the real sidekiq-cron 1.12.0 (with fugit 1.13.0 and et-orbi 1.4.1, loaded
-# from ../shared/gems beside the repository, on Debian's Sidekiq 6.4.1, raabro, tzinfo and
-# globalid) and kiqd share cron jobs. Jobs created and disabled through the gem's API are
-# enqueued (and stop being enqueued) by kiqd; the gem's Job.all lists kiqd's YAML schedules; the
+# Issue 22, cron jobs: the real sidekiq-cron 1.12.0 (with fugit 1.14.0 and et-orbi 1.4.2, on
+# Sidekiq 6.4.1: the sidekiq64 world, tests/gemfiles/sidekiq64.gemfile) and kiqd share cron
+# jobs. Jobs created and disabled through the gem's API are enqueued (and stop being enqueued) by
+# kiqd; the gem's Job.all lists kiqd's YAML schedules; the
 # gem's own poller and kiqd's racing over one job enqueue each run once; `kiqd cron --json` agrees
-# with Job.all on status and last enqueue time; the gem's Web UI tab shows kiqd's schedules and jids. The gem runs in child Ruby processes, so that its
-# dependencies (ActiveSupport through globalid) stay out of this suite's process. Skipped, with
-# the reason, when the gems are not there.
+# with Job.all on status and last enqueue time; the gem's Web UI tab shows kiqd's schedules and
+# jids. The gem runs in child Ruby processes started through scripts/world, so that its world
+# stays out of this suite's process; a missing world fails the test.
 require "support"
 require "open3"
 
 class CronInteropTest < Minitest::Test
   include KiqdInterop::Helpers
 
-  GEMS = File.expand_path("../shared/gems", KiqdInterop::ROOT)
-  LIBS = %w[sidekiq-cron-1.12.0 fugit-1.13.0 et-orbi-1.4.1].map { |g| File.join(GEMS, g, "lib") }
+  WORLD = "sidekiq64"
 
   def setup
-    missing = LIBS.reject { |d| File.directory?(d) }
-    skip "the real sidekiq-cron is not there (#{missing.join(", ")})" unless missing.empty?
+    assert_equal "1.12.0", KiqdInterop::Worlds.gem_version(WORLD, "sidekiq-cron")
     super
   end
 
@@ -25,12 +23,13 @@ class CronInteropTest < Minitest::Test
     prelude = <<~RUBY
       require #{File.join(__dir__, "quiet_redis.rb").inspect}
       require "sidekiq"
+      raise "loaded Sidekiq \#{Sidekiq::VERSION}" unless Sidekiq::VERSION == "6.4.1"
       Sidekiq.logger.level = Logger::WARN
       require "sidekiq/cron/job"
       require "json"
       Sidekiq.configure_client { |c| c.redis = { url: ENV["REDIS_URL"] } }
     RUBY
-    [KiqdInterop::RUBY, *LIBS.flat_map { |l| ["-I", l] }, "-e", prelude + code]
+    KiqdInterop::Worlds.ruby(WORLD, "-e", prelude + code)
   end
 
   # Runs `code` with the gem loaded against this test's Redis; returns the JSON it prints last.

@@ -1,7 +1,8 @@
 # Issue 19: kiqd against sidekiq-unique-jobs' own Ruby SERVER middleware, with the gem's real
-# CLIENT middleware pushing, on both gem lines (7.1.33 on Debian's Sidekiq 6.4.1, 8.1.0 on
-# Sidekiq 7.3.10, loaded from the shared/gems folder beside the repository; skipped with a message where
-# that folder is absent). Each scenario runs the same pushes twice in one test: once served by
+# CLIENT middleware pushing, on both gem lines, from the worlds (scripts/world): 7.1.33 on
+# Sidekiq 6.4.1 (sidekiq64), 8.1.0 on Sidekiq 7.3.10 (sidekiq73) and 8.1.0 on Sidekiq 8.1.7
+# (sidekiq81, Ruby 3.3); a missing world fails its tests. Each scenario runs the same pushes
+# twice in one test: once served by
 # a real Ruby Sidekiq process with the gem's server middleware (the reference), once by
 # kiqd_test_daemon; both leave their observations, which are compared. The jobs are gated
 # (unique_gems/app.rb, Test::Gated::* in kiqd_test_daemon): they start, wait for a gate key,
@@ -14,38 +15,27 @@ require "support"
 require "open3"
 
 module UniqueGems
-  DIR = File.join(File.dirname(KiqdInterop::ROOT), "shared", "gems")
   APP = File.join(__dir__, "unique_gems", "app.rb")
   PUSHER = File.join(__dir__, "unique_gems", "pusher.rb")
 
-  # gem line → [RUBYLIB entries, the sidekiq executable (run with ruby)]
+  # world → the gem line it pins (a test name's prefix: test_<gem>_on_<sidekiq>_...)
   LINES = {
-    "7.1.33" => [%w[sidekiq-unique-jobs-7.1.33/lib brpoplpush-redis_script-0.1.3/lib],
-                 "/usr/bin/sidekiq"],
-    "8.1.0" => [%w[sidekiq-7.3.10/lib redis-client-0.26.4/lib connection_pool-2.5.5/lib
-                   sidekiq-unique-jobs-8.1.0/lib], "sidekiq-7.3.10/bin/sidekiq"],
+    "sidekiq64" => "7.1.33",
+    "sidekiq73" => "8.1.0",
+    "sidekiq81" => "8.1.0",
   }.freeze
 
-  def self.available?
-    File.directory?(File.join(DIR, "sidekiq-unique-jobs-7.1.33"))
-  end
-
-  def self.rubylib(line)
-    LINES.fetch(line)[0].map { |d| File.join(DIR, d) }.join(":")
-  end
-
-  def self.sidekiq_bin(line)
-    File.expand_path(LINES.fetch(line)[1], DIR)
-  end
-
-  # The pusher child (unique_gems/pusher.rb): one JSON request and reply per line.
+  # The pusher child (unique_gems/pusher.rb) in `world`: one JSON request and reply per line.
   class Pusher
-    def initialize(line, redis_url, log)
-      env = { "RUBYLIB" => UniqueGems.rubylib(line), "REDIS_URL" => redis_url }
-      @in, @out, @thread = Open3.popen2(env, KiqdInterop::RUBY, PUSHER, err: [log, "a"])
+    def initialize(world, redis_url, log)
+      env = { "REDIS_URL" => redis_url }
+      @in, @out, @thread = Open3.popen2(env, *KiqdInterop::Worlds.ruby(world, PUSHER),
+                                        err: [log, "a"])
       @child = KiqdInterop::Child.new("pusher", @thread.pid, log)
-      ready = @out.gets or raise "the pusher for #{line} did not start"
+      ready = @out.gets or raise "the pusher in #{world} did not start: #{File.read(log)}"
       @versions = JSON.parse(ready)
+      expected = { "ready" => KiqdInterop::Worlds::SIDEKIQ[world], "gem" => LINES[world] }
+      raise "the pusher in #{world} loaded #{@versions}, not #{expected}" unless @versions == expected
     end
     attr_reader :versions, :child
 
@@ -75,12 +65,6 @@ end
 class UniqueGemsInteropTest < Minitest::Test
   include KiqdInterop::Helpers
 
-  def setup
-    skip "the real gems are not at #{UniqueGems::DIR}: sidekiq-unique-jobs interop skipped" unless
-      UniqueGems.available?
-    super
-  end
-
   def teardown
     @pusher&.close
     super
@@ -88,13 +72,12 @@ class UniqueGemsInteropTest < Minitest::Test
 
   # --- servers ----------------------------------------------------------------------------
 
-  def start_server(kind, line, concurrency)
+  def start_server(kind, world, concurrency)
     if kind == :ruby
-      child = spawn_child("sidekiq-#{line}",
-                          [KiqdInterop::RUBY, UniqueGems.sidekiq_bin(line), "-r", UniqueGems::APP,
-                           "-c", concurrency.to_s, "-q", "default", "-t", "2"],
-                          env: { "RUBYLIB" => UniqueGems.rubylib(line) })
-      wait_until(30, "the Ruby Sidekiq #{line} server to register") do
+      child = spawn_child("sidekiq-#{world}",
+                          KiqdInterop::Worlds.sidekiq(world, "-r", UniqueGems::APP,
+                                                      "-c", concurrency.to_s, "-q", "default", "-t", "2"))
+      wait_until(30, "the Ruby Sidekiq server of #{world} to register") do
         assert_alive(child)
         redis.smembers("processes").any? { |id| id.split(":")[-2] == child.pid.to_s }
       end
@@ -113,9 +96,9 @@ class UniqueGemsInteropTest < Minitest::Test
 
   # --- observations -----------------------------------------------------------------------
 
-  def pusher(line)
+  def pusher(world)
     @pusher&.close
-    @pusher = UniqueGems::Pusher.new(line, redis_url, File.join(tmpdir, "pusher.log"))
+    @pusher = UniqueGems::Pusher.new(world, redis_url, File.join(tmpdir, "pusher.log"))
   end
 
   def started = redis.lrange("kiqd-test:started", 0, -1)
@@ -166,10 +149,10 @@ class UniqueGemsInteropTest < Minitest::Test
   # A burst of copies while one runs, one process thread: the copy that is pushed first waits
   # in the queue holding the client lock, so the gem's client rejects the rest; once the run
   # ends, that copy runs; nothing is left and a new push is accepted.
-  def burst_scenario(kind, line)
+  def burst_scenario(kind, world)
     fresh_redis
-    server = start_server(kind, line, 1)
-    p = pusher(line)
+    server = start_server(kind, world, 1)
+    p = pusher(world)
     a = p.push("UntilAndWhileExecuting", "k", "g1")
     wait_for_started(a)
     answers = Array.new(10) { p.push("UntilAndWhileExecuting", "k", "g1") }
@@ -186,10 +169,10 @@ class UniqueGemsInteropTest < Minitest::Test
   # Copies while one runs, three threads: the gem's server fetches a copy at once, frees its
   # client lock, waits ~1 s for the run lock and drops it; kiqd keeps one waiting copy, which
   # runs after the running one. Either way nothing is left behind.
-  def busy_burst_scenario(kind, line)
+  def busy_burst_scenario(kind, world)
     fresh_redis
-    server = start_server(kind, line, 3)
-    p = pusher(line)
+    server = start_server(kind, world, 3)
+    p = pusher(world)
     a = p.push("UntilAndWhileExecuting", "k", "g1")
     wait_for_started(a)
     accepted = []
@@ -210,10 +193,10 @@ class UniqueGemsInteropTest < Minitest::Test
 
   # A job fails; while it waits for its retry the gem's server holds its client lock again, so a
   # duplicate is rejected; the retry runs and frees everything.
-  def retry_scenario(kind, line, type)
+  def retry_scenario(kind, world, type)
     fresh_redis
-    server = start_server(kind, line, 1)
-    p = pusher(line)
+    server = start_server(kind, world, 1)
+    p = pusher(world)
     open_gate("g")
     a = p.push(type, "k", "g", "fail")
     @failed_runs = 1
@@ -230,10 +213,10 @@ class UniqueGemsInteropTest < Minitest::Test
 
   # Issue 19's retry path: A fails while B (pushed during A's run) holds the client lock; B
   # runs; C is pushed and waits in the queue; A's retry comes due while C holds the lock.
-  def retry_path_scenario(kind, line)
+  def retry_path_scenario(kind, world)
     fresh_redis
-    server = start_server(kind, line, 1)
-    p = pusher(line)
+    server = start_server(kind, world, 1)
+    p = pusher(world)
     a = p.push("UntilAndWhileExecuting", "k", "g1", "fail")
     @failed_runs = 1
     wait_for_started(a)
@@ -257,10 +240,10 @@ class UniqueGemsInteropTest < Minitest::Test
   # queue, and either waiting in `schedule` holding the client lock (the gem 7.1's re-pushed
   # copy, kiqd's waiting copy) or, with no client lock held, some copy in `schedule` (the gem
   # 8.1's re-pushed copy, which skips its client). Counts the copies waiting at most.
-  def reschedule_scenario(kind, line)
+  def reschedule_scenario(kind, world)
     fresh_redis
-    server = start_server(kind, line, 3)
-    p = pusher(line)
+    server = start_server(kind, world, 3)
+    p = pusher(world)
     type = "UntilAndWhileExecutingReschedule"
     a = p.push(type, "k", "g1")
     wait_for_started(a)
@@ -289,10 +272,10 @@ class UniqueGemsInteropTest < Minitest::Test
 
   # kill -9 of the server while a job runs (lock_ttl 5): a copy pushed afterwards is accepted,
   # a new server starts; the dead run's locks go by their TTL and nothing is left.
-  def kill_scenario(kind, line)
+  def kill_scenario(kind, world)
     fresh_redis
-    server = start_server(kind, line, 1)
-    p = pusher(line)
+    server = start_server(kind, world, 1)
+    p = pusher(world)
     a = p.push("UntilAndWhileExecuting", "k", "g1", "ok", "lock_ttl" => 5)
     wait_for_started(a)
     server.signal("KILL")
@@ -301,20 +284,20 @@ class UniqueGemsInteropTest < Minitest::Test
     @failed_runs = 1 # A started and never finishes
     b = p.push("UntilAndWhileExecuting", "k", "g1", "ok", "lock_ttl" => 5)
     open_gate("g1")
-    server = start_server(kind, line, 1)
+    server = start_server(kind, world, 1)
     state = drained_state(server, locks: kind == :kiqd)
     stop_server(server)
     { "b_accepted" => !b.nil?, "b_ran" => done.include?(b), "state" => state }
   end
 
-  # --- tests, per gem line ----------------------------------------------------------------
+  # --- tests, per world (gem line and Sidekiq) --------------------------------------------
 
-  UniqueGems::LINES.each_key do |line|
-    tag = line.tr(".", "_")
+  UniqueGems::LINES.each do |world, line|
+    tag = "#{line.tr(".", "_")}_on_#{KiqdInterop::Worlds::SIDEKIQ[world].split(".").first(2).join("_")}"
 
     define_method("test_#{tag}_burst_while_running_matches_the_gems_server") do
-      gem = burst_scenario(:ruby, line)
-      kiqd = burst_scenario(:kiqd, line)
+      gem = burst_scenario(:ruby, world)
+      kiqd = burst_scenario(:kiqd, world)
       assert_equal [true] + [false] * 9, gem["accepted"], "the gem's own server"
       assert_equal gem, kiqd
       assert_equal CLEAN, kiqd["state"]
@@ -322,8 +305,8 @@ class UniqueGemsInteropTest < Minitest::Test
     end
 
     define_method("test_#{tag}_burst_with_free_threads_leaves_nothing_and_kiqd_loses_no_update") do
-      gem = busy_burst_scenario(:ruby, line)
-      kiqd = busy_burst_scenario(:kiqd, line)
+      gem = busy_burst_scenario(:ruby, world)
+      kiqd = busy_burst_scenario(:kiqd, world)
       assert_equal CLEAN, gem["state"], "the gem's own server"
       assert_equal CLEAN, kiqd["state"]
       assert_equal 8, gem["accepted"].size, "the gem's server frees the client lock when fetched"
@@ -335,8 +318,8 @@ class UniqueGemsInteropTest < Minitest::Test
 
     %w[UntilAndWhileExecuting UntilExecuting UntilExecuted].each do |type|
       define_method("test_#{tag}_#{type}_failure_and_retry_match_the_gems_server") do
-        gem = retry_scenario(:ruby, line, type)
-        kiqd = retry_scenario(:kiqd, line, type)
+        gem = retry_scenario(:ruby, world, type)
+        kiqd = retry_scenario(:kiqd, world, type)
         assert_equal CLEAN, gem["state"], "the gem's own server"
         if type == "UntilExecuted" && line == "7.1.33"
           # 7.1 frees an until_executed lock after a failure (8.x keeps it, as kiqd does).
@@ -355,8 +338,8 @@ class UniqueGemsInteropTest < Minitest::Test
     end
 
     define_method("test_#{tag}_retry_path_leaves_no_stuck_identity") do
-      gem = retry_path_scenario(:ruby, line)
-      kiqd = retry_path_scenario(:kiqd, line)
+      gem = retry_path_scenario(:ruby, world)
+      kiqd = retry_path_scenario(:kiqd, world)
       assert_equal [true, true, false], gem["pushes"], "the gem's own server"
       assert_equal gem["pushes"], kiqd["pushes"]
       assert_equal CLEAN, gem["state"]
@@ -369,8 +352,8 @@ class UniqueGemsInteropTest < Minitest::Test
     end
 
     define_method("test_#{tag}_on_conflict_reschedule_one_copy_waits_holding_the_client_lock") do
-      gem = reschedule_scenario(:ruby, line)
-      kiqd = reschedule_scenario(:kiqd, line)
+      gem = reschedule_scenario(:ruby, world)
+      kiqd = reschedule_scenario(:kiqd, world)
       # kiqd: the waiting copy holds the client lock, so the gem's client rejects every later
       # push; A and the waiting copy run; nothing is left.
       assert_equal [true] + [false] * 9, kiqd["accepted"], kiqd.inspect
@@ -392,8 +375,8 @@ class UniqueGemsInteropTest < Minitest::Test
     end
 
     define_method("test_#{tag}_kill_9_mid_run_leaves_nothing_behind") do
-      gem = kill_scenario(:ruby, line)
-      kiqd = kill_scenario(:kiqd, line)
+      gem = kill_scenario(:ruby, world)
+      kiqd = kill_scenario(:kiqd, world)
       assert gem["b_accepted"], "the gem's own server"
       assert kiqd["b_accepted"]
       assert_equal CLEAN, kiqd["state"]

@@ -1,24 +1,38 @@
 # sidekiq-fair_tenant 0.1.0's own spec scenario (spec/sidekiq/fair_tenant_spec.rb), replayed with
-# the gem's real client middleware and its own spec/support/jobs.rb against a real Redis (not
-# Sidekiq::Testing), for test_fair_tenant_gem_interop.rb. Prints one JSON line per push:
+# the gem's real client middleware and its spec's job classes (jobs.rb beside this file) against a
+# real Redis (not Sidekiq::Testing), for test_fair_tenant_gem_interop.rb. Prints one JSON line
+# per push:
 # {"example", "jid", "queue"} (the queue the gem chose, read by a client middleware placed after
 # it), then {"done": true}. Time travel (ActiveSupport's `travel`) moves the gem's Time.now, as
 # in the spec; the window keys are cleared between examples, as the spec's after hook does.
-# Env: REDIS_URL, FAIR_TENANT_GEM (the gem's folder); RUBYLIB has its lib and anyway_config's.
+# Runs in a world (scripts/world: the gem, its anyway_config and ActiveSupport from the bundle).
+# Env: REDIS_URL; FAIR_TENANT_ACTIVE_JOB=1 loads ActiveJob and replays the spec's ActiveJob
+# examples too (the sidekiq73 world has ActiveJob, the sidekiq64 world does not).
 require "json"
 require "logger"
+require_relative "../quiet_redis" # redis-rb (Sidekiq 6.4.1's client) quietly, as the suite loads it
 require "forwardable" # the gem uses Forwardable without requiring it (bundler loads it in its spec)
-require "active_job"
-require "active_job/queue_adapters/sidekiq_adapter"
-require "active_support/core_ext/numeric/time"
+# The gem expects an app's ActiveSupport core extensions (blank?, symbolize_keys, constantize).
+require "active_support/all"
 require "active_support/testing/time_helpers"
 require "sidekiq"
+# Before Rails: anyway_config reads its settings from a Rails app's config/ when Rails is loaded
+# as it loads, and this scenario has no app.
 require "sidekiq/fair_tenant"
-require File.join(ENV.fetch("FAIR_TENANT_GEM"), "spec", "support", "jobs.rb")
+ACTIVE_JOB = ENV["FAIR_TENANT_ACTIVE_JOB"] == "1"
+if ACTIVE_JOB
+  require "active_job"
+  # Sidekiq 7's own ActiveJob adapter wraps jobs in Sidekiq::ActiveJob::Wrapper, defined with its
+  # Rails engine (sidekiq/rails, which an app loads with Rails).
+  require "rails"
+  require "sidekiq/rails"
+  require "active_job/queue_adapters/sidekiq_adapter"
+end
+require_relative "jobs"
 
 include ActiveSupport::Testing::TimeHelpers
 
-ActiveJob::Base.logger = Logger.new(nil)
+ActiveJob::Base.logger = Logger.new(nil) if ACTIVE_JOB
 Sidekiq.logger.level = Logger::WARN
 
 # Records the queue each job leaves the client chain with (after the gem's middleware).
@@ -50,7 +64,8 @@ end
 def after_example
   travel_back
   Sidekiq.redis do |redis|
-    redis.scan_each(match: "sidekiq-fair_tenant:*") { |k| redis.del(k) }
+    keys = redis.keys("sidekiq-fair_tenant:*")
+    redis.del(*keys) unless keys.empty?
   end
 end
 
@@ -74,19 +89,21 @@ after_example
 end
 after_example
 
-active = ->(*args) { SampleActiveJob.perform_later(*args) }
-record("active job 1") { active.call }
-record("active job 2") { active.call }
-record("active job bar") { active.call("bar") }
-travel 1.hour + 1.second
-record("active job after 1 h") { active.call }
-travel 1.day + 1.second
-record("active job after 1 d") { active.call }
-after_example
+if ACTIVE_JOB
+  active = ->(*args) { SampleActiveJob.perform_later(*args) }
+  record("active job 1") { active.call }
+  record("active job 2") { active.call }
+  record("active job bar") { active.call("bar") }
+  travel 1.hour + 1.second
+  record("active job after 1 h") { active.call }
+  travel 1.day + 1.second
+  record("active job after 1 d") { active.call }
+  after_example
 
-2.times do |i|
-  record("active job explicit queue #{i + 1}") { SampleActiveJob.set(queue: :another).perform_later }
+  2.times do |i|
+    record("active job explicit queue #{i + 1}") { SampleActiveJob.set(queue: :another).perform_later }
+  end
+  after_example
 end
-after_example
 
 puts({ done: true }.to_json)

@@ -1,7 +1,8 @@
 # The Ruby side of the sidekiq-unique-jobs interop suite (test_unique_gems_interop.rb), loaded by
 # its child processes: the pusher (pusher.rb, the gem's CLIENT middleware) and the reference
 # Ruby Sidekiq server (`sidekiq -r app.rb`, the gem's SERVER middleware). Runs on either gem
-# line: 7.1.33 on Debian's Sidekiq 6.4.1, 8.1.0 on Sidekiq 7.3.10 (the include path decides).
+# line: 7.1.33 on Sidekiq 6.4.1, 8.1.0 on Sidekiq 7.3.10 or 8.1.7 (the world it is started in
+# through scripts/world decides).
 #
 # Every worker is a gated job, args [key, gate, mode], with the same behaviour as the
 # Test::Gated::* handlers of kiqd_test_daemon (tests/support/test_daemon.cpp):
