@@ -356,6 +356,7 @@ struct Config {
     bool max_retries_set = false;  // the config says max_retries (it then wins over the app's)
     long long dead_max_jobs = 10000;
     long long dead_timeout_seconds = 180LL * 24 * 3600;
+    bool dead_max_jobs_set = false, dead_timeout_set = false;  // as max_retries_set
     double average_scheduled_poll_interval = 5.0;
     std::optional<double> poll_interval_average;  // set = fixed average, no scaling by processes
     size_t max_payload_bytes = 16 * 1024 * 1024;

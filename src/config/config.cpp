@@ -104,11 +104,13 @@ void apply_map(const YAML::Node& root, Config& c, const std::string& environment
          {"dead_max_jobs",
           [&](const auto& key, const auto& v) {
               c.dead_max_jobs = as_int(key, v);
+              c.dead_max_jobs_set = true;
               if (c.dead_max_jobs < 1) throw ConfigError(key, "must be at least 1", line_of(v));
           }},
          {"dead_timeout_in_seconds",
           [&](const auto& key, const auto& v) {
               c.dead_timeout_seconds = whole_seconds(key, v);
+              c.dead_timeout_set = true;
               if (c.dead_timeout_seconds < 1)
                   throw ConfigError(key, "must be at least 1", line_of(v));
           }},

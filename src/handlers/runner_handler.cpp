@@ -154,6 +154,12 @@ void RunnerPools::start(spdlog::logger& log) {
     if (!pools_.empty()) g_active = this;
 }
 
+std::optional<runner::AppSettings> RunnerPools::app_settings() const {
+    for (const auto& [name, pool] : pools_)
+        if (auto s = pool->app_settings()) return s;
+    return std::nullopt;
+}
+
 void RunnerPools::quiet(bool shutdown) const {
     for (auto& [name, pool] : pools_) pool->quiet(shutdown);
 }

@@ -87,6 +87,9 @@ class RunnerPools {
     void quiet(bool shutdown = false) const;
     void stop();                      // after the processors have stopped
     std::vector<RunnerChildInfo> snapshot() const;
+    // The application's own server settings, from the first pool whose runner has reported them
+    // (nullopt while none has booted). Any thread.
+    std::optional<runner::AppSettings> app_settings() const;
     // check-config: boots one child of each pool once. Problems as "runners.NAME (line N): …".
     std::vector<std::string> boot_check() const;
 

@@ -36,9 +36,15 @@ namespace {
 const milliseconds kRetireGrace{5000};  // end of file → SIGTERM, and SIGTERM → SIGKILL
 }  // namespace
 
-void RunnerPool::take_seats_from(RunnerChild& c, const runner::Ready& ready) const {
+void RunnerPool::take_seats_from(RunnerChild& c, const runner::Ready& ready) {
     c.tagged = ready.threads > 0;
     c.capacity = c.tagged ? std::min(ready.threads, std::max(1, spec_.threads)) : 1;
+    if (!app_settings_) app_settings_ = ready.app;
+}
+
+std::optional<runner::AppSettings> RunnerPool::app_settings() const {
+    std::lock_guard lock(mutex_);
+    return app_settings_;
 }
 
 RunnerPool::RunnerPool(RunnerSpec spec, std::vector<std::string> env)

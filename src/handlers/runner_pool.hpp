@@ -156,6 +156,10 @@ class RunnerPool {
 
     std::vector<RunnerChildInfo> snapshot() const;
 
+    // The application's own server settings from the first `ready` (nullopt before one came).
+    // Any thread.
+    std::optional<runner::AppSettings> app_settings() const;
+
     // For check-config: starts the command once and waits for `ready` (at most boot_timeout).
     // nullopt on success, else why it did not boot (with its stderr tail). Any thread.
     static std::optional<std::string> boot_once(const RunnerSpec& spec,
@@ -174,7 +178,7 @@ class RunnerPool {
     void master_ready(const runner::Ready& ready);  // mutex held
     // How many jobs at once the child takes, from its ready: min(its "threads", the pool's
     // `threads`) when it speaks the tagged dialect, else 1. Mutex held.
-    void take_seats_from(RunnerChild& child, const runner::Ready& ready) const;
+    void take_seats_from(RunnerChild& child, const runner::Ready& ready);
     void master_frames();                               // mutex held; reads forked/exited
     bool master_alive_for(const RunnerChild& c) const;  // mutex held
     Slot& slot_at(size_t index) { return index == kMaster ? master_ : slots_[index]; }
@@ -230,6 +234,7 @@ class RunnerPool {
     bool stopping_ = false;
     bool boot_reported_ = false;  // a boot failure was logged; the next ones are not
     int wake_fd_ = -1;            // eventfd: wakes the supervisor's poll
+    std::optional<runner::AppSettings> app_settings_;  // the first ready's
     std::thread thread_;
 };
 

@@ -158,6 +158,19 @@ std::optional<Ready> parse_ready(const Frame& frame, std::string& error) {
         }
         r.threads = static_cast<int>(threads->get<long long>());
     }
+    // The app's own settings: a value that is not a whole number in range is left out.
+    if (auto app = j->find("app"); app != j->end() && app->is_object()) {
+        const auto whole = [&](const char* key, long long min) -> std::optional<long long> {
+            auto v = app->find(key);
+            if (v == app->end() || !v->is_number_integer() || v->get<long long>() < min ||
+                v->get<long long>() > (1LL << 40))
+                return std::nullopt;
+            return v->get<long long>();
+        };
+        r.app.max_retries = whole("max_retries", 0);
+        r.app.dead_max_jobs = whole("dead_max_jobs", 1);
+        r.app.dead_timeout_seconds = whole("dead_timeout_in_seconds", 1);
+    }
     return r;
 }
 

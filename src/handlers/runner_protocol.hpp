@@ -70,8 +70,18 @@ struct Reply {
 // The reply a frame carries, or nullopt with `error` saying why it is not one.
 std::optional<Reply> parse_reply(const Frame& frame, std::string& error);
 
+// Server settings the application made in its own Sidekiq configuration (configure_server), as a
+// runner reports them in `ready` ("app"): only those that differ from Sidekiq's defaults.
+struct AppSettings {
+    std::optional<long long> max_retries;
+    std::optional<long long> dead_max_jobs;
+    std::optional<long long> dead_timeout_seconds;
+    bool empty() const { return !max_retries && !dead_max_jobs && !dead_timeout_seconds; }
+};
+
 // The `ready` greeting: the runner's pid and description, or nullopt with `error`.
 struct Ready {
+    AppSettings app;  // "app": {"max_retries": N, "dead_max_jobs": N, "dead_timeout_in_seconds": N}
     long long pid = 0;
     std::string runner;
     bool preload = false;  // "preload": true: a master that forks the processes on request

@@ -24,9 +24,9 @@ std::vector<redis::Command> DeadSet::entry_commands(const std::string& payload, 
 
 std::vector<redis::Command> DeadSet::trim_commands(double now) const {
     return {
-        {"ZREMRANGEBYSCORE", keys_.dead(), "-inf", score_text(now - timeout_seconds_)},
+        {"ZREMRANGEBYSCORE", keys_.dead(), "-inf", score_text(now - timeout_seconds())},
         // Sidekiq trims with rank -max_jobs, which keeps max_jobs - 1 entries; kept as is.
-        {"ZREMRANGEBYRANK", keys_.dead(), "0", std::to_string(-max_jobs_)},
+        {"ZREMRANGEBYRANK", keys_.dead(), "0", std::to_string(-max_jobs())},
     };
 }
 

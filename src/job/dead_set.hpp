@@ -2,7 +2,8 @@
 // The "dead" ZSET (Sidekiq's morgue): insertion with Sidekiq's trims by age and size in one
 // MULTI (docs/data-model.md#dead-set-trimming), and the entry kiqd writes for payloads that cannot
 // run at all (not JSON, no class, too large) so that nothing is dropped and the Web UI shows the
-// reason. Immutable; shared by all threads.
+// reason. Shared by all threads; the trims' limits may change once (a runner reporting the app's).
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -35,10 +36,17 @@ class DeadSet {
     std::string invalid_entry(const std::string& raw, const std::string& queue,
                               const InvalidJob& why) const;
 
+    long long max_jobs() const { return max_jobs_.load(std::memory_order_relaxed); }
+    long long timeout_seconds() const { return timeout_seconds_.load(std::memory_order_relaxed); }
+    void set_limits(long long max_jobs, long long timeout_seconds) {
+        max_jobs_.store(max_jobs, std::memory_order_relaxed);
+        timeout_seconds_.store(timeout_seconds, std::memory_order_relaxed);
+    }
+
   private:
     const Keys& keys_;
-    long long max_jobs_;
-    long long timeout_seconds_;
+    std::atomic<long long> max_jobs_;
+    std::atomic<long long> timeout_seconds_;
     Compat compat_;
 };
 

@@ -85,7 +85,7 @@ long long max_retries_of(const nlohmann::json& p, long long fallback) {
 FailureOutcome JobRetry::fate(const Job& job, double now) const {
     const nlohmann::json p = job.members({"retry", "retry_for", "failed_at"});
     if (!retry_enabled(p)) return FailureOutcome::Discarded;
-    return retries_exhausted(p, next_retry_count(job), max_retries_of(p, max_retries_), now,
+    return retries_exhausted(p, next_retry_count(job), max_retries_of(p, max_retries()), now,
                              compat_)
                ? FailureOutcome::Dead
                : FailureOutcome::Retried;
@@ -127,7 +127,7 @@ RetryPlan JobRetry::plan(const Job& job, const Failure& failure, double now,
         return plan;
     }
     if (failure.give_up == Failure::GiveUp::discard) return plan;  // Sidekiq 7's :discard: poof
-    const long long max = max_retries_of(p, max_retries_);
+    const long long max = max_retries_of(p, max_retries());
 
     auto retry_queue = p.find("retry_queue");
     obj->set_string("queue", retry_queue != p.end() && retry_queue->is_string()

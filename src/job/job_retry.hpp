@@ -7,6 +7,7 @@
 // or nowhere for "retry": false. A payload it cannot edit (not a Job parse_job made) goes to
 // "dead" whole, with the reason. plan() is pure (unit-tested); record() writes the plan.
 // Stateless; shared by all threads.
+#include <atomic>
 #include <functional>
 #include <optional>
 #include <random>
@@ -64,6 +65,10 @@ class JobRetry {
     JobRetry(Compat compat, int max_retries, const Keys& keys, const DeadSet& dead)
         : compat_(compat), max_retries_(max_retries), keys_(keys), dead_(dead) {}
 
+    // The default retry limit, changed once a runner reported the app's own (any thread).
+    int max_retries() const { return max_retries_.load(std::memory_order_relaxed); }
+    void set_max_retries(int n) { max_retries_.store(n, std::memory_order_relaxed); }
+
     RetryPlan plan(const Job& job, const Failure& failure, double now, std::mt19937_64& rng) const;
     // What a failure of `job` at `now` leads to, without building the entry: Retried, Dead
     // (retries exhausted: Sidekiq's death handlers run, also with "dead": false) or Discarded
@@ -78,7 +83,7 @@ class JobRetry {
 
   private:
     Compat compat_;
-    int max_retries_;
+    std::atomic<int> max_retries_;
     const Keys& keys_;
     const DeadSet& dead_;
 };

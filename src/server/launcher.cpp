@@ -12,6 +12,7 @@
 #include "handlers/runner_handler.hpp"
 #include "kiqd/deadline.hpp"
 #include "kiqd/kiqd.hpp"
+#include "server/app_settings.hpp"
 #include "server/connection_budget.hpp"
 #include "server/logging.hpp"
 
@@ -212,6 +213,13 @@ void Launcher::schedule_beat(std::chrono::steady_clock::duration delay) {
             log_.info("received remote signal {}", *signal);
             handle_signal(*signal);
         }
+        // The app's own max_retries and dead set limits, once its runner has booted.
+        if (!app_settings_adopted_)
+            if (const RunnerPools* pools = active_runner_pools())
+                if (auto app = pools->app_settings()) {
+                    adopt_app_settings(*app, config_, retry_, dead_, log_);
+                    app_settings_adopted_ = true;
+                }
         notify_status();
         schedule_beat(heartbeat_.period());
     });

@@ -115,6 +115,27 @@ TEST_CASE("retry decisions in fail frames", "[runner_protocol]") {
     CHECK_FALSE(parse_reply({"fail", R"({"class":"E","decision":"retry","retry_at":-1})"}, error));
 }
 
+TEST_CASE("the app's own settings in ready", "[runner_protocol]") {
+    std::string error;
+    auto ready = parse_ready(
+        {"ready",
+         R"({"pid":1,"app":{"max_retries":0,"dead_max_jobs":3,"dead_timeout_in_seconds":60}})"},
+        error);
+    REQUIRE(ready);
+    CHECK(ready->app.max_retries == 0);
+    CHECK(ready->app.dead_max_jobs == 3);
+    CHECK(ready->app.dead_timeout_seconds == 60);
+    // A value that is not a whole number in range is left out; the greeting still counts.
+    auto odd = parse_ready(
+        {"ready", R"({"pid":1,"app":{"max_retries":-1,"dead_max_jobs":0,"dead_timeout_in_seconds":"9"}})"},
+        error);
+    REQUIRE(odd);
+    CHECK(odd->app.empty());
+    auto none = parse_ready({"ready", R"({"pid":1})"}, error);
+    REQUIRE(none);
+    CHECK(none->app.empty());
+}
+
 TEST_CASE("the tagged dialect: tags on the type line, threads in ready, kill and discard",
           "[runner_protocol]") {
     const std::string wire = encode_frame("job", "{\"jid\":\"a\"}", 7) +
