@@ -85,7 +85,7 @@ class RunnerPools {
     void start(spdlog::logger& log);  // boots every pool's children (main thread)
     // Quiet (TSTP) or, with `shutdown`, kiqd's shutdown began: tells the runners (any thread).
     void quiet(bool shutdown = false) const;
-    void stop();                      // after the processors have stopped
+    void stop();  // after the processors have stopped
     std::vector<RunnerChildInfo> snapshot() const;
     // The application's own server settings, from the first pool whose runner has reported them
     // (nullopt while none has booted). Any thread.

@@ -214,9 +214,9 @@ RunnerOutcome RunnerPool::exchange(const StopSignal& stop, const RunnerRequest& 
     return out;
 }
 
-void RunnerPool::await_answer(std::unique_lock<std::mutex>& lock, RunnerChild& c,
-                              RunnerSeat& seat, const StopSignal& stop,
-                              Clock::time_point deadline, RunnerOutcome& out) {
+void RunnerPool::await_answer(std::unique_lock<std::mutex>& lock, RunnerChild& c, RunnerSeat& seat,
+                              const StopSignal& stop, Clock::time_point deadline,
+                              RunnerOutcome& out) {
     bool stopping = false;
     for (;;) {
         if (seat.answer && !seat.timed_out) {
@@ -305,10 +305,11 @@ void RunnerHold::finish(const StopSignal& stop, milliseconds timeout) {
         pool_.release(c, *seat_, false);
         return;
     }
-    pool_.log_->warn("runner={} pid {} did not finish the hooks after its failed job was written "
-                     "({})",
-                     pool_.spec_.name, out.pid > 0 ? out.pid : c.pid,
-                     out.problem.empty() ? "timeout or shutdown" : out.problem);
+    pool_.log_->warn(
+        "runner={} pid {} did not finish the hooks after its failed job was written "
+        "({})",
+        pool_.spec_.name, out.pid > 0 ? out.pid : c.pid,
+        out.problem.empty() ? "timeout or shutdown" : out.problem);
 }
 
 RunnerHold::~RunnerHold() {
@@ -381,7 +382,8 @@ void RunnerPool::release(RunnerChild& c, RunnerSeat& seat, bool broken) {
 
 void RunnerPool::quiet(bool shutdown) {
     std::lock_guard lock(mutex_);
-    const std::string frame = runner::encode_frame("quiet", shutdown ? R"({"shutdown":true})" : "{}");
+    const std::string frame =
+        runner::encode_frame("quiet", shutdown ? R"({"shutdown":true})" : "{}");
     for (auto& slot : slots_) {
         auto& c = slot.child;
         if (c && c->tagged && !c->reaped && c->broken.empty() && c->state != ChildState::booting)

@@ -64,7 +64,9 @@ struct Reply {
     Decision decision = Decision::none;
     double retry_at = 0;  // decision retry: when (epoch seconds, the retry set's score)
     // The runner holds the job's seat until kiqd says the failure is written.
-    bool awaits_written() const { return decision == Decision::retry || decision == Decision::dead; }
+    bool awaits_written() const {
+        return decision == Decision::retry || decision == Decision::dead;
+    }
 };
 
 // The reply a frame carries, or nullopt with `error` saying why it is not one.

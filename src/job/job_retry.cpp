@@ -147,10 +147,9 @@ RetryPlan JobRetry::plan(const Job& job, const Failure& failure, double now,
         obj->set_string("error_backtrace", encode_backtrace(lines));
     }
 
-    const bool exhausted =
-        decided ? failure.decision == Decision::dead
-                : failure.give_up == Failure::GiveUp::kill ||
-                      retries_exhausted(p, count, max, now, compat_);
+    const bool exhausted = decided ? failure.decision == Decision::dead
+                                   : failure.give_up == Failure::GiveUp::kill ||
+                                         retries_exhausted(p, count, max, now, compat_);
     plan.payload = obj->dump();
     if (exhausted) {
         auto dead = p.find("dead");

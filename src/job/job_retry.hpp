@@ -53,8 +53,8 @@ enum class FailureOutcome { Retried, Dead, Discarded };
 
 struct RetryPlan {
     FailureOutcome outcome = FailureOutcome::Discarded;
-    std::string payload;     // the retry/dead member
-    double score = 0;        // retry-at (Retried) or time of death (Dead)
+    std::string payload;  // the retry/dead member
+    double score = 0;     // retry-at (Retried) or time of death (Dead)
     // Retries used up (Dead, or Discarded by "dead": false), or none allowed (retry: false;
     // payload is then the job as it was): the runner's exhausted hook runs.
     bool exhausted = false;

@@ -9,9 +9,10 @@ long long settle(const char* key, const std::optional<long long>& app, bool conf
                  long long config_value, spdlog::logger& log) {
     if (!app || *app == config_value) return config_value;
     if (config_set) {
-        log.warn("{}: kiqd's config says {} and the app's Sidekiq configuration says {}; "
-                 "kiqd's config wins",
-                 key, config_value, *app);
+        log.warn(
+            "{}: kiqd's config says {} and the app's Sidekiq configuration says {}; "
+            "kiqd's config wins",
+            key, config_value, *app);
         return config_value;
     }
     log.info("{}: {}, from the app's Sidekiq configuration", key, *app);

@@ -77,7 +77,7 @@ class Launcher {
     const Config& config_;
     spdlog::logger& log_;
     SystemdNotifier notifier_;
-    bool ready_sent_ = false;  // io thread only
+    bool ready_sent_ = false;            // io thread only
     bool app_settings_adopted_ = false;  // io thread only: a runner's app settings were taken
     ProcessIdentity me_;
     Keys keys_;

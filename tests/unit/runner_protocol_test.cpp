@@ -127,7 +127,8 @@ TEST_CASE("the app's own settings in ready", "[runner_protocol]") {
     CHECK(ready->app.dead_timeout_seconds == 60);
     // A value that is not a whole number in range is left out; the greeting still counts.
     auto odd = parse_ready(
-        {"ready", R"({"pid":1,"app":{"max_retries":-1,"dead_max_jobs":0,"dead_timeout_in_seconds":"9"}})"},
+        {"ready",
+         R"({"pid":1,"app":{"max_retries":-1,"dead_max_jobs":0,"dead_timeout_in_seconds":"9"}})"},
         error);
     REQUIRE(odd);
     CHECK(odd->app.empty());
