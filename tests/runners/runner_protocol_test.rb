@@ -624,13 +624,25 @@ module RunnerHarness
       assert_equal 0, @redis.exists("it-#{jid}"), "the iteration state is gone once it completed"
     end
   end
+
+  # Every Ruby runner test, on any Sidekiq.
+  module RubyRunnerSuite
+    include RubyRunnerTests
+    include RubyRunnerEventTests
+    include RubyRunnerDecisionTests
+  end
+
+  # The same in a test world of Sidekiq 7 or later, with the 7.x/8.x cases.
+  module ModernWorldSuite
+    include RubyRunnerSuite
+    include WorldRunner
+    include Sidekiq7PlusTests
+  end
 end
 
 class RubyRunnerSidekiq6Test < Minitest::Test
   parallelize_me!
-  include RunnerHarness::RubyRunnerTests
-  include RunnerHarness::RubyRunnerEventTests
-  include RunnerHarness::RubyRunnerDecisionTests
+  include RunnerHarness::RubyRunnerSuite
 
   def expected_runner = /\Akiqd-ruby-runner .* sidekiq 6\.4\.1\)\z/
 end
@@ -638,11 +650,7 @@ end
 # Sidekiq 7.3 (the sidekiq73 world: Debian's Ruby 3.1, redis-client instead of redis-rb).
 class RubyRunnerSidekiq73Test < Minitest::Test
   parallelize_me!
-  include RunnerHarness::RubyRunnerTests
-  include RunnerHarness::RubyRunnerEventTests
-  include RunnerHarness::RubyRunnerDecisionTests
-  include RunnerHarness::WorldRunner
-  include RunnerHarness::Sidekiq7PlusTests
+  include RunnerHarness::ModernWorldSuite
 
   def world = "sidekiq73"
   def ruby_version = /3\.1\.\d+/
@@ -652,11 +660,7 @@ end
 # Sidekiq 8.1 (the sidekiq81 world: Ruby 3.3).
 class RubyRunnerSidekiq81Test < Minitest::Test
   parallelize_me!
-  include RunnerHarness::RubyRunnerTests
-  include RunnerHarness::RubyRunnerEventTests
-  include RunnerHarness::RubyRunnerDecisionTests
-  include RunnerHarness::WorldRunner
-  include RunnerHarness::Sidekiq7PlusTests
+  include RunnerHarness::ModernWorldSuite
 
   def world = "sidekiq81"
   def ruby_version = /3\.3\.\d+/
