@@ -5,7 +5,7 @@
 #   sidekiq8  the same files on Sidekiq 8.1.7, Ruby 3.3: the sidekiq81 world
 #   gems      the files that load the client gems from the worlds: sidekiq-unique-jobs (7.1.33 in
 #             sidekiq64, 8.1.0 in sidekiq73 and sidekiq81), sidekiq-cron (1.12.0 in sidekiq64,
-#             2.4.0 in sidekiq73), sidekiq-fair_tenant 0.1.0 (sidekiq64, sidekiq73)
+#             2.4.0 in sidekiq73 and sidekiq81), sidekiq-fair_tenant 0.1.0 (sidekiq64, sidekiq73)
 #   rails     the Rails app on a private PostgreSQL cluster (skips without PostgreSQL)
 #   differential  the runner differential suite: one app under the real Sidekiq server and under
 #             kiqd with kiqd-ruby-runner, on 6.4, 7.3 and 8.1 (the sidekiq64/73/81 worlds)

@@ -22,7 +22,8 @@ module KiqdInterop
         require "json"
         require "sidekiq"
         require "sidekiq/api"
-        raise "loaded Sidekiq \#{Sidekiq::VERSION}, not #{sidekiq_version}" unless Sidekiq::VERSION == #{sidekiq_version.inspect}
+        raise "loaded Sidekiq \#{Sidekiq::VERSION}, not #{sidekiq_version}" unless
+          Sidekiq::VERSION == #{sidekiq_version.inspect}
         Sidekiq.configure_client { |c| c.redis = { url: ENV.fetch("REDIS_URL") } }
       RUBY
       out = IO.popen({ "REDIS_URL" => redis_url }, KiqdInterop::Worlds.ruby(world, script, *args),

@@ -80,7 +80,8 @@ class Capsules7InteropTest < Minitest::Test
     assert_includes busy.body, kiqd.identity.split(":").first
     # One capsule per "; ", as the world's Busy page renders a process with capsules (7.3:
     # busy_weights, with weights; 8.1: queue_names_by_capsule, names only).
-    assert_includes busy.body, sidekiq_major == 7 ? "default; reports; bulk: 3, bulk_low: 1" : "default; reports; bulk, bulk_low"
+    assert_includes busy.body, sidekiq_major == 7 ? "default; reports; bulk: 3, bulk_low: 1"
+                                                  : "default; reports; bulk, bulk_low"
     num = ->(n) { %(<td class="num"><span data-nwp="0">#{n}</span></td>) }
     assert_match(/#{Regexp.escape(num[5])}\s*#{Regexp.escape(num[1])}/, busy.body,
                  "the process row's Threads (5) and Busy (1) columns")

@@ -1,12 +1,13 @@
-# sidekiq-cron 2.4.0 on the real Sidekiq 7.3.10 (the sidekiq73 world, with fugit 1.14.0, et-orbi
-# 1.4.2, cronex 0.15.0 and globalid) and sidekiq-cron 1.12.0 on Sidekiq 6.4.1 (the sidekiq64
-# world, fugit 1.14.0) sharing cron jobs with kiqd:
+# sidekiq-cron 2.4.0 on the real Sidekiq 7.3.10 and 8.1.7 (the sidekiq73 and sidekiq81 worlds,
+# with fugit 1.14.0, et-orbi 1.4.2, cronex 0.15.0 and globalid; every 2.x test runs in each) and
+# sidekiq-cron 1.12.0 on Sidekiq 6.4.1 (the sidekiq64 world, fugit 1.14.0) sharing cron jobs
+# with kiqd:
 # * 2.x's namespaced keys: jobs created through the gem's API in two namespaces are enqueued by
 #   kiqd (layout auto), `kiqd cron --json` lists both namespaces, the gem's API and its Web UI
 #   tab show kiqd's runs (last enqueue time, jid history), and a natural-language line fires;
 # * kiqd with `layout: v2` moves 1.x jobs into the 2.x keys as the gem's 2.x poller does;
-# * the gem's own poller (2.4.0 on 7.3, then 1.12.0 on 6.4.1) racing kiqd over a job firing
-#   every two seconds:
+# * the gem's own poller (2.4.0 on 7.3 and on 8.1, then 1.12.0 on 6.4.1) racing kiqd over a job
+#   firing every two seconds:
 #   each run is claimed once and makes one job, and no tick between the first and last run is
 #   missing — nothing fires twice or never;
 # * a sidekiq.yml with `:capsules:` and `:cron_schedule_file:`, beside 2.x jobs the app created,
@@ -20,10 +21,10 @@ require "time"
 class Cron2InteropTest < Minitest::Test
   include KiqdInterop::Helpers
 
-  # The world of each sidekiq-cron line, and the version it pins there.
-  CRON2 = "sidekiq73"
+  # The worlds of sidekiq-cron 2.4.0 (by the tag their tests' names carry), and of 1.12.0.
+  CRON2_WORLDS = { "sidekiq73" => "7_3", "sidekiq81" => "8_1" }.freeze
   CRON1 = "sidekiq64"
-  VERSIONS = { CRON2 => "2.4.0", CRON1 => "1.12.0" }.freeze
+  VERSIONS = CRON2_WORLDS.keys.to_h { |w| [w, "2.4.0"] }.merge(CRON1 => "1.12.0").freeze
 
   def setup
     VERSIONS.each do |world, version|
@@ -37,7 +38,8 @@ class Cron2InteropTest < Minitest::Test
     quiet = world == CRON1 ? "require #{File.join(__dir__, "quiet_redis.rb").inspect}\n" : ""
     prelude = quiet + <<~RUBY
       require "sidekiq"
-      raise "loaded Sidekiq \#{Sidekiq::VERSION}" unless Sidekiq::VERSION == #{KiqdInterop::Worlds::SIDEKIQ[world].inspect}
+      raise "loaded Sidekiq \#{Sidekiq::VERSION}" unless
+        Sidekiq::VERSION == #{KiqdInterop::Worlds::SIDEKIQ[world].inspect}
       Sidekiq.logger.level = Logger::WARN
       require "sidekiq-cron" # the gem as an app loads it (2.x's configuration and namespaces)
       require "json"
@@ -60,8 +62,8 @@ class Cron2InteropTest < Minitest::Test
     { "queues" => ["elsewhere"], "cron_poll_interval" => 0.2 }.merge(extra)
   end
 
-  def test_sidekiq_cron_2_jobs_in_two_namespaces_fire_and_show_kiqds_runs
-    created = gem_ruby(CRON2, <<~RUBY)
+  def namespaces_scenario(cron2)
+    created = gem_ruby(cron2, <<~RUBY)
       puts [
         Sidekiq::Cron::Job.create(name: "tick", cron: "* * * * * *", class: "Tick", queue: "ticks"),
         Sidekiq::Cron::Job.create(name: "bill", namespace: "billing", cron: "*/2 * * * * *",
@@ -79,7 +81,7 @@ class Cron2InteropTest < Minitest::Test
     assert_match(/sidekiq-cron 2\.x layout/, kiqd.log)
     kiqd.stop
 
-    api = gem_ruby(CRON2, <<~RUBY)
+    api = gem_ruby(cron2, <<~RUBY)
       puts Sidekiq::Cron::Job.all("*").map { |j|
         [j.name, { "ns" => j.namespace, "last" => j.last_enqueue_time&.to_i,
                    "jids" => j.jid_history_from_redis.map { |h| h["jid"] } }] }.to_h.to_json
@@ -97,8 +99,8 @@ class Cron2InteropTest < Minitest::Test
                    "nat" => ["v2", "default", api["nat"]["last"]],
                    "tick" => ["v2", "default", api["tick"]["last"]] }, listed)
 
-    # The gem's Web UI tab (2.4, on Sidekiq 7.3's Web) lists the jobs and shows kiqd's jids.
-    pages = gem_ruby(CRON2, <<~RUBY)
+    # The gem's Web UI tab (2.4, on the world's Sidekiq Web) lists the jobs and shows kiqd's jids.
+    pages = gem_ruby(cron2, <<~RUBY)
       require #{File.join(__dir__, "cron_web_request.rb").inspect}
       web = cron_web
       index = web.get("/cron/namespaces/default")
@@ -109,7 +111,7 @@ class Cron2InteropTest < Minitest::Test
     assert_equal({ "index" => 200, "tick" => true, "show" => 200, "jid" => true }, pages)
   end
 
-  def test_layout_v2_moves_1x_jobs_as_the_2x_poller_does
+  def layout_v2_scenario(cron2)
     assert_equal true, gem_ruby(CRON1, <<~RUBY)
       puts Sidekiq::Cron::Job.create(name: "old", cron: "* * * * * *", class: "Old", queue: "olds").to_json
     RUBY
@@ -118,7 +120,8 @@ class Cron2InteropTest < Minitest::Test
     wait_until(30, "kiqd to enqueue the moved job") { redis.llen("queue:olds") >= 2 }
     kiqd.stop
     refute redis.sismember("cron_jobs", "cron_job:old")
-    seen = gem_ruby(CRON2, 'puts Sidekiq::Cron::Job.all.map { |j| [j.name, j.last_enqueue_time&.to_i] }.to_json')
+    seen = gem_ruby(cron2, "puts Sidekiq::Cron::Job.all.map { |j| " \
+                           "[j.name, j.last_enqueue_time&.to_i] }.to_json")
     assert_equal "old", seen.dig(0, 0)
     assert_in_delta Time.now.to_i, seen.dig(0, 1), 20
   end
@@ -128,8 +131,8 @@ class Cron2InteropTest < Minitest::Test
       puts Sidekiq::Cron::Job.create(name: "shared", cron: "*/2 * * * * *", class: "Shared",
                                      queue: "shared").to_json
     RUBY
-    enqueue = world == CRON2 ? "test_and_enqueue_for_time!" : "test_and_enque_for_time!"
-    all = world == CRON2 ? 'all("*")' : "all"
+    enqueue = world == CRON1 ? "test_and_enque_for_time!" : "test_and_enqueue_for_time!"
+    all = world == CRON1 ? "all" : 'all("*")'
     # The gem's Poller#enqueue, in a loop, in a Ruby process of its own.
     poller = spawn_child("gem-poller", gem_command(world, <<~RUBY), env: { "TZ" => "UTC" })
       loop do
@@ -169,8 +172,8 @@ class Cron2InteropTest < Minitest::Test
   # `:cron_schedule_file:`, and sidekiq-cron 2.x jobs its app created in Redis. kiqd runs it as
   # it is: the capsule's queue is served, the file's schedule and the API's job both fire, each
   # run once, none missing.
-  def test_an_existing_sidekiq_yml_with_capsules_a_schedule_file_and_2x_keys_runs_as_it_is
-    assert_equal true, gem_ruby(CRON2, <<~RUBY)
+  def existing_sidekiq_yml_scenario(cron2)
+    assert_equal true, gem_ruby(cron2, <<~RUBY)
       puts Sidekiq::Cron::Job.create(name: "api_tick", cron: "*/2 * * * * *", class: "ApiTick",
                                      queue: "api_ticks").to_json
     RUBY
@@ -199,8 +202,23 @@ class Cron2InteropTest < Minitest::Test
     assert_every_tick_once("cron_job:default:file_tick", "file_ticks")
   end
 
-  def test_the_2x_poller_and_kiqd_enqueue_each_run_once
-    race(CRON2, "cron_job:default:shared")
+  CRON2_WORLDS.each do |world, tag|
+    define_method("test_sidekiq_cron_2_on_#{tag}_jobs_in_two_namespaces_fire_and_show_kiqds_runs") do
+      namespaces_scenario(world)
+    end
+
+    define_method("test_layout_v2_moves_1x_jobs_as_the_2x_poller_on_#{tag}_does") do
+      layout_v2_scenario(world)
+    end
+
+    define_method("test_the_2x_poller_on_#{tag}_and_kiqd_enqueue_each_run_once") do
+      race(world, "cron_job:default:shared")
+    end
+
+    define_method("test_an_existing_sidekiq_yml_with_capsules_a_schedule_file_and_2x_keys_" \
+                  "on_#{tag}_runs_as_it_is") do
+      existing_sidekiq_yml_scenario(world)
+    end
   end
 
   def test_the_1x_poller_on_sidekiq_6_4_and_kiqd_enqueue_each_run_once
