@@ -235,6 +235,9 @@ struct UniqueJobsConfig {
     std::chrono::milliseconds wait_interval{1000};      // a waiting copy re-checks after this
     bool modern_digest = false;  // digest_algorithm: modern — SHA3-256 as sidekiq-unique-jobs 8's
                                  // :modern, for kiqd's own digests (default legacy: MD5)
+    // digest_json: json_2_15 — the floats in kiqd's own digests as the app's json gem (2.15 or
+    // later, 3.x) writes them; default float_to_s (json before 2.11).
+    bool json_2_15_floats = false;
 };
 
 // `pause_control:` (see pause_controller.hpp).

@@ -12,4 +12,11 @@ namespace kiqd {
 // Throws std::invalid_argument for Infinity and NaN, as JSON.generate does.
 std::string ruby_float_text(double v);
 
+// A double as the json gem's own generator writes it since 2.15 (3.x too), instead of
+// Float#to_s: fixed notation up to 15 integer digits ("100.0", "123456789012345.0") and down to
+// 1e-7 or, for short mantissas, further ("0.0000001", "0.000025"); otherwise scientific without
+// a ".0" or exponent padding ("1e+20", "1.5e-10", "5e-324"). An app's JSON.generate writes this
+// when its bundle has such a json gem. Throws as ruby_float_text.
+std::string json_gem_float_text(double v);
+
 }  // namespace kiqd

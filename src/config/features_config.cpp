@@ -163,11 +163,18 @@ void parse_unique_jobs(const YAML::Node& n, UniqueJobsConfig& u) {
           [&](const auto& key, const auto& v) { u.reaper_interval = positive_seconds(key, v); }},
          {"wait_interval",
           [&](const auto& key, const auto& v) { u.wait_interval = positive_seconds(key, v); }},
-         {"digest_algorithm", [&](const auto& key, const auto& v) {
+         {"digest_algorithm",
+          [&](const auto& key, const auto& v) {
               const std::string a = as_string(key, v);
               if (a != "legacy" && a != "modern")
                   throw ConfigError(key, "must be legacy or modern", line_of(v));
               u.modern_digest = a == "modern";
+          }},
+         {"digest_json", [&](const auto& key, const auto& v) {
+              const std::string a = as_string(key, v);
+              if (a != "float_to_s" && a != "json_2_15")
+                  throw ConfigError(key, "must be float_to_s or json_2_15", line_of(v));
+              u.json_2_15_floats = a == "json_2_15";
           }}});
 }
 

@@ -106,6 +106,13 @@ void compare_in(const std::string& world, bool modern = false) {
     REQUIRE(gem.size() == kPayloads.size());
     kiqd::UniqueJobsConfig cfg;
     cfg.modern_digest = modern;
+    // The world's json gem decides how the gem's digest writes floats: kiqd's digest_json says
+    // which (json before 2.11: float_to_s; 2.15 and later: json_2_15).
+    int major = 0, minor = 0;
+    REQUIRE(std::sscanf(json.c_str(), "json %d.%d", &major, &minor) == 2);
+    const bool new_floats = major > 2 || (major == 2 && minor >= 15);
+    REQUIRE((new_floats || major < 2 || (major == 2 && minor < 11)));  // 2.11-2.14: neither
+    cfg.json_2_15_floats = new_floats;
     for (size_t i = 0; i < kPayloads.size(); ++i) {
         std::string payload = kPayloads[i];
         payload.insert(payload.size() - 1, R"(,"lock":"while_executing")");

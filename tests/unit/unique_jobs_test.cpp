@@ -202,6 +202,14 @@ TEST_CASE("unique: JSON written as Ruby's JSON.generate writes it", "[unique][di
     CHECK(kiqd::ruby_float_text(1e15) == "1.0e+15");
     CHECK(kiqd::ruby_float_text(123456789012345.0) == "123456789012345.0");
     CHECK(kiqd::ruby_float_text(0.0001) == "0.0001");
+    // The json gem 2.15+ (3.1.0 wrote exactly these).
+    CHECK(ruby_json("[1e20,-1.5e-7,100.0,1e2,0.1,1e15,123456789012345.0,1234567890123456.0,"
+                    "0.0001,1e-7,2.5e-5,5e-324,1.7976931348623157e308,12.5,1e-10,1.5e-10,"
+                    "0.000001234,-0.0,3.0e14,1e16,123.456e-9,9007199254740993.0,0.3]",
+                    kiqd::JsonFloats::json_2_15) ==
+          "[1e+20,-0.00000015,100.0,100.0,0.1,1e+15,123456789012345.0,1.234567890123456e+15,"
+          "0.0001,0.0000001,0.000025,5e-324,1.7976931348623157e+308,12.5,1e-10,1.5e-10,"
+          "0.000001234,-0.0,300000000000000.0,1e+16,0.000000123456,9.007199254740992e+15,0.3]");
     // What Ruby cannot write is refused, not guessed at.
     CHECK_THROWS_AS(ruby_json("[1e400]"), std::invalid_argument);
     CHECK_THROWS_AS(ruby_json(R"("\ud800")"), std::invalid_argument);

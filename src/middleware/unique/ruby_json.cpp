@@ -18,7 +18,7 @@ constexpr int kMaxDepth = 256;
 // Reads one JSON value from `in` at `pos` and appends Ruby's text of it to `out`.
 class Rewriter {
   public:
-    explicit Rewriter(std::string_view in) : in_(in) {}
+    Rewriter(std::string_view in, JsonFloats floats) : in_(in), floats_(floats) {}
 
     std::string run() {
         std::string out;
@@ -158,10 +158,12 @@ class Rewriter {
             out += token == "-0" ? "0" : token;  // an Integer: every digit kept
             return;
         }
-        out += ruby_float_text(std::strtod(token.c_str(), nullptr));
+        const double v = std::strtod(token.c_str(), nullptr);
+        out += floats_ == JsonFloats::json_2_15 ? json_gem_float_text(v) : ruby_float_text(v);
     }
 
     std::string_view in_;
+    JsonFloats floats_;
     size_t pos_ = 0;
 };
 
@@ -210,8 +212,8 @@ std::string ruby_json_string(std::string_view utf8) {
     return out;
 }
 
-std::string ruby_json(std::string_view json_text) {
-    return Rewriter(json_text).run();
+std::string ruby_json(std::string_view json_text, JsonFloats floats) {
+    return Rewriter(json_text, floats).run();
 }
 
 }  // namespace kiqd

@@ -7,7 +7,8 @@
 //     a C++ double would round it), and -0 is 0;
 //   * floats as Ruby's Float#to_s: the shortest round-trip digits, fixed notation for
 //     1e-4 <= |x| < 1e15 with at least one decimal ("100.0", "0.0001"), otherwise "1.0e+20",
-//     "1.0e-07" (at least two exponent digits);
+//     "1.0e-07" (at least two exponent digits); or as a json gem of 2.15 or later writes them
+//     (JsonFloats, ruby_float.hpp);
 //   * strings unescaped and escaped again the way the json gem does (\" \\ \b \f \n \r \t, other
 //     controls as \u00XX, everything else raw UTF-8, "/" unescaped);
 //   * objects keep their key order (Ruby hashes do), no whitespace anywhere.
@@ -19,9 +20,14 @@
 
 namespace kiqd {
 
+// How the producer's json gem writes floats: as Float#to_s (json before 2.11, Ruby's default
+// gems up to 3.4) or with its own generator (json 2.15 and later, 3.x). Between 2.11 and 2.14 the
+// json gem used earlier variants of the latter, which neither matches for every float.
+enum class JsonFloats { float_to_s, json_2_15 };
+
 // Throws std::invalid_argument for text that is not one JSON value, nested deeper than 256, or a
 // number Ruby's generator refuses (one that overflows to Infinity).
-std::string ruby_json(std::string_view json_text);
+std::string ruby_json(std::string_view json_text, JsonFloats floats = JsonFloats::float_to_s);
 
 // A UTF-8 string as a Ruby JSON string literal (quotes included).
 std::string ruby_json_string(std::string_view utf8);

@@ -49,9 +49,9 @@ std::optional<std::chrono::milliseconds> seconds_field(const nlohmann::json& p, 
 // digit of an integer kept, floats as Ruby prints them. Only the member the lock is on is read:
 // a lock on args reads args, one on the job's own lock_args or on picked arguments never reads
 // the rest.
-std::string lock_args_of(const Job& job, const ClassSpec* defaults) {
-    auto rewritten = [](std::optional<std::string_view> text) {
-        return text ? ruby_json(*text) : std::string("[]");
+std::string lock_args_of(const Job& job, const ClassSpec* defaults, JsonFloats floats) {
+    auto rewritten = [&](std::optional<std::string_view> text) {
+        return text ? ruby_json(*text, floats) : std::string("[]");
     };
     if (auto own = job.member_json("lock_args")) return rewritten(own);
     if (!defaults || !defaults->lock.lock_args) return rewritten(job.member_json("args"));
@@ -59,7 +59,7 @@ std::string lock_args_of(const Job& job, const ClassSpec* defaults) {
     for (int i : *defaults->lock.lock_args) {
         if (picked.size() > 1) picked += ',';
         auto arg = i >= 0 ? job.arg_json(static_cast<size_t>(i)) : std::nullopt;
-        picked += arg ? ruby_json(*arg) : "null";
+        picked += arg ? ruby_json(*arg, floats) : "null";
     }
     return picked + "]";
 }
@@ -195,10 +195,13 @@ std::optional<LockSpec> resolve_lock(const Job& job, const ClassSpec* defaults,
         try {
             // The gem's digest has held `apartment` (sidekiq-apartment's tenant) since 7.0.
             std::optional<std::string> apartment;
-            if (auto a = job.member_json("apartment")) apartment = ruby_json(*a);
-            s.digest = unique_digest(prefix, across_workers ? nullptr : &job.job_class,
-                                     across_queues ? nullptr : &job.queue,
-                                     lock_args_of(job, defaults), apartment, config.modern_digest);
+            const JsonFloats floats =
+                config.json_2_15_floats ? JsonFloats::json_2_15 : JsonFloats::float_to_s;
+            if (auto a = job.member_json("apartment")) apartment = ruby_json(*a, floats);
+            s.digest =
+                unique_digest(prefix, across_workers ? nullptr : &job.job_class,
+                              across_queues ? nullptr : &job.queue,
+                              lock_args_of(job, defaults, floats), apartment, config.modern_digest);
         } catch (const std::invalid_argument& e) {
             invalid(std::string("the lock's arguments cannot be digested as Ruby does: ") +
                     e.what());
