@@ -3,8 +3,8 @@
 # fair_tenant_gem/jobs.rb: the published gem ships no spec/), pushed by the gem's real client
 # middleware with ActiveSupport loaded — so `per: 1.hour` travels as "per":"3600" — and then run
 # by kiqd, which serves every queue. Twice, from the worlds (scripts/world): on Sidekiq 6.4.1
-# (sidekiq64, anyway_config 2.9.1; that world has no ActiveJob, so the spec's ActiveJob examples
-# are left out there) and on Sidekiq 7.3.10 with ActiveJob 7.2 (sidekiq73, every example). The
+# (sidekiq64, anyway_config 2.9.1, ActiveJob 6.1) and on Sidekiq 7.3.10 with ActiveJob 7.2
+# (sidekiq73), every example of the spec on both. The
 # gem routes each push as its spec expects, and kiqd runs every one of the jobs: none fails on the
 # rules' format, none is left.
 require "support"
@@ -33,8 +33,8 @@ class FairTenantGemInteropTest < Minitest::Test
     ["active job explicit queue 1", "another"], ["active job explicit queue 2", "another"],
   ].freeze
 
-  def test_the_gems_spec_scenario_on_sidekiq_6_4_runs_on_kiqd
-    run_scenario("sidekiq64", active_job: false)
+  def test_the_gems_spec_scenario_on_sidekiq_6_4_with_active_job_runs_on_kiqd
+    run_scenario("sidekiq64", active_job: true)
   end
 
   def test_the_gems_spec_scenario_on_sidekiq_7_3_with_active_job_runs_on_kiqd

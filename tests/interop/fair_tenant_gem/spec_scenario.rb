@@ -7,7 +7,7 @@
 # in the spec; the window keys are cleared between examples, as the spec's after hook does.
 # Runs in a world (scripts/world: the gem, its anyway_config and ActiveSupport from the bundle).
 # Env: REDIS_URL; FAIR_TENANT_ACTIVE_JOB=1 loads ActiveJob and replays the spec's ActiveJob
-# examples too (the sidekiq73 world has ActiveJob, the sidekiq64 world does not).
+# examples too (both worlds have ActiveJob: 6.1 in sidekiq64, 7.2 in sidekiq73).
 require "json"
 require "logger"
 require_relative "../quiet_redis" # redis-rb (Sidekiq 6.4.1's client) quietly, as the suite loads it
@@ -23,9 +23,11 @@ ACTIVE_JOB = ENV["FAIR_TENANT_ACTIVE_JOB"] == "1"
 if ACTIVE_JOB
   require "active_job"
   # Sidekiq 7's own ActiveJob adapter wraps jobs in Sidekiq::ActiveJob::Wrapper, defined with its
-  # Rails engine (sidekiq/rails, which an app loads with Rails).
-  require "rails"
-  require "sidekiq/rails"
+  # Rails engine (sidekiq/rails, which an app loads with Rails); 6.x's is ActiveJob's own.
+  if Sidekiq::VERSION.to_i >= 7
+    require "rails"
+    require "sidekiq/rails"
+  end
   require "active_job/queue_adapters/sidekiq_adapter"
 end
 require_relative "jobs"
