@@ -8,19 +8,34 @@
 
 namespace kiqd {
 
-std::string ruby_float_text(double v) {
+namespace {
+
+// The shortest digits that read back as v (finite, not zero), without sign or point, and the
+// power of ten of the first one: 1.2345e+20 is {"12345", 20}.
+struct Shortest {
+    bool negative;
+    std::string digits;
+    int exp10;
+};
+
+Shortest shortest(double v) {
     if (!std::isfinite(v)) throw std::invalid_argument("not JSON Ruby can write: Infinity or NaN");
-    if (v == 0) return std::signbit(v) ? "-0.0" : "0.0";
-    // The shortest digits that read back as v, in scientific form: "-1.2345e+20".
     char buf[64];
     const auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific);
     const std::string_view sci(buf, static_cast<size_t>(r.ptr - buf));
-    const bool negative = sci.front() == '-';
+    Shortest s{sci.front() == '-', "", 0};
     const size_t e_at = sci.find('e');
-    std::string digits;
-    for (char c : sci.substr(negative ? 1 : 0, e_at - (negative ? 1 : 0)))
-        if (c != '.') digits += c;
-    const int exp10 = std::atoi(std::string(sci.substr(e_at + 1)).c_str());
+    for (char c : sci.substr(s.negative ? 1 : 0, e_at - (s.negative ? 1 : 0)))
+        if (c != '.') s.digits += c;
+    s.exp10 = std::atoi(std::string(sci.substr(e_at + 1)).c_str());
+    return s;
+}
+
+}  // namespace
+
+std::string ruby_float_text(double v) {
+    if (v == 0) return std::signbit(v) ? "-0.0" : "0.0";
+    const auto [negative, digits, exp10] = shortest(v);
     const int decpt = exp10 + 1;  // digits before the decimal point
     const int n = static_cast<int>(digits.size());
     std::string out = negative ? "-" : "";
@@ -44,19 +59,11 @@ std::string ruby_float_text(double v) {
 }
 
 std::string json_gem_float_text(double v) {
-    if (!std::isfinite(v)) throw std::invalid_argument("not JSON Ruby can write: Infinity or NaN");
     if (v == 0) return std::signbit(v) ? "-0.0" : "0.0";
-    char buf[64];
-    const auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific);
-    const std::string_view sci(buf, static_cast<size_t>(r.ptr - buf));
-    const bool negative = sci.front() == '-';
-    const size_t e_at = sci.find('e');
-    std::string digits;
-    for (char c : sci.substr(negative ? 1 : 0, e_at - (negative ? 1 : 0)))
-        if (c != '.') digits += c;
+    const auto [negative, digits, exp10] = shortest(v);
     const int n = static_cast<int>(digits.size());
     // The json gem's fpconv: v = digits x 10^k; `exp` is the leading digit's power of ten.
-    const int k = std::atoi(std::string(sci.substr(e_at + 1)).c_str()) - (n - 1);
+    const int k = exp10 - (n - 1);
     const int exp = std::abs(k + n - 1);
     std::string out = negative ? "-" : "";
     if (k >= 0 && exp < 15) return out + digits + std::string(static_cast<size_t>(k), '0') + ".0";
