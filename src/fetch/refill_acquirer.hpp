@@ -1,6 +1,6 @@
 #pragma once
 // RefillAcquirer and AcquiredSet: what a batched refill acquires for its jobs ahead of their
-// middlewares (issue 25). A unique-jobs EXEC lock or a concurrency slot used to cost one Redis
+// middlewares. A unique-jobs EXEC lock or a concurrency slot used to cost one Redis
 // round trip per job, made by the job's middleware just before it ran. With batched reliable
 // fetch the refilling thread knows a whole refill's jobs at once, so it acquires for all of
 // them in one script call (RefillAcquirer::acquire, implemented by BatchAcquire in

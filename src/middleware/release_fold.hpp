@@ -1,7 +1,7 @@
 #pragma once
 // ReleaseFold: turns the lock and slot releases that wait for the next batched refill (one
 // EVALSHA each: the unique-jobs EXEC lock release of LockKeeper, the concurrency limit's slot
-// release) into ONE script call that does all of them in order (issue 25). Each release was a
+// release) into ONE script call that does all of them in order. Each release was a
 // script call of its own, so a job still cost Redis one script invocation (~8-12 µs of its CPU)
 // although it no longer cost a round trip; folded, a refill of 50 jobs costs one.
 //

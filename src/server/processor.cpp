@@ -257,7 +257,7 @@ void Processor::process(redis::Connection& conn, UnitOfWork unit) {
 
 void Processor::run_unit(redis::Connection& conn, UnitOfWork unit, const Admission& admit) {
     // A batched refill that acquired for this job parsed its payload already (same bytes, same
-    // limits): parsing it again was a measurable part of a job's CPU (issue 25).
+    // limits): parsing it again was a measurable part of a job's CPU.
     auto parsed = unit.acquired && unit.acquired->job
                       ? std::variant<Job, InvalidJob>(std::move(*unit.acquired->job))
                       : parse_job(unit.payload, unit.queue, rt_.limits);

@@ -383,7 +383,7 @@ TEST_CASE(
         CHECK(lock_holders(c).empty());
         CHECK(zcard(c, "uniquejobs:digests") == 0);
     }
-    // Issue 19's sequence: A fails while B (pushed during A's run) holds the lock; B runs; C is
+    // The sequence: A fails while B (pushed during A's run) holds the lock; B runs; C is
     // pushed; A's retry arrives while C holds the lock: a duplicate of C, which runs later.
     c.command({"FLUSHALL"});
     gem_client_lock(c, "A");

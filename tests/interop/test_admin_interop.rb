@@ -1,4 +1,4 @@
-# Issue 10 (operations): the admin command line (`kiqd stats|queues|processes|retries|dead|
+# Operations: the admin command line (`kiqd stats|queues|processes|retries|dead|
 # quiet|stop`) against Redis data written by the real Ruby Sidekiq 6.4.1 — its client, its
 # retry/dead sets, its processes — and compared with what Sidekiq's own API reports.
 require "support"

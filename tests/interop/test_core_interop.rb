@@ -1,4 +1,4 @@
-# Issue 2 (core): jobs written by the real Ruby Sidekiq 6.4.1 client are run by kiqd, and what
+# Core: jobs written by the real Ruby Sidekiq 6.4.1 client are run by kiqd, and what
 # kiqd writes back (retry set, dead set, requeued payloads) reads correctly through the Sidekiq API
 # and is picked up again by a real Ruby Sidekiq process.
 require "support"

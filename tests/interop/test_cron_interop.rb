@@ -1,4 +1,4 @@
-# Issue 22, cron jobs: the real sidekiq-cron 1.12.0 (with fugit 1.14.0 and et-orbi 1.4.2, on
+# cron jobs: the real sidekiq-cron 1.12.0 (with fugit 1.14.0 and et-orbi 1.4.2, on
 # Sidekiq 6.4.1: the sidekiq64 world, tests/gemfiles/sidekiq64.gemfile) and kiqd share cron
 # jobs. Jobs created and disabled through the gem's API are enqueued (and stop being enqueued) by
 # kiqd; the gem's Job.all lists kiqd's YAML schedules; the

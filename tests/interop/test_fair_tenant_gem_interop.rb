@@ -1,4 +1,4 @@
-# Issue 19 (item 5's real-gem check): sidekiq-fair_tenant 0.1.0's own spec scenario
+# Item 5's real-gem check: sidekiq-fair_tenant 0.1.0's own spec scenario
 # (spec/sidekiq/fair_tenant_spec.rb, with its spec's job classes written out in
 # fair_tenant_gem/jobs.rb: the published gem ships no spec/), pushed by the gem's real client
 # middleware with ActiveSupport loaded — so `per: 1.hour` travels as "per":"3600" — and then run

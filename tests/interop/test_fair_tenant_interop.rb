@@ -1,4 +1,4 @@
-# Issue 7 (fair tenants): kiqd and Ruby producers using the sidekiq-fair_tenant gem count the
+# Fair tenants: kiqd and Ruby producers using the sidekiq-fair_tenant gem count the
 # same sliding windows and make the same rerouting decisions.
 #
 # The gem is not packaged in Debian, so GemFairTenant below re-implements its client middleware

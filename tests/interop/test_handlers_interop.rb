@@ -1,4 +1,4 @@
-# Issue 4 (handlers): jobs pushed by the real Ruby Sidekiq 6.4.1 client run as external commands
+# Handlers: jobs pushed by the real Ruby Sidekiq 6.4.1 client run as external commands
 # (`handlers: … exec:`) and through the example plugin (`plugins:`); their failures and timeouts
 # are Sidekiq retries that Sidekiq::RetrySet reads, and a retried entry runs again.
 require "support"

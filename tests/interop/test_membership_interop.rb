@@ -1,4 +1,4 @@
-# Issue 3 (membership): a running kiqd is an ordinary member of a Sidekiq 6.4.1 cluster for
+# Membership: a running kiqd is an ordinary member of a Sidekiq 6.4.1 cluster for
 # Sidekiq::ProcessSet / Workers / Stats, remote quiet!/stop!, sidekiqmon and the Web UI, and it
 # leaves no ghost behind when it is killed.
 require "support"

@@ -1,4 +1,4 @@
-# Issue 22's "7.3 suite" under `compat: auto` (the default), run once per world (sidekiq73:
+# The "7.3 suite" under `compat: auto` (the default), run once per world (sidekiq73:
 # Sidekiq 7.3.10, sidekiq81: Sidekiq 8.1.7), in three configurations, one Redis each: kiqd alone
 # (no Ruby server; a second kiqd plays the peer), kiqd beside a running process of the world's
 # Sidekiq, and kiqd beside a running Debian 6.4.1 process (world-independent: in the sidekiq73

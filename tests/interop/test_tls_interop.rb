@@ -1,4 +1,4 @@
-# Issue 21 (TLS): the real Ruby Sidekiq 6.4.1 client (redis-rb 4.8 with `ssl_params`) pushes jobs
+# TLS: the real Ruby Sidekiq 6.4.1 client (redis-rb 4.8 with `ssl_params`) pushes jobs
 # to a redis-server that speaks TLS only and wants a client certificate; kiqd, connected over
 # rediss:// with its own client certificate, runs them, and the Sidekiq API (what the Web UI
 # reads) sees kiqd's process over TLS. Certificates: tests/support/tls_certs.sh.

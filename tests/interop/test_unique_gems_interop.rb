@@ -1,4 +1,4 @@
-# Issue 19: kiqd against sidekiq-unique-jobs' own Ruby SERVER middleware, with the gem's real
+# kiqd against sidekiq-unique-jobs' own Ruby SERVER middleware, with the gem's real
 # CLIENT middleware pushing, on both gem lines, from the worlds (scripts/world): 7.1.33 on
 # Sidekiq 6.4.1 (sidekiq64), 8.1.0 on Sidekiq 7.3.10 (sidekiq73) and 8.1.0 on Sidekiq 8.1.7
 # (sidekiq81, Ruby 3.3); a missing world fails its tests. Each scenario runs the same pushes
@@ -211,7 +211,7 @@ class UniqueGemsInteropTest < Minitest::Test
     { "duplicate_accepted" => !dup.nil?, "ran" => ran, "state" => state }
   end
 
-  # Issue 19's retry path: A fails while B (pushed during A's run) holds the client lock; B
+  # The retry path: A fails while B (pushed during A's run) holds the client lock; B
   # runs; C is pushed and waits in the queue; A's retry comes due while C holds the lock.
   def retry_path_scenario(kind, world)
     fresh_redis

@@ -1,4 +1,4 @@
-# Issue 5 (uniqueness): jobs pushed by the real Ruby Sidekiq 6.4.1 client with the fields that
+# Uniqueness: jobs pushed by the real Ruby Sidekiq 6.4.1 client with the fields that
 # sidekiq-unique-jobs' client middleware writes (lock, lock_args, lock_digest, lock_ttl) share
 # their identity with kiqd: kiqd locks under the producer's lock_digest, and releases the gem's
 # client lock of that jid when the gem's server would. sidekiq-unique-jobs itself is not packaged

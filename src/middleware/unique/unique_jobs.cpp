@@ -91,7 +91,7 @@ std::string unique_digest(const std::string& prefix, const std::string* job_clas
     static EVP_MD* const md5 = EVP_MD_fetch(nullptr, "MD5", nullptr);
     static EVP_MD* const sha3 = EVP_MD_fetch(nullptr, "SHA3-256", nullptr);
     // One context per thread, reused: EVP_Digest allocates and frees one per call, which cost
-    // more than the hash of these few dozen bytes (issue 25's profile).
+    // more than the hash of these few dozen bytes.
     struct Ctx {
         EVP_MD_CTX* ctx = EVP_MD_CTX_new();
         ~Ctx() { EVP_MD_CTX_free(ctx); }
