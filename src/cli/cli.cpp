@@ -21,6 +21,7 @@
 #include "handlers/plugin_loader.hpp"
 #include "handlers/runner_handler.hpp"
 #include "kiqd/kiqd.hpp"
+#include "server/app_settings.hpp"
 #include "server/connection_budget.hpp"
 #include "server/launcher.hpp"
 #include "server/logging.hpp"
@@ -356,13 +357,23 @@ int run(int argc, char** argv, HandlerRegistry& handlers, MiddlewareRegistry& mi
         register_exec_handlers(config, handlers);
         runner_pools = std::make_unique<RunnerPools>(config);
         register_runner_handlers(config, handlers, *runner_pools);
-        // C++ metadata declarations are checked here (exit 78); a selector picks the queues.
-        const WorkerCatalog catalog(config, handlers);
-        register_runner_selector_handlers(config, catalog, handlers, *runner_pools);
-        apply_selector(config, catalog, o.selector ? "--selector" : "selector");
     } catch (const ConfigError& e) {
         return config_error(e, o.config_path);
     }
+    // C++ metadata declarations are checked here (exit 78); a selector picks the queues. The
+    // daemon does this once its runner has told what the app declares (below).
+    const auto build_catalog = [&]() -> std::optional<int> {
+        try {
+            const WorkerCatalog catalog(config, handlers);
+            register_runner_selector_handlers(config, catalog, handlers, *runner_pools);
+            apply_selector(config, catalog, o.selector ? "--selector" : "selector");
+        } catch (const ConfigError& e) {
+            return config_error(e, o.config_path);
+        }
+        return std::nullopt;
+    };
+    if (check->parsed())
+        if (auto code = build_catalog()) return *code;
     // An exec command that cannot be started is not fatal (it may be installed later, and the
     // job is retried), but it is worth a warning.
     std::vector<std::string> warnings = config.load_warnings;
@@ -415,6 +426,24 @@ int run(int argc, char** argv, HandlerRegistry& handlers, MiddlewareRegistry& mi
     for (const auto& w : warnings) logger->warn("{}", w);
     int code = 0;
     runner_pools->start(*logger);
+    // As Sidekiq boots the app before it fetches: the app's capsules, its job classes' queues
+    // and worker attributes, and its retry and dead-set settings shape the daemon
+    // (server/app_settings.hpp). A runner that is not ready in time is waited for no longer.
+    if (!runner_pools->empty()) {
+        logger->info("waiting for the runner to boot the app (its Sidekiq declarations count)");
+        if (auto app = runner_pools->await_app_settings()) {
+            adopt_app_declarations(config, *app, *logger);
+            runner_pools->mark_app_settings_taken();
+        } else {
+            logger->warn(
+                "no runner was ready within its boot_timeout: kiqd starts without the app's "
+                "capsules and job classes (its retry settings follow once a runner is ready)");
+        }
+    }
+    if (auto failed = build_catalog()) {
+        runner_pools->stop();
+        return *failed;
+    }
     {
         Launcher launcher(config, handlers, chain, *logger, std::move(notifier),
                           std::move(pause_strategies));

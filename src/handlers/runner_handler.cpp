@@ -160,6 +160,15 @@ std::optional<runner::AppSettings> RunnerPools::app_settings() const {
     return std::nullopt;
 }
 
+std::optional<runner::AppSettings> RunnerPools::await_app_settings() const {
+    std::chrono::milliseconds longest{0};
+    for (const auto& [name, pool] : pools_) longest = std::max(longest, pool->spec().boot_timeout);
+    const auto until = RunnerPool::Clock::now() + longest;
+    for (const auto& [name, pool] : pools_)
+        if (auto s = pool->await_app_settings(until)) return s;
+    return std::nullopt;
+}
+
 void RunnerPools::quiet(bool shutdown) const {
     for (auto& [name, pool] : pools_) pool->quiet(shutdown);
 }

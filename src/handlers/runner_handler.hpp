@@ -33,6 +33,7 @@
 #include <spdlog/logger.h>
 
 #include <functional>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <optional>
@@ -90,11 +91,19 @@ class RunnerPools {
     // The application's own server settings, from the first pool whose runner has reported them
     // (nullopt while none has booted). Any thread.
     std::optional<runner::AppSettings> app_settings() const;
+    // Waits for the first runner to boot (at most the longest `boot_timeout`), as Sidekiq boots
+    // the app before it fetches: its capsules and job classes shape kiqd's own. nullopt when none
+    // booted in time. Main thread, at start, before the Launcher is built.
+    std::optional<runner::AppSettings> await_app_settings() const;
+    // Set once the settings were taken at start; the heartbeat then leaves them. Any thread.
+    void mark_app_settings_taken() { app_settings_taken_ = true; }
+    bool app_settings_taken() const { return app_settings_taken_; }
     // check-config: boots one child of each pool once. Problems as "runners.NAME (line N): …".
     std::vector<std::string> boot_check() const;
 
   private:
     std::map<std::string, std::shared_ptr<RunnerPool>> pools_;
+    std::atomic<bool> app_settings_taken_{false};
 };
 
 // Registers every `handlers: … runner:` entry ("*" as the registry's fallback).

@@ -39,11 +39,25 @@ const milliseconds kRetireGrace{5000};  // end of file → SIGTERM, and SIGTERM 
 void RunnerPool::take_seats_from(RunnerChild& c, const runner::Ready& ready) {
     c.tagged = ready.threads > 0;
     c.capacity = c.tagged ? std::min(ready.threads, std::max(1, spec_.threads)) : 1;
-    if (!app_settings_) app_settings_ = ready.app;
+    note_first_boot(&ready.app);
+}
+
+void RunnerPool::note_first_boot(const runner::AppSettings* app) {
+    if (app && !app_settings_) app_settings_ = *app;
+    if (!first_boot_ended_) {
+        first_boot_ended_ = true;
+        first_boot_cv_.notify_all();
+    }
 }
 
 std::optional<runner::AppSettings> RunnerPool::app_settings() const {
     std::lock_guard lock(mutex_);
+    return app_settings_;
+}
+
+std::optional<runner::AppSettings> RunnerPool::await_app_settings(Clock::time_point until) const {
+    std::unique_lock lock(mutex_);
+    first_boot_cv_.wait_until(lock, until, [&] { return first_boot_ended_ || stopping_; });
     return app_settings_;
 }
 
@@ -75,6 +89,7 @@ void RunnerPool::stop(milliseconds grace) {
         std::lock_guard lock(mutex_);
         if (!stopping_) {
             stopping_ = true;
+            first_boot_cv_.notify_all();
             const auto now = Clock::now();
             for (auto& slot : slots_) {
                 if (!slot.child || slot.child->reaped) continue;
@@ -160,6 +175,7 @@ void RunnerPool::fork_child(Slot& slot) {
 
 void RunnerPool::master_ready(const runner::Ready& ready) {
     auto& m = master_.child;
+    note_first_boot(&ready.app);  // a preloading master has booted the app: its settings count
     if (ready.preload) {
         mode_ = Mode::fork;
         m->state = ChildState::idle;
@@ -243,6 +259,7 @@ void RunnerPool::note_failure(Slot& slot) {
 
 void RunnerPool::boot_failed(Slot& slot, const std::string& why) {
     note_failure(slot);
+    note_first_boot(nullptr);  // kiqd's start does not wait for a command that cannot boot
     const std::string text =
         fmt::format("runner={} did not boot: {} (retrying in {} s)", spec_.name, why,
                     restart_backoff(slot.failures).count() / 1000);

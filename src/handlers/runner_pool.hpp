@@ -159,6 +159,9 @@ class RunnerPool {
     // The application's own server settings from the first `ready` (nullopt before one came).
     // Any thread.
     std::optional<runner::AppSettings> app_settings() const;
+    // Waits until the first process (or the preloading master) is ready or failed to boot, the
+    // pool stops, or `until` passes; then app_settings(). Main thread, at start.
+    std::optional<runner::AppSettings> await_app_settings(Clock::time_point until) const;
 
     // For check-config: starts the command once and waits for `ready` (at most boot_timeout).
     // nullopt on success, else why it did not boot (with its stderr tail). Any thread.
@@ -176,6 +179,8 @@ class RunnerPool {
     void start_master();                            // mutex held
     void fork_child(Slot& slot);                    // mutex held
     void master_ready(const runner::Ready& ready);  // mutex held
+    // The first ready (its app settings kept) or boot failure ends await_app_settings' wait.
+    void note_first_boot(const runner::AppSettings* app);  // mutex held
     // How many jobs at once the child takes, from its ready: min(its "threads", the pool's
     // `threads`) when it speaks the tagged dialect, else 1. Mutex held.
     void take_seats_from(RunnerChild& child, const runner::Ready& ready);
@@ -235,6 +240,8 @@ class RunnerPool {
     bool boot_reported_ = false;  // a boot failure was logged; the next ones are not
     int wake_fd_ = -1;            // eventfd: wakes the supervisor's poll
     std::optional<runner::AppSettings> app_settings_;  // the first ready's
+    bool first_boot_ended_ = false;                    // a ready or a boot failure came
+    mutable std::condition_variable first_boot_cv_;
     std::thread thread_;
 };
 

@@ -136,6 +136,90 @@ std::optional<Reply> parse_reply(const Frame& frame, std::string& error) {
     return r;
 }
 
+namespace {
+
+using nlohmann::json;
+
+// Names and texts the app reports are bounded: a class name longer than this is not a Ruby
+// constant anyone enqueues, and the lists stay small enough to log and compare.
+constexpr size_t kMaxName = 256;
+constexpr size_t kMaxEntries = 20000;
+
+std::optional<std::string> short_text(const json& j, const char* key) {
+    auto v = j.find(key);
+    if (v == j.end() || !v->is_string()) return std::nullopt;
+    auto text = v->get<std::string>();
+    if (text.empty() || text.size() > kMaxName) return std::nullopt;
+    return text;
+}
+
+// "capsules": [{"name": "single", "concurrency": 1, "queues": [["single", 0]]}]. An entry that
+// is not of that shape is left out (kiqd then warns that it did not apply it: app_settings.cpp).
+std::vector<AppCapsule> app_capsules(const json& app) {
+    std::vector<AppCapsule> out;
+    auto list = app.find("capsules");
+    if (list == app.end() || !list->is_array()) return out;
+    for (const auto& c : *list) {
+        if (!c.is_object() || out.size() >= kMaxEntries) continue;
+        AppCapsule cap;
+        auto name = short_text(c, "name");
+        auto conc = c.find("concurrency");
+        auto queues = c.find("queues");
+        if (!name || conc == c.end() || !conc->is_number_integer() || queues == c.end() ||
+            !queues->is_array())
+            continue;
+        cap.name = *name;
+        cap.concurrency = conc->get<long long>();
+        bool ok = true;
+        for (const auto& q : *queues) {
+            if (!q.is_array() || q.size() != 2 || !q[0].is_string() || !q[1].is_number_integer() ||
+                q[0].get<std::string>().empty() || q[0].get<std::string>().size() > kMaxName) {
+                ok = false;
+                break;
+            }
+            cap.queues.emplace_back(q[0].get<std::string>(), q[1].get<long long>());
+        }
+        if (ok) out.push_back(std::move(cap));
+    }
+    return out;
+}
+
+// "classes": [{"class": "HardJob", "queue": "critical", "urgency": "high", "tags": [...]}].
+std::vector<AppWorkerClass> app_classes(const json& app) {
+    std::vector<AppWorkerClass> out;
+    auto list = app.find("classes");
+    if (list == app.end() || !list->is_array()) return out;
+    for (const auto& c : *list) {
+        if (!c.is_object() || out.size() >= kMaxEntries) continue;
+        auto name = short_text(c, "class");
+        if (!name) continue;
+        AppWorkerClass cls;
+        cls.name = *name;
+        cls.queue = short_text(c, "queue").value_or("");
+        for (const char* key : {"urgency", "resource_boundary", "feature_category"})
+            if (auto v = short_text(c, key)) cls.attributes[key] = *v;
+        const auto flag = [&](const char* key) -> std::optional<bool> {
+            auto v = c.find(key);
+            if (v == c.end() || !v->is_boolean()) return std::nullopt;
+            return v->get<bool>();
+        };
+        cls.idempotent = flag("idempotent");
+        cls.external_dependencies = flag("external_dependencies");
+        if (auto tags = c.find("tags"); tags != c.end() && tags->is_array()) {
+            std::vector<std::string> t;
+            for (const auto& tag : *tags)
+                if (tag.is_string() && !tag.get<std::string>().empty() &&
+                    tag.get<std::string>().size() <= kMaxName && t.size() < 64)
+                    t.push_back(tag.get<std::string>());
+            cls.tags = std::move(t);
+        }
+        out.push_back(std::move(cls));
+    }
+    return out;
+}
+
+}  // namespace
+
 std::optional<Ready> parse_ready(const Frame& frame, std::string& error) {
     if (frame.type != "ready") {
         error = "an unexpected '" + frame.type.substr(0, 32) + "' frame instead of ready";
@@ -170,6 +254,8 @@ std::optional<Ready> parse_ready(const Frame& frame, std::string& error) {
         r.app.max_retries = whole("max_retries", 0);
         r.app.dead_max_jobs = whole("dead_max_jobs", 1);
         r.app.dead_timeout_seconds = whole("dead_timeout_in_seconds", 1);
+        r.app.capsules = app_capsules(*app);
+        r.app.classes = app_classes(*app);
     }
     return r;
 }

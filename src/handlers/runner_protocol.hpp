@@ -5,9 +5,11 @@
 // per-connection decoder; whichever thread reads a runner's socket at the moment uses them.
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace kiqd::runner {
@@ -74,16 +76,41 @@ std::optional<Reply> parse_reply(const Frame& frame, std::string& error);
 
 // Server settings the application made in its own Sidekiq configuration (configure_server), as a
 // runner reports them in `ready` ("app"): only those that differ from Sidekiq's defaults.
+// A capsule the app defines in Ruby (`config.capsule(NAME)`, Sidekiq 7 and later): its queues in
+// the capsule's order, each with its weight (0: none given, Sidekiq's strict order).
+struct AppCapsule {
+    std::string name;
+    long long concurrency = 0;
+    std::vector<std::pair<std::string, long long>> queues;
+};
+// A job class the app has loaded at boot: its `sidekiq_options` queue ("" when it is Sidekiq's
+// default) and the worker attributes GitLab's WorkerAttributes methods answer, as text (checked
+// when kiqd takes them, server/app_settings.cpp). `attributes` empty: the class has none.
+struct AppWorkerClass {
+    std::string name;
+    std::string queue;
+    std::map<std::string, std::string> attributes;  // urgency, resource_boundary, feature_category
+    std::optional<bool> idempotent, external_dependencies;
+    std::optional<std::vector<std::string>> tags;
+    bool has_metadata() const {
+        return !attributes.empty() || idempotent || external_dependencies || tags;
+    }
+};
 struct AppSettings {
     std::optional<long long> max_retries;
     std::optional<long long> dead_max_jobs;
     std::optional<long long> dead_timeout_seconds;
-    bool empty() const { return !max_retries && !dead_max_jobs && !dead_timeout_seconds; }
+    std::vector<AppCapsule> capsules;      // "capsules": [{name, concurrency, queues}]
+    std::vector<AppWorkerClass> classes;   // "classes": [{class, queue, urgency, ...}]
+    bool empty() const {
+        return !max_retries && !dead_max_jobs && !dead_timeout_seconds && capsules.empty() &&
+               classes.empty();
+    }
 };
 
 // The `ready` greeting: the runner's pid and description, or nullopt with `error`.
 struct Ready {
-    AppSettings app;  // "app": {"max_retries": N, "dead_max_jobs": N, "dead_timeout_in_seconds": N}
+    AppSettings app;  // "app": {"max_retries": N, ..., "capsules": [...], "classes": [...]}
     long long pid = 0;
     std::string runner;
     bool preload = false;  // "preload": true: a master that forks the processes on request

@@ -1,9 +1,13 @@
 #pragma once
-// The application's own server settings (made in Ruby, in `Sidekiq.configure_server`), as a
-// runner reports them when it boots (runner::AppSettings), taken into kiqd's retries and dead
-// set: max_retries (for the failures kiqd decides itself), dead_max_jobs and
-// dead_timeout_in_seconds. kiqd's config wins where it sets the same key, with one warning
-// naming both values. Called once, on the io thread (Launcher), after the first runner booted.
+// The application's own server declarations, made in Ruby, as a runner reports them when it
+// boots (runner::AppSettings), taken into kiqd:
+//   * at start (adopt_app_declarations, main thread, before the Launcher is built): the app's
+//     capsules (`config.capsule`), its job classes' `sidekiq_options` queue and GitLab-style
+//     worker attributes (urgency, resource boundary, ...), and max_retries and the dead set's
+//     limits, all into the Config the daemon is then built from;
+//   * later (adopt_app_settings, io thread, at the heartbeat after the first runner booted) when
+//     the runner was not ready by the start: max_retries and the dead set's limits only.
+// kiqd's config wins where it sets the same thing, with one warning naming both values.
 #include <spdlog/logger.h>
 
 #include "handlers/runner_protocol.hpp"
@@ -12,6 +16,8 @@
 #include "kiqd/config.hpp"
 
 namespace kiqd {
+
+void adopt_app_declarations(Config& config, const runner::AppSettings& app, spdlog::logger& log);
 
 void adopt_app_settings(const runner::AppSettings& app, const Config& config, JobRetry& retry,
                         DeadSet& dead, spdlog::logger& log);

@@ -213,9 +213,11 @@ void Launcher::schedule_beat(std::chrono::steady_clock::duration delay) {
             log_.info("received remote signal {}", *signal);
             handle_signal(*signal);
         }
-        // The app's own max_retries and dead set limits, once its runner has booted.
+        // The app's own max_retries and dead set limits, once its runner has booted (when it
+        // was not ready by the start, which took them then).
         if (!app_settings_adopted_)
-            if (const RunnerPools* pools = active_runner_pools())
+            if (const RunnerPools* pools = active_runner_pools();
+                pools && !pools->app_settings_taken())
                 if (auto app = pools->app_settings()) {
                     adopt_app_settings(*app, config_, retry_, dead_, log_);
                     app_settings_adopted_ = true;

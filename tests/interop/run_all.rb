@@ -19,7 +19,7 @@ GROUPS = {
   "sidekiq8" => SIDEKIQ7_FILES,
   "gems" => %w[test_cron_interop.rb test_cron2_interop.rb test_fair_tenant_gem_interop.rb test_unique_gems_interop.rb],
   "rails" => %w[test_rails_pg_interop.rb],
-  "differential" => %w[test_runner_differential_interop.rb]
+  "differential" => %w[test_runner_differential_interop.rb test_runner_declarations_interop.rb]
 }.freeze
 # The worlds the Sidekiq 7 files run in (KiqdInterop::Worlds.per_world).
 GROUP_WORLDS = { "sidekiq7" => "sidekiq73", "sidekiq8" => "sidekiq81" }.freeze

@@ -226,7 +226,8 @@ module KiqdInterop
                           in: File::NULL, out: out_path, err: [:child, :out])
       proc = KiqdProcess.new(name, pid, log_path, out_path, config_path, redis)
       children << proc
-      wait_until(10, "#{name} (pid #{pid}) to register in `processes`") do
+      # A kiqd with a runner registers once the runner has booted the app, as Sidekiq does.
+      wait_until(60, "#{name} (pid #{pid}) to register in `processes`") do
         flunk("#{name} exited early: #{proc.status.inspect}#{diagnostics}") unless proc.alive?
         proc.identity
       end

@@ -137,6 +137,43 @@ TEST_CASE("the app's own settings in ready", "[runner_protocol]") {
     CHECK(none->app.empty());
 }
 
+TEST_CASE("the app's capsules and job classes in ready", "[runner_protocol]") {
+    std::string error;
+    auto ready = parse_ready(
+        {"ready", R"({"pid":1,"app":{
+            "capsules":[{"name":"single","concurrency":1,"queues":[["single",0]]},
+                        {"name":"bulk","concurrency":2,"queues":[["bulk",3],["bulk_low",1]]},
+                        {"name":"odd","concurrency":"2","queues":[["x",1]]},
+                        {"name":"odd2","concurrency":2,"queues":["x"]}],
+            "classes":[{"class":"IndexJob","queue":"search","urgency":"high",
+                        "resource_boundary":"cpu","feature_category":"global_search",
+                        "idempotent":true,"external_dependencies":false,"tags":["a",1,"b"]},
+                       {"class":"PlainJob","queue":"mail"},
+                       {"class":"","queue":"x"},{"queue":"y"}]}})"},
+        error);
+    REQUIRE(ready);
+    // Entries not of the expected shape are left out.
+    REQUIRE(ready->app.capsules.size() == 2);
+    CHECK(ready->app.capsules[0].name == "single");
+    CHECK(ready->app.capsules[0].concurrency == 1);
+    CHECK(ready->app.capsules[1].queues ==
+          std::vector<std::pair<std::string, long long>>{{"bulk", 3}, {"bulk_low", 1}});
+    REQUIRE(ready->app.classes.size() == 2);
+    const auto& index = ready->app.classes[0];
+    CHECK(index.name == "IndexJob");
+    CHECK(index.queue == "search");
+    CHECK(index.attributes.at("urgency") == "high");
+    CHECK(index.attributes.at("resource_boundary") == "cpu");
+    CHECK(index.attributes.at("feature_category") == "global_search");
+    CHECK(index.idempotent == true);
+    CHECK(index.external_dependencies == false);
+    CHECK(index.tags == std::vector<std::string>{"a", "b"});
+    CHECK(index.has_metadata());
+    CHECK(ready->app.classes[1].queue == "mail");
+    CHECK_FALSE(ready->app.classes[1].has_metadata());
+    CHECK_FALSE(ready->app.empty());
+}
+
 TEST_CASE("the tagged dialect: tags on the type line, threads in ready, kill and discard",
           "[runner_protocol]") {
     const std::string wire = encode_frame("job", "{\"jid\":\"a\"}", 7) +
