@@ -83,6 +83,7 @@ class RunnerDeclarationsTest < Minitest::Test
 
     # A process that serves only the cpu-bound classes finds their queue from the app's classes.
     selected = start_kiqd(kiqd_config("selector" => "resource_boundary=cpu"), name: "kiqd-cpu")
+    wait_until(30, "the cpu-bound process's start line") { selected.log[/starting: .* queues=\S+/] }
     assert_match(/starting: .* queues=search \(/, selected.log)
   end
 
