@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "fetch/queue_rests.hpp"
+
 namespace kiqd {
 
 QueueOrder::QueueOrder(std::vector<QueueWeight> queues) {
@@ -18,8 +20,9 @@ QueueOrder::QueueOrder(std::vector<QueueWeight> queues) {
 }
 
 bool QueueOrder::all_paused() const {
+    const bool rests = queue_rests().any();
     for (size_t i = 0; i < names_.size(); ++i)
-        if (!paused(i)) return false;
+        if (!paused(i) && !(rests && queue_rests().resting(names_[i]))) return false;
     return true;
 }
 
@@ -30,9 +33,14 @@ void QueueOrder::set_paused(const std::unordered_set<std::string>& queues) {
 
 void QueueOrder::order(std::mt19937_64& rng, std::vector<const std::string*>& out) const {
     out.clear();
+    // A queue resting after the app's throttling (queue_rests.hpp) is left out like a paused one.
+    const bool rests = queue_rests().any();
+    const auto left_out = [&](size_t i) {
+        return paused(i) || (rests && queue_rests().resting(names_[i]));
+    };
     if (strict_) {
         for (size_t i = 0; i < names_.size(); ++i)
-            if (!paused(i)) out.push_back(&names_[i]);
+            if (!left_out(i)) out.push_back(&names_[i]);
         return;
     }
     // Fisher–Yates over a copy of the expanded list, stopping as soon as every queue has been
@@ -44,7 +52,7 @@ void QueueOrder::order(std::mt19937_64& rng, std::vector<const std::string*>& ou
     seen.assign(names_.size(), 0);
     size_t active = names_.size();
     for (size_t q = 0; q < names_.size(); ++q) {
-        if (paused(q)) {
+        if (left_out(q)) {
             seen[q] = 1;  // as if already placed: left out of the order
             --active;
         }

@@ -5,7 +5,8 @@
 // each name, on every fetch. So queue q comes first with probability weight(q)/Σweights.
 // Immutable after construction except for the paused flags (queue pause, pause_control.hpp):
 // the pause controller's thread sets them, fetches read them; a paused queue is left out of the
-// order as if it were not configured. Each processor thread passes its own random generator.
+// order as if it were not configured, and so is a queue resting after the app's throttling
+// (queue_rests.hpp). Each processor thread passes its own random generator.
 #include <atomic>
 #include <memory>
 #include <random>
@@ -34,6 +35,7 @@ class QueueOrder {
     // Pauses exactly the configured queues named in `queues` (others are ignored).
     void set_paused(const std::unordered_set<std::string>& queues);
     bool paused(size_t index) const { return paused_[index].load(std::memory_order_relaxed); }
+    // Every queue paused or resting (queue_rests.hpp): nothing to fetch from now.
     bool all_paused() const;
 
   private:

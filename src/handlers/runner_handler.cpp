@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/outcome_counters.hpp"
+#include "fetch/queue_rests.hpp"
 #include "handlers/child_environment.hpp"
 #include "handlers/child_spawn.hpp"
 #include "handlers/runner_protocol.hpp"
@@ -82,6 +83,21 @@ void RunnerJobHandler::operator()(const Job& job, JobContext& ctx) const {
             throw RunnerRequeue();
     }
     const auto& reply = *out.reply;
+    if (reply.throttled) {
+        // The app's throttling handed the job back itself: it ran neither to success nor to
+        // failure (the processor counts neither), and it is acknowledged here like a parked job.
+        ctx.handler_ran = false;
+        increment(outcome_counters().throttled);
+        if (reply.rest_seconds > 0)
+            queue_rests().rest(job.queue, std::chrono::duration_cast<QueueRests::Clock::duration>(
+                                              std::chrono::duration<double>(reply.rest_seconds)));
+        ctx.log.debug("class={} jid={} runner={} throttled by the app{}", job.display_class(),
+                      job.jid, name,
+                      reply.rest_seconds > 0
+                          ? fmt::format(": queue {} rests {:g} s", job.queue, reply.rest_seconds)
+                          : "");
+        return;
+    }
     if (reply.ok) return;
     auto* log = &ctx.log;
     const StopSignal* stop = &ctx.stop;

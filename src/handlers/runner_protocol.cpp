@@ -77,13 +77,26 @@ std::optional<nlohmann::json> object_of(const Frame& frame, std::string& error) 
 }  // namespace
 
 std::optional<Reply> parse_reply(const Frame& frame, std::string& error) {
-    if (frame.type != "done" && frame.type != "fail") {
-        error = "an unexpected '" + frame.type.substr(0, 32) + "' frame instead of done or fail";
+    if (frame.type != "done" && frame.type != "fail" && frame.type != "throttled") {
+        error = "an unexpected '" + frame.type.substr(0, 32) +
+                "' frame instead of done, fail or throttled";
         return std::nullopt;
     }
     Reply r;
     if (frame.type == "done") {
         r.ok = true;
+        return r;
+    }
+    if (frame.type == "throttled") {
+        auto j = object_of(frame, error);
+        if (!j) return std::nullopt;
+        r.ok = true;
+        r.throttled = true;
+        // A rest outside (0, 1 hour] is not one: the queue is fetched from as usual.
+        if (auto rest = j->find("rest"); rest != j->end() && rest->is_number()) {
+            const double s = rest->get<double>();
+            if (s > 0 && s <= 3600) r.rest_seconds = s;
+        }
         return r;
     }
     auto j = object_of(frame, error);
@@ -218,6 +231,23 @@ std::vector<AppWorkerClass> app_classes(const json& app) {
     return out;
 }
 
+// "fetch_patches": [{"target": "Sidekiq::Manager", "module": "...", "gem": "...", "honoured": false}]
+std::vector<AppFetchPatch> app_fetch_patches(const json& app) {
+    std::vector<AppFetchPatch> out;
+    auto list = app.find("fetch_patches");
+    if (list == app.end() || !list->is_array()) return out;
+    for (const auto& p : *list) {
+        if (!p.is_object() || out.size() >= 64) continue;
+        auto target = short_text(p, "target");
+        auto module = short_text(p, "module");
+        if (!target || !module) continue;
+        auto honoured = p.find("honoured");
+        out.push_back({*target, *module, short_text(p, "gem").value_or(""),
+                       honoured != p.end() && honoured->is_boolean() && honoured->get<bool>()});
+    }
+    return out;
+}
+
 }  // namespace
 
 std::optional<Ready> parse_ready(const Frame& frame, std::string& error) {
@@ -256,6 +286,7 @@ std::optional<Ready> parse_ready(const Frame& frame, std::string& error) {
         r.app.dead_timeout_seconds = whole("dead_timeout_in_seconds", 1);
         r.app.capsules = app_capsules(*app);
         r.app.classes = app_classes(*app);
+        r.app.fetch_patches = app_fetch_patches(*app);
     }
     return r;
 }

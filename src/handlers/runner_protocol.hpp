@@ -55,9 +55,14 @@ enum class GiveUp { no, kill, discard };
 // `done`.
 enum class Decision { none, retry, dead, discard };
 
-// A `done` or `fail` answer to a job.
+// A `done`, `fail` or `throttled` answer to a job.
 struct Reply {
     bool ok = false;
+    // `throttled`: the app's throttling (sidekiq-throttled) did not admit the job, and the
+    // runner handed it back as the gem does; nothing ran. `rest_seconds` > 0: leave its queue
+    // out of the fetch that long (the gem's cooldown).
+    bool throttled = false;
+    double rest_seconds = 0;
     std::string error_class;  // fail only
     std::string message;
     std::vector<std::string> backtrace;
@@ -96,15 +101,23 @@ struct AppWorkerClass {
         return !attributes.empty() || idempotent || external_dependencies || tags;
     }
 };
+// A gem of the app that acts in Sidekiq's fetch: its fetch class, or a module prepended to
+// BasicFetch, Manager or Processor. `honoured`: the runner does what it does (sidekiq-throttled's
+// admission check); otherwise kiqd never runs that code, and says so.
+struct AppFetchPatch {
+    std::string target, module, gem;
+    bool honoured = false;
+};
 struct AppSettings {
     std::optional<long long> max_retries;
     std::optional<long long> dead_max_jobs;
     std::optional<long long> dead_timeout_seconds;
     std::vector<AppCapsule> capsules;      // "capsules": [{name, concurrency, queues}]
     std::vector<AppWorkerClass> classes;   // "classes": [{class, queue, urgency, ...}]
+    std::vector<AppFetchPatch> fetch_patches;  // "fetch_patches": [{target, module, gem, honoured}]
     bool empty() const {
         return !max_retries && !dead_max_jobs && !dead_timeout_seconds && capsules.empty() &&
-               classes.empty();
+               classes.empty() && fetch_patches.empty();
     }
 };
 

@@ -234,6 +234,24 @@ void adopt_classes(Config& config, const std::vector<runner::AppWorkerClass>& cl
             with_metadata, with_queue);
 }
 
+// Gems that change Sidekiq's fetch: kiqd fetches in C++, so their code never runs unless the
+// runner does what they do. Each is named once, so that a limit the app declares is never
+// exceeded in silence.
+void report_fetch_patches(const std::vector<runner::AppFetchPatch>& patches, spdlog::logger& log) {
+    std::set<std::string> said;
+    for (const auto& p : patches) {
+        const std::string gem = p.gem.empty() ? p.module : p.gem;
+        if (!said.insert(gem).second) continue;
+        if (p.honoured)
+            log.info("{}: its admission check runs in the app's runner before each job", gem);
+        else
+            log.warn(
+                "the app's gem {} changes Sidekiq's fetch ({} in {}); kiqd fetches jobs itself "
+                "and does not run that code, so what it declares there is not enforced",
+                gem, p.module, p.target);
+    }
+}
+
 }  // namespace
 
 void adopt_app_declarations(Config& config, const runner::AppSettings& app, spdlog::logger& log) {
@@ -246,6 +264,7 @@ void adopt_app_declarations(Config& config, const runner::AppSettings& app, spdl
                config.dead_timeout_seconds, log);
     adopt_capsules(config, app.capsules, log);
     adopt_classes(config, app.classes, log);
+    report_fetch_patches(app.fetch_patches, log);
 }
 
 void adopt_app_settings(const runner::AppSettings& app, const Config& config, JobRetry& retry,

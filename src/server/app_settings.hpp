@@ -4,7 +4,8 @@
 //   * at start (adopt_app_declarations, main thread, before the Launcher is built): the app's
 //     capsules (`config.capsule`), its job classes' `sidekiq_options` queue and GitLab-style
 //     worker attributes (urgency, resource boundary, ...), and max_retries and the dead set's
-//     limits, all into the Config the daemon is then built from;
+//     limits, all into the Config the daemon is then built from; and the gems that change
+//     Sidekiq's fetch are named, each in a warning unless its runner does what it does;
 //   * later (adopt_app_settings, io thread, at the heartbeat after the first runner booted) when
 //     the runner was not ready by the start: max_retries and the dead set's limits only.
 // kiqd's config wins where it sets the same thing, with one warning naming both values.

@@ -368,7 +368,9 @@ void Processor::run_unit(redis::Connection& conn, UnitOfWork unit, const Admissi
             static_cast<long long>(std::floor(std::round(elapsed * 1000.0) / 1000.0)));
     if (!failure) {
         if (ctx.handler_ran) rt_.work.processed.fetch_add(1, std::memory_order_relaxed);
-        if (log_info)
+        // A job a middleware parked, or the app's throttling handed back, did not run: its
+        // middleware logs why, and there is no done line.
+        if (log_info && ctx.handler_ran)
             rt_.log.info(job_line(job)
                              .json_number("elapsed_ms", elapsed)
                              .tags(ctx.log_tags)

@@ -166,3 +166,23 @@ TEST_CASE("app declarations: max_retries and the dead set's limits at start", "[
     CHECK(l.out.str().find("dead_max_jobs: kiqd's config says 500 and the app's Sidekiq "
                            "configuration says 20; kiqd's config wins") != std::string::npos);
 }
+
+TEST_CASE("app declarations: a gem that changes Sidekiq's fetch is named", "[app_settings]") {
+    Logged l;
+    Config c = config_with_queues({"default"});
+    AppSettings app;
+    app.fetch_patches = {
+        {"Sidekiq::BasicFetch", "Sidekiq::Throttled::Patches::BasicFetch", "sidekiq-throttled",
+         true},
+        {"Sidekiq::BasicFetch", "Sidekiq::Throttled::Patches::ThrottledRetriever",
+         "sidekiq-throttled", true},
+        {"Sidekiq::Manager", "Sidekiq::Manager::InitLimitFetch", "sidekiq-limit_fetch", false}};
+    kiqd::adopt_app_declarations(c, app, l.log);
+    const std::string log = l.out.str();
+    CHECK(log.find("info sidekiq-throttled: its admission check runs in the app's runner") !=
+          std::string::npos);
+    CHECK(log.find("sidekiq-throttled", log.find("sidekiq-throttled") + 1) == std::string::npos);
+    CHECK(log.find("warning the app's gem sidekiq-limit_fetch changes Sidekiq's fetch "
+                   "(Sidekiq::Manager::InitLimitFetch in Sidekiq::Manager); kiqd fetches jobs "
+                   "itself and does not run that code") != std::string::npos);
+}

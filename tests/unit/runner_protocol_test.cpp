@@ -79,7 +79,7 @@ TEST_CASE("runner replies", "[runner_protocol]") {
     CHECK(error == "a fail frame without a string \"class\"");
     CHECK_FALSE(parse_reply({"fail", "not json"}, error));
     CHECK_FALSE(parse_reply({"ready", "{}"}, error));
-    CHECK(error == "an unexpected 'ready' frame instead of done or fail");
+    CHECK(error == "an unexpected 'ready' frame instead of done, fail or throttled");
     auto ready = parse_ready({"ready", R"({"pid":42,"runner":"r 1"})"}, error);
     REQUIRE(ready);
     CHECK(ready->pid == 42);
@@ -135,6 +135,45 @@ TEST_CASE("the app's own settings in ready", "[runner_protocol]") {
     auto none = parse_ready({"ready", R"({"pid":1})"}, error);
     REQUIRE(none);
     CHECK(none->app.empty());
+}
+
+TEST_CASE("throttled: the app's throttling handed the job back", "[runner_protocol]") {
+    std::string error;
+    auto rest = parse_reply({"throttled", R"({"rest":1.5})"}, error);
+    REQUIRE(rest);
+    CHECK(rest->throttled);
+    CHECK(rest->rest_seconds == 1.5);
+    CHECK_FALSE(rest->awaits_written());
+    auto plain = parse_reply({"throttled", "{}"}, error);
+    REQUIRE(plain);
+    CHECK(plain->throttled);
+    CHECK(plain->rest_seconds == 0);
+    // A rest that is not one (negative, over an hour, not a number) is ignored.
+    for (const char* data : {R"({"rest":-1})", R"({"rest":7200})", R"({"rest":"1"})"}) {
+        auto odd = parse_reply({"throttled", data}, error);
+        REQUIRE(odd);
+        CHECK(odd->rest_seconds == 0);
+    }
+    CHECK_FALSE(parse_reply({"throttled", "not json"}, error));
+    CHECK_FALSE(parse_reply({"later", "{}"}, error));
+    CHECK(error == "an unexpected 'later' frame instead of done, fail or throttled");
+}
+
+TEST_CASE("the app's gems that change Sidekiq's fetch, in ready", "[runner_protocol]") {
+    std::string error;
+    auto ready = parse_ready(
+        {"ready", R"({"pid":1,"app":{"fetch_patches":[
+            {"target":"Sidekiq::BasicFetch","module":"Sidekiq::Throttled::Patches::BasicFetch",
+             "gem":"sidekiq-throttled","honoured":true},
+            {"target":"Sidekiq::Manager","module":"Sidekiq::Manager::InitLimitFetch",
+             "gem":"sidekiq-limit_fetch"},
+            {"target":"Sidekiq::Manager"}]}})"},
+        error);
+    REQUIRE(ready);
+    REQUIRE(ready->app.fetch_patches.size() == 2);
+    CHECK(ready->app.fetch_patches[0].honoured);
+    CHECK(ready->app.fetch_patches[1].gem == "sidekiq-limit_fetch");
+    CHECK_FALSE(ready->app.fetch_patches[1].honoured);
 }
 
 TEST_CASE("the app's capsules and job classes in ready", "[runner_protocol]") {
