@@ -331,6 +331,20 @@ struct CronScheduleSpec {
     int line = -1;
 };
 
+// sidekiq-limit_fetch's queue limits (docs/configuration.md#queue-limits): the keys the gem reads
+// from sidekiq.yml, kept in the gem's Redis keys (limit_fetch:limit:QUEUE, ...) that Ruby
+// processes running the gem read too.
+struct LimitFetchConfig {
+    // Fetch as the gem does: set by any key below, or by an app whose runner reports the gem.
+    bool enabled = false;
+    std::map<std::string, long long> limits;          // `limits: {queue: N}`: across processes
+    std::map<std::string, long long> process_limits;  // `process_limits: {queue: N}`: per process
+    // `blocking: [q, [a, b]]`: a queue alone blocks every queue after it while it has jobs in
+    // progress; a group blocks all but the group's queues.
+    std::vector<std::vector<std::string>> blocking;
+    int line = -1;  // the first of these keys, for messages
+};
+
 struct Config {
     std::string source;  // the file it came from, for messages
     int concurrency = 10;
@@ -373,6 +387,7 @@ struct Config {
     ConcurrencyLimitsConfig concurrency_limits;
     FairTenantConfig fair_tenant;
     FairFetchConfig fair_fetch;
+    LimitFetchConfig limit_fetch;
     std::vector<PluginSpec> plugins;  // in file order
     std::vector<RoutingRule> routing_rules;
     std::string selector;  // `selector:` / `--selector`: serve only the matching classes' queues

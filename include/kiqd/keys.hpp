@@ -17,6 +17,15 @@ class Keys {
         return prefix_ + "queue:" + std::string(name);
     }
     std::string queues() const { return prefix_ + "queues"; }
+    // sidekiq-limit_fetch's keys: limit_fetch:{limit,process_limit,probed,busy,pause,block}:Q,
+    // and its processes' heartbeats (limit:heartbeat:ID, set limit:processes).
+    std::string limit_fetch(std::string_view kind, std::string_view queue) const {
+        return prefix_ + "limit_fetch:" + std::string(kind) + ":" + std::string(queue);
+    }
+    std::string limit_heartbeat(std::string_view id) const {
+        return prefix_ + "limit:heartbeat:" + std::string(id);
+    }
+    std::string limit_processes() const { return prefix_ + "limit:processes"; }
     std::string schedule() const { return prefix_ + "schedule"; }
     std::string retry() const { return prefix_ + "retry"; }
     std::string dead() const { return prefix_ + "dead"; }

@@ -15,6 +15,7 @@
 #include "config/fair_fetch_config.hpp"
 #include "config/features_config.hpp"
 #include "config/handlers_config.hpp"
+#include "config/limit_fetch_config.hpp"
 #include "config/redis_config.hpp"
 #include "config/runners_config.hpp"
 #include "config/yaml_helpers.hpp"
@@ -46,6 +47,10 @@ void apply_map(const YAML::Node& root, Config& c, const std::string& environment
     // Ruby-only or legacy Sidekiq keys: accepted so an existing sidekiq.yml loads unchanged;
     // kiqd has nothing to do with them (strict/weighted follows the weights, as in Sidekiq 6.4.1).
     auto ignored = [](const std::string&, const YAML::Node&) {};
+    auto limit_fetch_key = [&](const std::string&, const YAML::Node& v) {
+        if (!c.limit_fetch.enabled) c.limit_fetch.line = line_of(v);
+        c.limit_fetch.enabled = true;
+    };
     auto warn = [&](const std::string& key, const YAML::Node& v, const std::string& what) {
         c.load_warnings.push_back(key + " (line " + std::to_string(line_of(v)) + "): " + what);
     };
@@ -177,6 +182,22 @@ void apply_map(const YAML::Node& root, Config& c, const std::string& environment
                    "runs no Ruby at startup or shutdown (use systemd's ExecStartPre/ExecStopPost)");
           }},
          {"capsules", [&](const auto&, const auto& v) { c.capsules = parse_capsules(v); }},
+         // sidekiq-limit_fetch's keys: kiqd then fetches as the gem does.
+         {"limits",
+          [&](const auto& key, const auto& v) {
+              parse_queue_limits(key, v, c.limit_fetch.limits);
+              limit_fetch_key(key, v);
+          }},
+         {"process_limits",
+          [&](const auto& key, const auto& v) {
+              parse_queue_limits(key, v, c.limit_fetch.process_limits);
+              limit_fetch_key(key, v);
+          }},
+         {"blocking",
+          [&](const auto& key, const auto& v) {
+              parse_blocking(key, v, c.limit_fetch.blocking);
+              limit_fetch_key(key, v);
+          }},
          {"cron", [&](const auto&, const auto& v) { parse_cron(v, c); }},
          {"cron_schedule_file",
           [&](const auto& key, const auto& v) { load_cron_schedule_file(key, v, c); }},
@@ -278,6 +299,7 @@ void validate_config(Config& c) {
     if (c.logging.format != "text" && c.logging.format != "json")
         throw ConfigError("logging.format", "must be text or json");
     config_detail::check_capsules(c);
+    if (c.limit_fetch.enabled) config_detail::check_limit_fetch(c, "limits");
     resolve_redis_endpoint(c.redis);
     config_detail::validate_runners(c);
     config_detail::check_fair_fetch(c);

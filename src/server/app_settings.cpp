@@ -6,6 +6,7 @@
 #include <set>
 
 #include "config/capsules_config.hpp"
+#include "config/limit_fetch_config.hpp"
 #include "config/yaml_helpers.hpp"
 
 namespace kiqd {
@@ -197,8 +198,9 @@ void adopt_classes(Config& config, const std::vector<runner::AppWorkerClass>& cl
         if (cls.has_metadata()) {
             std::string why;
             md = to_metadata(cls, why);
-            if (!md) log.warn("the worker attributes of the app's class {} are not applied: {}",
-                              cls.name, why);
+            if (!md)
+                log.warn("the worker attributes of the app's class {} are not applied: {}",
+                         cls.name, why);
         }
         const bool has_queue = !cls.queue.empty();
         if (!md && !has_queue) continue;
@@ -237,11 +239,29 @@ void adopt_classes(Config& config, const std::vector<runner::AppWorkerClass>& cl
 // Gems that change Sidekiq's fetch: kiqd fetches in C++, so their code never runs unless the
 // runner does what they do. Each is named once, so that a limit the app declares is never
 // exceeded in silence.
-void report_fetch_patches(const std::vector<runner::AppFetchPatch>& patches, spdlog::logger& log) {
+// sidekiq-limit_fetch is done by kiqd's own fetch (LimitFetcher), in the gem's keys.
+void report_fetch_patches(Config& config, const std::vector<runner::AppFetchPatch>& patches,
+                          spdlog::logger& log) {
     std::set<std::string> said;
     for (const auto& p : patches) {
         const std::string gem = p.gem.empty() ? p.module : p.gem;
         if (!said.insert(gem).second) continue;
+        if (gem == "sidekiq-limit_fetch") {
+            std::string problem;
+            try {
+                config_detail::check_limit_fetch(config, "the app's sidekiq-limit_fetch");
+            } catch (const ConfigError& e) {
+                problem = e.what();
+            }
+            if (problem.empty()) {
+                config.limit_fetch.enabled = true;
+                log.info("{}: kiqd fetches with its queue limits, in the gem's keys", gem);
+            } else {
+                log.warn("{}: the app uses it, and kiqd cannot fetch with its limits: {}", gem,
+                         problem);
+            }
+            continue;
+        }
         if (p.honoured)
             log.info("{}: its admission check runs in the app's runner before each job", gem);
         else
@@ -259,12 +279,11 @@ void adopt_app_declarations(Config& config, const runner::AppSettings& app, spdl
         settle("max_retries", app.max_retries, config.max_retries_set, config.max_retries, log));
     config.dead_max_jobs = settle("dead_max_jobs", app.dead_max_jobs, config.dead_max_jobs_set,
                                   config.dead_max_jobs, log);
-    config.dead_timeout_seconds =
-        settle("dead_timeout_in_seconds", app.dead_timeout_seconds, config.dead_timeout_set,
-               config.dead_timeout_seconds, log);
+    config.dead_timeout_seconds = settle("dead_timeout_in_seconds", app.dead_timeout_seconds,
+                                         config.dead_timeout_set, config.dead_timeout_seconds, log);
     adopt_capsules(config, app.capsules, log);
     adopt_classes(config, app.classes, log);
-    report_fetch_patches(app.fetch_patches, log);
+    report_fetch_patches(config, app.fetch_patches, log);
 }
 
 void adopt_app_settings(const runner::AppSettings& app, const Config& config, JobRetry& retry,

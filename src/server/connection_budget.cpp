@@ -37,6 +37,10 @@ ConnectionCount redis_connection_count(const Config& config) {
         c.parts += ")";
     }
     c.parts += " + heartbeat, scheduler, pause control, lock keeper";
+    if (config.limit_fetch.enabled) {
+        c.total += 1;
+        c.parts += ", limit fetch heartbeat";
+    }
     if (config.fetch == FetchMode::reliable) {
         c.total += 2;
         c.parts += ", orphan recovery, liveness";

@@ -32,6 +32,9 @@ std::unique_ptr<Fetcher> make_fetcher(const Config& config, const Keys& keys,
     auto fair = !fair_queues || config.fair_fetch.queues.empty()
                     ? nullptr
                     : std::make_unique<FairFetch>(keys, order, config.fair_fetch);
+    // sidekiq-limit_fetch's limits: basic fetch, one job at a time (config checked that).
+    if (config.limit_fetch.enabled && config.fetch == FetchMode::basic)
+        return std::make_unique<LimitFetcher>(keys, order, identity);
     if (config.fetch == FetchMode::reliable)
         return std::make_unique<ReliableFetcher>(
             keys, order, identity, static_cast<size_t>(config.reliable_fetch.batch_size),
@@ -155,6 +158,10 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
         heartbeat_.set_capsules(std::move(slots));
     }
     if (reliable_) recovery_ = std::make_unique<OrphanRecovery>(rt_, *reliable_);
+    if (config.limit_fetch.enabled)
+        limit_monitor_ = std::make_unique<LimitFetchMonitor>(
+            config, keys_, order_.names(), me_.identity,
+            named_connection(rt_.connection_options, me_.identity, "limit-fetch"), log);
     // Batched reliable fetch acquires unique locks and concurrency slots for a whole refill in
     // one script call (refill_acquirer.hpp); before any processor starts.
     if (auto* reliable = dynamic_cast<ReliableFetcher*>(fetcher_.get()))
@@ -317,6 +324,7 @@ void Launcher::begin_stop() {
         scheduler_.stop();
         cron_poller_.stop();
         if (recovery_) recovery_->stop(ended);
+        if (limit_monitor_) limit_monitor_->stop();  // after the jobs gave their places back
         chain_assembly_.lock_keeper().stop();
         pause_controller_.stop();
         if (auto* slots = chain_assembly_.slot_keeper()) slots->stop();
@@ -384,6 +392,7 @@ int Launcher::run() {
     if (cpu_gate_)
         log_.info("cpu-bound jobs: at most {} at once (cpu_bound_concurrency)", cpu_gate_->limit());
     if (recovery_) recovery_->start();  // processors fetch once it has registered this process
+    if (limit_monitor_) limit_monitor_->start();  // the config's limits before the first fetch
     chain_assembly_.lock_keeper().start();
     drain_unfair_queues(config_, keys_, order_, rt_.connection_options, log_);
     pause_controller_.refresh_before_start();

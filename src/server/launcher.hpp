@@ -27,6 +27,7 @@
 
 #include "config/worker_catalog.hpp"
 #include "fetch/cpu_gate.hpp"
+#include "fetch/limit_fetcher.hpp"
 #include "kiqd/client.hpp"
 #include "middleware/job_metrics.hpp"
 #include "middleware/pause/pause_controller.hpp"
@@ -108,6 +109,7 @@ class Launcher {
     CronPoller cron_poller_;  // sidekiq-cron's jobs and the YAML's schedules
     Heartbeat heartbeat_;
     std::unique_ptr<OrphanRecovery> recovery_;  // with `fetch: reliable` only
+    std::unique_ptr<LimitFetchMonitor> limit_monitor_;  // with sidekiq-limit_fetch's limits only
     PauseController pause_controller_;
     std::unique_ptr<MetricsServer> metrics_;  // with `metrics: {listen: ...}` only
 

@@ -18,7 +18,7 @@ GROUPS = {
   "sidekiq7" => SIDEKIQ7_FILES,
   "sidekiq8" => SIDEKIQ7_FILES,
   "gems" => %w[test_cron_interop.rb test_cron2_interop.rb test_fair_tenant_gem_interop.rb test_unique_gems_interop.rb
-               test_throttled_gem_interop.rb],
+               test_throttled_gem_interop.rb test_limit_fetch_gem_interop.rb],
   "rails" => %w[test_rails_pg_interop.rb],
   "differential" => %w[test_runner_differential_interop.rb test_runner_declarations_interop.rb]
 }.freeze

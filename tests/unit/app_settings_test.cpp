@@ -110,13 +110,17 @@ TEST_CASE("app declarations: job classes' queues and worker attributes", "[app_s
     own.metadata.declared = true;
     own.queue = "mine";
     AppSettings app;
-    AppWorkerClass index{"IndexJob", "search", {{"urgency", "high"}, {"resource_boundary", "cpu"},
-                                                {"feature_category", "global_search"}},
-                         true, false, std::vector<std::string>{"search"}};
+    AppWorkerClass index{
+        "IndexJob",
+        "search",
+        {{"urgency", "high"}, {"resource_boundary", "cpu"}, {"feature_category", "global_search"}},
+        true,
+        false,
+        std::vector<std::string>{"search"}};
     AppWorkerClass own_app{"OwnJob", "theirs", {{"urgency", "high"}}, {}, {}, {}};
     AppWorkerClass plain{"PlainJob", "mail", {}, {}, {}, {}};
     AppWorkerClass broken{"BadJob", "", {{"urgency", "high"}, {"resource_boundary", "memory"}},
-                          {}, {}, {}};
+                          {},       {}, {}};
     AppWorkerClass unknown{"OddJob", "", {{"urgency", "sometimes"}}, {}, {}, {}};
     app.classes = {index, own_app, plain, broken, unknown};
     kiqd::adopt_app_declarations(c, app, l.log);
@@ -171,18 +175,41 @@ TEST_CASE("app declarations: a gem that changes Sidekiq's fetch is named", "[app
     Logged l;
     Config c = config_with_queues({"default"});
     AppSettings app;
-    app.fetch_patches = {
-        {"Sidekiq::BasicFetch", "Sidekiq::Throttled::Patches::BasicFetch", "sidekiq-throttled",
-         true},
-        {"Sidekiq::BasicFetch", "Sidekiq::Throttled::Patches::ThrottledRetriever",
-         "sidekiq-throttled", true},
-        {"Sidekiq::Manager", "Sidekiq::Manager::InitLimitFetch", "sidekiq-limit_fetch", false}};
+    app.fetch_patches = {{"Sidekiq::BasicFetch", "Sidekiq::Throttled::Patches::BasicFetch",
+                          "sidekiq-throttled", true},
+                         {"Sidekiq::BasicFetch", "Sidekiq::Throttled::Patches::ThrottledRetriever",
+                          "sidekiq-throttled", true},
+                         {"fetch", "Sidekiq::ReliableFetch", "gitlab-sidekiq-fetcher", false}};
     kiqd::adopt_app_declarations(c, app, l.log);
     const std::string log = l.out.str();
     CHECK(log.find("info sidekiq-throttled: its admission check runs in the app's runner") !=
           std::string::npos);
     CHECK(log.find("sidekiq-throttled", log.find("sidekiq-throttled") + 1) == std::string::npos);
-    CHECK(log.find("warning the app's gem sidekiq-limit_fetch changes Sidekiq's fetch "
-                   "(Sidekiq::Manager::InitLimitFetch in Sidekiq::Manager); kiqd fetches jobs "
-                   "itself and does not run that code") != std::string::npos);
+    CHECK(log.find("warning the app's gem gitlab-sidekiq-fetcher changes Sidekiq's fetch "
+                   "(Sidekiq::ReliableFetch in fetch); kiqd fetches jobs itself and does not run "
+                   "that code") != std::string::npos);
+    CHECK_FALSE(c.limit_fetch.enabled);
+}
+
+TEST_CASE("app declarations: sidekiq-limit_fetch turns kiqd's limit fetch on", "[app_settings]") {
+    Logged l;
+    AppSettings app;
+    app.fetch_patches = {
+        {"Sidekiq::Manager", "Sidekiq::Manager::InitLimitFetch", "sidekiq-limit_fetch", false}};
+    SECTION("with basic fetch") {
+        Config c = config_with_queues({"default"});
+        kiqd::adopt_app_declarations(c, app, l.log);
+        CHECK(c.limit_fetch.enabled);
+        CHECK(l.out.str().find("info sidekiq-limit_fetch: kiqd fetches with its queue limits") !=
+              std::string::npos);
+    }
+    SECTION("not with reliable fetch: a warning") {
+        Config c = config_with_queues({"default"});
+        c.fetch = kiqd::FetchMode::reliable;
+        kiqd::adopt_app_declarations(c, app, l.log);
+        CHECK_FALSE(c.limit_fetch.enabled);
+        CHECK(l.out.str().find("warning sidekiq-limit_fetch: the app uses it, and kiqd cannot "
+                               "fetch with its limits: the app's sidekiq-limit_fetch: ") !=
+              std::string::npos);
+    }
 }

@@ -1,0 +1,22 @@
+# An app that limits a queue with sidekiq-limit_fetch (4.4.1), as a Rails team writes it: the
+# limit is set in Ruby at boot (`Sidekiq::Queue["imports"].limit = 2`), or, with LIMIT_IN_YAML
+# set, not at all (the sidekiq.yml's `:limits:` then says it). Every job records when it ran in
+# `ledger` (jid, queue, start, end).
+require "sidekiq"
+require "sidekiq-limit_fetch"
+require "json"
+
+Sidekiq.configure_server { |config| config.logger.level = Logger::WARN }
+Sidekiq::Queue["imports"].limit = 2 unless ENV["LIMIT_IN_YAML"]
+
+class ImportJob
+  include Sidekiq::Job
+  sidekiq_options queue: "imports"
+
+  def perform(_n)
+    started = Process.clock_gettime(Process::CLOCK_REALTIME)
+    sleep 0.3
+    ended = Process.clock_gettime(Process::CLOCK_REALTIME)
+    Sidekiq.redis { |r| r.call("RPUSH", "ledger", JSON.generate([jid, "imports", started, ended])) }
+  end
+end

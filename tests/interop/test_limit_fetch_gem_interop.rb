@@ -1,0 +1,78 @@
+# sidekiq-limit_fetch's queue limits hold under kiqd with the app unchanged (limit_fetch_app/,
+# the gem's 4.4.1 on Sidekiq 7.3 and 8.1 from the test worlds): a limit set in Ruby at boot runs
+# first under the real Sidekiq server, then under kiqd (which sees the gem through its runner and
+# fetches with the gem's keys), then with one of each serving the queue together; a limit given
+# in the YAML's `limits:` holds under kiqd alone. Concurrency is measured from the jobs' own
+# ledger (each job's start and end times).
+require "support"
+require "worlds"
+
+class LimitFetchGemTest < Minitest::Test
+  include KiqdInterop::Helpers
+
+  APP = File.join(__dir__, "limit_fetch_app", "app.rb")
+  RUNNER = File.join(KiqdInterop::ROOT, "runners", "ruby", "kiqd-ruby-runner")
+  JOBS = 8
+
+  def push_jobs
+    redis.flushall
+    JOBS.times do |i|
+      redis.lpush("queue:imports", JSON.generate("class" => "ImportJob", "args" => [i], "jid" => SecureRandom.hex(12),
+                                                 "queue" => "imports", "retry" => true,
+                                                 "created_at" => Time.now.to_f, "enqueued_at" => Time.now.to_f))
+    end
+    redis.sadd("queues", "imports")
+  end
+
+  def ledger = redis.lrange("ledger", 0, -1).map { |e| JSON.parse(e) }
+
+  def most_at_once
+    spans = ledger.map { |e| [e[2], e[3]] }
+    spans.map { |s, _| spans.count { |a, b| a <= s && s < b } }.max.to_i
+  end
+
+  def sidekiq
+    spawn_child("sidekiq-#{world}", KiqdInterop::Worlds.sidekiq(world, "-r", APP, "-c", "6", "-q", "imports", "-t", "5"))
+  end
+
+  def kiqd(extra = {}, name: "kiqd", env: {})
+    command = KiqdInterop::Worlds.ruby(world, RUNNER, "--require", APP)
+    command = ["env", *env.map { |k, v| "#{k}=#{v}" }, *command] unless env.empty?
+    start_kiqd({"concurrency" => 6, "timeout" => 5, "queues" => ["imports"],
+                "compat" => KiqdInterop::Worlds.major(world).to_s,
+                "runners" => {"app" => {"command" => command, "processes" => 1}},
+                "handlers" => {"*" => {"runner" => "app"}}}.merge(extra), name: name)
+  end
+
+  def run_all(name, servers)
+    wait_until(90, "#{name} to run the #{JOBS} jobs") { ledger.size >= JOBS }
+    servers.each { |s| assert s.stop(30), "#{name}: stopped" }
+    assert_equal JOBS, ledger.size, "#{name}: every job ran once"
+  end
+
+  def test_a_limit_set_in_ruby
+    {"Sidekiq" => -> { [sidekiq] }, "kiqd" => -> { [kiqd] },
+     "Sidekiq and kiqd together" => -> { [sidekiq, kiqd(name: "kiqd-mixed")] }}.each do |name, start|
+      push_jobs
+      servers = start.call
+      if name == "kiqd"
+        wait_until(30, "kiqd to fetch with the gem's limits") do
+          servers.first.log.include?("sidekiq-limit_fetch: kiqd fetches with its queue limits")
+        end
+      end
+      run_all(name, servers)
+      assert_operator most_at_once, :<=, 2, "#{name}: the queue's limit of 2"
+      assert_empty redis.lrange("limit_fetch:probed:imports", 0, -1), "#{name}: every place given back"
+    end
+  end
+
+  def test_limits_in_the_yaml
+    push_jobs
+    server = kiqd({"limits" => {"imports" => 1}}, env: {"LIMIT_IN_YAML" => "1"})
+    run_all("kiqd", [server])
+    assert_equal 1, most_at_once, "limits: {imports: 1}"
+    assert_equal "1", redis.get("limit_fetch:limit:imports")
+  end
+
+  KiqdInterop::Worlds.per_world(self, %w[sidekiq73 sidekiq81])
+end
