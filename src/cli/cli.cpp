@@ -432,7 +432,12 @@ int run(int argc, char** argv, HandlerRegistry& handlers, MiddlewareRegistry& mi
     if (!runner_pools->empty()) {
         logger->info("waiting for the runner to boot the app (its Sidekiq declarations count)");
         if (auto app = runner_pools->await_app_settings()) {
-            adopt_app_declarations(config, *app, *logger);
+            try {
+                adopt_app_declarations(config, *app, *logger);
+            } catch (const ConfigError& e) {
+                runner_pools->stop();
+                return config_error(e, o.config_path);
+            }
             runner_pools->mark_app_settings_taken();
         } else {
             logger->warn(

@@ -239,6 +239,34 @@ void adopt_classes(Config& config, const std::vector<runner::AppWorkerClass>& cl
 // Gems that change Sidekiq's fetch: kiqd fetches in C++, so their code never runs unless the
 // runner does what they do. Each is named once, so that a limit the app declares is never
 // exceeded in silence.
+// An app that sets up gitlab-sidekiq-fetcher asks for reliable fetch: kiqd fetches reliably
+// (its own working lists), and the Launcher recovers the gem's lists of processes that are gone
+// (gitlab_list_recovery.hpp). A config kiqd cannot fetch reliably with is a start-up error.
+void adopt_gitlab_fetcher(Config& config, spdlog::logger& log) {
+    if (config.fetch == FetchMode::reliable) {
+        log.info(
+            "gitlab-sidekiq-fetcher: the app sets up reliable fetch, and kiqd fetches "
+            "reliably; the gem's working lists of processes that are gone are recovered");
+        return;
+    }
+    std::string other;
+    if (config.prefetch > 1) other = "prefetch: " + std::to_string(config.prefetch);
+    if (!config.capsules.empty()) other = "capsules";
+    if (config.limit_fetch.enabled) other = "sidekiq-limit_fetch's limits";
+    if (!other.empty())
+        throw ConfigError("fetch",
+                          "the app sets up gitlab-sidekiq-fetcher's reliable fetch, and kiqd's "
+                          "config has " +
+                              other +
+                              ", which kiqd cannot fetch reliably with: remove it, or stop "
+                              "setting up the gem");
+    config.fetch = FetchMode::reliable;
+    log.warn(
+        "gitlab-sidekiq-fetcher: the app sets up reliable fetch, so kiqd fetches reliably "
+        "(fetch: reliable); the gem's working lists of processes that are gone are "
+        "recovered");
+}
+
 // sidekiq-limit_fetch is done by kiqd's own fetch (LimitFetcher), in the gem's keys.
 void report_fetch_patches(Config& config, const std::vector<runner::AppFetchPatch>& patches,
                           spdlog::logger& log) {
@@ -246,6 +274,10 @@ void report_fetch_patches(Config& config, const std::vector<runner::AppFetchPatc
     for (const auto& p : patches) {
         const std::string gem = p.gem.empty() ? p.module : p.gem;
         if (!said.insert(gem).second) continue;
+        if (gem == "gitlab-sidekiq-fetcher") {
+            adopt_gitlab_fetcher(config, log);
+            continue;
+        }
         if (gem == "sidekiq-limit_fetch") {
             std::string problem;
             try {
@@ -284,6 +316,11 @@ void adopt_app_declarations(Config& config, const runner::AppSettings& app, spdl
     adopt_capsules(config, app.capsules, log);
     adopt_classes(config, app.classes, log);
     report_fetch_patches(config, app.fetch_patches, log);
+}
+
+bool uses_gitlab_fetcher(const runner::AppSettings& app) {
+    return std::any_of(app.fetch_patches.begin(), app.fetch_patches.end(),
+                       [](const auto& p) { return p.gem == "gitlab-sidekiq-fetcher"; });
 }
 
 void adopt_app_settings(const runner::AppSettings& app, const Config& config, JobRetry& retry,

@@ -18,7 +18,12 @@
 
 namespace kiqd {
 
+// Throws ConfigError when the app asks for a fetch kiqd's config rules out (gitlab-sidekiq-
+// fetcher's reliable fetch with capsules, prefetch or queue limits): a start-up error, exit 78.
 void adopt_app_declarations(Config& config, const runner::AppSettings& app, spdlog::logger& log);
+
+// Whether the app set up gitlab-sidekiq-fetcher (its runner reported it).
+bool uses_gitlab_fetcher(const runner::AppSettings& app);
 
 void adopt_app_settings(const runner::AppSettings& app, const Config& config, JobRetry& retry,
                         DeadSet& dead, spdlog::logger& log);

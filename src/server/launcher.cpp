@@ -158,6 +158,11 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
         heartbeat_.set_capsules(std::move(slots));
     }
     if (reliable_) recovery_ = std::make_unique<OrphanRecovery>(rt_, *reliable_);
+    if (const RunnerPools* pools = active_runner_pools())
+        if (auto app = pools->app_settings(); app && uses_gitlab_fetcher(*app))
+            gitlab_lists_ = std::make_unique<GitlabListRecovery>(
+                keys_, named_connection(rt_.connection_options, me_.identity, "gitlab-lists"),
+                config.reliable_fetch.orphan_check_interval, log);
     if (config.limit_fetch.enabled)
         limit_monitor_ = std::make_unique<LimitFetchMonitor>(
             config, keys_, order_.names(), me_.identity,
@@ -325,6 +330,7 @@ void Launcher::begin_stop() {
         cron_poller_.stop();
         if (recovery_) recovery_->stop(ended);
         if (limit_monitor_) limit_monitor_->stop();  // after the jobs gave their places back
+        if (gitlab_lists_) gitlab_lists_->stop();
         chain_assembly_.lock_keeper().stop();
         pause_controller_.stop();
         if (auto* slots = chain_assembly_.slot_keeper()) slots->stop();
@@ -393,6 +399,7 @@ int Launcher::run() {
         log_.info("cpu-bound jobs: at most {} at once (cpu_bound_concurrency)", cpu_gate_->limit());
     if (recovery_) recovery_->start();  // processors fetch once it has registered this process
     if (limit_monitor_) limit_monitor_->start();  // the config's limits before the first fetch
+    if (gitlab_lists_) gitlab_lists_->start();
     chain_assembly_.lock_keeper().start();
     drain_unfair_queues(config_, keys_, order_, rt_.connection_options, log_);
     pause_controller_.refresh_before_start();

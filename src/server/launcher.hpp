@@ -33,6 +33,7 @@
 #include "middleware/pause/pause_controller.hpp"
 #include "server/chain_assembly.hpp"
 #include "server/cron_poller.hpp"
+#include "server/gitlab_list_recovery.hpp"
 #include "server/heartbeat.hpp"
 #include "server/manager.hpp"
 #include "server/metrics_server.hpp"
@@ -108,8 +109,9 @@ class Launcher {
     Scheduler scheduler_;
     CronPoller cron_poller_;  // sidekiq-cron's jobs and the YAML's schedules
     Heartbeat heartbeat_;
-    std::unique_ptr<OrphanRecovery> recovery_;  // with `fetch: reliable` only
+    std::unique_ptr<OrphanRecovery> recovery_;          // with `fetch: reliable` only
     std::unique_ptr<LimitFetchMonitor> limit_monitor_;  // with sidekiq-limit_fetch's limits only
+    std::unique_ptr<GitlabListRecovery> gitlab_lists_;  // when the app sets up the GitLab fetcher
     PauseController pause_controller_;
     std::unique_ptr<MetricsServer> metrics_;  // with `metrics: {listen: ...}` only
 

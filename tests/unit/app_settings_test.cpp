@@ -179,16 +179,38 @@ TEST_CASE("app declarations: a gem that changes Sidekiq's fetch is named", "[app
                           "sidekiq-throttled", true},
                          {"Sidekiq::BasicFetch", "Sidekiq::Throttled::Patches::ThrottledRetriever",
                           "sidekiq-throttled", true},
-                         {"fetch", "Sidekiq::ReliableFetch", "gitlab-sidekiq-fetcher", false}};
+                         {"Sidekiq::BasicFetch", "SuperFetchLike::Patch", "some-fetch-gem", false}};
     kiqd::adopt_app_declarations(c, app, l.log);
     const std::string log = l.out.str();
     CHECK(log.find("info sidekiq-throttled: its admission check runs in the app's runner") !=
           std::string::npos);
     CHECK(log.find("sidekiq-throttled", log.find("sidekiq-throttled") + 1) == std::string::npos);
-    CHECK(log.find("warning the app's gem gitlab-sidekiq-fetcher changes Sidekiq's fetch "
-                   "(Sidekiq::ReliableFetch in fetch); kiqd fetches jobs itself and does not run "
-                   "that code") != std::string::npos);
+    CHECK(log.find("warning the app's gem some-fetch-gem changes Sidekiq's fetch "
+                   "(SuperFetchLike::Patch in Sidekiq::BasicFetch); kiqd fetches jobs itself and "
+                   "does not run that code") != std::string::npos);
     CHECK_FALSE(c.limit_fetch.enabled);
+}
+
+TEST_CASE("app declarations: gitlab-sidekiq-fetcher asks for reliable fetch", "[app_settings]") {
+    Logged l;
+    AppSettings app;
+    app.fetch_patches = {{"fetch", "Sidekiq::ReliableFetch", "gitlab-sidekiq-fetcher", false}};
+    CHECK(kiqd::uses_gitlab_fetcher(app));
+    SECTION("basic fetch becomes reliable") {
+        Config c = config_with_queues({"default"});
+        kiqd::adopt_app_declarations(c, app, l.log);
+        CHECK(c.fetch == kiqd::FetchMode::reliable);
+        CHECK(l.out.str().find("warning gitlab-sidekiq-fetcher: the app sets up reliable fetch, "
+                               "so kiqd fetches reliably (fetch: reliable)") != std::string::npos);
+    }
+    SECTION("a config kiqd cannot fetch reliably with: a start-up error") {
+        Config c = config_with_queues({"default"});
+        c.prefetch = 10;
+        CHECK_THROWS_WITH(kiqd::adopt_app_declarations(c, app, l.log),
+                          "fetch: the app sets up gitlab-sidekiq-fetcher's reliable fetch, and "
+                          "kiqd's config has prefetch: 10, which kiqd cannot fetch reliably with: "
+                          "remove it, or stop setting up the gem");
+    }
 }
 
 TEST_CASE("app declarations: sidekiq-limit_fetch turns kiqd's limit fetch on", "[app_settings]") {
