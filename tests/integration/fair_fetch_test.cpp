@@ -17,6 +17,7 @@
 
 #include "fetch/fair_drain.hpp"
 #include "fetch/reliable_fetcher.hpp"
+#include "integration/fair_fetch_fixture.hpp"
 #include "server/fair_metrics.hpp"
 #include "support/job_pushes.hpp"
 #include "support/kiqd_process.hpp"
@@ -35,77 +36,7 @@ using kiqd::test::wait_until;
 using kiqd::test::zcard;
 using list_of = std::vector<std::string>;
 
-namespace {
-
-const std::string kIdentity = "fairhost:1:0123456789ab";
-
-// A job of `tenant` (args[0]) numbered `n` (args[1]), enqueued at `at`, as a Ruby client
-// that knows nothing of tenants writes it.
-std::string job(const std::string& tenant, int n, double at = 1700000000.0) {
-    nlohmann::ordered_json j{{"class", "Kiqd::Noop"}, {"args", {tenant, n}},
-                             {"queue", "default"},    {"jid", tenant + std::to_string(n)},
-                             {"retry", true},         {"created_at", at},
-                             {"enqueued_at", at}};
-    return j.dump();
-}
-
-// "tenant/n" of a fetched payload.
-std::string label(const std::string& payload) {
-    auto j = nlohmann::json::parse(payload);
-    return j["args"][0].get<std::string>() + "/" + std::to_string(j["args"][1].get<int>());
-}
-
-struct FairSetup {
-    explicit FairSetup(std::vector<QueueWeight> queues, FairFetchConfig fair)
-        : config(std::move(fair)), order(std::move(queues)) {}
-    FairFetchConfig config;
-    Keys keys;
-    QueueOrder order;
-    std::unique_ptr<FairFetch> fair() const {
-        return std::make_unique<FairFetch>(keys, order, config);
-    }
-};
-
-FairFetchConfig fair_default(std::map<std::string, int> weights = {}, int max_tenants = 10000) {
-    FairFetchConfig c;
-    FairFetchQueue q;
-    q.queue = "default";
-    q.arg = 0;
-    q.weights = std::move(weights);
-    q.max_tenants = max_tenants;
-    c.queues.push_back(q);
-    return c;
-}
-
-// Sidekiq::Queue.all.sum(&:size): every queue in `queues`, summed.
-long long sidekiq_total(redis::Connection& c) {
-    auto members = c.command({"SMEMBERS", "queues"});
-    long long total = 0;
-    for (size_t i = 0; i < members.size(); ++i)
-        total += llen(c, "queue:" + std::string(members[i].str()));
-    return total;
-}
-
-std::vector<std::string> fetch_labels(const Fetcher& f, redis::Connection& c, int n) {
-    std::mt19937_64 rng(7);
-    std::vector<std::string> out;
-    for (int i = 0; i < n; ++i) {
-        auto unit = f.retrieve_work(c, rng, 0);
-        if (!unit) break;
-        out.push_back(label(unit->payload));
-    }
-    return out;
-}
-
-// "tenant/n" of each job in a working list, oldest fetched first.
-std::vector<std::string> working_labels(redis::Connection& c, const std::string& working) {
-    std::vector<std::string> out;
-    auto in_work = lrange(c, working);
-    for (auto it = in_work.rbegin(); it != in_work.rend(); ++it) out.push_back(label(*it));
-    return out;
-}
-
-}  // namespace
+using namespace kiqd::test::fair_fixture;
 
 TEST_CASE("fair fetch: tenants are served round-robin, whatever order they were pushed in",
           "[fair_fetch]") {
