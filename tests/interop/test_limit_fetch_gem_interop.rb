@@ -6,9 +6,11 @@
 # ledger (each job's start and end times).
 require "support"
 require "worlds"
+require "ledger"
 
 class LimitFetchGemTest < Minitest::Test
   include KiqdInterop::Helpers
+  include KiqdInterop::LedgerReads
 
   APP = File.join(__dir__, "limit_fetch_app", "app.rb")
   RUNNER = File.join(KiqdInterop::ROOT, "runners", "ruby", "kiqd-ruby-runner")
@@ -22,13 +24,6 @@ class LimitFetchGemTest < Minitest::Test
                                                  "created_at" => Time.now.to_f, "enqueued_at" => Time.now.to_f))
     end
     redis.sadd("queues", "imports")
-  end
-
-  def ledger = redis.lrange("ledger", 0, -1).map { |e| JSON.parse(e) }
-
-  def most_at_once
-    spans = ledger.map { |e| [e[2], e[3]] }
-    spans.map { |s, _| spans.count { |a, b| a <= s && s < b } }.max.to_i
   end
 
   def sidekiq

@@ -8,9 +8,11 @@
 # Concurrency is measured from the jobs' own ledger (each job's start and end times).
 require "support"
 require "worlds"
+require "ledger"
 
 class RunnerDeclarationsTest < Minitest::Test
   include KiqdInterop::Helpers
+  include KiqdInterop::LedgerReads
 
   APP = File.join(__dir__, "declarations_app", "app.rb")
   RUNNER = File.join(KiqdInterop::ROOT, "runners", "ruby", "kiqd-ruby-runner")
@@ -23,14 +25,6 @@ class RunnerDeclarationsTest < Minitest::Test
                                                 "created_at" => Time.now.to_f, "enqueued_at" => Time.now.to_f))
     redis.sadd("queues", queue)
     jid
-  end
-
-  def ledger = redis.lrange("ledger", 0, -1).map { |e| JSON.parse(e) }
-
-  # The most jobs of `queue` that ran at once: at each start, the jobs whose span contains it.
-  def most_at_once(queue)
-    spans = ledger.select { |e| e[1] == queue }.map { |e| [e[2], e[3]] }
-    spans.map { |s, _| spans.count { |a, b| a <= s && s < b } }.max.to_i
   end
 
   def push_serial_jobs

@@ -6,9 +6,11 @@
 # fleet keeps one limit. Throttled attempts count as neither processed nor failed.
 require "support"
 require "worlds"
+require "ledger"
 
 class ThrottledGemTest < Minitest::Test
   include KiqdInterop::Helpers
+  include KiqdInterop::LedgerReads
 
   APP = File.join(__dir__, "throttled_app", "app.rb")
   RUNNER = File.join(KiqdInterop::ROOT, "runners", "ruby", "kiqd-ruby-runner")
@@ -19,20 +21,6 @@ class ThrottledGemTest < Minitest::Test
                                                "queue" => "default", "retry" => true,
                                                "created_at" => Time.now.to_f, "enqueued_at" => Time.now.to_f))
     jid
-  end
-
-  def ledger(scope) = redis.lrange("ledger", 0, -1).map { |e| JSON.parse(e) }.select { |e| e[1] == scope }
-
-  # The most jobs of `scope` that ran at once: at each start, the spans that contain it.
-  def most_at_once(scope)
-    spans = ledger(scope).map { |e| [e[2], e[3]] }
-    spans.map { |s, _| spans.count { |a, b| a <= s && s < b } }.max.to_i
-  end
-
-  # The most starts of `scope` within any `period` seconds.
-  def most_starts_within(scope, period)
-    starts = ledger(scope).map { |e| e[2] }.sort
-    starts.map { |s| starts.count { |t| t >= s && t < s + period } }.max.to_i
   end
 
   def sidekiq

@@ -3,6 +3,7 @@
 # attributes. Every job records when it ran in `ledger` (jid, queue, start, end).
 require "sidekiq"
 require "json"
+require_relative "../ledger"
 
 Sidekiq.configure_server do |config|
   config.logger.level = Logger::WARN
@@ -29,16 +30,6 @@ module WorkerAttributes
     def get_tags = [:search]
   end
 end
-
-module Ledger
-  def self.record(jid, queue)
-    started = Process.clock_gettime(Process::CLOCK_REALTIME)
-    yield
-    ended = Process.clock_gettime(Process::CLOCK_REALTIME)
-    Sidekiq.redis { |r| r.call("RPUSH", "ledger", JSON.generate([jid, queue, started, ended])) }
-  end
-end
-
 class SerialJob
   include Sidekiq::Job
   sidekiq_options queue: "single"

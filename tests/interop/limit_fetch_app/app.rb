@@ -5,6 +5,7 @@
 require "sidekiq"
 require "sidekiq-limit_fetch"
 require "json"
+require_relative "../ledger"
 
 Sidekiq.configure_server { |config| config.logger.level = Logger::WARN }
 Sidekiq::Queue["imports"].limit = 2 unless ENV["LIMIT_IN_YAML"]
@@ -13,10 +14,5 @@ class ImportJob
   include Sidekiq::Job
   sidekiq_options queue: "imports"
 
-  def perform(_n)
-    started = Process.clock_gettime(Process::CLOCK_REALTIME)
-    sleep 0.3
-    ended = Process.clock_gettime(Process::CLOCK_REALTIME)
-    Sidekiq.redis { |r| r.call("RPUSH", "ledger", JSON.generate([jid, "imports", started, ended])) }
-  end
+  def perform(_n) = Ledger.record(jid, "imports") { sleep 0.3 }
 end

@@ -4,17 +4,9 @@
 require "sidekiq"
 require "sidekiq/throttled"
 require "json"
+require_relative "../ledger"
 
 Sidekiq.configure_server { |config| config.logger.level = Logger::WARN }
-
-module Ledger
-  def self.record(jid, scope)
-    started = Process.clock_gettime(Process::CLOCK_REALTIME)
-    yield if block_given?
-    ended = Process.clock_gettime(Process::CLOCK_REALTIME)
-    Sidekiq.redis { |r| r.call("RPUSH", "ledger", JSON.generate([jid, scope, started, ended])) }
-  end
-end
 
 class ConcurrencyJob
   include Sidekiq::Job
