@@ -6,9 +6,9 @@
 #include <tuple>
 
 #include "admin/table.hpp"
-#include "common/cron_expression.hpp"
+#include "cron/cron_expression.hpp"
+#include "cron/cron_store.hpp"
 #include "kiqd/clock.hpp"
-#include "server/cron_store.hpp"
 
 namespace kiqd::admin {
 namespace {

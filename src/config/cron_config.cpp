@@ -10,9 +10,9 @@
 #include <set>
 #include <sstream>
 
-#include "common/cron_expression.hpp"
-#include "common/cron_flag.hpp"
 #include "config/yaml_helpers.hpp"
+#include "cron/cron_expression.hpp"
+#include "cron/cron_flag.hpp"
 
 namespace kiqd::config_detail {
 namespace {

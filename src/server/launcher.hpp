@@ -26,13 +26,13 @@
 #include <thread>
 
 #include "config/worker_catalog.hpp"
+#include "cron/cron_poller.hpp"
 #include "fetch/cpu_gate.hpp"
 #include "fetch/limit_fetcher.hpp"
 #include "kiqd/client.hpp"
 #include "middleware/job_metrics.hpp"
 #include "middleware/pause/pause_controller.hpp"
 #include "server/chain_assembly.hpp"
-#include "server/cron_poller.hpp"
 #include "server/gitlab_list_recovery.hpp"
 #include "server/heartbeat.hpp"
 #include "server/manager.hpp"

@@ -5,9 +5,9 @@
 #include <set>
 #include <thread>
 
-#include "common/cron_expression.hpp"
+#include "cron/cron_expression.hpp"
+#include "cron/cron_poller.hpp"
 #include "kiqd/client.hpp"
-#include "server/cron_poller.hpp"
 #include "support/kiqd_process.hpp"
 #include "support/redis_reads.hpp"
 #include "support/test_runtime.hpp"

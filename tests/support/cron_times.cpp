@@ -7,7 +7,7 @@
 #include <iostream>
 #include <string>
 
-#include "common/cron_expression.hpp"
+#include "cron/cron_expression.hpp"
 
 int main() {
     std::ios::sync_with_stdio(false);

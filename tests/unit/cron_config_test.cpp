@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <fstream>
 
-#include "server/cron_store.hpp"
+#include "cron/cron_store.hpp"
 #include "support/config_errors.hpp"
 #include "support/temp_dir.hpp"
 

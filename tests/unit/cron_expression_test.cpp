@@ -2,7 +2,7 @@
 // fugit's own answer — Fugit.parse_cron(line).previous_time/next_time(from) with TZ=UTC, computed
 // once with the real gem — so kiqd fires a shared schedule at the same seconds as Ruby does,
 // across DST changes in Europe/Berlin, America/New_York and America/Santiago included.
-#include "common/cron_expression.hpp"
+#include "cron/cron_expression.hpp"
 
 #include <catch2/catch.hpp>
 #include <cstdlib>

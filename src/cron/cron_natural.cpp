@@ -4,15 +4,15 @@
 // success; `rep` is greedy without backtracking; `jseq` gives back a trailing separator. Only
 // named nodes are kept (raabro's unnamed ones are transparent to its lookups), so the rewrite
 // walks the tree fugit's does.
-#include "common/cron_natural.hpp"
+#include "cron/cron_natural.hpp"
 
 #include <algorithm>
 #include <cctype>
 #include <regex>
 #include <vector>
 
-#include "common/cron_expression.hpp"
-#include "common/cron_natural_slots.hpp"
+#include "cron/cron_expression.hpp"
+#include "cron/cron_natural_slots.hpp"
 
 namespace kiqd {
 namespace {

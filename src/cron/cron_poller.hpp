@@ -42,10 +42,10 @@
 #include <string>
 #include <vector>
 
-#include "common/cron_expression.hpp"
 #include "common/periodic_worker.hpp"
+#include "cron/cron_expression.hpp"
+#include "cron/cron_store.hpp"
 #include "kiqd/redis/script.hpp"
-#include "server/cron_store.hpp"
 #include "server/runtime.hpp"
 
 namespace kiqd {

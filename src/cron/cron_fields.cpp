@@ -1,6 +1,6 @@
 // The fields of a cron line (see cron_fields.hpp), following fugit 1.13's Parser and its
 // determine_* and expand methods.
-#include "common/cron_fields.hpp"
+#include "cron/cron_fields.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -8,7 +8,7 @@
 #include <map>
 #include <set>
 
-#include "common/cron_expression.hpp"
+#include "cron/cron_expression.hpp"
 
 namespace kiqd::cron_fields {
 namespace {

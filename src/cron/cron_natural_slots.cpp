@@ -1,11 +1,11 @@
 // The slots of fugit's natural-language rewrite (see cron_natural_slots.hpp), rule for rule
 // as fugit/nat.rb has them.
-#include "common/cron_natural_slots.hpp"
+#include "cron/cron_natural_slots.hpp"
 
 #include <algorithm>
 #include <regex>
 
-#include "common/cron_expression.hpp"
+#include "cron/cron_expression.hpp"
 
 namespace kiqd::nat {
 namespace {

@@ -1,12 +1,12 @@
 // CronPoller (see cron_poller.hpp).
-#include "server/cron_poller.hpp"
+#include "cron/cron_poller.hpp"
 
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "common/cron_flag.hpp"
+#include "cron/cron_flag.hpp"
 #include "job/dead_set.hpp"
 #include "kiqd/deadline.hpp"
 #include "redis/lua_type_guard.hpp"

@@ -1,5 +1,5 @@
 // CronStore (see cron_store.hpp).
-#include "server/cron_store.hpp"
+#include "cron/cron_store.hpp"
 
 #include <cmath>
 #include <cstdio>
@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "common/cron_expression.hpp"
 #include "common/ruby_float.hpp"
+#include "cron/cron_expression.hpp"
 
 namespace kiqd {
 namespace {

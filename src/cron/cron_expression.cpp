@@ -4,7 +4,7 @@
 // and second, in seconds computed from the local wall clock), because that walk is what decides
 // which runs a daylight-saving change skips or repeats — and kiqd must skip or repeat the same
 // ones as the Ruby processes sharing the schedule.
-#include "common/cron_expression.hpp"
+#include "cron/cron_expression.hpp"
 
 #include <date/date.h>
 #include <date/tz.h>
@@ -17,8 +17,8 @@
 #include <map>
 #include <set>
 
-#include "common/cron_fields.hpp"
-#include "common/cron_natural.hpp"
+#include "cron/cron_fields.hpp"
+#include "cron/cron_natural.hpp"
 
 namespace kiqd {
 namespace {
