@@ -25,7 +25,7 @@ import re
 import time
 from collections import defaultdict
 
-ACK_WINDOW_US = 5_000_000   # a deferred acknowledgement goes out with the next refill: well under
+ACK_WINDOW_US = 5_000_000   # an acknowledgement goes out within milliseconds of the end: well under
 HEARTBEAT_US = 10_000_000   # stats flushed at least this often (kill -9 loses what is unflushed)
 
 

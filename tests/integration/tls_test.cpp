@@ -289,9 +289,9 @@ TEST_CASE("connections: each is named kiqd:<identity>:<role>, and check-config c
         kiqd::test::default_queue_config(server, "concurrency: 3\nfetch: reliable\n");
     auto [code, out] = kiqd::test::check_config(KIQD_BINARY, yaml);
     CHECK(code == 0);
-    CHECK_THAT(out, Catch::Contains("kiqd: 10 Redis connections per process (3 processors + "
+    CHECK_THAT(out, Catch::Contains("kiqd: 11 Redis connections per process (3 processors + "
                                     "heartbeat, scheduler, pause control, lock keeper, orphan "
-                                    "recovery, liveness, cron poller)"));
+                                    "recovery, liveness, ack flusher, cron poller)"));
     KiqdProcess kiqd(KIQD_BINARY, yaml);
     std::string identity;
     REQUIRE(wait_until([&] {
@@ -307,11 +307,11 @@ TEST_CASE("connections: each is named kiqd:<identity>:<role>, and check-config c
             list = std::string(conn.command({"CLIENT", "LIST"}).str());
             for (const char* role :
                  {"processor-0", "processor-1", "processor-2", "heartbeat", "scheduler",
-                  "pause-control", "orphan-recovery", "liveness", "cron"})
+                  "pause-control", "orphan-recovery", "liveness", "ack-flusher", "cron"})
                 if (list.find(prefix + role + " ") == std::string::npos) return false;
             return true;
         },
         std::chrono::seconds(30)));
-    CHECK(occurrences(list, prefix) <= 10);
+    CHECK(occurrences(list, prefix) <= 11);
     CHECK(kiqd.stop() == 0);
 }
