@@ -246,10 +246,14 @@ bool FetchBuffer::defer_ack(UnitOfWork unit, size_t slot) {
     const auto now = std::chrono::steady_clock::now();
     bool first = false;
     if (Pile* pile = pile_of(slot)) {
-        // A job that ran kAckDelay or longer: its own round trip costs little beside it, and
-        // deferred it would wait for the watcher (or a refill a batch of such jobs away).
+        // A job that ran kAckDelay or longer, on a thread whose jobs are not short: its own
+        // round trip costs little beside it, and deferred it would wait for the watcher. (A
+        // short job that only took long because its thread waited for a core still rides with
+        // the refill: under load that is most of them, and a round trip each would slow a
+        // drain of short jobs.)
         const auto taken = pile->last;
-        if (taken != std::chrono::steady_clock::time_point{} && now - taken >= kAckDelay)
+        if (!pile->short_jobs() && taken != std::chrono::steady_clock::time_point{} &&
+            now - taken >= kAckDelay)
             return false;
         // The thread's own list: no shared lock per job (share_acks moves it on).
         std::lock_guard pile_lock(pile->mutex);

@@ -25,7 +25,7 @@
 // under 1 ms on average). A successful job's deferred acknowledgement goes to its thread's own
 // list first (no shared lock per job), and joins the shared list on the thread's next visit to
 // the shared buffer (at the latest after a pile), in time for the next refill. A job that ran
-// kAckDelay or longer is not deferred at all (its round trip is small beside it), and the ack
+// kAckDelay or longer on a thread of long jobs is not deferred at all, and the ack
 // watcher (server/ack_flusher.hpp) sends those deferred longer than kAckDelay: a refill comes
 // within a few short jobs, but not while every thread runs a long job after short ones.
 // Waiting threads wake newest first: the thread that parked last wakes first, so that at c100
@@ -79,8 +79,9 @@ class FetchBuffer {
     static constexpr std::chrono::milliseconds kAckDelay{5};
     // Records a successful job whose acknowledgement is deferred to the next refill; `slot`:
     // the calling processor's (kept in its own list until it next takes from the shared buffer).
-    // False, with nothing recorded, when the slot's job ran kAckDelay or longer since its take:
-    // the caller acknowledges it now. Only the slot's own thread may pass its slot.
+    // False, with nothing recorded, when the slot's job ran kAckDelay or longer since its take
+    // and the thread's jobs are not short (short_jobs): the caller acknowledges it now. Only
+    // the slot's own thread may pass its slot.
     bool defer_ack(UnitOfWork unit, size_t slot = kNoSlot);
     // The ack watcher's side. When the oldest deferred acknowledgement (shared or in a
     // thread's list) was deferred; nullopt when there is none.
