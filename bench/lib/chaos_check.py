@@ -345,7 +345,7 @@ def check(work, ttl, leftovers, stats, sets, drain_ok, limit, unique_class):
 
 def print_report(r):
     p = print
-    p("chaos: seed %s: %d jobs pushed (%s), %d unconfirmed (Redis died mid-push; %d of them ran)"
+    p("chaos: seed %s: %d jobs pushed (%s), %d unconfirmed (Redis died or refused writes mid-push; %d of them ran)"
       % (r["seed"], r["pushed"], ", ".join("%s %d" % kv for kv in sorted(r["pushed_by_class"].items())),
          r["unconfirmed_pushes"], r["unconfirmed_that_ran"]))
     p("chaos: %d runs (%d cron); %d faults: %s" % (
