@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Chaos run: three kiqd processes (batched reliable fetch, basic fetch, a Python runner pool) on
-# one private Redis (AOF, appendfsync always), a steady mix of jobs (plain, unique, concurrency
-# limited, throttled, paused and resumed, failing once, cron), and faults on a seeded schedule
-# (kill -9 of kiqd, of a runner child and of Redis, SIGTERM deploys, SIGSTOP past the liveness
-# TTL, 200 ms of latency, cut connections, Redis unreachable). After a drain it checks, from the
+# one private Redis (AOF, appendfsync always), a steady mix of jobs (plain, quick 50-200 ms,
+# unique, concurrency limited, throttled, paused and resumed, failing once, cron), and faults on a
+# seeded schedule (kill -9 of kiqd, of a runner child and of Redis, SIGTERM deploys, SIGSTOP past
+# the liveness TTL, 200 ms of latency, cut connections, Redis unreachable, Redis refusing writes:
+# out of memory or MISCONF). After a drain it checks, from the
 # jobs' own append-only ledgers: nothing lost, every duplicate run explained by a documented
 # window, no two runs of one unique identity at once, the concurrency limit never exceeded,
 # each cron tick once, no lock or slot left behind, Sidekiq's processed/failed counts agree.

@@ -9,7 +9,8 @@ The fleet (every process on queue `chaos`, each through its own bench/latency_pr
      bench/lib/chaos_jobs.py: 2 processes of 2 threads)
 Redis: AOF with appendfsync always, so a kill -9 of Redis loses no acknowledged write.
 
-The jobs (classes Chaos::*): Plain; Unique (until_and_while_executing over UNIQUE_IDS
+The jobs (classes Chaos::*): Plain; Quick (50-200 ms: the jobs whose acknowledgements a batched
+fetch used to hold until its next refill); Unique (until_and_while_executing over UNIQUE_IDS
 identities, on_conflict: reschedule, so no copy is dropped); Limited (concurrency_limit 3);
 Throttled (2 starts per 2 s); Paused (its worker is paused and resumed every PAUSE_EVERY s);
 FailOnce (fails its first attempt); Cron (a cron entry every 10 s, its time as the argument).
@@ -24,6 +25,9 @@ The faults, one at a time, chosen and timed by the seeded RNG:
   latency      200 ms added to every round trip of A, B or C for 3-8 s
   cut          every connection of A or C cut at once
   outage       A's or C's Redis unreachable (connections cut and refused) for 1-10 s
+  refuse       Redis refuses writes for 3-12 s (liveness_ttl is 5): out of memory (maxmemory
+               with noeviction, filled by another client) or MISCONF (a save that fails: its
+               dir set to /proc, stop-writes-on-bgsave-error), for the whole fleet at once
 B (basic fetch) gets only the faults basic fetch survives by design: a kill -9 or a cut
 connection loses what BRPOP had popped, as Sidekiq's BasicFetch does (docs/reliability.md).
 
@@ -90,8 +94,11 @@ class RedisServer:
 
     def start(self):
         self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "yes", "--appendfsync", "always", "--dir", self.work,
+            # A save point (never reached in a run) and protected configs: the refuse fault's
+            # MISCONF comes from a BGSAVE into a dir it cannot write (CONFIG SET dir).
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+             "--save", "86400 1", "--enable-protected-configs", "yes", "--maxmemory-policy",
+             "noeviction", "--appendonly", "yes", "--appendfsync", "always", "--dir", self.work,
              "--logfile", os.path.join(self.work, "redis.log")])
         for _ in range(400):
             try:
@@ -213,6 +220,7 @@ def config_yaml(port, concurrency, fetch, handler, job, runner=None):
         " queue: chaos, date_as_argument: true}",
         "handlers:",
         "  \"Chaos::Plain\": %s" % h,
+        "  \"Chaos::Quick\": %s" % h,
         "  \"Chaos::Unique\": %s" % h_with(
             "lock: until_and_while_executing, lock_args: [2], on_conflict: reschedule"),
         "  \"Chaos::Limited\": %s" % h_with("concurrency_limit: 3"),
@@ -236,9 +244,9 @@ class Producer(threading.Thread):
     """Pushes RATE jobs a second straight to Redis (not through a proxy), seeded. A push whose
     reply was lost (Redis killed) is recorded as unconfirmed: it may or may not have landed."""
 
-    MIX = [("Chaos::Plain", 40), ("Chaos::Unique", 15), ("Chaos::Limited", 15),
+    MIX = [("Chaos::Plain", 20), ("Chaos::Quick", 20), ("Chaos::Unique", 15), ("Chaos::Limited", 15),
            ("Chaos::Throttled", 10), ("Chaos::Paused", 10), ("Chaos::FailOnce", 10)]
-    WORK_MS = {"Chaos::Plain": (50, 300), "Chaos::Unique": (200, 500),
+    WORK_MS = {"Chaos::Plain": (50, 300), "Chaos::Quick": (50, 200), "Chaos::Unique": (200, 500),
                "Chaos::Limited": (1000, 3000), "Chaos::Throttled": (50, 200),
                "Chaos::Paused": (50, 300), "Chaos::FailOnce": (50, 300)}
 
@@ -295,7 +303,8 @@ class Producer(threading.Thread):
 class Faults(threading.Thread):
     """One fault at a time on the seeded schedule; each recorded with its start and end."""
 
-    KINDS = ["kill9", "runner_kill9", "deploy", "stall", "redis_kill9", "latency", "cut", "outage"]
+    KINDS = ["kill9", "runner_kill9", "deploy", "stall", "redis_kill9", "latency", "cut", "outage",
+             "refuse"]
 
     def __init__(self, seed, every, fleet, proxies, redis, events, pauser_lock):
         super().__init__(daemon=True)
@@ -353,6 +362,8 @@ class Faults(threading.Thread):
             self.wait(rng.uniform(0.5, 2))
             self.redis.start()
             self.record(kind, "redis", start, killed=killed_at)
+        elif kind == "refuse":
+            self.refuse(rng.choice(["oom", "misconf"]), rng.uniform(3, 12), start)
         elif kind == "cut":
             name = rng.choice("AC")
             self.proxies[name].send("cut")
@@ -365,6 +376,40 @@ class Faults(threading.Thread):
             self.wait(seconds)
             self.proxies[name].send(off)
             self.record(kind, self.fleet[name].proc_name, start, seconds=seconds)
+
+    def refuse(self, mode, seconds, start):
+        """Redis refuses writes for `seconds`: OOM or MISCONF, then back to normal."""
+        c = Redis("127.0.0.1", self.redis.port)
+        if mode == "oom":
+            info = c.call("INFO", "memory")
+            used = int(info.split("used_memory:")[1].split()[0])
+            c.call("CONFIG", "SET", "maxmemory", str(used + 1024 * 1024))
+            # Filled by another client until Redis says no, big values first: a value that
+            # would cross maxmemory is refused while a smaller one still fits.
+            for size in (65536, 4096, 256, 16):
+                for _ in range(2000):
+                    try:
+                        c.call("RPUSH", "chaos:filler", "x" * size)
+                    except RuntimeError:
+                        break
+            # Acknowledgements (LREM) and shrinking client buffers free some memory: a margin
+            # keeps it full.
+            info = c.call("INFO", "memory")
+            used = int(info.split("used_memory:")[1].split()[0])
+            c.call("CONFIG", "SET", "maxmemory", str(used - 1024 * 1024))
+        else:
+            c.call("CONFIG", "SET", "dir", "/proc")
+            c.call("BGSAVE")
+        self.wait(seconds)
+        if mode == "oom":
+            c.call("DEL", "chaos:filler")
+            c.call("CONFIG", "SET", "maxmemory", "0")
+        else:
+            c.call("CONFIG", "SET", "dir", self.redis.work)
+            c.call("BGSAVE")
+        wait_for("writes accepted again",
+                 lambda: c.call("SET", "chaos:probe", "1") == "OK", 30)
+        self.record("refuse", "redis", start, mode=mode, seconds=seconds)
 
     def run(self):
         while not self.stop_flag.is_set():

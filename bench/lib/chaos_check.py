@@ -25,7 +25,7 @@ import re
 import time
 from collections import defaultdict
 
-ACK_WINDOW_US = 5_000_000   # a deferred acknowledgement goes out with the next refill: well under
+ACK_WINDOW_US = 5_000_000   # an acknowledgement goes out within milliseconds of the end: well under
 HEARTBEAT_US = 10_000_000   # stats flushed at least this often (kill -9 loses what is unflushed)
 
 
@@ -345,7 +345,7 @@ def check(work, ttl, leftovers, stats, sets, drain_ok, limit, unique_class):
 
 def print_report(r):
     p = print
-    p("chaos: seed %s: %d jobs pushed (%s), %d unconfirmed (Redis died mid-push; %d of them ran)"
+    p("chaos: seed %s: %d jobs pushed (%s), %d unconfirmed (Redis died or refused writes mid-push; %d of them ran)"
       % (r["seed"], r["pushed"], ", ".join("%s %d" % kv for kv in sorted(r["pushed_by_class"].items())),
          r["unconfirmed_pushes"], r["unconfirmed_that_ran"]))
     p("chaos: %d runs (%d cron); %d faults: %s" % (

@@ -42,6 +42,6 @@ class ChaosJob:
         _record(self, "end")
 
 
-for _name in ("Chaos::Plain", "Chaos::Unique", "Chaos::Limited", "Chaos::Throttled",
+for _name in ("Chaos::Plain", "Chaos::Quick", "Chaos::Unique", "Chaos::Limited", "Chaos::Throttled",
               "Chaos::Paused", "Chaos::FailOnce", "Chaos::Cron"):
     kiqd_runner.job(_name)(type(_name.replace("::", ""), (ChaosJob,), {}))

@@ -12,6 +12,7 @@
 #include <iostream>
 
 #include "admin/admin.hpp"
+#include "admin/admin_connection.hpp"
 #include "admin/config_source.hpp"
 #include "common/control_escape.hpp"
 #include "config/worker_catalog.hpp"
@@ -23,6 +24,7 @@
 #include "kiqd/kiqd.hpp"
 #include "server/app_settings.hpp"
 #include "server/connection_budget.hpp"
+#include "server/eviction_policy.hpp"
 #include "server/launcher.hpp"
 #include "server/logging.hpp"
 
@@ -413,6 +415,19 @@ int run(int argc, char** argv, HandlerRegistry& handlers, MiddlewareRegistry& mi
         const auto connections = redis_connection_count(config);
         std::cout << "kiqd: " << connections.total << " Redis connections per process ("
                   << connections.parts << ")" << std::endl;
+        // An evicting Redis loses jobs in silence (eviction_policy.hpp): checked when Redis
+        // answers; the configuration stays valid either way.
+        const auto options = admin::admin_connection_options(config, "check-config");
+        try {
+            redis::Connection conn(options);
+            if (auto warning = eviction_warning(read_maxmemory_policy(conn)))
+                std::cerr << "kiqd: warning: " << escape_control(*warning) << std::endl;
+            else
+                std::cout << "kiqd: Redis maxmemory-policy is noeviction" << std::endl;
+        } catch (const redis::Error& e) {
+            std::cout << "kiqd: Redis maxmemory-policy not checked: "
+                      << escape_control(admin::describe_redis_error(e, options)) << std::endl;
+        }
         return 0;
     }
     std::shared_ptr<spdlog::logger> logger;

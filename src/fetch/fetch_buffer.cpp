@@ -49,8 +49,16 @@ std::optional<UnitOfWork> FetchBuffer::steal(Pile* thief) {
 void FetchBuffer::share_acks(Pile* pile) {
     if (!pile) return;
     std::lock_guard pile_lock(pile->mutex);
-    for (auto& a : pile->acks) acks_.push_back(std::move(a));
+    if (pile->acks.empty()) return;
+    requeue_acks(pile->acks, pile->acks_since);
     pile->acks.clear();
+}
+
+void FetchBuffer::requeue_acks(std::vector<UnitOfWork>& acks,
+                               std::chrono::steady_clock::time_point since) {
+    if (acks.empty()) return;
+    acks_since_ = acks_.empty() ? since : std::min(acks_since_, since);
+    for (auto& a : acks) acks_.push_back(std::move(a));
 }
 
 std::optional<UnitOfWork> FetchBuffer::take_locked(Pile* pile) {
@@ -78,6 +86,7 @@ std::vector<UnitOfWork> FetchBuffer::refill_unlocked(std::unique_lock<std::mutex
     ++refills_;
     std::vector<UnitOfWork> acks = std::move(acks_);
     acks_.clear();
+    const auto acks_since = acks_since_;
     lock.unlock();
     const auto start = std::chrono::steady_clock::now();
     std::vector<UnitOfWork> got;
@@ -87,11 +96,12 @@ std::vector<UnitOfWork> FetchBuffer::refill_unlocked(std::unique_lock<std::mutex
         lock.lock();
         // Not sent (or not known to be): they go out with the next write; LREM of a job that is
         // already gone does nothing, so sending one twice is harmless.
-        for (auto& a : acks) acks_.push_back(std::move(a));
+        requeue_acks(acks, acks_since);
         --refills_;
         const Wake all = pick_waiters(waiting_);
         lock.unlock();
         notify(all);
+        if (!acks.empty()) first_ack_deferred();
         throw;
     }
     const auto took = std::chrono::steady_clock::now() - start;
@@ -232,15 +242,60 @@ void FetchBuffer::notify(const Wake& wake) {
         for (size_t i = 0; i < wake.shared; ++i) cv_.notify_one();
 }
 
-void FetchBuffer::defer_ack(UnitOfWork unit, size_t slot) {
+bool FetchBuffer::defer_ack(UnitOfWork unit, size_t slot) {
+    const auto now = std::chrono::steady_clock::now();
+    bool first = false;
     if (Pile* pile = pile_of(slot)) {
+        // A job that ran kAckDelay or longer, on a thread whose jobs are not short: its own
+        // round trip costs little beside it, and deferred it would wait for the watcher. (A
+        // short job that only took long because its thread waited for a core still rides with
+        // the refill: under load that is most of them, and a round trip each would slow a
+        // drain of short jobs.)
+        const auto taken = pile->last;
+        if (!pile->short_jobs() && taken != std::chrono::steady_clock::time_point{} &&
+            now - taken >= kAckDelay)
+            return false;
         // The thread's own list: no shared lock per job (share_acks moves it on).
         std::lock_guard pile_lock(pile->mutex);
+        first = pile->acks.empty();
+        if (first) pile->acks_since = now;
         pile->acks.push_back(std::move(unit));
-        return;
+    } else {
+        std::lock_guard lock(mutex_);
+        first = acks_.empty();
+        if (first) acks_since_ = now;
+        acks_.push_back(std::move(unit));
     }
+    // Only a list that was empty can find the watcher idle: it goes idle only when every list
+    // is empty, and the deferral that ended that is the one that woke it.
+    if (first) first_ack_deferred();
+    return true;
+}
+
+void FetchBuffer::first_ack_deferred() {
+    // Orders the deferral above before the read of ack_idle_, as ack_watcher_idle() orders its
+    // store before its look at the lists: one of the two sees the other.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (ack_idle_.load(std::memory_order_relaxed) && ack_idle_.exchange(false) && ack_wake_)
+        ack_wake_();
+}
+
+std::optional<std::chrono::steady_clock::time_point> FetchBuffer::oldest_ack() const {
+    std::optional<std::chrono::steady_clock::time_point> oldest;
     std::lock_guard lock(mutex_);
-    acks_.push_back(std::move(unit));
+    if (!acks_.empty()) oldest = acks_since_;
+    for (const auto& p : piles_) {
+        std::lock_guard pile_lock(p->mutex);
+        if (!p->acks.empty() && (!oldest || p->acks_since < *oldest)) oldest = p->acks_since;
+    }
+    return oldest;
+}
+
+bool FetchBuffer::ack_watcher_idle() {
+    ack_idle_.store(true);  // seq_cst: before the look at the lists (first_ack_deferred)
+    if (!oldest_ack()) return true;
+    ack_idle_.store(false);
+    return false;
 }
 
 std::vector<UnitOfWork> FetchBuffer::take_buffered() {
@@ -272,8 +327,12 @@ void FetchBuffer::put_back(UnitOfWork unit) {
 }
 
 void FetchBuffer::restore_acks(std::vector<UnitOfWork> acks) {
-    std::lock_guard lock(mutex_);
-    for (auto& a : acks) acks_.push_back(std::move(a));
+    if (acks.empty()) return;
+    {
+        std::lock_guard lock(mutex_);
+        requeue_acks(acks, std::chrono::steady_clock::now());
+    }
+    first_ack_deferred();
 }
 
 std::vector<std::string> FetchBuffer::held_payloads() const {

@@ -24,7 +24,10 @@
 // before it waits or refills, and piles are used only while jobs are short (a thread's jobs run
 // under 1 ms on average). A successful job's deferred acknowledgement goes to its thread's own
 // list first (no shared lock per job), and joins the shared list on the thread's next visit to
-// the shared buffer (at the latest after a pile), in time for the next refill.
+// the shared buffer (at the latest after a pile), in time for the next refill. A job that ran
+// kAckDelay or longer on a thread of long jobs is not deferred at all, and the ack
+// watcher (server/ack_flusher.hpp) sends those deferred longer than kAckDelay: a refill comes
+// within a few short jobs, but not while every thread runs a long job after short ones.
 // Waiting threads wake newest first: the thread that parked last wakes first, so that at c100
 // the same few threads (warm caches, their piles' measured pace) do the work while the others
 // stay parked, instead of the refills rotating through all hundred.
@@ -70,9 +73,25 @@ class FetchBuffer {
     // `slot`: the calling processor's (its pile), or kNoSlot.
     std::optional<UnitOfWork> take_or_refill(const Refill& refill, std::chrono::milliseconds wait,
                                              bool& drained, size_t slot = kNoSlot);
+    // The longest a deferred acknowledgement should wait: a job that ran this long is
+    // acknowledged at once (defer_ack returns false), and the ack watcher sends what waited
+    // this long (oldest_ack).
+    static constexpr std::chrono::milliseconds kAckDelay{5};
     // Records a successful job whose acknowledgement is deferred to the next refill; `slot`:
     // the calling processor's (kept in its own list until it next takes from the shared buffer).
-    void defer_ack(UnitOfWork unit, size_t slot = kNoSlot);
+    // False, with nothing recorded, when the slot's job ran kAckDelay or longer since its take
+    // and the thread's jobs are not short (short_jobs): the caller acknowledges it now. Only
+    // the slot's own thread may pass its slot.
+    bool defer_ack(UnitOfWork unit, size_t slot = kNoSlot);
+    // The ack watcher's side. When the oldest deferred acknowledgement (shared or in a
+    // thread's list) was deferred; nullopt when there is none.
+    std::optional<std::chrono::steady_clock::time_point> oldest_ack() const;
+    // `wake` is called (from a processor thread) when an acknowledgement is deferred while the
+    // watcher is idle. Set before any processor starts.
+    void set_ack_watcher(std::function<void()> wake) { ack_wake_ = std::move(wake); }
+    // Marks the watcher idle when no acknowledgement is deferred (true); false, and not idle,
+    // when one is. An idle watcher is woken by the next deferral.
+    bool ack_watcher_idle();
     // Every buffered job and every deferred acknowledgement, removing them (shutdown).
     std::vector<UnitOfWork> take_buffered();
     std::vector<UnitOfWork> take_acks();  // the shared list and every thread's
@@ -123,6 +142,7 @@ class FetchBuffer {
         std::mutex mutex;
         std::deque<UnitOfWork> jobs;
         std::vector<UnitOfWork> acks;  // deferred by this slot's thread, not yet shared
+        std::chrono::steady_clock::time_point acks_since{};  // when acks' first was deferred
         // Only the owner thread touches these: when its last take returned a job, and the
         // moving average of the time from there to its next take (its job's run), in seconds.
         std::chrono::steady_clock::time_point last{};
@@ -148,6 +168,10 @@ class FetchBuffer {
     std::optional<UnitOfWork> steal(Pile* thief);
     // Moves `pile`'s deferred acknowledgements to the shared list (lock held).
     void share_acks(Pile* pile);
+    // After the first acknowledgement went into an empty list: wakes an idle ack watcher.
+    void first_ack_deferred();
+    // Puts acknowledgements back in the shared list, deferred since `since` (lock held).
+    void requeue_acks(std::vector<UnitOfWork>& acks, std::chrono::steady_clock::time_point since);
     // Takes the front job, and with waiters about, up to limit() - 1 more into `pile` (lock held).
     std::optional<UnitOfWork> take_locked(Pile* pile);
     // Waits on `pile`'s own condition (parked, newest last) or, without a pile, on the shared one,
@@ -171,8 +195,11 @@ class FetchBuffer {
     std::vector<Pile*> parked_;   // piles' threads waiting for a refill, newest last
     std::deque<UnitOfWork> jobs_;
     std::vector<UnitOfWork> acks_;
-    size_t refills_ = 0;  // in flight
-    size_t waiting_ = 0;  // threads waiting in take_or_refill for a refill in flight
+    std::chrono::steady_clock::time_point acks_since_{};  // when acks_' oldest was deferred
+    std::function<void()> ack_wake_;                      // set before the processors start
+    std::atomic<bool> ack_idle_{false};  // the ack watcher waits for a first deferral
+    size_t refills_ = 0;                 // in flight
+    size_t waiting_ = 0;                 // threads waiting in take_or_refill for a refill in flight
     std::vector<std::unique_ptr<Pile>> piles_;  // by slot; the vector itself is immutable
     std::atomic<size_t> piled_{0};              // jobs in all piles
     // Piles only while a thread's jobs run shorter than this on average, so that a pile never

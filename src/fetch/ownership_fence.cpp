@@ -17,9 +17,14 @@ namespace {
 // ARGV[1] -> liveness_ttl in milliseconds
 // ARGV[2] -> the payload
 // Returns {found (1 or 0), the recoveries counter}.
+// The renewal is PEXPIRE when the key exists, and the registration only when it is missing:
+// Redis out of memory (maxmemory with noeviction) refuses SET and SADD but takes PEXPIRE, and
+// once a script has written it lets the rest of it write too.
 constexpr const char* kProveScript = R"lua(
-redis.call('set', KEYS[1], '1', 'PX', ARGV[1])
-redis.call('sadd', KEYS[2], KEYS[3])
+if redis.call('pexpire', KEYS[1], ARGV[1]) == 0 then
+  redis.call('set', KEYS[1], '1', 'PX', ARGV[1])
+end
+if redis.call('sismember', KEYS[2], KEYS[3]) == 0 then redis.call('sadd', KEYS[2], KEYS[3]) end
 local recoveries = tonumber(redis.call('get', KEYS[4]) or '0')
 local n = redis.call('llen', KEYS[3])
 for first = 0, n - 1, 200 do

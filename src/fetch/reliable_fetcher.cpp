@@ -344,8 +344,43 @@ std::vector<redis::Command> ReliableFetcher::with_acknowledgement(
 bool ReliableFetcher::defer_acknowledgement(const UnitOfWork& unit, size_t slot) const {
     // A suspect's start mark goes with its acknowledgement, at once.
     if (!buffer_ || unit.suspect) return false;
-    buffer_->defer_ack(unit, slot);
-    return true;
+    return buffer_->defer_ack(unit, slot);
+}
+
+std::optional<std::chrono::steady_clock::time_point> ReliableFetcher::oldest_deferred_ack() const {
+    if (!buffer_) return std::nullopt;
+    return buffer_->oldest_ack();
+}
+
+bool ReliableFetcher::ack_watcher_idle() const {
+    return !buffer_ || buffer_->ack_watcher_idle();
+}
+
+void ReliableFetcher::set_ack_watcher(std::function<void()> wake) const {
+    if (buffer_) buffer_->set_ack_watcher(std::move(wake));
+}
+
+size_t ReliableFetcher::flush_acknowledgements(redis::Connection& conn) const {
+    if (!buffer_) return 0;
+    auto acks = buffer_->take_acks();
+    if (acks.empty()) return 0;
+    std::vector<redis::Command> commands;
+    commands.reserve(acks.size());
+    for (const auto& a : acks) commands.push_back(ack_command(a));
+    std::vector<redis::Reply> replies;
+    try {
+        replies = conn.pipeline_unchecked(commands);
+    } catch (...) {
+        buffer_->restore_acks(std::move(acks));  // LREM is idempotent: they go again later
+        throw;
+    }
+    for (const auto& r : replies)
+        if (r.is_error()) {
+            const std::string text(r.error_text());
+            buffer_->restore_acks(std::move(acks));
+            throw redis::ReplyError(text);
+        }
+    return acks.size();
 }
 
 std::vector<UnitOfWork> ReliableFetcher::take_buffered() const {

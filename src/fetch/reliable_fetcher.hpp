@@ -37,6 +37,8 @@
 // Shared by all processor threads (immutable except the ready latch and the fence). Processors do
 // not fetch until the process has registered its working lists and liveness key (set_ready), so
 // that no other process's recovery can take a freshly fetched job for an orphan.
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -107,6 +109,14 @@ class ReliableFetcher final : public Fetcher {
     std::string recoveries_key(const std::string& identity) const {
         return keys_.prefix() + "kiqd:reliable:recoveries:" + identity;
     }
+    // Batched fetch's deferred acknowledgements, for the ack flusher (server/ack_flusher.hpp):
+    // when the oldest was deferred (nullopt: none, or not batched); whether the flusher may
+    // sleep until `wake` (called by a processor) says one was deferred; and a flush of every
+    // one now, which keeps them for the next write when it fails (returns how many went).
+    std::optional<std::chrono::steady_clock::time_point> oldest_deferred_ack() const;
+    bool ack_watcher_idle() const;
+    void set_ack_watcher(std::function<void()> wake) const;
+    size_t flush_acknowledgements(redis::Connection& conn) const;
     // Called once the working lists and the liveness key are in Redis.
     void set_ready() const { ready_.request_stop(); }
     // What this process knows of its own liveness key; the liveness thread reports each refresh.

@@ -44,6 +44,10 @@ ConnectionCount redis_connection_count(const Config& config) {
     if (config.fetch == FetchMode::reliable) {
         c.total += 2;
         c.parts += ", orphan recovery, liveness";
+        if (config.reliable_fetch.batch_size > 1) {  // ack_flusher.hpp
+            c.total += 1;
+            c.parts += ", ack flusher";
+        }
     }
     if (ConcurrencyLimitMiddleware::configured(config)) {
         c.total += 1;

@@ -91,7 +91,8 @@ Heartbeat::Heartbeat(Runtime& rt, const ProcessIdentity& me, std::string info_js
       me_(me),
       info_json_(std::move(info_json)),
       conn_(named_connection(rt.connection_options, rt.identity, "heartbeat")),
-      compat_(rt.config) {
+      compat_(rt.config),
+      eviction_(rt.log) {
     if (rt_.execution_metrics) rt_.execution_metrics->enable(compat_.decision().metrics);
 }
 
@@ -167,6 +168,12 @@ std::optional<std::string> Heartbeat::beat() {
     }
     detect_cluster();
     try {
+        // At start (the first beat) and whenever it changes: an evicting Redis loses jobs.
+        eviction_.check(conn_);
+    } catch (const redis::Error& e) {
+        rt_.health.failed(e);
+    }
+    try {
         const auto t0 = std::chrono::steady_clock::now();
         conn_.command({"PING"});
         const auto rtt_us = std::chrono::duration_cast<std::chrono::microseconds>(
@@ -210,7 +217,7 @@ std::optional<std::string> Heartbeat::beat() {
                                        {"EXPIRE", id, "60"},
                                        {"RPOP", k.signals(me_.identity)},
                                        {"EXEC"}});
-        rt_.health.succeeded(t0);
+        rt_.health.wrote(t0);  // the transaction's writes were accepted
         const auto& exec = replies.back();
         if (exec.size() == 5 && exec[1].is_integer() && exec[1].integer() == 0)
             rt_.log.debug("heartbeat registered {} (first beat or after an outage)", me_.identity);
@@ -239,12 +246,15 @@ void Heartbeat::clear() {
     for (int attempt = 0; attempt < 5; ++attempt) {
         try {
             // A pending batch first, then whatever the counters hold (normally nothing by now).
+            const auto started = std::chrono::steady_clock::now();
             while (pending_ || rt_.work.processed.load() || rt_.work.failed.load())
                 flush_and_publish_work();
             std::vector<redis::Command> cmds{{"SREM", rt_.keys.processes(), me_.identity}};
             cmds.push_back({"UNLINK", rt_.keys.work(me_.identity, rt_.config.compat)});
             cmds.push_back({"UNLINK", rt_.keys.work(me_.identity, Compat::v7)});
             conn_.pipeline(cmds);
+            // An outage that ended since the last beat is logged as over by now at the latest.
+            rt_.health.wrote(started, RedisHealth::Write::any);
             return;
         } catch (const redis::Error& e) {
             rt_.log.warn("could not clear the heartbeat record ({}), retrying", e.what());

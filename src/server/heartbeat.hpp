@@ -17,6 +17,8 @@
 // `concurrency` field, the info JSON's extra fields).
 // With Sidekiq 7's capsules the process record also carries `kiqd_capsules`, each capsule's
 // busy threads and concurrency, for `kiqd processes` and `kiqd top`.
+// Each beat (the first at start-up) also reads Redis's maxmemory-policy and warns once per change
+// when it is not noeviction (eviction_policy.hpp).
 // clear() leaves "processes" and deletes the busy hash at shutdown. Runs on the launcher's io
 // thread only.
 #include <optional>
@@ -25,6 +27,7 @@
 
 #include "kiqd/keys.hpp"
 #include "server/cluster_compat.hpp"
+#include "server/eviction_policy.hpp"
 #include "server/process_identity.hpp"
 #include "server/runtime.hpp"
 
@@ -66,6 +69,7 @@ class Heartbeat {
     std::string info_json_;
     redis::Connection conn_;
     ClusterCompat compat_;
+    EvictionPolicyWatch eviction_;  // warns of a maxmemory-policy that can lose jobs
     long long flush_seq_ = 0;
     std::optional<StatsBatch> pending_;
     std::vector<CapsuleSlots> capsules_;  // empty: the process has only the default capsule

@@ -157,6 +157,19 @@ Launcher::Launcher(const Config& config, const HandlerRegistry& handlers,
         }
         heartbeat_.set_capsules(std::move(slots));
     }
+    // The line that ends a window of refused writes counts the jobs that waited in this
+    // process's queues meanwhile: one round trip, once per window.
+    health_.set_waiting_jobs([this]() -> std::optional<long long> {
+        std::vector<redis::Command> lengths;
+        for (const auto& q : served_queue_names(config_, order_))
+            lengths.push_back({"LLEN", keys_.queue(q)});
+        if (lengths.empty()) return 0;
+        redis::Connection conn(
+            named_connection(rt_.connection_options, me_.identity, "refusal-report"));
+        long long waiting = 0;
+        for (const auto& r : conn.pipeline(lengths)) waiting += r.integer();
+        return waiting;
+    });
     if (reliable_) recovery_ = std::make_unique<OrphanRecovery>(rt_, *reliable_);
     if (const RunnerPools* pools = active_runner_pools())
         if (auto app = pools->app_settings(); app && uses_gitlab_fetcher(*app))

@@ -17,6 +17,7 @@
 #include "handlers/runner_handler.hpp"
 #include "kiqd/clock.hpp"
 #include "kiqd/job.hpp"
+#include "server/eviction_policy.hpp"
 #include "server/fair_metrics.hpp"
 #include "server/process_metrics.hpp"
 #include "server/prometheus_text.hpp"
@@ -356,7 +357,7 @@ std::string MetricsServer::render_metrics() {
     // Queue sizes and latencies and the cluster's sets and processes: one pipeline per scrape,
     // and one more for the processes' busy counts.
     bool redis_up = true;
-    std::string sizes, latencies, cluster, fair;
+    std::string sizes, latencies, cluster, fair, eviction;
     try {
         std::vector<redis::Command> cmds;
         for (const auto& q : sources_.queues) {
@@ -388,12 +389,24 @@ std::string MetricsServer::render_metrics() {
                 fmt::format("kiqd_queue_latency_seconds{{queue=\"{}\"}} {}\n", label, latency);
         }
         fair = render_fair_metrics(conn_, sources_.keys, sources_.fair_queues, now);
+        // An evicting Redis loses jobs in silence (eviction_policy.hpp); "unknown" when a
+        // managed Redis does not say.
+        const auto policy = read_maxmemory_policy(conn_);
+        eviction = fmt::format(
+            "# HELP kiqd_redis_maxmemory_policy Redis's maxmemory-policy (anything but "
+            "noeviction can evict jobs).\n# TYPE kiqd_redis_maxmemory_policy gauge\n"
+            "kiqd_redis_maxmemory_policy{{policy=\"{}\"}} 1\n",
+            prometheus_escape(policy.value_or("unknown")));
+        gauge(eviction, "kiqd_redis_noeviction",
+              "1 when Redis's maxmemory-policy is noeviction, 0 when it is not or cannot be told.",
+              policy == "noeviction" ? 1 : 0);
     } catch (const std::exception& e) {
         redis_up = false;
         sizes.clear();
         latencies.clear();
         cluster.clear();
         fair.clear();
+        eviction.clear();
         log_.debug("metrics: cannot read queue sizes: {}", e.what());
     }
     out +=
@@ -406,6 +419,7 @@ std::string MetricsServer::render_metrics() {
         latencies;
     out += cluster;
     out += fair;
+    out += eviction;
     gauge(out, "kiqd_redis_up", "1 when the last scrape could read Redis.", redis_up ? 1 : 0);
     return out;
 }

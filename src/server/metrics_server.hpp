@@ -5,7 +5,8 @@
 //                 kiqd_threads, kiqd_cpu_bound_running / _held, and per queue of this process
 //                 kiqd_queue_size and kiqd_queue_latency_seconds read from Redis at scrape time
 //                 (LLEN and the oldest job's enqueued_at, as Sidekiq's Queue#latency), plus
-//                 kiqd_redis_up.
+//                 kiqd_redis_up, and Redis's maxmemory-policy (kiqd_redis_maxmemory_policy{policy},
+//                 kiqd_redis_noeviction: eviction_policy.hpp).
 //   GET /healthz  200 "ok" when Redis answers PING and every processor thread is alive (or the
 //                 process is quiet: "quiet"); 503 with the reason otherwise.
 // Requests are served one at a time (a scrape is cheap); how each is read and answered is

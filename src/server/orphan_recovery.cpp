@@ -124,6 +124,7 @@ OrphanRecovery::OrphanRecovery(Runtime& rt, const ReliableFetcher& fetcher)
     : rt_(rt),
       fetcher_(fetcher),
       requeue_script_(kRequeueScript),
+      acks_(rt, fetcher),
       liveness_("reliable-alive", rt.log),
       worker_("orphan-recovery", rt.log) {}
 
@@ -136,24 +137,57 @@ void OrphanRecovery::start() {
     conn_.emplace(named_connection(rt_.connection_options, rt_.identity, "orphan-recovery"));
     next_check_ = DueTime();  // recover once at start, as super_fetch
     const auto every = rt_.config.reliable_fetch.liveness_ttl / 3;
+    acks_.start();
     liveness_.start(PeriodicWorker::Duration::zero(), every, [this] { keep_alive(); });
     worker_.start(PeriodicWorker::Duration::zero(), every, [this] { round(); });
 }
 
+std::string OrphanRecovery::refusal_key() const {
+    return rt_.keys.prefix() + "kiqd:reliable:writes-refused";
+}
+
 long long OrphanRecovery::register_alive(redis::Connection& conn) {
     const auto& cfg = rt_.config.reliable_fetch;
+    const auto sent = RedisHealth::Clock::now();
+    const std::string ttl = std::to_string(cfg.liveness_ttl.count());
+    const std::string alive = rt_.keys.alive(fetcher_.identity());
     redis::Command sadd{"SADD", rt_.keys.working_lists()};
     for (const auto& [queue, list] : fetcher_.working_lists()) sadd.push_back(list);
-    std::vector<redis::Command> commands{sadd,
-                                         {"SET", rt_.keys.alive(fetcher_.identity()), "1", "PX",
-                                          std::to_string(cfg.liveness_ttl.count())}};
+    // PEXPIRE first: Redis out of memory (maxmemory with noeviction) still takes it, where it
+    // refuses SET, so a live process keeps its key through such a window. SET NX creates the key
+    // when it is missing (the first round, or after a lapse).
+    std::vector<redis::Command> commands{
+        sadd, {"PEXPIRE", alive, ttl}, {"SET", alive, "1", "PX", ttl, "NX"}};
     // A batching process's started set exists from its first fetch on: recovery tells by it
     // that only the jobs in it are known to have started.
     if (fetcher_.batch_size() > 1)
         commands.push_back({"SADD", fetcher_.started_key(fetcher_.identity()), ""});
+    // Writes were refused lately: tell the fleet's recoveries to wait (recover_orphans), also
+    // those of processes that started after the window or never wrote during it.
+    const auto windows = rt_.health.refusal_windows();
+    const bool record = rt_.health.refusing() || windows != recorded_windows_;
+    if (record) commands.push_back({"SET", refusal_key(), fetcher_.identity(), "PX", ttl});
     commands.push_back({"GET", fetcher_.recoveries_key(fetcher_.identity())});
-    auto replies = conn.pipeline(commands);
+    auto replies = conn.pipeline_unchecked(commands);
     const auto& recoveries = replies.back();
+    if (recoveries.is_error()) throw redis::ReplyError(std::string(recoveries.error_text()));
+    std::optional<std::string> refused;
+    for (size_t i = 0; i + 1 < replies.size() && !refused; ++i)
+        if (replies[i].is_error()) refused = std::string(replies[i].error_text());
+    const bool renewed = (replies[1].is_integer() && replies[1].integer() == 1) ||
+                         (!replies[2].is_error() && replies[2].is_string());
+    const bool key_there = renewed || (!replies[2].is_error() && replies[2].is_nil());
+    if (refused) {
+        const redis::ReplyError error(*refused);
+        rt_.health.failed(error);
+        // Not registered yet (the processors would fetch into lists no recovery knows), or the
+        // key not renewed: this round did not keep the process alive.
+        if (!registered_ || !key_there) throw error;
+    } else {
+        registered_ = true;
+        rt_.health.wrote(sent);
+        if (record) recorded_windows_ = rt_.health.refusal_windows();
+    }
     return recoveries.is_nil() ? 0 : std::stoll(std::string(recoveries.str()));
 }
 
@@ -205,8 +239,27 @@ void OrphanRecovery::round() {
     }
 }
 
+bool OrphanRecovery::writes_refused_lately(redis::Connection& conn) {
+    const auto ttl = rt_.config.reliable_fetch.liveness_ttl;
+    // This process saw the refusals itself, or another one recorded them in Redis: while Redis
+    // refuses writes no process can renew its liveness key (MISCONF, READONLY refuse PEXPIRE
+    // too), so a key missing now may be a live process's. A full liveness_ttl after writes work
+    // again every live process has renewed its key, and a key still missing is death.
+    const bool refused = rt_.health.writes_refused_within(ttl) ||
+                         conn.command({"EXISTS", refusal_key()}).integer() == 1;
+    if (refused && !waiting_logged_)
+        rt_.log.warn(
+            "reliable fetch: Redis refused writes within the last liveness_ttl: orphan recovery "
+            "waits until writes have worked for liveness_ttl ({} s), so that live processes "
+            "whose liveness keys lapsed meanwhile renew them",
+            std::chrono::duration<double>(ttl).count());
+    waiting_logged_ = refused;
+    return refused;
+}
+
 OrphanRecovery::Result OrphanRecovery::recover_orphans(redis::Connection& conn, bool take_lock) {
     Result result;
+    if (writes_refused_lately(conn)) return result;
     if (take_lock) {
         auto won =
             conn.command({"SET", rt_.keys.recovery_lock(), fetcher_.identity(), "NX", "PX",
@@ -393,6 +446,7 @@ void OrphanRecovery::stop(bool clean) noexcept {
     if (stopped_.exchange(true)) return;
     worker_.stop();
     liveness_.stop();
+    acks_.stop();   // its last flush: no finished job among the lists returned below
     conn_.reset();  // the connections close with the threads
     liveness_conn_.reset();
     if (clean) return_own_lists();

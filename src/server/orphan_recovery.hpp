@@ -1,12 +1,16 @@
 #pragma once
 // OrphanRecovery: the other half of reliable fetch. Two threads, each with its own connection:
 //  * the liveness thread registers this process's working lists in the `kiqd:reliable:working`
-//    set and keeps the liveness key `kiqd:reliable:alive:<identity>` alive (SET PX liveness_ttl
-//    every third of it), then lets the processors fetch (ReliableFetcher::set_ready). It does
+//    set and keeps the liveness key `kiqd:reliable:alive:<identity>` alive (PEXPIRE, which
+//    Redis takes even out of memory, or SET PX NX when it is missing; every third of
+//    liveness_ttl), then lets the processors fetch (ReliableFetcher::set_ready). It does
 //    nothing else, so that no recovery pass, however long, can delay a refresh and get this
-//    live process's jobs recovered by its peers;
+//    live process's jobs recovered by its peers. Once writes work again after Redis refused
+//    them, it records so for the fleet (`kiqd:reliable:writes-refused`, PX liveness_ttl);
 //  * the recovery thread does the rest:
-//  * at start and then every orphan_check_interval, if it wins the cluster-wide lock
+//  * at start and then every orphan_check_interval, unless writes were refused within the last
+//    liveness_ttl (seen here or recorded by another process: a refusal stops every process's
+//    refreshes, so a lapsed key then is no sign of death), if it wins the cluster-wide lock
 //    (SET NX PX interval, so one recovery per interval for the whole fleet), puts the jobs of
 //    every working list whose owner's liveness key has expired back at the front of their
 //    queues. Each job moves in one Lua script (LREM from the working list, and only if that won,
@@ -37,6 +41,7 @@
 #include "common/periodic_worker.hpp"
 #include "fetch/reliable_fetcher.hpp"
 #include "kiqd/redis/script.hpp"
+#include "server/ack_flusher.hpp"
 #include "server/runtime.hpp"
 
 namespace kiqd {
@@ -83,6 +88,11 @@ class OrphanRecovery {
                      const std::string& owner, const std::string& payload, int max,
                      bool only_if_dead, Result& result);
     void return_own_lists();
+    // The key a process sets (PX its liveness_ttl) once writes work again after refusals.
+    std::string refusal_key() const;
+    // Whether a recovery pass must wait: writes were refused within the last liveness_ttl, as
+    // this process saw or another recorded (register_alive). Recovery thread only.
+    bool writes_refused_lately(redis::Connection& conn);
 
     Runtime& rt_;
     const ReliableFetcher& fetcher_;
@@ -91,10 +101,16 @@ class OrphanRecovery {
     std::optional<redis::Connection> conn_;           // recovery thread, start() to stop()
     std::optional<redis::Connection> liveness_conn_;  // liveness thread, start() to stop()
     DueTime next_check_;                              // recovery thread only
-    uint64_t dropped_logged_ = 0;  // fence drops already logged (liveness thread only)
+    uint64_t dropped_logged_ = 0;         // fence drops already logged (liveness thread only)
+    bool registered_ = false;             // liveness thread: the working lists' SADD went through
+    unsigned long recorded_windows_ = 0;  // liveness thread: refusal windows recorded in Redis
+    bool waiting_logged_ = false;         // recovery thread: the wait after refusals is logged
     // (working list, payload) → when it was first seen with no processor running it.
     std::map<std::pair<std::string, std::string>, std::chrono::steady_clock::time_point>
         suspects_;  // recovery thread only
+    // Sends batched fetch's deferred acknowledgements that waited too long (ack_flusher.hpp);
+    // stopped before this process's working lists are returned at a clean stop.
+    AckFlusher acks_;
     // Last: their threads end before the members they use go.
     PeriodicWorker liveness_;
     PeriodicWorker worker_;

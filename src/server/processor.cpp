@@ -73,7 +73,12 @@ void Processor::run() noexcept {
         try {
             const auto started = RedisHealth::Clock::now();
             auto unit = rt_.fetcher.retrieve_work(conn, rng_, fetch_slot_, pending_);
-            rt_.health.succeeded(started);
+            // A job fetched by this call (not taken from a buffer): Redis took its move, a write
+            // it refuses while out of memory, so writes work again.
+            if (unit && unit->fetched_at >= started)
+                rt_.health.wrote(started);
+            else
+                rt_.health.succeeded(started);
             backoff = std::chrono::milliseconds{0};
             if (!unit) continue;
             if (rt_.lifecycle.is_quiet()) {
@@ -119,6 +124,22 @@ bool Processor::write_until_done(redis::Connection& conn,
     if (commands.empty()) return true;
     std::chrono::milliseconds backoff{250};
     int tries_after_stop = 0;
+    // After an outage or a refused write: false when it is time to give up (shutting down).
+    auto wait_to_retry = [&] {
+        if (rt_.lifecycle.hard_stop.stop_requested()) {
+            // Shutting down: a few quick tries (the process exits soon), then the log.
+            if (++tries_after_stop == 3) {
+                rt_.log.error("shutdown while Redis is down: could not record the {} of: {}", what,
+                              payload);
+                return false;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(200));
+            return true;
+        }
+        rt_.lifecycle.hard_stop.wait_for(backoff);
+        backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+        return true;
+    };
     for (;;) {
         try {
             const auto started = RedisHealth::Clock::now();
@@ -137,25 +158,22 @@ bool Processor::write_until_done(redis::Connection& conn,
                 if (text.rfind("LOADING", 0) == 0) throw redis::Error(text);
                 throw redis::ReplyError(text);
             }
+            if (own > 0) rt_.health.wrote(started, RedisHealth::Write::any);
             return true;
         } catch (const redis::ReplyError& e) {
+            if (RedisHealth::is_refusal(e.what())) {
+                // Out of memory, a failed save, a replica: Redis takes writes again later, and
+                // given up on, an acknowledgement would leave a finished job to run again.
+                rt_.health.failed(e);
+                if (!wait_to_retry()) return false;
+                continue;
+            }
             rt_.log.error("Redis refused the {} of a job ({}); payload: {}", what, e.what(),
                           payload);
             return false;  // retrying a refused command cannot help; the payload is in the log
         } catch (const redis::Error& e) {
             rt_.health.failed(e);
-            if (rt_.lifecycle.hard_stop.stop_requested()) {
-                // Shutting down: a few quick tries (the process exits soon), then the log.
-                if (++tries_after_stop == 3) {
-                    rt_.log.error("shutdown while Redis is down: could not record the {} of: {}",
-                                  what, payload);
-                    return false;
-                }
-                std::this_thread::sleep_for(std::chrono::milliseconds(200));
-                continue;
-            }
-            rt_.lifecycle.hard_stop.wait_for(backoff);
-            backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+            if (!wait_to_retry()) return false;
         }
     }
 }

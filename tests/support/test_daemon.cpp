@@ -16,8 +16,13 @@
 //   Test::Spawn — args[0] is a list of job hashes: enqueues each through the process client
 //                 (JobContext::enqueue, with its client middleware), RPUSHes the list of
 //                 returned jids to kiqd-test:spawned, then records like Record.
+//   Test::Ledger — like Record, but appends its line to the file named by KIQD_TEST_LEDGER (one
+//                 write, O_APPEND) instead of Redis, so that it records while Redis refuses
+//                 writes: {"jid","pid","started","ended"}.
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "kiqd/clock.hpp"
@@ -50,6 +55,29 @@ void record_handler(const kiqd::Job& job, kiqd::JobContext& ctx) {
     record(job, ctx, started);
 }
 
+void ledger_handler(const kiqd::Job& job, kiqd::JobContext& ctx) {
+    const double started = kiqd::epoch_seconds();
+    const auto& args = job.args();
+    if (!args.empty() && args[0].is_number() && args[0].get<double>() > 0) {
+        if (ctx.stop.wait_for(std::chrono::duration<double>(args[0].get<double>())))
+            throw kiqd::Interrupted();
+    }
+    const char* path = std::getenv("KIQD_TEST_LEDGER");
+    if (!path) throw kiqd::JobError("Test::NoLedger", "KIQD_TEST_LEDGER is not set");
+    const std::string line = nlohmann::json{{"jid", job.jid},
+                                            {"pid", static_cast<int>(getpid())},
+                                            {"started", started},
+                                            {"ended", kiqd::epoch_seconds()}}
+                                 .dump() +
+                             "\n";
+    const int fd = ::open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) throw kiqd::JobError("Test::NoLedger", std::string("cannot open ") + path);
+    const ssize_t n = ::write(fd, line.data(), line.size());
+    ::close(fd);
+    if (n != static_cast<ssize_t>(line.size()))
+        throw kiqd::JobError("Test::NoLedger", "short write to the ledger");
+}
+
 void gated_handler(const kiqd::Job& job, kiqd::JobContext& ctx) {
     const auto& args = job.args();
     const std::string gate =
@@ -69,6 +97,7 @@ void gated_handler(const kiqd::Job& job, kiqd::JobContext& ctx) {
 int main(int argc, char** argv) {
     kiqd::HandlerRegistry handlers;
     handlers.add("Test::Record", record_handler);
+    handlers.add("Test::Ledger", ledger_handler);
     handlers.add("Test::Other", record_handler);        // a second class that records the same way
     handlers.add("Test::RecordOther", record_handler);  // a second class, for metadata tests
     for (const char* type : {"UntilAndWhileExecuting", "UntilExecuting", "UntilExecuted",

@@ -379,3 +379,40 @@ TEST_CASE("fetch buffer: a thread's refills acquire ahead only once its jobs are
         REQUIRE(buffer.take_or_refill(refill, std::chrono::seconds(5), drained, 0));
     CHECK(ahead == std::vector<bool>{false, true});
 }
+
+TEST_CASE(
+    "fetch buffer: a job that ran kAckDelay or longer is not deferred, and the ack watcher is "
+    "woken by the first deferral after it went idle",
+    "[unit][batch][ack]") {
+    FetchBuffer buffer(10, 1, 2);
+    int wakes = 0;
+    buffer.set_ack_watcher([&] { ++wakes; });
+    CHECK(buffer.ack_watcher_idle());  // nothing deferred: it may sleep
+    CHECK_FALSE(buffer.oldest_ack());
+    auto refill = [](std::vector<UnitOfWork>&) {
+        return std::vector<UnitOfWork>{{"default", "j1"}, {"default", "j2"}};
+    };
+    bool drained = false;
+    auto first = buffer.take_or_refill(refill, std::chrono::seconds(1), drained, 0);
+    REQUIRE(first);
+    // The job's run, longer than the deferral bound: its acknowledgement is the caller's to send.
+    std::this_thread::sleep_for(FetchBuffer::kAckDelay + std::chrono::milliseconds(1));
+    CHECK_FALSE(buffer.defer_ack(*first, 0));
+    CHECK_FALSE(buffer.oldest_ack());
+    CHECK(wakes == 0);
+    // A job without a measured start (no slot) is deferred, and wakes the idle watcher once.
+    CHECK(buffer.defer_ack({"default", "a"}));
+    CHECK(wakes == 1);
+    const auto oldest = buffer.oldest_ack();
+    REQUIRE(oldest);
+    CHECK(buffer.defer_ack({"default", "b"}));
+    CHECK(wakes == 1);
+    CHECK(buffer.oldest_ack() == oldest);  // the oldest, not the newest
+    CHECK_FALSE(buffer.ack_watcher_idle());  // acknowledgements wait: it must not sleep
+    CHECK(buffer.take_acks().size() == 2);
+    CHECK(buffer.ack_watcher_idle());
+    // Acknowledgements given back after a failed write wake it too.
+    buffer.restore_acks({{"default", "a"}});
+    CHECK(wakes == 2);
+    CHECK(buffer.oldest_ack());
+}
