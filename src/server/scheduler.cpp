@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <iterator>
+#include <optional>
 
 #include "common/outcome_counters.hpp"
 #include "job/raw_json_object.hpp"
@@ -15,7 +16,7 @@ namespace {
 
 // Due members read per ZRANGEBYSCORE, and the most one batch script call moves. Sized so that a
 // call holds Redis for about a millisecond with Sidekiq-sized payloads (docs/benchmarks.md).
-constexpr size_t kBatch = 500;
+constexpr size_t kBatch = 400;
 // Larger payloads cut a page into more calls: a call's LPUSHes copy what it carries.
 constexpr size_t kBatchBytes = 512 * 1024;
 
@@ -205,6 +206,53 @@ Scheduler::~Scheduler() {
     stop();
 }
 
+namespace {
+
+// A page of due members made ready to send: the dead-set moves of its bad members (sent first:
+// gone from the set, they leave the page's ranks to the others), then its batch calls.
+struct Page {
+    std::vector<redis::Command> commands;
+    size_t kills = 0;
+    std::vector<BatchCall> batches;
+};
+
+Page prepare(Runtime& rt, const redis::Script& kill_script, const redis::ReplyRef& due,
+             const std::string& set, const std::string& now_score, const std::string& enqueued_at) {
+    Page page;
+    std::vector<BatchCall> calls(1);
+    for (size_t i = 0; i < due.size(); ++i) {
+        std::string member(due[i].str());
+        std::string error;
+        auto obj = RawJsonObject::parse(member, &error);
+        if (!obj) {
+            increment(outcome_counters().unrunnable);
+            increment(outcome_counters().dead);
+            rt.log.error("{}: member is not a JSON object ({}); moved to the dead set", set, error);
+            page.commands.push_back(kill_script.evalsha_command(
+                {set, rt.keys.dead()},
+                {member, now_score,
+                 rt.dead.invalid_entry(member, "default", {"JSON::ParserError", error})}));
+            continue;
+        }
+        std::string queue = "default";
+        if (auto* q = obj->find("queue"); q && q->size() >= 2 && q->front() == '"') {
+            if (q->find('\\') == std::string::npos)
+                queue = q->substr(1, q->size() - 2);  // no escapes: the text between the quotes
+            else if (auto parsed = nlohmann::json::parse(*q, nullptr, false); parsed.is_string())
+                queue = parsed.get<std::string>();
+        }
+        obj->set("enqueued_at", enqueued_at);
+        if (calls.back().count > 0 && calls.back().bytes >= kBatchBytes) calls.emplace_back();
+        calls.back().add(std::move(member), queue, obj->dump());
+    }
+    page.kills = page.commands.size();
+    for (auto& call : calls)
+        if (call.count > 0) page.batches.push_back(std::move(call));
+    return page;
+}
+
+}  // namespace
+
 size_t Scheduler::enqueue_due(redis::Connection& conn, double now) {
     size_t moved = 0;
     const std::string now_score = score_text(now);
@@ -213,9 +261,22 @@ size_t Scheduler::enqueue_due(redis::Connection& conn, double now) {
     std::map<std::string, size_t> refused;  // a move's WRONGTYPE error → due members it held up
     for (const auto& set : {rt_.keys.retry(), rt_.keys.schedule()}) {
         size_t left_in_place = 0;  // refused members of this set: the next page starts after them
+        auto read_page = [&] {
+            return redis::Command{"ZRANGEBYSCORE",
+                                  set,
+                                  "-inf",
+                                  now_score,
+                                  "LIMIT",
+                                  std::to_string(left_in_place),
+                                  std::to_string(kBatch)};
+        };
+        // The next page, read in the same round trip as the moves of a full one. The pages are
+        // prepared and moved one after the other: preparing the next while Redis runs a move
+        // takes the CPU from Redis on a small machine, and a move holds Redis longer.
+        std::optional<redis::Reply> next;
         for (;;) {
-            auto due = conn.command({"ZRANGEBYSCORE", set, "-inf", now_score, "LIMIT",
-                                     std::to_string(left_in_place), std::to_string(kBatch)});
+            redis::Reply due = next ? std::move(*next) : conn.command(read_page());
+            next.reset();
             const size_t n = due.size();
             if (n == 0) break;
             if (!scripts_loaded_) {
@@ -223,54 +284,29 @@ size_t Scheduler::enqueue_due(redis::Connection& conn, double now) {
                 kill_script_.load(conn);
                 scripts_loaded_ = true;
             }
-            const double elapsed =
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-            const std::string enqueued_at = payload_timestamp(rt_.config.compat, now + elapsed);
-            // Bad members first: gone from the set, they leave the page's ranks to the others.
-            std::vector<redis::Command> all;
-            std::vector<BatchCall> calls(1);
-            for (size_t i = 0; i < n; ++i) {
-                std::string member(due[i].str());
-                std::string error;
-                auto obj = RawJsonObject::parse(member, &error);
-                if (!obj) {
-                    increment(outcome_counters().unrunnable);
-                    increment(outcome_counters().dead);
-                    rt_.log.error("{}: member is not a JSON object ({}); moved to the dead set",
-                                  set, error);
-                    all.push_back(kill_script_.evalsha_command(
-                        {set, rt_.keys.dead()},
-                        {member, now_score,
-                         rt_.dead.invalid_entry(member, "default", {"JSON::ParserError", error})}));
-                    continue;
-                }
-                std::string queue = "default";
-                if (auto* q = obj->find("queue")) {
-                    auto parsed = nlohmann::json::parse(*q, nullptr, false);
-                    if (parsed.is_string()) queue = parsed.get<std::string>();
-                }
-                obj->set("enqueued_at", enqueued_at);
-                if (calls.back().count > 0 && calls.back().bytes >= kBatchBytes)
-                    calls.emplace_back();
-                calls.back().add(std::move(member), queue, obj->dump());
-            }
-            const size_t kills = all.size();
-            for (auto& call : calls)
-                if (call.count > 0)
-                    all.push_back(call.command(batch_script_, rt_.keys, set, left_in_place));
-            auto replies = conn.pipeline_unchecked(all);
-            auto error_with = [&](std::string_view prefix) {
-                return std::any_of(replies.begin(), replies.end(), [&](const redis::Reply& r) {
-                    return r.is_error() && r.error_text().substr(0, prefix.size()) == prefix;
+            const std::chrono::duration<double> elapsed =
+                std::chrono::steady_clock::now() - started;
+            Page page = prepare(rt_, kill_script_, due, set, now_score,
+                                payload_timestamp(rt_.config.compat, now + elapsed.count()));
+            std::vector<redis::Command> commands = std::move(page.commands);
+            for (auto& batch : page.batches)
+                commands.push_back(batch.command(batch_script_, rt_.keys, set, left_in_place));
+            const size_t sent = commands.size();
+            const bool full = n == kBatch;
+            if (full) commands.push_back(read_page());
+            auto replies = conn.pipeline_unchecked(commands);
+            const bool noscript =
+                std::any_of(replies.begin(), replies.end(), [](const redis::Reply& r) {
+                    return r.is_error() && r.error_text().substr(0, 8) == "NOSCRIPT";
                 });
-            };
-            if (error_with("NOSCRIPT")) {
+            if (noscript) {
                 // A restarted Redis has an empty script cache. Every move is guarded by its ZREM,
-                // so running the page again after reloading cannot enqueue anything twice.
+                // so moving the page again after reloading cannot enqueue anything twice.
                 scripts_loaded_ = false;
                 continue;
             }
-            for (size_t r = 0; r < replies.size(); ++r) {
+            const size_t held_before = left_in_place;
+            for (size_t r = 0; r < sent; ++r) {
                 const auto& reply = replies[r];
                 if (reply.is_error()) {
                     // The dead set's key of the wrong type: the script wrote nothing.
@@ -278,7 +314,7 @@ size_t Scheduler::enqueue_due(redis::Connection& conn, double now) {
                         throw redis::ReplyError(std::string(reply.error_text()));
                     ++refused[std::string(reply.error_text())];
                     ++left_in_place;
-                } else if (r < kills) {
+                } else if (r < page.kills) {
                     moved += reply.integer() == 1 ? 1 : 0;
                 } else {
                     // {moved, refusal, held, ...}: held members stay where they are.
@@ -292,7 +328,10 @@ size_t Scheduler::enqueue_due(redis::Connection& conn, double now) {
                     }
                 }
             }
-            if (n < kBatch || rt_.lifecycle.is_quiet()) break;
+            if (!full || rt_.lifecycle.is_quiet()) break;
+            // A page read after members were left in place starts too early: read it again.
+            if (left_in_place == held_before && replies.back().is_array())
+                next.emplace(std::move(replies.back()));
         }
     }
     report_refusals(refused);
