@@ -15,7 +15,10 @@
 #                             minutes; its rows compare by moves/s)
 #   SETS="schedule retry"     the backlogs measured
 #   CONCURRENCY=10            worker concurrency (-c); the jobs run while the backlog moves
-#   MODES="basic batched"     kiqd rows: basic fetch, reliable fetch with batch_size BATCH (50)
+#   MODES="basic batched mover"  kiqd rows: basic fetch, reliable fetch with batch_size BATCH
+#                             (50), and "mover": processors on another queue, so the scheduler
+#                             moves alone (Sidekiq gets such a row too: -q elsewhere); each job
+#                             must then be in its queue exactly once
 #   KIQD=build/kiqd           kiqd binary; KIQD_BEFORE: a second binary, rows labelled "before"
 #   SIDEKIQ7=auto             none: no Sidekiq 7.3 rows
 #   RESULTS=bench/results/backlog.jsonl  one JSON line per row (appended)
@@ -36,7 +39,7 @@ SIDEKIQ_SCHEDULE_JOBS=${SIDEKIQ_SCHEDULE_JOBS:-$SCHEDULE_JOBS}
 SIDEKIQ_RETRY_JOBS=${SIDEKIQ_RETRY_JOBS:-100000}
 SETS=${SETS:-"schedule retry"}
 CONCURRENCY=${CONCURRENCY:-10}
-MODES=${MODES:-"basic batched"}
+MODES=${MODES:-"basic batched mover"}
 BATCH=${BATCH:-50}
 KIQD=${KIQD:-$repo/build/kiqd}
 KIQD_BEFORE=${KIQD_BEFORE:-}
@@ -82,23 +85,26 @@ run_results=$work/results.jsonl
 : >"$run_results"
 
 kiqd_yml() {  # MODE
-    local f=$work/kiqd-$1.yml
-    printf 'redis: {url: "%s"}\nqueues: [default]\nlogging: {level: warn}\npoll_interval_average: 1\n' \
-        "$redis_url" >"$f"
+    local f=$work/kiqd-$1.yml queue=default
+    [[ $1 == mover ]] && queue=elsewhere
+    printf 'redis: {url: "%s"}\nqueues: [%s]\nlogging: {level: warn}\npoll_interval_average: 1\n' \
+        "$redis_url" "$queue" >"$f"
     [[ $1 == batched ]] && printf 'fetch: reliable\nreliable_fetch: {batch_size: %s}\n' "$BATCH" >>"$f"
     echo "$f"
 }
 
-# row SET JOBS LABEL EXTRA_JSON -- CMD...
+# row SET JOBS LABEL EXTRA_JSON [--mover-only] -- CMD...
 row() {
-    local set=$1 n=$2 label=$3 extra=$4
-    shift 5
+    local set=$1 n=$2 label=$3 extra=$4 flags=()
+    shift 4
+    [[ $1 == --mover-only ]] && { flags=(--mover-only); shift; }
+    shift  # --
     rcli flushall >/dev/null
     "${helper[@]}" push --set "$set" --jobs "$n" | rcli --pipe >"$work/pipe.out" 2>&1 ||
         die "push failed: $(cat "$work/pipe.out")"
     "${helper[@]}" run --port "$port" --set "$set" --jobs "$n" --label "$label" \
         --log "$work/worker.log" --cwd "$work" --redis-pid "$redis_pid" --extra "$extra" \
-        -- "$@" >"$work/one.json" &
+        "${flags[@]}" -- "$@" >"$work/one.json" &
     child=$!
     wait "$child" || { tail -n 20 "$work/worker.log" >&2; die "row failed: $set $label"; }
     child=""
@@ -109,13 +115,15 @@ row() {
 for set in $SETS; do
     if [[ $set == schedule ]]; then n=$SCHEDULE_JOBS sk_n=$SIDEKIQ_SCHEDULE_JOBS; else n=$RETRY_JOBS sk_n=$SIDEKIQ_RETRY_JOBS; fi
     for mode in $MODES; do
-        label="kiqd $mode"
+        label="kiqd $mode" only=()
         [[ $mode == batched ]] && label="kiqd reliable batch $BATCH"
+        [[ $mode == mover ]] && label="kiqd scheduler alone" only=(--mover-only)
         cfg=$(kiqd_yml "$mode")
-        row "$set" "$n" "$label" "{\"kind\":\"kiqd\",\"fetch\":\"$mode\"}" -- "$KIQD" -C "$cfg" -c "$CONCURRENCY"
+        row "$set" "$n" "$label" "{\"kind\":\"kiqd\",\"fetch\":\"$mode\"}" "${only[@]}" -- \
+            "$KIQD" -C "$cfg" -c "$CONCURRENCY"
         if [[ -n $KIQD_BEFORE ]]; then
-            row "$set" "$n" "$label, before" "{\"kind\":\"kiqd-before\",\"fetch\":\"$mode\"}" -- \
-                "$KIQD_BEFORE" -C "$cfg" -c "$CONCURRENCY"
+            row "$set" "$n" "$label, before" "{\"kind\":\"kiqd-before\",\"fetch\":\"$mode\"}" \
+                "${only[@]}" -- "$KIQD_BEFORE" -C "$cfg" -c "$CONCURRENCY"
         fi
     done
     if [[ -n $sk7_cmd ]]; then
@@ -123,6 +131,13 @@ for set in $SETS; do
         row "$set" "$sk_n" "Sidekiq $sk7_version (quiet)" "{\"kind\":\"sidekiq\",\"sidekiq\":\"$sk7_version\"}" -- \
             env SIDEKIQ_BENCH_LOG=quiet REDIS_URL="$redis_url" $sk7_cmd -r "$here/sidekiq_backlog.rb" \
             -c "$CONCURRENCY" -q default
+        if [[ " $MODES " == *" mover "* ]]; then
+            # shellcheck disable=SC2086
+            row "$set" "$sk_n" "Sidekiq $sk7_version (quiet), scheduler alone" \
+                "{\"kind\":\"sidekiq-mover\",\"sidekiq\":\"$sk7_version\"}" --mover-only -- \
+                env SIDEKIQ_BENCH_LOG=quiet REDIS_URL="$redis_url" $sk7_cmd -r "$here/sidekiq_backlog.rb" \
+                -c "$CONCURRENCY" -q elsewhere
+        fi
     fi
 done
 cat "$run_results" >>"$RESULTS"

@@ -17,7 +17,9 @@ Subcommands:
                                 SLOWLOG (calls of 200 us or more, wall time inside Redis) gives
                                 the longest call of the scheduler's script (first key S) and
                                 of the others; stop the worker by PID with SIGTERM; print one
-                                JSON object
+                                JSON object; --mover-only: the worker's processors wait on
+                                another queue, so the scheduler moves alone; each job must
+                                then be in queue:default exactly once
   table --results F             a markdown table of F's rows, each with its rate as a multiple
                                 of the Sidekiq row's for the same set (moves/s: Sidekiq's rows
                                 may move fewer jobs; its rate is steady)
@@ -108,6 +110,9 @@ def cmd_run(args):
             emptied = now
             redis_cpu = (proc_cpu_seconds(args.redis_pid) if args.redis_pid else 0) - redis_cpu0
             worker_cpu = proc_cpu_seconds(child.pid) - worker_cpu0
+        if emptied is not None and args.mover_only:
+            ran = now
+            break
         if emptied is not None and r.call("LLEN", "queue:default") == 0:
             # Reliable fetch: a job leaves its working list once its outcome is written.
             working = r.call("SMEMBERS", "kiqd:reliable:working") or []
@@ -152,7 +157,15 @@ def cmd_run(args):
     problems = []
     if rc != 0:
         problems.append("exit code %s (expected 0 after SIGTERM)" % rc)
-    if processed != args.jobs:
+    if args.mover_only:
+        # Nothing runs the jobs: each must be in its queue exactly once.
+        queued = r.call("LLEN", "queue:default")
+        jids = set(json.loads(p)["jid"] for p in r.call("LRANGE", "queue:default", "0", "-1"))
+        result["queued"] = queued
+        if queued != args.jobs or len(jids) != args.jobs:
+            problems.append("queue:default holds %d jobs, %d distinct, expected %d"
+                            % (queued, len(jids), args.jobs))
+    elif processed != args.jobs:
         problems.append("stat:processed=%d, expected %d" % (processed, args.jobs))
     if result["dead"] or result["left"]:
         problems.append("dead=%d left=%d" % (result["dead"], result["left"]))
@@ -167,15 +180,20 @@ def cmd_run(args):
 
 def cmd_table(args):
     rows = [json.loads(l) for l in open(args.results) if l.strip()]
+    def group(r):  # rows whose scheduler moved alone compare with each other
+        mover = r.get("fetch") == "mover" or r.get("kind") == "sidekiq-mover"
+        return (r["set"], mover)
+
     base = {}
     for r in rows:
-        if r.get("kind") == "sidekiq":
-            base.setdefault(r["set"], r["moves_per_s"])
+        if r.get("kind") in ("sidekiq", "sidekiq-mover"):
+            base.setdefault(group(r), r["moves_per_s"])
     print("| set | system | jobs | emptied in | moves/s | x Sidekiq | all taken in "
           "| longest script call | script calls > 5 ms |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
-        ratio = "%.1fx" % (r["moves_per_s"] / base[r["set"]]) if r["set"] in base else "-"
+        g = group(r)
+        ratio = "%.1fx" % (r["moves_per_s"] / base[g]) if g in base else "-"
         longest = ("%.2f ms" % (r["max_script_us"] / 1000) if r["max_script_us"] is not None
                    else "< %.1f ms" % (r["slowlog_threshold_us"] / 1000))
         print("| %s | %s | %d | %.2f s | %.0f | %s | %.2f s | %s | %d |" % (
@@ -202,6 +220,9 @@ def main():
     r.add_argument("--timeout", type=float, default=3600)
     r.add_argument("--redis-pid", type=int, default=0)
     r.add_argument("--extra", default="{}", help="JSON merged into the result")
+    r.add_argument("--mover-only", action="store_true",
+                   help="the worker runs no jobs of queue:default (its processors wait on "
+                        "another queue): stop once S is empty, check every job is queued once")
     r.add_argument("command", nargs=argparse.REMAINDER)
     t = sub.add_parser("table")
     t.add_argument("--results", required=True)
