@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <future>
 #include <iterator>
 #include <optional>
 
@@ -216,6 +217,9 @@ struct Page {
     std::vector<BatchCall> batches;
 };
 
+// Runs on the scheduler thread, or on the short-lived thread that prepares the next page while
+// a page's round trip runs: it reads `due`, and of the runtime only what is safe from any thread
+// (the logger, the outcome counters, the keys, the dead set's entry format).
 Page prepare(Runtime& rt, const redis::Script& kill_script, const redis::ReplyRef& due,
              const std::string& set, const std::string& now_score, const std::string& enqueued_at) {
     Page page;
@@ -256,54 +260,64 @@ Page prepare(Runtime& rt, const redis::Script& kill_script, const redis::ReplyRe
 size_t Scheduler::enqueue_due(redis::Connection& conn, double now) {
     size_t moved = 0;
     const std::string now_score = score_text(now);
-    // enqueued_at is the time of each page's move: a long backlog takes seconds to move.
+    // enqueued_at is the time of each page's preparation: a long backlog takes seconds to move.
     const auto started = std::chrono::steady_clock::now();
+    auto enqueued_at = [&] {
+        const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - started;
+        return payload_timestamp(rt_.config.compat, now + elapsed.count());
+    };
     std::map<std::string, size_t> refused;  // a move's WRONGTYPE error → due members it held up
     for (const auto& set : {rt_.keys.retry(), rt_.keys.schedule()}) {
         size_t left_in_place = 0;  // refused members of this set: the next page starts after them
-        auto read_page = [&] {
-            return redis::Command{"ZRANGEBYSCORE",
-                                  set,
-                                  "-inf",
-                                  now_score,
-                                  "LIMIT",
-                                  std::to_string(left_in_place),
-                                  std::to_string(kBatch)};
+        auto read = [&](size_t offset) {
+            return redis::Command{
+                "ZRANGEBYSCORE",       set, "-inf", now_score, "LIMIT", std::to_string(offset),
+                std::to_string(kBatch)};
         };
-        // The next page, read in the same round trip as the moves of a full one. The pages are
-        // prepared and moved one after the other: preparing the next while Redis runs a move
-        // takes the CPU from Redis on a small machine, and a move holds Redis longer.
-        std::optional<redis::Reply> next;
+        // `due` is the page being moved; `ahead` the one after it, read before `due` moved. While
+        // a round trip moves `due` (and reads the page after `ahead`), a second thread prepares
+        // `ahead`, so that Redis and this process work at the same time.
+        std::optional<redis::Reply> due, ahead;
+        std::optional<Page> page;
         for (;;) {
-            redis::Reply due = next ? std::move(*next) : conn.command(read_page());
-            next.reset();
-            const size_t n = due.size();
-            if (n == 0) break;
+            if (!due) {
+                auto first = conn.pipeline({read(left_in_place), read(left_in_place + kBatch)});
+                due.emplace(std::move(first[0]));
+                if (due->size() == kBatch) ahead.emplace(std::move(first[1]));
+            }
+            if (due->size() == 0) break;
             if (!scripts_loaded_) {
                 batch_script_.load(conn);
                 kill_script_.load(conn);
                 scripts_loaded_ = true;
             }
-            const std::chrono::duration<double> elapsed =
-                std::chrono::steady_clock::now() - started;
-            Page page = prepare(rt_, kill_script_, due, set, now_score,
-                                payload_timestamp(rt_.config.compat, now + elapsed.count()));
-            std::vector<redis::Command> commands = std::move(page.commands);
-            for (auto& batch : page.batches)
+            if (!page) page = prepare(rt_, kill_script_, *due, set, now_score, enqueued_at());
+            std::vector<redis::Command> commands = std::move(page->commands);
+            for (auto& batch : page->batches)
                 commands.push_back(batch.command(batch_script_, rt_.keys, set, left_in_place));
             const size_t sent = commands.size();
-            const bool full = n == kBatch;
-            if (full) commands.push_back(read_page());
+            // Once `due` has moved, `ahead` holds the ranks it held, and the page after follows.
+            const bool more = ahead && ahead->size() == kBatch;
+            if (more) commands.push_back(read(left_in_place + kBatch));
+            std::future<Page> next;
+            if (ahead && ahead->size() > 0)
+                next = std::async(std::launch::async, [&, at = enqueued_at()] {
+                    return prepare(rt_, kill_script_, *ahead, set, now_score, at);
+                });
             auto replies = conn.pipeline_unchecked(commands);
-            const bool noscript =
-                std::any_of(replies.begin(), replies.end(), [](const redis::Reply& r) {
+            auto noscript = [&] {
+                return std::any_of(replies.begin(), replies.end(), [](const redis::Reply& r) {
                     return r.is_error() && r.error_text().substr(0, 8) == "NOSCRIPT";
                 });
-            if (noscript) {
-                // A restarted Redis has an empty script cache. Every move is guarded by its ZREM,
-                // so moving the page again after reloading cannot enqueue anything twice.
-                scripts_loaded_ = false;
-                continue;
+            };
+            if (noscript()) {
+                // A restarted Redis has an empty script cache, so no call ran (nor the read after
+                // them, which the first moves precede). Every move is guarded by its ZREM:
+                // sending them again cannot enqueue anything twice.
+                batch_script_.load(conn);
+                kill_script_.load(conn);
+                replies = conn.pipeline_unchecked(commands);
+                if (noscript()) throw redis::ReplyError("NOSCRIPT after SCRIPT LOAD");
             }
             const size_t held_before = left_in_place;
             for (size_t r = 0; r < sent; ++r) {
@@ -314,7 +328,7 @@ size_t Scheduler::enqueue_due(redis::Connection& conn, double now) {
                         throw redis::ReplyError(std::string(reply.error_text()));
                     ++refused[std::string(reply.error_text())];
                     ++left_in_place;
-                } else if (r < page.kills) {
+                } else if (r < page->kills) {
                     moved += reply.integer() == 1 ? 1 : 0;
                 } else {
                     // {moved, refusal, held, ...}: held members stay where they are.
@@ -328,10 +342,23 @@ size_t Scheduler::enqueue_due(redis::Connection& conn, double now) {
                     }
                 }
             }
-            if (!full || rt_.lifecycle.is_quiet()) break;
-            // A page read after members were left in place starts too early: read it again.
-            if (left_in_place == held_before && replies.back().is_array())
-                next.emplace(std::move(replies.back()));
+            if (rt_.lifecycle.is_quiet()) break;
+            if (!ahead) {
+                // Nothing was read ahead: a short page was the last; after a full one, read on.
+                if (due->size() < kBatch) break;
+                due.reset();
+                page.reset();
+                continue;
+            }
+            if (ahead->size() == 0) break;
+            Page prepared = next.get();  // before `ahead` changes: the thread reads it
+            due = std::move(ahead);
+            page.emplace(std::move(prepared));
+            ahead.reset();
+            // Members left in place shift the ranks that read used: after moving the prepared
+            // page, read again from after them.
+            if (more && left_in_place == held_before && replies.back().is_array())
+                ahead.emplace(std::move(replies.back()));
         }
     }
     report_refusals(refused);

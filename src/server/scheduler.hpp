@@ -9,7 +9,9 @@
 // to "dead" (one script call each). A destination key of the wrong type (a queue key holding a
 // string, ...) makes the script leave that queue's members where they are, due, and one error
 // line names the key until it is fixed. Runs on its own thread (a PeriodicWorker) at Sidekiq's
-// randomised interval, which grows with the process count.
+// randomised interval, which grows with the process count; while one page's round trip runs, a
+// short-lived second thread prepares the next (parses it, sets enqueued_at), so that Redis and
+// this process work at the same time on a backlog.
 #include <map>
 #include <memory>
 #include <random>
