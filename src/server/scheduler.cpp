@@ -16,7 +16,8 @@ namespace kiqd {
 namespace {
 
 // Due members read per ZRANGEBYSCORE, and the most one batch script call moves. Sized so that a
-// call holds Redis for about a millisecond with Sidekiq-sized payloads (docs/benchmarks.md).
+// call holds Redis for one to two milliseconds with Sidekiq-sized payloads, well under the few
+// milliseconds other clients can wait (docs/benchmarks.md#scheduler-backlog).
 constexpr size_t kBatch = 400;
 // Larger payloads cut a page into more calls: a call's LPUSHes copy what it carries.
 constexpr size_t kBatchBytes = 512 * 1024;
