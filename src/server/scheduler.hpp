@@ -1,13 +1,17 @@
 #pragma once
 // Scheduler (Sidekiq's Scheduled::Poller): moves due jobs from "retry", then "schedule", into
-// their queues. Due members are read in batches of 100; each one is moved by a Lua script that
-// ZREMs it and — only if this process won the ZREM — SADDs queues and LPUSHes it with a fresh
-// enqueued_at, in one atomic step, so a crash never loses a job between the two and two
-// processes never enqueue the same one twice (Sidekiq pops and pushes in two round trips).
-// A member that is not a JSON object moves to "dead" the same way. A destination key of the
-// wrong type (a queue key holding a string, ...) makes the script write nothing: the member stays
-// where it is, due, and one error line names the key until it is fixed. Runs on its own thread
-// (a PeriodicWorker) at Sidekiq's randomised interval, which grows with the process count.
+// their queues. Due members are read in pages of a few hundred, by score; one Lua script call
+// moves a page: it ZREMs each member and — only for those this call removed — LPUSHes them with
+// a fresh enqueued_at (set here, every other byte kept) and SADDs their queues, in one atomic
+// step, so a crash never loses a job between the two and two processes never enqueue the same
+// one twice (Sidekiq pops and pushes each job in two round trips). A page is moved in score
+// order; the loop goes on while pages come back full. A member that is not a JSON object moves
+// to "dead" (one script call each). A destination key of the wrong type (a queue key holding a
+// string, ...) makes the script leave that queue's members where they are, due, and one error
+// line names the key until it is fixed. Runs on its own thread (a PeriodicWorker) at Sidekiq's
+// randomised interval, which grows with the process count; while one page's round trip runs, a
+// short-lived second thread prepares the next (parses it, sets enqueued_at), so that Redis and
+// this process work at the same time on a backlog.
 #include <map>
 #include <memory>
 #include <random>
@@ -28,6 +32,8 @@ extern const char* const kMoveToQueueScript;
 // ZADD dead (trims are the caller's); WRONGTYPE and nothing written when `dead` is no ZSET.
 // Shared with the admin command's `kill`.
 extern const char* const kMoveToDeadScript;
+// The scheduler's move of many due members at once (scheduler.cpp has its KEYS and ARGV).
+extern const char* const kMoveBatchToQueuesScript;
 
 class Scheduler {
   public:
@@ -48,7 +54,7 @@ class Scheduler {
     void report_refusals(const std::map<std::string, size_t>& refused);
 
     Runtime& rt_;
-    redis::Script move_script_;
+    redis::Script batch_script_;
     redis::Script kill_script_;
     std::mt19937_64 rng_;
     std::unique_ptr<redis::Connection> conn_;  // only the scheduler thread uses it
