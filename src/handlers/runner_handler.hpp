@@ -32,8 +32,8 @@
 // them; the pools are thread-safe (runner_pool.hpp).
 #include <spdlog/logger.h>
 
-#include <functional>
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>

@@ -231,7 +231,7 @@ std::vector<AppWorkerClass> app_classes(const json& app) {
     return out;
 }
 
-// "fetch_patches": [{"target": "Sidekiq::Manager", "module": "...", "gem": "...", "honoured": false}]
+// "fetch_patches": [{"target": "Sidekiq::Manager", "module": "…", "gem": "…", "honoured": false}]
 std::vector<AppFetchPatch> app_fetch_patches(const json& app) {
     std::vector<AppFetchPatch> out;
     auto list = app.find("fetch_patches");

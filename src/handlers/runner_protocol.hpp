@@ -112,8 +112,8 @@ struct AppSettings {
     std::optional<long long> max_retries;
     std::optional<long long> dead_max_jobs;
     std::optional<long long> dead_timeout_seconds;
-    std::vector<AppCapsule> capsules;      // "capsules": [{name, concurrency, queues}]
-    std::vector<AppWorkerClass> classes;   // "classes": [{class, queue, urgency, ...}]
+    std::vector<AppCapsule> capsules;          // "capsules": [{name, concurrency, queues}]
+    std::vector<AppWorkerClass> classes;       // "classes": [{class, queue, urgency, ...}]
     std::vector<AppFetchPatch> fetch_patches;  // "fetch_patches": [{target, module, gem, honoured}]
     bool empty() const {
         return !max_retries && !dead_max_jobs && !dead_timeout_seconds && capsules.empty() &&

@@ -407,7 +407,7 @@ TEST_CASE(
     REQUIRE(oldest);
     CHECK(buffer.defer_ack({"default", "b"}));
     CHECK(wakes == 1);
-    CHECK(buffer.oldest_ack() == oldest);  // the oldest, not the newest
+    CHECK(buffer.oldest_ack() == oldest);    // the oldest, not the newest
     CHECK_FALSE(buffer.ack_watcher_idle());  // acknowledgements wait: it must not sleep
     CHECK(buffer.take_acks().size() == 2);
     CHECK(buffer.ack_watcher_idle());

@@ -161,14 +161,13 @@ TEST_CASE("throttled: the app's throttling handed the job back", "[runner_protoc
 
 TEST_CASE("the app's gems that change Sidekiq's fetch, in ready", "[runner_protocol]") {
     std::string error;
-    auto ready = parse_ready(
-        {"ready", R"({"pid":1,"app":{"fetch_patches":[
+    auto ready = parse_ready({"ready", R"({"pid":1,"app":{"fetch_patches":[
             {"target":"Sidekiq::BasicFetch","module":"Sidekiq::Throttled::Patches::BasicFetch",
              "gem":"sidekiq-throttled","honoured":true},
             {"target":"Sidekiq::Manager","module":"Sidekiq::Manager::InitLimitFetch",
              "gem":"sidekiq-limit_fetch"},
             {"target":"Sidekiq::Manager"}]}})"},
-        error);
+                             error);
     REQUIRE(ready);
     REQUIRE(ready->app.fetch_patches.size() == 2);
     CHECK(ready->app.fetch_patches[0].honoured);
@@ -178,8 +177,7 @@ TEST_CASE("the app's gems that change Sidekiq's fetch, in ready", "[runner_proto
 
 TEST_CASE("the app's capsules and job classes in ready", "[runner_protocol]") {
     std::string error;
-    auto ready = parse_ready(
-        {"ready", R"({"pid":1,"app":{
+    auto ready = parse_ready({"ready", R"({"pid":1,"app":{
             "capsules":[{"name":"single","concurrency":1,"queues":[["single",0]]},
                         {"name":"bulk","concurrency":2,"queues":[["bulk",3],["bulk_low",1]]},
                         {"name":"odd","concurrency":"2","queues":[["x",1]]},
@@ -189,7 +187,7 @@ TEST_CASE("the app's capsules and job classes in ready", "[runner_protocol]") {
                         "idempotent":true,"external_dependencies":false,"tags":["a",1,"b"]},
                        {"class":"PlainJob","queue":"mail"},
                        {"class":"","queue":"x"},{"queue":"y"}]}})"},
-        error);
+                             error);
     REQUIRE(ready);
     // Entries not of the expected shape are left out.
     REQUIRE(ready->app.capsules.size() == 2);
