@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fetch cost of fair fetch with many tenants (issue 24): one greedy tenant with GREEDY no-op jobs
+# Fetch cost of fair fetch with many tenants: one greedy tenant with GREEDY no-op jobs
 # and TENANTS tenants with PER_TENANT jobs each (pushed after the greedy backlog, tenant in
 # args[0]), drained by kiqd at CONCURRENCY threads with basic fetch: (a) plain queue `default`;
 # (b) the same queue with `fair_fetch: {default: {arg: 0}}`. Time = from the first job taken to

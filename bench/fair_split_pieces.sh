@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What one split of fair fetch costs Redis per job, piece by piece (issue 24): 2,000 payloads of
+# What one split of fair fetch costs Redis per job, piece by piece: 2,000 payloads of
 # fair_fetch_cost.sh's shape in a list, read by EVALSHA REPS times with the split's steps added
 # one at a time. The tenant scan is the fetch script's own code, cut out of
 # src/fetch/fair_fetch.cpp (from "-- The job's tenant" to the end of tenant_of), so the numbers

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fairness experiment (issue 7): one greedy tenant and many small ones on one kiqd.
+# The fairness experiment: one greedy tenant and many small ones on one kiqd.
 #
 #   bench/fairness.sh             # GREEDY=20000 jobs of JOB_MS=2 ms; TENANTS=20 × PER_TENANT=50
 #   SMOKE=1 bench/fairness.sh     # CI smoke: 1,000 greedy + 5 × 10 small jobs, a few seconds;

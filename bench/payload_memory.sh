@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Payload memory benchmark: how much memory one large payload costs kiqd (issue 18, item 6).
+# Payload memory benchmark: how much memory one large payload costs kiqd.
 #
 #   bench/payload_memory.sh                    # SIZES="1 4 16" (MiB), build/kiqd
 #   KIQD=/tmp/kiqd-main bench/payload_memory.sh   # another build, e.g. main before the fix
