@@ -1,0 +1,228 @@
+# frozen_string_literal: true
+
+# The worker threads of a process that runs jobs, and the routing of what kiqd sends them.
+#
+# The hot path, per job, all on one worker thread: #work loops on #next_frame, which takes the
+# read lock and calls Channel#read_frame (channel.rb); #serve splits the frame's type from its
+# tag and calls #perform, which hands the payload to Glue#run (glue.rb: JSON.parse, the class,
+# the middleware chain, perform); #serve then writes the answer with Channel#send_frame.
+
+module KiqdRubyRunner
+  # The job loop of a runner process (forked by the master, or started by kiqd itself): `threads`
+  # worker threads share the socket, as Sidekiq's processor threads share a fetcher. A worker
+  # takes the read lock, reads one frame, releases it, runs the job and writes the answer (the
+  # channel's write lock): no hand-off between threads per job. kiqd sends at most `threads` jobs
+  # at once, so while every worker runs a job nobody reads, and `quiet` would wait; a watcher
+  # thread looks every QUIET_TICK and, when every worker is busy and one is still on the job it
+  # had at the last look, reads in their place (and runs what it reads). Short jobs never wake
+  # it, so they cost no thread switch. The main thread only waits for SIGTERM or for the threads
+  # to end (end of file).
+  class Server
+    TERM_GRACE = 0.5 # seconds the abandoned jobs' ensure blocks get after SIGTERM
+    QUIET_TICK = 0.05
+
+    def initialize(channel, glue, threads)
+      @channel = channel
+      @glue = glue
+      @threads = threads
+      @read_lock = Mutex.new
+      @eof = false
+      @terminating = false
+      # Per worker: how many jobs it has started while it runs one, nil while it reads (an
+      # element write is atomic; the watcher compares two looks).
+      @running = Array.new(threads)
+      # Sidekiq::Shutdown may stop a job, but not the writing of its answer (a torn frame would
+      # fail every job of the process) nor what happens between the end of a job and its answer.
+      @no_shutdown = {Sidekiq::Shutdown => :never}.freeze
+      @shutdown_now = {Sidekiq::Shutdown => :immediate}.freeze
+      # Retry decisions: jobs read by a thread that waits for its `written` (for the workers),
+      # and the `written` frames by tag, for the threads that wait for them.
+      @pending = []
+      @mail = {}
+      @mail_lock = Mutex.new
+      @mail_cv = ConditionVariable.new
+      @waiting = 0
+    end
+
+    # A deciding job's failure: sends `fail TAG` with the decision, then waits until kiqd says
+    # `written TAG` (or closes the socket). Whoever reads the socket meanwhile hands the frame
+    # over; with nobody reading, this thread reads.
+    def fail_and_await_written(tag, json)
+      @mail_lock.synchronize do
+        @mail[tag] = nil
+        @waiting += 1
+      end
+      @channel.send_frame("fail #{tag}", json)
+      loop do
+        @mail_lock.synchronize { return if @mail[tag] || @eof }
+        if @read_lock.try_lock
+          begin
+            next if @mail_lock.synchronize { @mail[tag] }
+            frame = @channel.read_frame
+            if frame.nil?
+              @eof = true
+            elsif (work = route(frame))
+              @pending << work
+            end
+          ensure
+            @read_lock.unlock
+          end
+        else
+          @mail_lock.synchronize { @mail_cv.wait(@mail_lock, QUIET_TICK) unless @mail[tag] || @eof }
+        end
+      end
+    ensure
+      @mail_lock.synchronize do
+        @mail.delete(tag)
+        @waiting -= 1
+      end
+    end
+
+    def run
+      @channel.blocking!
+      wake_r, wake_w = IO.pipe
+      trap("TERM") { wake_w.write_nonblock("t", exception: false) }
+      # As `sidekiq` does once the application is booted, before the first job; a startup
+      # handler that raises ends the process here, which kiqd reports as a failed boot.
+      @glue.lifecycle.startup
+      @channel.send_json("ready", KiqdRubyRunner.greeting("threads" => @threads))
+      @glue.lifecycle.start_beats
+      threads = Array.new(@threads) { |slot| thread(wake_w) { work(slot) } } << thread(wake_w) { watch }
+      loop do
+        IO.select([wake_r])
+        terminate(threads) if wake_r.read_nonblock(64, exception: false).to_s.include?("t")
+        break if threads.none?(&:alive?)
+      end
+      threads.each(&:join)
+      # End of file: kiqd stopped or recycled this process, and its jobs are answered.
+      stop_events
+      @glue.lifecycle.exit
+    end
+
+    private
+
+    def thread(wake_w)
+      Thread.new do
+        Thread.current.report_on_exception = false
+        Thread.current[:sidekiq_capsule] = @glue.capsule if @glue.capsule # Sidekiq.redis: its pool
+        yield
+      rescue Sidekiq::Shutdown
+        nil
+      rescue Exception => e # rubocop:disable Lint/RescueException
+        fatal("#{e.class}: #{e.message}")
+      ensure
+        wake_w.write_nonblock("e", exception: false)
+      end
+    end
+
+    def work(slot)
+      started = 0
+      while (frame = next_frame)
+        @running[slot] = (started += 1)
+        serve(frame)
+        @running[slot] = nil
+        break if @terminating
+      end
+    end
+
+    def watch
+      last = nil
+      until @eof || @terminating
+        sleep QUIET_TICK
+        now = @running.dup
+        if last && now.all? && now.zip(last).any? { |a, b| a == b }
+          frame = next_frame or break
+          serve(frame)
+          now = nil
+        end
+        last = now
+      end
+    end
+
+    # Runs one frame and answers it with its tag (untagged for an untagged frame).
+    def serve(frame)
+      type, data = frame
+      kind, tag = type.split(" ", 2)
+      Thread.handle_interrupt(@no_shutdown) do
+        reply = Thread.handle_interrupt(@shutdown_now) { perform(kind, type, data, tag) }
+        @channel.send_frame(tag ? "#{reply[0]} #{tag}" : reply[0], reply[1]) if reply
+      end
+    end
+
+    # The next job or exhausted frame; `quiet` is taken here. nil at end of file, for every thread.
+    def next_frame
+      frame = @read_lock.synchronize do
+        loop do
+          break nil if @eof || @terminating
+          break @pending.shift unless @pending.empty?
+          frame = @channel.read_frame
+          if frame.nil?
+            @eof = true
+          elsif (work = route(frame))
+            break work
+          end
+        end
+      end
+      # A thread waiting for its `written` may read now (or stop waiting at end of file).
+      @mail_lock.synchronize { @mail_cv.broadcast } if @waiting > 0
+      frame
+    end
+
+    # A frame that is not a job's: `quiet` is taken, a `written` goes to the thread that waits
+    # for it; a job (or exhausted call) is returned for a worker. The read lock is held.
+    def route(frame)
+      type = frame[0]
+      if type == "quiet"
+        @glue.stopping.stop!
+        # Fired beside the job threads (Sidekiq's launcher fires them on its own thread):
+        # `quiet`, and `shutdown` too when kiqd is stopping.
+        shutdown = frame[1].include?('"shutdown":true')
+        Thread.new { shutdown ? stop_events : @glue.lifecycle.quiet }
+        nil
+      elsif type.start_with?("written ")
+        tag = type.split(" ", 2)[1]
+        @mail_lock.synchronize do
+          fatal("a 'written' frame for tag #{tag}, which waits for nothing") unless @mail.key?(tag)
+          @mail[tag] = frame
+          @mail_cv.broadcast
+        end
+        nil
+      else
+        frame
+      end
+    end
+
+    def perform(kind, type, data, tag)
+      case kind
+      when "job" then @glue.run(data, tag && @glue.decisions? ? Decider.new(self, tag, @glue) : nil)
+      when "exhausted" then @glue.exhausted(data)
+      else fatal("unknown frame #{type.inspect}")
+      end
+    end
+
+    # SIGTERM: the running jobs get Sidekiq::Shutdown (their ensure blocks run; they answer
+    # nothing), a moment to unwind, and the process exits: kiqd requeues them once it is gone.
+    def terminate(workers)
+      @terminating = true
+      @glue.stopping.stop!
+      stop_events
+      workers.each { |t| t.raise(Sidekiq::Shutdown) if t.alive? }
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + TERM_GRACE
+      workers.each { |t| t.join([deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC), 0].max) }
+      @glue.lifecycle.exit
+      Process.exit!(0)
+    end
+
+    # Sidekiq's stop: `quiet` (unless it fired already), then `shutdown`; each fires once.
+    def stop_events
+      @glue.lifecycle.quiet
+      @glue.lifecycle.shutdown
+    end
+
+    # A protocol error: the process exits, kiqd fails the jobs it held and replaces it.
+    def fatal(message)
+      $stderr.puts "kiqd-ruby-runner: #{message}"
+      Process.exit!(2)
+    end
+  end
+end
