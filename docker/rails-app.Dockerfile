@@ -19,8 +19,9 @@ RUN apt-get update && apt-get install -y --no-install-recommends \
  && groupadd --system --gid 10001 app \
  && useradd --system --uid 10001 --gid app --no-create-home --home-dir /nonexistent \
       --shell /usr/sbin/nologin app
-# kiqd: the daemon, the Ruby runner and the health check, from kiqd's image.
+# kiqd: the daemon, the Ruby runner (and its library) and the health check, from kiqd's image.
 COPY --from=kiqd /usr/bin/kiqd /usr/bin/kiqd-ruby-runner /usr/bin/
+COPY --from=kiqd /usr/share/kiqd/ruby/lib /usr/share/kiqd/ruby/lib
 COPY --from=kiqd /usr/lib/kiqd/healthcheck /usr/lib/kiqd/healthcheck
 COPY --from=kiqd /usr/share/doc/kiqd/LICENSE /usr/share/doc/kiqd/LICENSE
 COPY . /srv/app
