@@ -128,6 +128,7 @@ class UnitStoppingJob
   include Sidekiq::Worker
 
   def perform(key)
+    UnitApp.record(:started, [key, Thread.current.object_id])
     UnitApp.gate(key)
     UnitApp.record(:stopping, respond_to?(:_context) && _context ? _context.stopping? : nil)
   end
