@@ -5,7 +5,8 @@
 # class resolved by name (an ActiveJob payload names the adapter's wrapper), jid and the
 # iteration context set, the server middleware chain around perform(*args). Built once on the
 # main thread after boot (in a master, before the forks); #run is then called by every worker
-# thread at once, so nothing here changes after construction. #run is the hot path's last step
+# thread at once, so nothing here changes after construction (but throttle.rb's memo, which any
+# thread sets to the same value). #run is the hot path's last step
 # (Server#serve calls it for each job). Its failure side is in failures.rb, sidekiq-throttled's
 # check in throttle.rb.
 
