@@ -3,8 +3,8 @@
 # The worker threads of a process that runs jobs, and the routing of what kiqd sends them.
 # Threads: the main thread runs #run and then only waits for SIGTERM or for the workers to end;
 # `threads` workers run #work, a watcher runs #watch, and a short-lived thread fires the
-# lifecycle events of each `quiet`. The read lock, the mailbox lock and the channel's write lock
-# are all they share.
+# lifecycle events of each `quiet`. Reading the socket is under the read lock, writing under the
+# channel's write lock, the `written` mailbox under its own lock.
 #
 # The hot path, per job, all on one worker thread: #work loops on #next_frame, which takes the
 # read lock and calls Channel#read_frame (channel.rb); #serve splits the frame's type from its
