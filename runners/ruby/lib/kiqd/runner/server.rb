@@ -8,8 +8,9 @@
 #
 # The hot path, per job, all on one worker thread: #work loops on #next_frame, which takes the
 # read lock and calls Channel#read_frame (channel.rb); #serve splits the frame's type from its
-# tag and calls #perform, which hands the payload to Glue#run (glue.rb: JSON.parse, the class,
-# the middleware chain, perform); #serve then writes the answer with Channel#send_frame.
+# tag and calls #perform, which hands the payload to Glue#run (glue.rb: JSON.parse, the class by
+# name with KiqdRubyRunner.constantize from boot.rb, the job logger, the reloader, the middleware
+# chain, perform); #serve then writes the answer with Channel#send_frame.
 
 module KiqdRubyRunner
   # The job loop of a runner process (forked by the master, or started by kiqd itself): `threads`
