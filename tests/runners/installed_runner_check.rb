@@ -15,14 +15,14 @@ runner, lib_dir = ARGV
 abort "usage: #{$PROGRAM_NAME} RUNNER LIB_DIR" unless runner && lib_dir
 lib_dir = File.realpath(lib_dir)
 
-def read_frame(sock, buf, what)
+def read_frame(sock, buf, what, log)
   deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 60
   until buf.bytesize >= 4 && buf.bytesize >= 4 + buf.unpack1("N")
     left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
-    abort "installed_runner_check: no #{what} from #{ARGV[0]} within 60 s" if left <= 0
+    abort "installed_runner_check: no #{what} from #{ARGV[0]} within 60 s\n#{File.read(log)}" if left <= 0
     next unless IO.select([sock], nil, nil, left)
     chunk = sock.read_nonblock(65_536, exception: false)
-    abort "installed_runner_check: #{ARGV[0]} closed its socket before #{what}" if chunk.nil?
+    abort "installed_runner_check: #{ARGV[0]} closed its socket before #{what}\n#{File.read(log)}" if chunk.nil?
     buf << chunk unless chunk == :wait_readable
   end
   len = buf.unpack1("N")
@@ -50,12 +50,12 @@ Dir.mktmpdir("kiqd-installed-runner-") do |dir|
   theirs.close
   buf = "".b
   begin
-    type, data = read_frame(ours, buf, "ready")
+    type, data = read_frame(ours, buf, "ready", log)
     abort "installed_runner_check: #{type.inspect} instead of ready\n#{File.read(log)}" unless type == "ready"
     ready = JSON.parse(data)
     body = "job 1\n" + JSON.generate({"class" => "WhereJob", "args" => [], "jid" => "installed-check", "queue" => "default"})
     ours.write([body.bytesize].pack("N"), body)
-    type, data = read_frame(ours, buf, "the job's answer")
+    type, data = read_frame(ours, buf, "the job's answer", log)
     loaded = JSON.parse(data)["message"]
     unless type == "fail 1" && loaded == lib_dir
       abort "installed_runner_check: the runner loaded its library from #{loaded.inspect}, not #{lib_dir} " \
