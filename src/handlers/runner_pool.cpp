@@ -39,6 +39,13 @@ const milliseconds kRetireGrace{5000};  // end of file → SIGTERM, and SIGTERM 
 void RunnerPool::take_seats_from(RunnerChild& c, const runner::Ready& ready) {
     c.tagged = ready.threads > 0;
     c.capacity = c.tagged ? std::min(ready.threads, std::max(1, spec_.threads)) : 1;
+    // Seat sockets: a job's frame and its answer travel on a socket of their own, so the thread
+    // that sent the job reads its answer itself (runner_pool_leases.cpp). A runner that got none
+    // is served on its one socket, as one that never asked.
+    if (ready.seat_sockets && !give_seat_sockets(c))
+        log_->warn("runner={} pid={} asked for seat sockets, which could not be given ({}): its jobs "
+                   "go over its one socket",
+                   spec_.name, c.pid, std::strerror(errno));
     note_first_boot(&ready.app);
 }
 

@@ -212,6 +212,10 @@ class RunnerPool {
     // call; the mutex is released while it polls).
     void read_for_seats(std::unique_lock<std::mutex>& lock, RunnerChild& child,
                         Clock::time_point until);
+    // A seat with a socket of its own: writes what is left of its frame and reads its answer
+    // (the mutex is released while it polls), and logs what the process printed meanwhile.
+    void exchange_on_seat(std::unique_lock<std::mutex>& lock, RunnerChild& child,
+                          RunnerSeat& seat, Clock::time_point until);
     // Waits until the supervisor has reaped the child or `until` passes.
     bool wait_reaped(std::unique_lock<std::mutex>& lock, RunnerChild& child,
                      Clock::time_point until);

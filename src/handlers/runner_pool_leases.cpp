@@ -60,6 +60,21 @@ std::shared_ptr<RunnerChild> RunnerPool::take_free() {
 }
 
 void RunnerPool::lease_to(RunnerChild& c, const RunnerRequest& request, RunnerSeat& seat) {
+    if (!c.seat_socks.empty()) {
+        // A free seat socket; the leaseholder writes the frame itself, without the mutex.
+        const auto free = std::find(c.seat_taken.begin(), c.seat_taken.end(), false);
+        const auto index = static_cast<size_t>(free - c.seat_taken.begin());
+        *free = true;
+        seat.tag = static_cast<uint32_t>(index + 1);  // the key in `seats`; never on the wire
+        seat.sock = c.seat_socks[index].get();
+        seat.outbox = runner::encode_frame(request.type, request.data);
+        seat.job_class = request.job_class;
+        seat.jid = request.jid;
+        c.seats[seat.tag] = &seat;
+        ++c.leases;
+        c.state = ChildState::busy;
+        return;
+    }
     if (c.tagged) {
         do {
             if (++c.next_tag == 0) c.next_tag = 1;
@@ -170,6 +185,69 @@ void RunnerPool::read_for_seats(std::unique_lock<std::mutex>& lock, RunnerChild&
         for (auto& [tag, seat] : c.seats) seat->cv.notify_one();
 }
 
+void RunnerPool::exchange_on_seat(std::unique_lock<std::mutex>& lock, RunnerChild& c,
+                                  RunnerSeat& seat, Clock::time_point until) {
+    // Usually a send(2), a poll(2) and a recv(2). A process that holds this job alone has its
+    // output watched in the same poll, so that what the job printed before its answer is logged
+    // with its class and jid (log_output labels lines only then); with several jobs on it, the
+    // supervisor logs the output, and the other leaseholders are not woken by every line.
+    const bool watch_output = c.leases == 1;
+    const int out_fd = watch_output ? c.out.get() : -1, err_fd = watch_output ? c.err.get() : -1;
+    auto frame = seat.reader.next();
+    bool eof = false;
+    int error = 0;
+    pollfd p[3] = {{seat.sock, POLLIN, 0}, {out_fd, POLLIN, 0}, {err_fd, POLLIN, 0}};
+    if (!frame && !seat.reader.malformed()) {
+        lock.unlock();
+        while (seat.outbox_sent < seat.outbox.size()) {
+            const ssize_t w = ::send(seat.sock, seat.outbox.data() + seat.outbox_sent,
+                                     seat.outbox.size() - seat.outbox_sent,
+                                     MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (w > 0)
+                seat.outbox_sent += static_cast<size_t>(w);
+            else if (w < 0 && errno == EINTR)
+                continue;
+            else
+                break;  // full (EAGAIN): poll for room below; broken: recv sees it
+        }
+        if (seat.outbox_sent < seat.outbox.size()) p[0].events |= POLLOUT;
+        ::poll(p, 3, poll_wait_ms(until));
+        if (p[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+            char buf[65536];
+            const ssize_t n = ::recv(seat.sock, buf, sizeof buf, MSG_DONTWAIT);
+            error = errno;
+            if (n > 0) {
+                seat.reader.feed(buf, static_cast<size_t>(n));
+                frame = seat.reader.next();
+            } else if (n == 0 || (error != EAGAIN && error != EINTR)) {
+                eof = true;
+            }
+        }
+        lock.lock();
+    }
+    // What the job printed goes to the log before its answer is taken, with its class and jid.
+    if (p[1].revents && out_fd >= 0 && c.out.get() == out_fd) log_output(c, false);
+    if (p[2].revents && err_fd >= 0 && c.err.get() == err_fd) log_output(c, true);
+    auto break_child = [&](std::string why, bool garbled) {
+        if (c.broken.empty()) c.broken = std::move(why);
+        c.garbled = c.garbled || garbled;
+    };
+    if (frame) {
+        if (seat.answer || seat.reader.pending() > 0 || seat.outbox_sent < seat.outbox.size())
+            break_child("answered with a '" + frame->type.substr(0, 32) +
+                            "' frame on a seat it was not asked on",
+                        true);
+        else
+            seat.answer = std::move(*frame);
+    } else if (seat.reader.malformed()) {
+        break_child("answered with " + seat.reader.error(), true);
+    } else if (eof) {
+        break_child(seat.reader.pending() ? "closed its socket in the middle of a reply"
+                                          : "closed its socket",
+                    false);
+    }
+}
+
 bool RunnerPool::wait_reaped(std::unique_lock<std::mutex>& lock, RunnerChild& c,
                              Clock::time_point until) {
     wake();
@@ -255,7 +333,9 @@ void RunnerPool::await_answer(std::unique_lock<std::mutex>& lock, RunnerChild& c
             stop_after_timeout(c, now);
         }
         const auto until = std::min({deadline, now + kTick});
-        if (!c.reading)
+        if (seat.sock >= 0)
+            exchange_on_seat(lock, c, seat, until);
+        else if (!c.reading)
             read_for_seats(lock, c, until);
         else
             seat.cv.wait_until(lock, until);
@@ -298,7 +378,12 @@ void RunnerHold::finish(const StopSignal& stop, milliseconds timeout) {
         return;
     }
     seat_->answer.reset();
-    queue_frame(c, runner::encode_frame("written", "{}", seat_->tag));
+    if (seat_->sock >= 0) {
+        seat_->outbox = runner::encode_frame("written", "{}");
+        seat_->outbox_sent = 0;
+    } else {
+        queue_frame(c, runner::encode_frame("written", "{}", seat_->tag));
+    }
     RunnerOutcome out;
     pool_.await_answer(lock, c, *seat_, stop, saturating_deadline(Clock::now(), timeout), out);
     if (out.end == RunnerEnd::answered) {
@@ -331,12 +416,19 @@ void RunnerPool::drain(RunnerChild& c, std::string why) {
 
 void RunnerPool::release(RunnerChild& c, RunnerSeat& seat, bool broken) {
     auto& slot = slots_[c.slot];
-    // What the job printed is in the pipes before its answer (the runner writes it first):
-    // logged here, with the job's class and jid, before its seat goes. One poll(2).
-    pollfd out[2] = {{c.out.get(), POLLIN, 0}, {c.err.get(), POLLIN, 0}};
-    if (::poll(out, 2, 0) > 0) {
-        if (out[0].revents) log_output(c, false);
-        if (out[1].revents) log_output(c, true);
+    if (seat.sock >= 0) {
+        // Its output was looked at with its answer (exchange_on_seat). A seat socket left with
+        // part of a frame on it is not reused: the process is stopped below.
+        c.seat_taken[seat.tag - 1] = false;
+        broken = broken || seat.reader.pending() > 0;
+    } else {
+        // What the job printed is in the pipes before its answer (the runner writes it first):
+        // logged here, with the job's class and jid, before its seat goes. One poll(2).
+        pollfd out[2] = {{c.out.get(), POLLIN, 0}, {c.err.get(), POLLIN, 0}};
+        if (::poll(out, 2, 0) > 0) {
+            if (out[0].revents) log_output(c, false);
+            if (out[1].revents) log_output(c, true);
+        }
     }
     c.seats.erase(seat.tag);
     --c.leases;

@@ -120,6 +120,34 @@ bool send_with_fds(int sock, const std::string& frame, const std::vector<int>& f
     return n == static_cast<ssize_t>(frame.size());
 }
 
+bool give_seat_sockets(RunnerChild& c) {
+    // SCM_RIGHTS carries at most 253 descriptors a message: several `seats` frames for more.
+    constexpr size_t kPerFrame = 250;
+    std::vector<Fd> mine, theirs;
+    for (int i = 0; i < c.capacity; ++i) {
+        int sv[2];
+        if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return false;
+        mine.emplace_back(sv[0]);
+        theirs.emplace_back(sv[1]);
+        ::fcntl(sv[0], F_SETFL, ::fcntl(sv[0], F_GETFL) | O_NONBLOCK);
+    }
+    for (size_t from = 0; from < theirs.size(); from += kPerFrame) {
+        std::vector<int> fds;
+        for (size_t i = from; i < std::min(theirs.size(), from + kPerFrame); ++i)
+            fds.push_back(theirs[i].get());
+        const auto frame =
+            runner::encode_frame("seats", fmt::format(R"({{"count":{}}})", fds.size()));
+        if (!send_with_fds(c.sock.get(), frame, fds)) {
+            // A runner left with part of its seats cannot be served as one without: it goes.
+            if (from > 0) kill_now(c);
+            return false;
+        }
+    }
+    c.seat_socks = std::move(mine);
+    c.seat_taken.assign(c.seat_socks.size(), false);
+    return true;
+}
+
 bool process_gone(const RunnerChild& c) {
     if (c.pid <= 0) return true;
     if (c.pidfd.open()) {

@@ -45,6 +45,13 @@ struct RunnerSeat {
     std::optional<runner::Frame> answer;  // set by whichever leaseholder read it
     bool timed_out = false;               // its leaseholder gave up on it (the timeout)
     std::condition_variable cv;           // answer set, the reader's role free, or the child broke
+    // On a child with seat sockets: this seat's socket (-1 otherwise), the frame still to be
+    // written on it and what was read from it. Only the leaseholder touches them, without the
+    // mutex: nobody else writes or reads that socket while the seat is leased.
+    int sock = -1;
+    std::string outbox;
+    size_t outbox_sent = 0;
+    runner::FrameReader reader;
 };
 
 // Why a child was signalled by the pool or a leaseholder: decides what its other jobs become
@@ -79,6 +86,10 @@ struct RunnerChild {
     // --- Jobs on the child (runner_pool_leases.cpp) ---
     bool tagged = false;  // its ready said "threads": frames carry tags
     int capacity = 1;     // jobs it may hold at once
+    // Its ready said "seats": one socket per seat (kiqd's ends), each job and its answer on its
+    // own, read by the leaseholder itself: no reader role, no hand-off between threads.
+    std::vector<Fd> seat_socks;
+    std::vector<bool> seat_taken;
     int leases = 0;       // leaseholders using it (seats outstanding or being set up)
     std::map<uint32_t, RunnerSeat*> seats;  // outstanding frames by tag (tag 0: untagged)
     uint32_t next_tag = 0;
@@ -122,6 +133,11 @@ StartedRunner spawn_runner(const RunnerSpec& spec, const std::vector<std::string
 
 // Sends one small frame with descriptors attached (SCM_RIGHTS). False unless all of it went.
 bool send_with_fds(int sock, const std::string& frame, const std::vector<int>& fds);
+
+// Gives a child that asked for them its seat sockets: `capacity` socket pairs, the runner's ends
+// sent on its protocol socket in one `seats` frame, kiqd's kept in `seat_socks`. False (and
+// nothing kept) when they could not be made or sent: the child is then served on its one socket.
+bool give_seat_sockets(RunnerChild& c);
 
 // Whether a process that is not kiqd's child (so cannot be waited for) is gone.
 bool process_gone(const RunnerChild& c);

@@ -272,6 +272,8 @@ std::optional<Ready> parse_ready(const Frame& frame, std::string& error) {
         }
         r.threads = static_cast<int>(threads->get<long long>());
     }
+    if (auto seats = j->find("seats"); seats != j->end() && seats->is_boolean())
+        r.seat_sockets = seats->get<bool>() && r.threads > 0;
     // The app's own settings: a value that is not a whole number in range is left out.
     if (auto app = j->find("app"); app != j->end() && app->is_object()) {
         const auto whole = [&](const char* key, long long min) -> std::optional<long long> {

@@ -128,6 +128,9 @@ struct Ready {
     std::string runner;
     bool preload = false;  // "preload": true: a master that forks the processes on request
     int threads = 0;       // "threads": N (1..1024): speaks the tagged dialect; 0: untagged
+    // "seats": true: takes a socket per seat (a `seats` frame carrying them), each job and its
+    // answer on its own seat's socket, read by the runner thread that serves that seat.
+    bool seat_sockets = false;
 };
 std::optional<Ready> parse_ready(const Frame& frame, std::string& error);
 
