@@ -102,7 +102,7 @@ void RunnerPool::stop(milliseconds grace) {
                 if (!slot.child || slot.child->reaped) continue;
                 auto& c = *slot.child;
                 c.state = ChildState::stopping;
-                ::shutdown(c.sock.get(), SHUT_RDWR);
+                close_sockets(c);
                 c.term_at = now;
                 c.kill_at = saturating_deadline(now, grace);
             }
@@ -282,7 +282,7 @@ void RunnerPool::boot_failed(Slot& slot, const std::string& why) {
 void RunnerPool::retire(RunnerChild& c, const char* why) {
     log_->info("runner={} pid={} recycled after {} job(s): {}", spec_.name, c.pid, c.jobs, why);
     c.state = ChildState::stopping;
-    ::shutdown(c.sock.get(), SHUT_RDWR);  // the runner sees end of file and exits
+    close_sockets(c);  // the runner sees end of file and exits
     const auto now = Clock::now();
     c.term_at = now + kRetireGrace;
     c.kill_at = now + 2 * kRetireGrace;

@@ -148,6 +148,11 @@ bool give_seat_sockets(RunnerChild& c) {
     return true;
 }
 
+void close_sockets(RunnerChild& c) {
+    ::shutdown(c.sock.get(), SHUT_RDWR);
+    for (auto& s : c.seat_socks) ::shutdown(s.get(), SHUT_RDWR);
+}
+
 bool process_gone(const RunnerChild& c) {
     if (c.pid <= 0) return true;
     if (c.pidfd.open()) {

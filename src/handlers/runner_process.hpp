@@ -139,6 +139,11 @@ bool send_with_fds(int sock, const std::string& frame, const std::vector<int>& f
 // nothing kept) when they could not be made or sent: the child is then served on its one socket.
 bool give_seat_sockets(RunnerChild& c);
 
+// Ends the protocol socket and every seat socket both ways: the runner sees end of file on each
+// (its threads that wait for a job end) and exits; the descriptors stay open until the child is
+// gone, so that no reused number can be written to.
+void close_sockets(RunnerChild& c);
+
 // Whether a process that is not kiqd's child (so cannot be waited for) is gone.
 bool process_gone(const RunnerChild& c);
 

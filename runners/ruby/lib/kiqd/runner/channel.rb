@@ -1,9 +1,11 @@
 # frozen_string_literal: true
 
 # The protocol's framing (docs/runner-protocol.md): the Channel that reads and writes frames on
-# the descriptor kiqd hands over. Read by one worker thread at a time (the one holding the
-# Server's read lock); written by every worker thread, each whole frame under the write lock.
-# Part of the hot path: every job arrives through #read_frame and is answered by #send_frame.
+# the descriptor kiqd hands over, or on one seat's socket. The protocol socket's is read by one
+# worker thread at a time (the one holding the Server's read lock) and written by every worker
+# thread, each whole frame under the write lock; a seat's is read and written by its seat thread
+# alone. Part of the hot path: every job arrives through #read_frame and is answered by
+# #send_frame.
 
 module KiqdRubyRunner
   MAX_FRAME = 64 * 1024 * 1024
@@ -17,7 +19,18 @@ module KiqdRubyRunner
       @io.binmode
       @io.sync = true
       @write_lock = Mutex.new
+      @fds = nil
     end
+
+    # From now on, descriptors kiqd attaches to a frame (SCM_RIGHTS: the `seats` frame) are
+    # kept for #take_fds. Reads then use recvmsg(2): for the protocol socket only, where frames
+    # are rare once the seats are given.
+    def accept_fds!
+      @fds = []
+    end
+
+    # The first `n` descriptors received, as IOs; fewer when fewer came.
+    def take_fds(n) = @fds.shift(n)
 
     def send_frame(type, data)
       body = "#{type}\n".b << data.b
@@ -54,7 +67,11 @@ module KiqdRubyRunner
 
     def fill(n)
       while @buf.bytesize < n
-        @buf << @io.readpartial(65536)
+        next @buf << @io.readpartial(65536) unless @fds
+        data, _addr, _flags, *controls = @io.recvmsg(65536, 0, 1024, scm_rights: true)
+        return false if data.nil? || data.empty?
+        controls.each { |c| @fds.concat(c.unix_rights || []) if c.cmsg_is?(:SOCKET, :RIGHTS) }
+        @buf << data
       end
       true
     rescue EOFError

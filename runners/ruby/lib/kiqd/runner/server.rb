@@ -6,11 +6,17 @@
 # lifecycle events of each `quiet`. Reading the socket is under the read lock, writing under the
 # channel's write lock, the `written` mailbox under its own lock.
 #
-# The hot path, per job, all on one worker thread: #work loops on #next_frame, which takes the
-# read lock and calls Channel#read_frame (channel.rb); #serve splits the frame's type from its
-# tag and calls #perform, which hands the payload to Glue#run (glue.rb: JSON.parse, the class by
-# name with KiqdRubyRunner.constantize from boot.rb, the job logger, the reloader, the middleware
-# chain, perform); #serve then writes the answer with Channel#send_frame.
+# Seats: a kiqd that takes them (the ready says "seats": true) sends a `seats` frame with a socket
+# per seat attached; each gets a seat thread (#seat) that reads its jobs from that socket and
+# answers on it, so no read lock changes hands per job and kiqd's thread that sent the job reads
+# the answer itself. The worker threads then only read the protocol socket (`quiet`, end of file).
+#
+# The hot path, per job, all on one thread: #seat (or, without seats, #work through
+# #next_frame, which takes the read lock) calls Channel#read_frame (channel.rb); #serve splits
+# the frame's type from its tag and calls #perform, which hands the payload to Glue#run (glue.rb:
+# JSON.parse, the class by name with KiqdRubyRunner.constantize from boot.rb, the job logger, the
+# reloader, the middleware chain, perform); #serve then writes the answer with
+# Channel#send_frame.
 
 module KiqdRubyRunner
   # The job loop of a runner process (forked by the master, or started by kiqd itself): `threads`
@@ -47,6 +53,24 @@ module KiqdRubyRunner
       @mail_lock = Mutex.new
       @mail_cv = ConditionVariable.new
       @waiting = 0
+      @workers = []
+    end
+
+    # One seat of a kiqd that gave them: its own socket, and what a deciding failure on it does
+    # (the Decider's line): `fail` with the decision, then the next frame on the seat must be
+    # kiqd's `written`. Used by its seat thread alone.
+    class Seat
+      def initialize(channel, server)
+        @channel = channel
+        @server = server
+      end
+
+      def fail_and_await_written(_tag, json)
+        @channel.send_frame("fail", json)
+        frame = @channel.read_frame
+        return if frame.nil? # end of file: kiqd is gone or stopped this process
+        @server.fatal("a '#{frame[0]}' frame on a seat that waits for 'written'") unless frame[0] == "written"
+      end
     end
 
     # A deciding job's failure: sends `fail TAG` with the decision, then waits until kiqd says
@@ -90,15 +114,19 @@ module KiqdRubyRunner
       # As `sidekiq` does once the application is booted, before the first job; a startup
       # handler that raises ends the process here, which kiqd reports as a failed boot.
       @glue.lifecycle.startup
-      @channel.send_json("ready", KiqdRubyRunner.greeting("threads" => @threads))
+      @channel.accept_fds!
+      @wake_w = wake_w
+      @channel.send_json("ready", KiqdRubyRunner.greeting("threads" => @threads, "seats" => true))
       @glue.lifecycle.start_beats
-      threads = Array.new(@threads) { |slot| thread(wake_w) { work(slot) } } << thread(wake_w) { watch }
+      # Seat threads join @workers when the seats come (#route).
+      @threads.times { |slot| @workers << thread(wake_w) { work(slot) } }
+      @workers << thread(wake_w) { watch }
       loop do
         IO.select([wake_r])
-        terminate(threads) if wake_r.read_nonblock(64, exception: false).to_s.include?("t")
-        break if threads.none?(&:alive?)
+        terminate(@workers) if wake_r.read_nonblock(64, exception: false).to_s.include?("t")
+        break if @workers.none?(&:alive?)
       end
-      threads.each(&:join)
+      @workers.each(&:join)
       # End of file: kiqd stopped or recycled this process, and its jobs are answered.
       stop_events
       @glue.lifecycle.exit
@@ -130,6 +158,17 @@ module KiqdRubyRunner
       end
     end
 
+    # A seat's jobs, one at a time, until kiqd closes the seat (or the process).
+    def seat(io)
+      channel = Channel.new(io)
+      channel.blocking!
+      line = Seat.new(channel, self)
+      while (frame = channel.read_frame)
+        serve(frame, channel, line)
+        break if @terminating
+      end
+    end
+
     def watch
       last = nil
       until @eof || @terminating
@@ -144,13 +183,14 @@ module KiqdRubyRunner
       end
     end
 
-    # Runs one frame and answers it with its tag (untagged for an untagged frame).
-    def serve(frame)
+    # Runs one frame and answers it with its tag (untagged for an untagged frame), on the
+    # protocol socket or on the seat it came on.
+    def serve(frame, channel = @channel, seat = nil)
       type, data = frame
       kind, tag = type.split(" ", 2)
       Thread.handle_interrupt(@no_shutdown) do
-        reply = Thread.handle_interrupt(@shutdown_now) { perform(kind, type, data, tag) }
-        @channel.send_frame(tag ? "#{reply[0]} #{tag}" : reply[0], reply[1]) if reply
+        reply = Thread.handle_interrupt(@shutdown_now) { perform(kind, type, data, tag, seat) }
+        channel.send_frame(tag ? "#{reply[0]} #{tag}" : reply[0], reply[1]) if reply
       end
     end
 
@@ -177,7 +217,15 @@ module KiqdRubyRunner
     # for it; a job (or exhausted call) is returned for a worker. The read lock is held.
     def route(frame)
       type = frame[0]
-      if type == "quiet"
+      if type == "seats"
+        # One seat thread per socket. Appended under the read lock; the main thread only reads
+        # the list.
+        count = Integer(JSON.parse(frame[1])["count"])
+        ios = @channel.take_fds(count)
+        fatal("a 'seats' frame for #{count} sockets came with #{ios.size}") unless ios.size == count
+        ios.each { |io| @workers << thread(@wake_w) { seat(io) } }
+        nil
+      elsif type == "quiet"
         @glue.stopping.stop!
         # Fired beside the job threads (Sidekiq's launcher fires them on its own thread):
         # `quiet`, and `shutdown` too when kiqd is stopping.
@@ -197,12 +245,19 @@ module KiqdRubyRunner
       end
     end
 
-    def perform(kind, type, data, tag)
+    def perform(kind, type, data, tag, seat = nil)
       case kind
-      when "job" then @glue.run(data, tag && @glue.decisions? ? Decider.new(self, tag, @glue) : nil)
+      when "job" then @glue.run(data, decider(tag, seat))
       when "exhausted" then @glue.exhausted(data)
       else fatal("unknown frame #{type.inspect}")
       end
+    end
+
+    # Who a failure's decision goes to: the job's seat, or the protocol socket with its tag.
+    def decider(tag, seat)
+      return nil unless @glue.decisions?
+      return Decider.new(seat, nil, @glue) if seat
+      tag && Decider.new(self, tag, @glue)
     end
 
     # SIGTERM: the running jobs get Sidekiq::Shutdown (their ensure blocks run; they answer
@@ -223,6 +278,8 @@ module KiqdRubyRunner
       @glue.lifecycle.quiet
       @glue.lifecycle.shutdown
     end
+
+    public
 
     # A protocol error: the process exits, kiqd fails the jobs it held and replaces it.
     def fatal(message)
