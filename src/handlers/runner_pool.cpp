@@ -476,8 +476,9 @@ void RunnerPool::supervise() noexcept {
                             }
                             c.state = ChildState::idle;
                             take_seats_from(c, *ready);
-                            log_->info("runner={} pid={} ready ({}; {} job(s) at once)", spec_.name,
-                                       c.pid, ready->runner, c.capacity);
+                            log_->info("runner={} pid={} ready ({}; {} job(s) at once{})",
+                                       spec_.name, c.pid, ready->runner, c.capacity,
+                                       c.seat_socks.empty() ? "" : ", a socket each");
                             hand_off_idle();
                             break;
                         }

@@ -196,7 +196,12 @@ void RunnerPool::exchange_on_seat(std::unique_lock<std::mutex>& lock, RunnerChil
     auto frame = seat.reader.next();
     bool eof = false;
     int error = 0;
-    pollfd p[3] = {{seat.sock, POLLIN, 0}, {out_fd, POLLIN, 0}, {err_fd, POLLIN, 0}};
+    // The protocol socket too: a runner that holds seats has nothing to say on it, so bytes (or
+    // end of file) there mean it is confused or gone, and its jobs end with it.
+    pollfd p[4] = {{seat.sock, POLLIN, 0},
+                   {out_fd, POLLIN, 0},
+                   {err_fd, POLLIN, 0},
+                   {c.sock.get(), POLLIN, 0}};
     if (!frame && !seat.reader.malformed()) {
         lock.unlock();
         while (seat.outbox_sent < seat.outbox.size()) {
@@ -211,7 +216,7 @@ void RunnerPool::exchange_on_seat(std::unique_lock<std::mutex>& lock, RunnerChil
                 break;  // full (EAGAIN): poll for room below; broken: recv sees it
         }
         if (seat.outbox_sent < seat.outbox.size()) p[0].events |= POLLOUT;
-        ::poll(p, 3, poll_wait_ms(until));
+        ::poll(p, 4, poll_wait_ms(until));
         if (p[0].revents & (POLLIN | POLLHUP | POLLERR)) {
             char buf[65536];
             const ssize_t n = ::recv(seat.sock, buf, sizeof buf, MSG_DONTWAIT);
@@ -232,6 +237,23 @@ void RunnerPool::exchange_on_seat(std::unique_lock<std::mutex>& lock, RunnerChil
         if (c.broken.empty()) c.broken = std::move(why);
         c.garbled = c.garbled || garbled;
     };
+    if (p[3].revents && c.broken.empty()) {
+        // Read under the mutex (any seat's leaseholder may look): whatever it is ends the child.
+        char buf[4096];
+        const ssize_t n = ::recv(c.sock.get(), buf, sizeof buf, MSG_DONTWAIT);
+        if (n > 0) {
+            c.reader.feed(buf, static_cast<size_t>(n));
+            if (auto stray = c.reader.next())
+                break_child("sent a '" + stray->type.substr(0, 32) +
+                                "' frame on its protocol socket while its jobs run on seats",
+                            true);
+            else if (c.reader.malformed())
+                break_child("answered with " + c.reader.error(), true);
+        } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+            break_child("closed its socket", false);
+        }
+        if (!c.broken.empty()) return;
+    }
     if (frame) {
         if (seat.answer || seat.reader.pending() > 0 || seat.outbox_sent < seat.outbox.size())
             break_child("answered with a '" + frame->type.substr(0, 32) +
