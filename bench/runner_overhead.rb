@@ -10,9 +10,11 @@
 #   scripts/world sidekiq81 ruby bench/runner_overhead.rb      # 8.1 on Ruby 3.3): the runner
 #                                                              # inherits the world
 #   ruby bench/runner_overhead.rb --untagged --runner OLD_RUNNER   # a runner without tags
+#   ruby bench/runner_overhead.rb --threads 5 --seats     # a socket per seat, as kiqd gives them
 #
 # --untagged sends plain `job` frames (one at a time, as to a runner that did not announce
-# threads).
+# threads). --seats gives the runner a socket per thread (the `seats` frame) and keeps one job
+# outstanding on each; without it, every job goes over the one protocol socket, tagged.
 require "json"
 require "optparse"
 require "socket"
@@ -25,6 +27,7 @@ OptionParser.new do |o|
   o.on("--warmup N", Integer) { |v| opts[:warmup] = v }
   o.on("--runner PATH") { |v| opts[:runner] = v }
   o.on("--untagged") { opts[:untagged] = true }
+  o.on("--seats") { opts[:seats] = true }
 end.parse!
 opts[:threads] = 1 if opts[:untagged]
 
@@ -60,6 +63,15 @@ frame = lambda do |type, data|
   [body.bytesize].pack("N") + body
 end
 ready = JSON.parse(read_frame.call.split("\n", 2)[1])
+seats = []
+if opts[:seats]
+  abort "the runner did not ask for seats" unless ready["seats"]
+  pairs = Array.new(opts[:threads]) { Socket.pair(:UNIX, :STREAM) }
+  ours.sendmsg(frame.call("seats", JSON.generate("count" => pairs.size)), 0, nil,
+               Socket::AncillaryData.unix_rights(*pairs.map(&:last)))
+  pairs.each { |_, t| t.close }
+  seats = pairs.map(&:first)
+end
 payload = JSON.generate({"class" => "NoopJob", "args" => [1, "two"], "jid" => "0123456789abcdef01234567", "queue" => "default",
                          "retry" => true, "created_at" => 1.0, "enqueued_at" => 1.0})
 tag_free = (1..opts[:threads]).to_a
@@ -82,7 +94,27 @@ switches = lambda do
   end
 end
 
+# One job outstanding per seat; a seat's answer is one frame of 4 + 5 bytes ("done\n{}").
+run_seats = lambda do |count|
+  job = frame.call("job", payload)
+  sent = 0
+  done = 0
+  seats.each { |s| s.write(job) && sent += 1 if sent < count }
+  while done < count
+    IO.select(seats)[0].each do |s|
+      body = s.readpartial(64)
+      raise "unexpected answer #{body.inspect}" unless body == "\x00\x00\x00\x07done\n{}".b
+      done += 1
+      if sent < count
+        s.write(job)
+        sent += 1
+      end
+    end
+  end
+end
+
 run = lambda do |count|
+  next run_seats.call(count) if opts[:seats]
   sent = 0
   done = 0
   out = +""
@@ -117,5 +149,5 @@ ours.close
 Process.wait(pid)
 FileUtils.rm_rf(dir) if defined?(FileUtils)
 puts format("%-40s threads=%d%s jobs=%d  %8.0f jobs/s  %6.1f us CPU/job  %4.1f context switches/job (runner)",
-            ready["runner"], opts[:threads], opts[:untagged] ? " untagged" : "", opts[:jobs],
+            ready["runner"], opts[:threads], opts[:untagged] ? " untagged" : (opts[:seats] ? " seats" : ""), opts[:jobs],
             opts[:jobs] / wall, cpu / 1000.0 / opts[:jobs], sw.to_f / opts[:jobs])

@@ -86,6 +86,20 @@ class SeatsTest < Minitest::Test
     finish
   end
 
+  # Only the protocol socket closes (kiqd is gone, or a driver that keeps the seats): the job in
+  # hand is still answered on its seat, then every seat thread ends and run returns.
+  def test_end_of_file_on_the_protocol_socket_ends_every_seat
+    start(1, seats: 2)
+    gate("e")
+    job_on(0, payload("UnitGateJob", "e"))
+    UnitHarness.wait_until("the job running") { started.size == 1 }
+    @ours.close_write
+    UnitApp.release("e")
+    assert_equal ["done", "{}"], answer_on(0)
+    assert @server.join(60), "Server#run returns with the seats still open on kiqd's side"
+    assert_equal :eof, answer_on(1), "the idle seat is closed by the runner"
+  end
+
   def test_quiet_still_comes_on_the_protocol_socket
     start(1, seats: 1)
     gate("q")

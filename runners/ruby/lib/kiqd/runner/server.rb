@@ -54,6 +54,7 @@ module KiqdRubyRunner
       @mail_cv = ConditionVariable.new
       @waiting = 0
       @workers = []
+      @seat_sockets = []
     end
 
     # One seat of a kiqd that gave them: its own socket, and what a deciding failure on it does
@@ -89,7 +90,7 @@ module KiqdRubyRunner
             next if @mail_lock.synchronize { @mail[tag] }
             frame = @channel.read_frame
             if frame.nil?
-              @eof = true
+              end_of_file
             elsif (work = route(frame))
               @pending << work
             end
@@ -167,6 +168,8 @@ module KiqdRubyRunner
         serve(frame, channel, line)
         break if @terminating
       end
+    ensure
+      io.close unless @terminating # SIGTERM's Process.exit! closes it with the rest
     end
 
     def watch
@@ -202,7 +205,7 @@ module KiqdRubyRunner
           break @pending.shift unless @pending.empty?
           frame = @channel.read_frame
           if frame.nil?
-            @eof = true
+            end_of_file
           elsif (work = route(frame))
             break work
           end
@@ -211,6 +214,14 @@ module KiqdRubyRunner
       # A thread waiting for its `written` may read now (or stop waiting at end of file).
       @mail_lock.synchronize { @mail_cv.broadcast } if @waiting > 0
       frame
+    end
+
+    # kiqd closed the protocol socket (it stopped or recycled this process, or it is gone): no
+    # new job comes, on any seat either. The seats' reading sides are shut, so that their
+    # threads end once their job is answered. The read lock is held.
+    def end_of_file
+      @eof = true
+      @seat_sockets.each { |s| s.shutdown(Socket::SHUT_RD) rescue nil } # rubocop:disable Style/RescueModifier
     end
 
     # A frame that is not a job's: `quiet` is taken, a `written` goes to the thread that waits
@@ -223,7 +234,12 @@ module KiqdRubyRunner
         count = Integer(JSON.parse(frame[1])["count"])
         ios = @channel.take_fds(count)
         fatal("a 'seats' frame for #{count} sockets came with #{ios.size}") unless ios.size == count
-        ios.each { |io| @workers << thread(@wake_w) { seat(io) } }
+        ios.each do |io|
+          sock = Socket.for_fd(io.fileno) # a socket, for #end_of_file's shutdown
+          io.autoclose = false
+          @seat_sockets << sock
+          @workers << thread(@wake_w) { seat(sock) }
+        end
         nil
       elsif type == "quiet"
         @glue.stopping.stop!
