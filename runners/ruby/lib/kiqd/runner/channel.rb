@@ -20,6 +20,7 @@ module KiqdRubyRunner
       @io.sync = true
       @write_lock = Mutex.new
       @fds = nil
+      @chunk = "".b # each read lands here, then is appended: no 64 KiB string per read
     end
 
     # From now on, descriptors kiqd attaches to a frame (SCM_RIGHTS: the `seats` frame) are
@@ -67,7 +68,7 @@ module KiqdRubyRunner
 
     def fill(n)
       while @buf.bytesize < n
-        next @buf << @io.readpartial(65536) unless @fds
+        next @buf << @io.readpartial(65536, @chunk) unless @fds
         data, _addr, _flags, *controls = @io.recvmsg(65536, 0, 1024, scm_rights: true)
         return false if data.nil? || data.empty?
         controls.each { |c| @fds.concat(c.unix_rights || []) if c.cmsg_is?(:SOCKET, :RIGHTS) }
