@@ -43,9 +43,10 @@ void RunnerPool::take_seats_from(RunnerChild& c, const runner::Ready& ready) {
     // that sent the job reads its answer itself (runner_pool_leases.cpp). A runner that got none
     // is served on its one socket, as one that never asked.
     if (ready.seat_sockets && !give_seat_sockets(c))
-        log_->warn("runner={} pid={} asked for seat sockets, which could not be given ({}): its jobs "
-                   "go over its one socket",
-                   spec_.name, c.pid, std::strerror(errno));
+        log_->warn(
+            "runner={} pid={} asked for seat sockets, which could not be given ({}): its jobs "
+            "go over its one socket",
+            spec_.name, c.pid, std::strerror(errno));
     note_first_boot(&ready.app);
 }
 

@@ -9,11 +9,13 @@
 //   * processor threads run jobs on the children through exchange() (runner_pool_leases.cpp):
 //     each takes a *seat* on a child (one of its `capacity` jobs at once: 1 for a runner that
 //     says nothing, min(its "threads", the pool's `threads`) for one that speaks the tagged
-//     dialect), sends its frame, and waits for the answer. The leaseholders of one child share
-//     its socket: whole frames go through the child's outbox, so they never interleave, and one
-//     of them at a time reads the socket for all (leader/followers), handing each answer to the
-//     seat whose tag it carries. A child with one seat is read by its only leaseholder: no thread
-//     hand-off on a job's path.
+//     dialect), sends its frame, and waits for the answer. A child that took seat sockets (its
+//     ready said "seats") has a socket per seat: the leaseholder writes its frame and reads its
+//     answer on its seat's socket itself, without the mutex, so nothing changes hands per job.
+//     Otherwise the leaseholders of one child share its socket: whole frames go through the
+//     child's outbox, so they never interleave, and one of them at a time reads the socket for
+//     all (leader/followers), handing each answer to the seat whose tag it carries. A child with
+//     one seat is read by its only leaseholder.
 //   * everything about a child (runner_process.hpp) is guarded by the pool's mutex. A child is
 //     signalled only under that mutex and only before it is reaped, so a signal can never reach
 //     a reused pid.
@@ -214,8 +216,8 @@ class RunnerPool {
                         Clock::time_point until);
     // A seat with a socket of its own: writes what is left of its frame and reads its answer
     // (the mutex is released while it polls), and logs what the process printed meanwhile.
-    void exchange_on_seat(std::unique_lock<std::mutex>& lock, RunnerChild& child,
-                          RunnerSeat& seat, Clock::time_point until);
+    void exchange_on_seat(std::unique_lock<std::mutex>& lock, RunnerChild& child, RunnerSeat& seat,
+                          Clock::time_point until);
     // Waits until the supervisor has reaped the child or `until` passes.
     bool wait_reaped(std::unique_lock<std::mutex>& lock, RunnerChild& child,
                      Clock::time_point until);

@@ -205,9 +205,9 @@ void RunnerPool::exchange_on_seat(std::unique_lock<std::mutex>& lock, RunnerChil
     if (!frame && !seat.reader.malformed()) {
         lock.unlock();
         while (seat.outbox_sent < seat.outbox.size()) {
-            const ssize_t w = ::send(seat.sock, seat.outbox.data() + seat.outbox_sent,
-                                     seat.outbox.size() - seat.outbox_sent,
-                                     MSG_NOSIGNAL | MSG_DONTWAIT);
+            const ssize_t w =
+                ::send(seat.sock, seat.outbox.data() + seat.outbox_sent,
+                       seat.outbox.size() - seat.outbox_sent, MSG_NOSIGNAL | MSG_DONTWAIT);
             if (w > 0)
                 seat.outbox_sent += static_cast<size_t>(w);
             else if (w < 0 && errno == EINTR)

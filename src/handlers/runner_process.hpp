@@ -90,7 +90,7 @@ struct RunnerChild {
     // own, read by the leaseholder itself: no reader role, no hand-off between threads.
     std::vector<Fd> seat_socks;
     std::vector<bool> seat_taken;
-    int leases = 0;       // leaseholders using it (seats outstanding or being set up)
+    int leases = 0;  // leaseholders using it (seats outstanding or being set up)
     std::map<uint32_t, RunnerSeat*> seats;  // outstanding frames by tag (tag 0: untagged)
     uint32_t next_tag = 0;
     // Takes no new job: recycled (max_jobs, max_rss_mb) or one of its jobs timed out. Its
