@@ -9,19 +9,11 @@ require "securerandom"
 
 class SeatsTest < Minitest::Test
   include UnitHarness::Frames
-
-  def setup
-    UnitHarness.booted_glue
-    UnitApp.clear
-    @ours, @theirs = Socket.pair(:UNIX, :STREAM)
-    @buf = "".b
-    @seats = []
-    @gates = []
-  end
+  include UnitHarness::ServerCase
 
   def teardown
     @gates.each { |key| UnitApp.release(key) } unless passed?
-    [@ours, *@seats.map(&:first)].each { |s| s.close unless s.closed? }
+    [@ours, *@seats.to_a.map(&:first)].each { |s| s.close unless s.closed? }
     @server&.join(30)
     @theirs.close unless @theirs.closed?
   end
@@ -29,12 +21,7 @@ class SeatsTest < Minitest::Test
   # A Server with `threads` workers, given `seats` seat sockets as kiqd gives them; returns its
   # ready.
   def start(threads, seats:, decisions: false)
-    ENV["KIQD_RUNNER_DECISIONS"] = "1" if decisions
-    @glue = KiqdRubyRunner::Glue.new(threads)
-    ENV.delete("KIQD_RUNNER_DECISIONS")
-    server = KiqdRubyRunner::Server.new(KiqdRubyRunner::Channel.new(@theirs), @glue, threads)
-    @server = Thread.new { server.run }
-    type, data = read_frame(@ours, @buf)
+    type, data = start_server(threads, decisions: decisions)
     assert_equal "ready", type
     give_seats(seats)
     JSON.parse(data)
@@ -50,14 +37,6 @@ class SeatsTest < Minitest::Test
 
   def job_on(seat, payload) = send_frame(@seats[seat][0], "job", JSON.generate(payload))
   def answer_on(seat) = read_frame(@seats[seat][0], @seats[seat][1])
-
-  def payload(klass, *args, jid: SecureRandom.hex(12))
-    {"class" => klass, "args" => args, "jid" => jid, "queue" => "default", "retry" => 5,
-     "created_at" => Time.now.to_f, "enqueued_at" => Time.now.to_f}
-  end
-
-  def gate(key) = @gates << key
-  def started = UnitApp.records(:started)
 
   # kiqd closes every socket: the process's threads end and run returns.
   def finish

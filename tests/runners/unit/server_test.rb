@@ -8,14 +8,7 @@ require "securerandom"
 
 class ServerTest < Minitest::Test
   include UnitHarness::Frames
-
-  def setup
-    UnitHarness.booted_glue
-    UnitApp.clear
-    @ours, @theirs = Socket.pair(:UNIX, :STREAM)
-    @buf = "".b
-    @gates = []
-  end
+  include UnitHarness::ServerCase
 
   def teardown
     @gates.each { |key| UnitApp.release(key) } unless passed?
@@ -24,15 +17,9 @@ class ServerTest < Minitest::Test
     @theirs.close unless @theirs.closed?
   end
 
-  # A Server with `threads` workers on a Glue of its own (its own `stopping?`, and retry
-  # decisions when asked), run on a thread here as a runner process runs it; returns its `ready`.
+  # A Server with `threads` workers; returns its `ready`.
   def start(threads, decisions: false)
-    ENV["KIQD_RUNNER_DECISIONS"] = "1" if decisions
-    @glue = KiqdRubyRunner::Glue.new(threads)
-    ENV.delete("KIQD_RUNNER_DECISIONS")
-    server = KiqdRubyRunner::Server.new(KiqdRubyRunner::Channel.new(@theirs), @glue, threads)
-    @server = Thread.new { server.run }
-    type, data = read_frame(@ours, @buf)
+    type, data = start_server(threads, decisions: decisions)
     assert_equal "ready", type
     JSON.parse(data)
   end
@@ -40,15 +27,6 @@ class ServerTest < Minitest::Test
   def say(type, data = "{}") = send_frame(@ours, type, data)
   def job(tag, payload) = say(tag ? "job #{tag}" : "job", JSON.generate(payload))
   def answer = read_frame(@ours, @buf)
-
-  def payload(klass, *args, jid: SecureRandom.hex(12), **extra)
-    {"class" => klass, "args" => args, "jid" => jid, "queue" => "default", "retry" => 5,
-     "created_at" => Time.now.to_f, "enqueued_at" => Time.now.to_f}.merge(extra.transform_keys(&:to_s))
-  end
-
-  def gate(key) = @gates << key
-  def release(key) = UnitApp.release(key)
-  def started = UnitApp.records(:started)
 
   # kiqd closes its end: the jobs in hand are answered, run returns, and nothing more is sent.
   def finish

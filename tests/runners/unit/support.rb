@@ -73,6 +73,39 @@ module UnitHarness
     end
   end
 
+  # What the Server's tests share: the booted app, a socketpair (the test's end and the runner's),
+  # a Server with its own Glue run on a thread, payloads, and gates opened when a test fails.
+  module ServerCase
+    def setup
+      UnitHarness.booted_glue
+      UnitApp.clear
+      @ours, @theirs = Socket.pair(:UNIX, :STREAM)
+      @buf = "".b
+      @gates = []
+    end
+
+    # A Server with `threads` workers on a Glue of its own (its own `stopping?`, and retry
+    # decisions when asked), run on a thread here as a runner process runs it; returns the type
+    # and data of its first frame (the ready).
+    def start_server(threads, decisions: false)
+      ENV["KIQD_RUNNER_DECISIONS"] = "1" if decisions
+      @glue = KiqdRubyRunner::Glue.new(threads)
+      ENV.delete("KIQD_RUNNER_DECISIONS")
+      server = KiqdRubyRunner::Server.new(KiqdRubyRunner::Channel.new(@theirs), @glue, threads)
+      @server = Thread.new { server.run }
+      read_frame(@ours, @buf)
+    end
+
+    def payload(klass, *args, jid: SecureRandom.hex(12), **extra)
+      {"class" => klass, "args" => args, "jid" => jid, "queue" => "default", "retry" => 5,
+       "created_at" => Time.now.to_f, "enqueued_at" => Time.now.to_f}.merge(extra.transform_keys(&:to_s))
+    end
+
+    def gate(key) = @gates << key
+    def release(key) = UnitApp.release(key)
+    def started = UnitApp.records(:started)
+  end
+
   # Frames as kiqd writes and reads them, on the test's end of a socket: written here by hand,
   # so that the library's Channel is not checked against itself.
   module Frames
