@@ -28,14 +28,23 @@ get_filename_component(KIQD_PCH_HEADER ${CMAKE_CURRENT_LIST_DIR}/../src/common/p
   ABSOLUTE)
 
 # Precompiled headers and unity batches for `target`. EXTRA_PCH: headers of its own to add to
-# the precompiled set (Catch2 for the test suites).
+# the precompiled set (Catch2 for the test suites). PCH_FROM: load that target's precompiled
+# header instead of compiling one (a target of one or two files would spend more on its own
+# header than it saves); the two must be compiled with the same options, as kiqd_core and the
+# programs linking it are.
 function(kiqd_reduce_build_cost target)
-  cmake_parse_arguments(arg "" "" "EXTRA_PCH" ${ARGN})
-  target_precompile_headers(${target} PRIVATE ${KIQD_PCH_HEADER} ${arg_EXTRA_PCH})
+  cmake_parse_arguments(arg "" "PCH_FROM" "EXTRA_PCH" ${ARGN})
+  if(arg_PCH_FROM)
+    target_precompile_headers(${target} REUSE_FROM ${arg_PCH_FROM})
+  else()
+    target_precompile_headers(${target} PRIVATE ${KIQD_PCH_HEADER} ${arg_EXTRA_PCH})
+  endif()
   # clang stamps a precompiled header with its time, which ccache cannot cache; without the
   # stamp clang still refuses a header that changed (CMake rebuilds it first anyway).
   target_compile_options(${target} PRIVATE $<$<CXX_COMPILER_ID:Clang>:-Xclang -fno-pch-timestamp>)
-  if(KIQD_UNITY_BUILD)
+  get_target_property(sources ${target} SOURCES)
+  list(LENGTH sources count)
+  if(KIQD_UNITY_BUILD AND count GREATER 1)
     set_target_properties(${target} PROPERTIES
       UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE ${KIQD_UNITY_BATCH_SIZE})
   endif()

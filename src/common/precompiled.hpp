@@ -37,6 +37,8 @@
 #include <variant>
 #include <vector>
 
+#include "json_instances.hpp"  // beside this file
+
 // fmt's formatting engine, detail::vformat_to<char>, is compiled into libfmt, but fmt 9's
 // headers do not say so (fmt 10's do): without this declaration every file that logs or
 // formats instantiates and optimises its own copy of it and of the number formatting under it
@@ -51,4 +53,9 @@ extern template void vformat_to<char>(buffer<char>&, basic_string_view<char>,
 }  // namespace detail
 }  // namespace v9
 }  // namespace fmt
+#endif
+
+// nlohmann/json's parsers and serializers: compiled once, in json_instances.cpp.
+#ifdef KIQD_JSON_INSTANCES_KNOWN
+KIQD_JSON_INSTANCES(extern template)
 #endif
