@@ -16,7 +16,7 @@ namespace {
 
 const std::string kShards = std::string(KIQD_SOURCE_DIR) + "/examples/shards/";
 
-void push_noops(RedisServer& server, const std::string& queue, int n) {
+void push_noop_jobs(RedisServer& server, const std::string& queue, int n) {
     auto conn = server.connect();
     for (int i = 0; i < n; ++i) {
         const nlohmann::json job{{"class", "Kiqd::Noop"},
@@ -38,11 +38,11 @@ long long processed_on(RedisServer& server) {
 TEST_CASE("scaling: two kiqd instances serve two Redis servers from one host (examples/shards)",
           "[scaling]") {
     RedisServer orders_redis, mail_redis;
-    push_noops(orders_redis, "orders", 30);
-    push_noops(orders_redis, "payments", 10);
-    push_noops(mail_redis, "mailers", 20);
+    push_noop_jobs(orders_redis, "orders", 30);
+    push_noop_jobs(orders_redis, "payments", 10);
+    push_noop_jobs(mail_redis, "mailers", 20);
     // A queue name both shards have: each instance works its own Redis's copy only.
-    push_noops(mail_redis, "orders", 5);
+    push_noop_jobs(mail_redis, "orders", 5);
     KiqdProcess orders(KIQD_BINARY, "", {"-C", kShards + "orders.yml"},
                        {{"ORDERS_REDIS_URL", orders_redis.url()}});
     KiqdProcess mail(KIQD_BINARY, "", {"-C", kShards + "mail.yml"},
