@@ -122,7 +122,7 @@ std::vector<std::string> queue_names(const Config& c) {
 }
 
 // "critical:3,default:1 (weighted)" or "a,b (strict)", as the capsule's fetch reads them.
-std::string describe_queues(const std::vector<QueueWeight>& queues) {
+std::string describe_fetch_queues(const std::vector<QueueWeight>& queues) {
     std::string out;
     bool weighted = false;
     for (const auto& q : queues) {
@@ -406,11 +406,11 @@ int run(int argc, char** argv, HandlerRegistry& handlers, MiddlewareRegistry& mi
         // Sidekiq 7's capsules, each with its own threads and queues (docs/configuration.md).
         if (!config.capsules.empty()) {
             std::cout << "kiqd: capsule default: concurrency=" << config.concurrency << ", queues "
-                      << escape_control(describe_queues(config.queues)) << std::endl;
+                      << escape_control(describe_fetch_queues(config.queues)) << std::endl;
             for (const auto& cap : config.capsules)
                 std::cout << "kiqd: capsule " << escape_control(cap.name)
                           << ": concurrency=" << cap.concurrency << ", queues "
-                          << escape_control(describe_queues(cap.queues)) << std::endl;
+                          << escape_control(describe_fetch_queues(cap.queues)) << std::endl;
         }
         const auto connections = redis_connection_count(config);
         std::cout << "kiqd: " << connections.total << " Redis connections per process ("

@@ -5,7 +5,7 @@
 namespace kiqd {
 namespace {
 
-std::string trim(const std::string& s) {
+std::string trim_blanks(const std::string& s) {
     const auto b = s.find_first_not_of(" \t");
     if (b == std::string::npos) return "";
     const auto e = s.find_last_not_of(" \t");
@@ -49,11 +49,11 @@ WorkerSelector WorkerSelector::parse(const std::string& query) {
         "queue_name"};
     WorkerSelector out;
     out.text_ = query;
-    if (trim(query).empty()) throw std::invalid_argument("the query is empty");
+    if (trim_blanks(query).empty()) throw std::invalid_argument("the query is empty");
     for (const auto& alternative : split(query, '|')) {
         std::vector<Condition> all;
         for (const auto& raw : split(alternative, '&')) {
-            const std::string part = trim(raw);
+            const std::string part = trim_blanks(raw);
             if (part.empty())
                 throw std::invalid_argument("empty term in '" + query + "' (a stray '&' or '|'?)");
             Condition c;
@@ -69,7 +69,7 @@ WorkerSelector WorkerSelector::parse(const std::string& query) {
                                             "': expected attribute=value or attribute!=value");
             const size_t op = ne != std::string::npos && ne < eq ? ne : eq;
             c.negated = op == ne && ne != std::string::npos && ne < eq;
-            c.attribute = trim(part.substr(0, op));
+            c.attribute = trim_blanks(part.substr(0, op));
             const std::string rest = part.substr(op + (c.negated ? 2 : 1));
             if (std::find(attributes.begin(), attributes.end(), c.attribute) == attributes.end())
                 throw std::invalid_argument(
@@ -77,7 +77,7 @@ WorkerSelector WorkerSelector::parse(const std::string& query) {
                     "' (urgency, resource_boundary, feature_category, has_external_dependencies, "
                     "idempotent, tags, worker_name, name, queue_name)");
             for (const auto& v : split(rest, ',')) {
-                std::string value = trim(v);
+                std::string value = trim_blanks(v);
                 if (value.empty()) throw std::invalid_argument("'" + part + "': empty value");
                 if (value.find_first_of("=!") != std::string::npos)
                     throw std::invalid_argument("'" + part + "': '" + value +

@@ -107,7 +107,7 @@ std::optional<Atom> lookup(const std::vector<std::pair<std::string, Atom>>& h,
     return std::nullopt;
 }
 
-std::string lower(std::string s) {
+std::string downcase(std::string s) {
     for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     return s;
 }
@@ -412,9 +412,9 @@ class NatParser {
 
 // ---- the rewrite (fugit's rewrite_* methods)
 
-class Rewriter {
+class NatRewriter {
   public:
-    explicit Rewriter(const NatParser& p) : p_(p) {}
+    explicit NatRewriter(const NatParser& p) : p_(p) {}
 
     std::vector<Slot> rewrite(const Node& t) const {
         const std::string& n = t.name;
@@ -429,7 +429,7 @@ class Rewriter {
             return {slot("hm", v(str("*")), v(str(mins)), {}, 1)};
         }
         if (n == "on_thex") {
-            if (lower(string(t)).find("hour") != std::string::npos)
+            if (downcase(string(t)).find("hour") != std::string::npos)
                 return {slot("hm", v(num(0)), v(str("*")), {}, 0)};
             return {slot("hm", v(str("*")), v(str("*")), {}, 1)};
         }
@@ -437,9 +437,9 @@ class Rewriter {
         if (n == "on_days") return subs(t, "monthday");
         if (n == "monthday") return {slot("monthday", v(num(std::stol(string(t)))))};
         if (n == "omonthday")
-            return {slot("monthday", v(*lookup(omonthday_table(), lower(string(t)))))};
+            return {slot("monthday", v(*lookup(omonthday_table(), downcase(string(t)))))};
         if (n == "at_p") {
-            std::string pt = lower(strinp(*sublookup(t, "point")));
+            std::string pt = downcase(strinp(*sublookup(t, "point")));
             pt = pt.rfind("mon", 0) == 0 ? "M" : pt.substr(0, 1);
             std::vector<Atom> pts;
             for (const Node* c : gather(t, "count")) pts.push_back(num(std::stol(string(*c))));
@@ -470,16 +470,16 @@ class Rewriter {
             return {slot("monthday", v(str(d[0].d0.text() + "-" + d[1].d0.text())))};
         }
         if (n == "digital_hour") {
-            const std::string hm = lower(strinp(*sublookup(t, "digital_h")));
+            const std::string hm = downcase(strinp(*sublookup(t, "digital_h")));
             const auto colon = hm.find(':');
             const long h = std::stol(hm.substr(0, colon)), m = std::stol(hm.substr(colon + 1));
             const Node* ap = sublookup(t, "ampm");
-            return {slot("hm", adjust_h(v(num(h)), ap ? lower(strinp(*ap)) : ""), v(num(m)))};
+            return {slot("hm", adjust_h(v(num(h)), ap ? downcase(strinp(*ap)) : ""), v(num(m)))};
         }
         if (n == "simple_hour") {
             const auto parts = gather(t, "");
-            const long h = std::stol(lower(strinp(*parts[0])));
-            const std::string ap = parts.size() > 1 ? lower(strinp(*parts[1])) : "";
+            const long h = std::stol(downcase(strinp(*parts[0])));
+            const std::string ap = parts.size() > 1 ? downcase(strinp(*parts[1])) : "";
             return {slot("hm", adjust_h(v(num(h)), ap), v(num(0)))};
         }
         if (n == "named_hour") return named_hour(t);
@@ -528,7 +528,7 @@ class Rewriter {
     }
 
     Atom weekday(const Node& t) const {
-        const std::string d = lower(string(t).substr(0, 3));
+        const std::string d = downcase(string(t).substr(0, 3));
         for (long i = 0; i < 7; ++i)
             if (d == std::string(kWeekdays[i]).substr(0, 3)) return num(i);
         ruby_error("unknown weekday");
@@ -552,7 +552,7 @@ class Rewriter {
         std::string i = strip(ci.back()).substr(0, 3);
         ci.pop_back();
         const std::string c = ci.empty() ? "1" : strip(ci.back());
-        i = (i == "M" || lower(i) == "mon") ? "M" : lower(i.substr(0, 1));
+        i = (i == "M" || downcase(i) == "mon") ? "M" : downcase(i.substr(0, 1));
         const std::string cc = c == "1" ? "*" : "*/" + c;
         if (i == "M") return {slot("month", v(str(cc)))};
         if (i == "d") return {slot("monthday", v(str(cc)), {}, kTrue)};
@@ -575,7 +575,7 @@ class Rewriter {
             m = found ? v(*found) : v(str(word));
         }
         const Val hv = h ? v(*h) : Val{};
-        return {slot("hm", adjust_h(hv, apt ? lower(strinp(*apt)) : ""), m)};
+        return {slot("hm", adjust_h(hv, apt ? downcase(strinp(*apt)) : ""), m)};
     }
 
     const NatParser& p_;
@@ -589,7 +589,7 @@ std::optional<std::string> natural_cron_line(std::string_view text) {
     NatParser parser(s);
     const auto tree = parser.parse();
     if (!tree) return std::nullopt;
-    return slots_to_cron(Rewriter(parser).rewrite(*tree));
+    return slots_to_cron(NatRewriter(parser).rewrite(*tree));
 }
 
 }  // namespace kiqd

@@ -57,7 +57,7 @@ namespace {
 // Returns one integer per item: 0 not taken (nothing written), 1 taken with room to spare (a
 // slot: at most half the limit taken, nobody parked; a lock, a registration: always), 2 taken
 // (a slot, near the limit).
-constexpr const char* kScript = KIQD_FAIR_PROBE_LUA R"lua(
+constexpr const char* kAcquireScript = KIQD_FAIR_PROBE_LUA R"lua(
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -186,9 +186,6 @@ end
 return out
 )lua";
 
-constexpr const char* kUntilAndWhile = "until_and_while_executing";
-constexpr const char* kWhileExecuting = "while_executing";
-
 }  // namespace
 
 BatchAcquire::BatchAcquire(const Config& config, const Keys& keys, const JobLimits& limits,
@@ -200,7 +197,7 @@ BatchAcquire::BatchAcquire(const Config& config, const Keys& keys, const JobLimi
       slots_(slots),
       identity_(std::move(identity)),
       fair_(config, keys),
-      script_(kScript) {
+      script_(kAcquireScript) {
     for (const auto& [name, c] : config.classes)
         if ((c.concurrency_limit && slots_) || c.lock.lock == kUntilAndWhile ||
             c.lock.lock == kWhileExecuting || !c.fair_tenant_queues.empty())

@@ -17,11 +17,13 @@
 
 #include "job/backtrace_codec.hpp"
 #include "kiqd/keys.hpp"
+#include "kiqd_cli.hpp"
 #include "support/kiqd_process.hpp"
 #include "support/redis_server.hpp"
 #include "support/temp_dir.hpp"
 #include "support/wait_until.hpp"
 
+using kiqd::test::kiqd_binary;
 using kiqd::test::RedisServer;
 using kiqd::test::run_command;
 using kiqd::test::TempDir;
@@ -29,10 +31,6 @@ using kiqd::test::wait_until;
 using nlohmann::json;
 
 namespace {
-
-std::string kiqd_binary() {
-    return kiqd::test::binary_under_test(KIQD_BINARY);
-}
 
 // Neither the test's environment nor a host's config decides which Redis a run reads.
 std::map<std::string, std::string> clean_env(std::map<std::string, std::string> env = {}) {

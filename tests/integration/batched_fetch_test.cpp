@@ -33,8 +33,6 @@ using list_of = std::vector<std::string>;
 
 namespace {
 
-const std::string kWorking = "queue:sq|testhost:1:abcdef012345|default";
-
 std::string noop(int i) {
     return kiqd::test::noop_payload("j" + std::to_string(i));
 }
@@ -105,7 +103,7 @@ TEST_CASE("batched reliable fetch: jobs stay in the working list until their out
     auto u = t.fetcher.retrieve_work(conn, rng, 0);
     REQUIRE(u);
     CHECK(u->payload == noop(1));
-    CHECK(llen(conn, kWorking) == 5);
+    CHECK(llen(conn, TestRuntime::kWorkingDefault) == 5);
     CHECK(llen(conn, "queue:default") == 3);
     p.process(conn, std::move(*u));
     for (int i = 2; i <= 5; ++i) {
@@ -125,7 +123,7 @@ TEST_CASE("batched reliable fetch: jobs stay in the working list until their out
     // on the measured pace: at job 4 at the latest, when one buffered job is below 5/2, and
     // earlier when the pace says so; a refill at job 5 then carries 4's too.) All of them are
     // held by this process, not stranded.
-    const auto working = lrange(conn, kWorking);
+    const auto working = lrange(conn, TestRuntime::kWorkingDefault);
     REQUIRE(working.size() >= 4);
     REQUIRE(working.size() <= 7);
     list_of eight_down;
@@ -134,7 +132,7 @@ TEST_CASE("batched reliable fetch: jobs stay in the working list until their out
     CHECK(t.reliable()->held_payloads().size() == working.size());
     OrphanRecovery recovery(t.rt, *t.reliable());
     CHECK(recovery.return_stranded(conn, std::chrono::seconds(0)) == 0);
-    CHECK(llen(conn, kWorking) == static_cast<long long>(working.size()));
+    CHECK(llen(conn, TestRuntime::kWorkingDefault) == static_cast<long long>(working.size()));
 
     // Job 6 runs; taking job 7 leaves one buffered, and that refill (the queue is empty now)
     // carries every acknowledgement left, up to job 6's.
@@ -145,13 +143,13 @@ TEST_CASE("batched reliable fetch: jobs stay in the working list until their out
     u = t.fetcher.retrieve_work(conn, rng, 0);
     REQUIRE(u);
     CHECK(u->payload == noop(7));
-    CHECK(lrange(conn, kWorking) == list_of{noop(8), noop(7)});
+    CHECK(lrange(conn, TestRuntime::kWorkingDefault) == list_of{noop(8), noop(7)});
 
     // Stopping: job 7 is running (the manager requeues it at the deadline); job 8 is buffered
     // and goes back to the front of the queue.
     conn.pipeline(t.fetcher.release_commands());
     CHECK(lrange(conn, "queue:default") == list_of{noop(8)});
-    CHECK(lrange(conn, kWorking) == list_of{noop(7)});
+    CHECK(lrange(conn, TestRuntime::kWorkingDefault) == list_of{noop(7)});
     CHECK(t.fetcher.take_buffered().empty());
 }
 
@@ -170,7 +168,8 @@ TEST_CASE("batched reliable fetch: a failure is recorded with its acknowledgemen
     REQUIRE(u);
     p.process(conn, std::move(*u));
     CHECK(kiqd::test::zcard(conn, "retry") == 1);
-    CHECK(llen(conn, kWorking) == 0);  // outcome and LREM in one MULTI, not deferred
+    CHECK(llen(conn, TestRuntime::kWorkingDefault) ==
+          0);  // outcome and LREM in one MULTI, not deferred
 }
 
 TEST_CASE("prefetch: basic fetch pops N per round trip and a stop puts the buffer back",

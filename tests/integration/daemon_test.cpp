@@ -24,7 +24,7 @@ using kiqd::test::wait_until;
 namespace {
 
 // The identity of the only kiqd process registered in `processes`.
-std::string registered_identity(redis::Connection& c) {
+std::string wait_for_identity(redis::Connection& c) {
     std::string id;
     wait_until([&] {
         const auto member = kiqd::test::only_member(c, "processes");
@@ -116,7 +116,7 @@ TEST_CASE("daemon: heartbeat contract, quiet on SIGTSTP, requeue on SIGTERM", "[
     KiqdProcess kiqd(KIQD_BINARY, kiqd_config(server,
                                               "concurrency: 3\ntimeout: 1\ntag: billing\n"
                                               "labels: [canary]\nqueues: [slow, default]\n"));
-    const std::string id = registered_identity(conn);
+    const std::string id = wait_for_identity(conn);
     REQUIRE_THAT(id, Catch::Contains(":" + std::to_string(kiqd.pid()) + ":"));
 
     // The process hash, as ProcessSet reads it.
@@ -174,7 +174,7 @@ TEST_CASE("daemon: a second SIGTERM stops at once, still requeueing", "[daemon]"
     Client client(Keys{}, Compat::v6);
     client.push(conn, {{"class", "Kiqd::Sleep"}, {"args", {600}}});
     KiqdProcess kiqd(KIQD_BINARY, kiqd_config(server, "timeout: 300\nqueues: [default]\n"));
-    const std::string id = registered_identity(conn);
+    const std::string id = wait_for_identity(conn);
     REQUIRE(wait_until([&] { return conn.command({"HGET", id, "busy"}).optional_str() == "1"; }));
     kiqd.signal(SIGTERM);
     REQUIRE(kiqd.wait_for_output("Shutting down"));
@@ -193,7 +193,7 @@ TEST_CASE("daemon: stats are flushed, scheduled jobs run, remote TERM stops", "[
     client.push(conn, {{"class", "Kiqd::Fail"}, {"args", {"x"}}});
     client.push(conn, {{"class", "Test::Record"}, {"at", epoch_seconds() + 1}, {"jid", "sched1"}});
     KiqdProcess kiqd(KIQD_TEST_DAEMON, kiqd_config(server, "queues: [default]\n"));
-    const std::string id = registered_identity(conn);
+    const std::string id = wait_for_identity(conn);
     REQUIRE(wait_until([&] { return ran_count(conn) == 1; }, std::chrono::seconds(15)));
     CHECK(kiqd::test::ran_records(conn).at(0)["jid"] == "sched1");
     REQUIRE(wait_until([&] {

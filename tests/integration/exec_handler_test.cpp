@@ -34,14 +34,12 @@ using kiqd::test::zcard;
 using kiqd::test::zrange;
 namespace fs = std::filesystem;
 
+using kiqd::test::file_exists;
+
 namespace {
 
 std::string slurp(const std::string& path) {
     return kiqd::test::read_file(path);
-}
-
-bool exists(const std::string& path) {
-    return fs::exists(path);
 }
 
 std::string config_for(const RedisServer& server, const std::string& extra) {
@@ -158,7 +156,7 @@ TEST_CASE("exec: payload on stdin, KIQD_* environment, stdout logged with the ji
                                             script + "\"]\n    timeout: 30\n"),
                      {}, {{"OUT", dir.path()}});
     const std::string env_file = dir.file("0123456789abcdef01234567.env");
-    REQUIRE(wait_until([&] { return exists(env_file) && !slurp(env_file).empty(); }));
+    REQUIRE(wait_until([&] { return file_exists(env_file) && !slurp(env_file).empty(); }));
     CHECK(slurp(env_file) == "0123456789abcdef01234567|ResizeImage|default|");
     CHECK(slurp(dir.file("0123456789abcdef01234567.stdin")) == payload);
     REQUIRE(kiqd.wait_for_output("jid=0123456789abcdef01234567 queue=default done"));
@@ -190,7 +188,7 @@ TEST_CASE("exec: shell metacharacters in args reach stdin unchanged and run noth
     REQUIRE(kiqd.wait_for_output("jid=" + jid + " queue=default done"));
     CHECK(slurp(dir.file(jid + ".stdin")) == raw);
     CHECK(nlohmann::json::parse(slurp(dir.file(jid + ".stdin")))["args"] == args);
-    CHECK_FALSE(exists(pwned));
+    CHECK_FALSE(file_exists(pwned));
     CHECK(kiqd.stop() == 0);
 }
 
@@ -228,7 +226,7 @@ TEST_CASE("exec: a failing command becomes a retry with status and stderr; the r
     conn.command(
         {"ZADD", "retry", "0", std::string(conn.command({"ZRANGE", "retry", "0", "0"})[0].str())});
     REQUIRE(wait_until(
-        [&] { return exists(dir.file("retried")) && !slurp(dir.file("retried")).empty(); }));
+        [&] { return file_exists(dir.file("retried")) && !slurp(dir.file("retried")).empty(); }));
     CHECK(slurp(dir.file("retried")) == "0\n");
     CHECK(kiqd.stop() == 0);
     CHECK(zcard(conn, "retry") == 0);
@@ -301,8 +299,9 @@ TEST_CASE("exec: a command that ended during a stall of kiqd past its timeout su
                      config_for(server, "handlers:\n  Gated:\n    exec: [\"" + script +
                                             "\"]\n    timeout: 0.5\n"),
                      {}, {{"OUT", dir.path()}});
-    REQUIRE(wait_until(
-        [&] { return exists(dir.file("gated.pid")) && !slurp(dir.file("gated.pid")).empty(); }));
+    REQUIRE(wait_until([&] {
+        return file_exists(dir.file("gated.pid")) && !slurp(dir.file("gated.pid")).empty();
+    }));
     const pid_t command = std::stoi(slurp(dir.file("gated.pid")));
     const auto started = std::chrono::steady_clock::now();
     kiqd.signal(SIGSTOP);
@@ -335,7 +334,7 @@ TEST_CASE("exec: a command dies with kiqd when kiqd is killed with SIGKILL", "[e
                      config_for(server, "handlers:\n  Long:\n    exec: [\"" + script + "\"]\n"), {},
                      {{"OUT", dir.path()}});
     REQUIRE(wait_until(
-        [&] { return exists(dir.file("long.pid")) && !slurp(dir.file("long.pid")).empty(); }));
+        [&] { return file_exists(dir.file("long.pid")) && !slurp(dir.file("long.pid")).empty(); }));
     const pid_t child = std::stoi(slurp(dir.file("long.pid")));
     REQUIRE(!process_ended(child));
     kiqd.signal(SIGKILL);
@@ -349,7 +348,7 @@ namespace {
 std::vector<pid_t> await_pids(const std::string& file, size_t count) {
     std::vector<pid_t> pids;
     const bool all = wait_until([&] {
-        if (!exists(file)) return false;
+        if (!file_exists(file)) return false;
         std::istringstream in(slurp(file));
         pids.clear();
         for (pid_t p; in >> p;) pids.push_back(p);

@@ -33,6 +33,8 @@ using kiqd::test::TempDir;
 using kiqd::test::wait_until;
 namespace fs = std::filesystem;
 
+using kiqd::test::lines_of;
+
 namespace {
 
 // An executable bash script in `dir` (bash: dash cannot redirect to descriptors above 9).
@@ -40,23 +42,16 @@ std::string bash_script(const TempDir& dir, const std::string& name, const std::
     return dir.script(name, body, "/bin/bash");
 }
 
-void push(kiqd::redis::Connection& conn, const nlohmann::json& job) {
+void push_payload(kiqd::redis::Connection& conn, const nlohmann::json& job) {
     conn.command({"LPUSH", "queue:default", job.dump()});
 }
 
-nlohmann::json job(const std::string& cls, const std::string& jid) {
+nlohmann::json exec_job(const std::string& cls, const std::string& jid) {
     return {{"class", cls},
             {"args", nlohmann::json::array()},
             {"jid", jid},
             {"queue", "default"},
             {"retry", false}};
-}
-
-std::vector<std::string> lines_of(const std::string& text) {
-    std::vector<std::string> out;
-    std::istringstream in(text);
-    for (std::string line; std::getline(in, line);) out.push_back(line);
-    return out;
 }
 
 size_t count_lines_with(const std::string& text, const std::vector<std::string>& parts) {
@@ -110,8 +105,8 @@ bool only_our_client_left(kiqd::redis::Connection& conn) {
 }
 
 // A blocking TCP connection to 127.0.0.1:port from this test process, closed at scope end.
-struct Client {
-    explicit Client(int port) : fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+struct SocketClient {
+    explicit SocketClient(int port) : fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
         sockaddr_in a{};
         a.sin_family = AF_INET;
         a.sin_port = htons(static_cast<uint16_t>(port));
@@ -120,9 +115,9 @@ struct Client {
         const timeval patience{10, 0};  // a read gives up after this (an answer never came)
         ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &patience, sizeof patience);
     }
-    ~Client() { ::close(fd); }
-    Client(const Client&) = delete;
-    Client& operator=(const Client&) = delete;
+    ~SocketClient() { ::close(fd); }
+    SocketClient(const SocketClient&) = delete;
+    SocketClient& operator=(const SocketClient&) = delete;
     void send(const std::string& s) const { (void)!::write(fd, s.data(), s.size()); }
     // Everything until the server closes (or the patience runs out).
     std::string read_all() const {
@@ -137,7 +132,7 @@ struct Client {
 
 // GET http://127.0.0.1:port/healthz → the status, 0 when nothing answered.
 int healthz_status(int port) {
-    Client c(port);
+    SocketClient c(port);
     if (!c.connected) return 0;
     c.send("GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     const std::string response = c.read_all();
@@ -177,7 +172,7 @@ TEST_CASE("exec hardening: the command sees descriptors 0-2 only and none of kiq
                       {"APP_REDIS", url_with_secret},
                       {"COPY_OF_THE_PASSWORD", std::string("x") + kSecret + "x"},
                       {"KEEP_ME", "visible"}});
-    push(conn, job("Inspect", "0123456789abcdef0000aaaa"));
+    push_payload(conn, exec_job("Inspect", "0123456789abcdef0000aaaa"));
     REQUIRE(wait_until([&] { return fs::exists(dir.file("done")); }));
 
     INFO("ls -l /proc/self/fd in the command:\n" << read_file(dir.file("fds")));
@@ -219,12 +214,12 @@ TEST_CASE("exec hardening: raw commands written into every inherited descriptor 
                          "handlers:\n  Inject: {exec: [\"" +
                          script + "\"]}\n",
                      {}, {{"OUT", dir.path()}, {"KIQD_TEST_REDIS_PASSWORD", kSecret}});
-    push(conn, job("Inject", "0123456789abcdef0000bbbb"));
+    push_payload(conn, exec_job("Inject", "0123456789abcdef0000bbbb"));
     REQUIRE(wait_until([&] { return fs::exists(dir.file("done")); }));
     INFO("descriptors the command could write to: " << read_file(dir.file("written")));
     CHECK(read_file(dir.file("written")).empty());
     // kiqd still works after the command (its connections were never written into).
-    push(conn, job("Kiqd::Noop", "0123456789abcdef0000cccc"));
+    push_payload(conn, exec_job("Kiqd::Noop", "0123456789abcdef0000cccc"));
     REQUIRE(wait_until([&] {
         return count_lines_with(kiqd.output(), {"jid=0123456789abcdef0000cccc", " done: "}) == 1;
     }));
@@ -247,7 +242,7 @@ TEST_CASE("cloexec: Redis connections, the metrics listener and its sessions, lo
     logging.file = log_path;
     auto log = kiqd::make_logger(logging, false);
     kiqd::test::LoopbackMetricsServer ms(server.options(), *log);
-    Client client(ms.port());
+    SocketClient client(ms.port());
     REQUIRE(client.connected);
     // The session's socket is open once a request has been answered on it.
     client.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
@@ -297,9 +292,9 @@ TEST_CASE("metrics hardening: idle clients beyond the cap cannot starve jobs of 
     const rlimit lowered{limit, limit};
     REQUIRE(::prlimit(kiqd.pid(), RLIMIT_NOFILE, &lowered, nullptr) == 0);
 
-    std::vector<std::unique_ptr<Client>> clients;
+    std::vector<std::unique_ptr<SocketClient>> clients;
     for (int i = 0; i < 300; ++i) {
-        clients.push_back(std::make_unique<Client>(port));
+        clients.push_back(std::make_unique<SocketClient>(port));
         // A keep-alive request, then silence.
         if (clients.back()->connected)
             clients.back()->send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
@@ -308,7 +303,7 @@ TEST_CASE("metrics hardening: idle clients beyond the cap cannot starve jobs of 
     REQUIRE(wait_until([&] { return open_fds(kiqd.pid()).size() >= baseline + 60; }));
 
     for (int i = 0; i < 10; ++i)
-        push(conn, job("Record", "0123456789abcdef000000" + std::to_string(10 + i)));
+        push_payload(conn, exec_job("Record", "0123456789abcdef000000" + std::to_string(10 + i)));
     CHECK(wait_until([&] {
         for (int i = 0; i < 10; ++i)
             if (!fs::exists(dir.file("0123456789abcdef000000" + std::to_string(10 + i))))
@@ -341,8 +336,8 @@ TEST_CASE("metrics hardening: accept() out of descriptors backs off, logs once, 
     const rlimit lowered{limit, limit};
     REQUIRE(::prlimit(kiqd.pid(), RLIMIT_NOFILE, &lowered, nullptr) == 0);
     {
-        std::vector<std::unique_ptr<Client>> clients;
-        for (int i = 0; i < 40; ++i) clients.push_back(std::make_unique<Client>(port));
+        std::vector<std::unique_ptr<SocketClient>> clients;
+        for (int i = 0; i < 40; ++i) clients.push_back(std::make_unique<SocketClient>(port));
         REQUIRE(wait_until([&] {
             return kiqd.output().find("metrics: cannot accept connections") != std::string::npos;
         }));
@@ -377,10 +372,10 @@ struct InjectionRun {
                                                  "logging: {format: " +
                                                      format + "}\nhandlers:\n  Noisy: {exec: [\"" +
                                                      script + "\"]}\n"));
-        auto evil = job("Kiqd::Noop", "0123456789abcdef0000dddd");
+        auto evil = exec_job("Kiqd::Noop", "0123456789abcdef0000dddd");
         evil["display_class"] = kForgedClass;
-        push(conn, evil);
-        push(conn, job("Noisy", "0123456789abcdef0000eeee"));
+        push_payload(conn, evil);
+        push_payload(conn, exec_job("Noisy", "0123456789abcdef0000eeee"));
         // The done line of each job: text "jid=J queue=default done: ", JSON keys.
         auto done = [&](const std::string& jid) {
             return format == "json"

@@ -23,6 +23,7 @@
 #include "support/wait_until.hpp"
 
 using namespace kiqd;
+using kiqd::test::file_exists;
 using kiqd::test::held_lock_count;
 using kiqd::test::held_locks;
 using kiqd::test::KiqdProcess;
@@ -42,16 +43,12 @@ std::string job_json(const std::string& cls, const std::string& jid,
         .dump();
 }
 
-std::string push(redis::Connection& conn, const std::string& cls, const std::string& jid,
-                 nlohmann::json args = nlohmann::json::array()) {
+std::string push_named(redis::Connection& conn, const std::string& cls, const std::string& jid,
+                       nlohmann::json args = nlohmann::json::array()) {
     const std::string raw = job_json(cls, jid, std::move(args));
     conn.command({"SADD", "queues", "default"});
     conn.command({"LPUSH", "queue:default", raw});
     return raw;
-}
-
-bool exists(const std::string& path) {
-    return ::access(path.c_str(), F_OK) == 0;
 }
 
 // Notes that its job started, then runs until the file "go" exists or its parent (kiqd) is gone.
@@ -92,7 +89,7 @@ TEST_CASE(
                                "reliable_fetch: {liveness_ttl: 3, orphan_check_interval: 1}\n"
                                "unique_jobs: {reaper_interval: 1}\n",
                                "Test::Hold", "    lock: while_executing\n    lock_ttl: 600\n");
-    push(conn, "Kiqd::Noop", "noop1");
+    push_named(conn, "Kiqd::Noop", "noop1");
     KiqdProcess victim(kiqd::test::binary_under_test(KIQD_BINARY), yaml, {}, {{"DYNO", name}});
     REQUIRE(victim.wait_for_output("jid=noop1 queue=default done"));
 
@@ -108,8 +105,8 @@ TEST_CASE(
           0);
     CHECK(identity.find_first_of("| \n") == std::string::npos);
 
-    const std::string held = push(conn, "Test::Hold", "hold1", nlohmann::json::array({"k"}));
-    REQUIRE(wait_until([&] { return exists(dir.file("started.hold1")); }));
+    const std::string held = push_named(conn, "Test::Hold", "hold1", nlohmann::json::array({"k"}));
+    REQUIRE(wait_until([&] { return file_exists(dir.file("started.hold1")); }));
     REQUIRE(wait_until([&] { return held_lock_count(conn) == 1; }));
     const auto owner = held_locks(conn).begin()->second;
     CHECK(LockKeeper::owner_identity(owner) == identity);
@@ -210,16 +207,16 @@ TEST_CASE(
     KiqdProcess kiqd(kiqd::test::binary_under_test(KIQD_BINARY), yaml);
 
     // Not timed out early: the job ends when the test lets it, successfully.
-    push(conn, "Test::Long", "long1");
-    REQUIRE(wait_until([&] { return exists(dir.file("started.long1")); }));
+    push_named(conn, "Test::Long", "long1");
+    REQUIRE(wait_until([&] { return file_exists(dir.file("started.long1")); }));
     dir.write("go", "");
     REQUIRE(kiqd.wait_for_output("jid=long1 queue=default done"));
     ::unlink(dir.file("go").c_str());
 
     // The shutdown waits: the running job is not interrupted or pushed back; it finishes when
     // let go, and the process then exits cleanly.
-    push(conn, "Test::Long", "long2");
-    REQUIRE(wait_until([&] { return exists(dir.file("started.long2")); }));
+    push_named(conn, "Test::Long", "long2");
+    REQUIRE(wait_until([&] { return file_exists(dir.file("started.long2")); }));
     kiqd.signal(SIGTERM);
     REQUIRE(kiqd.wait_for_output("waiting up to 31622400.0 s for running jobs"));
     REQUIRE(kiqd.running());
@@ -242,7 +239,7 @@ TEST_CASE("plugins: a relative path is found beside the config file, not in the 
         "kiqd.yml",
         kiqd::test::kiqd_config(server, "queues: [default]\nplugins: [lib/libjobs.so]\n"));
     // The test runs in the build directory, where lib/libjobs.so does not exist.
-    REQUIRE_FALSE(exists("lib/libjobs.so"));
+    REQUIRE_FALSE(file_exists("lib/libjobs.so"));
     auto [code, out] = kiqd::test::run_command({KIQD_BINARY, "check-config", "-C", config});
     CHECK(code == 0);
     CHECK_THAT(out, Catch::Contains("1 plugin(s)"));

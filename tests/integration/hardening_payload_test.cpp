@@ -28,7 +28,7 @@ namespace {
 
 const std::string kBom = "\xEF\xBB\xBF";
 
-std::string job(const std::string& cls, const std::string& jid, const std::string& args) {
+std::string payload_job(const std::string& cls, const std::string& jid, const std::string& args) {
     return R"({"class":")" + cls + R"(","args":)" + args + R"(,"jid":")" + jid +
            R"(","queue":"default","retry":3})";
 }
@@ -47,16 +47,16 @@ TEST_CASE("hardening: a byte-order mark or a NUL byte sends the job to the dead 
     auto conn = server.connect();
     // Refused payloads, by the jid inside them (each keeps its bytes in the dead set).
     const std::map<std::string, std::string> refused = {
-        {"bom-noop", kBom + job("Kiqd::Noop", "bom-noop", "[1]")},
-        {"bom-fail", kBom + job("Kiqd::Fail", "bom-fail", R"(["boom"])")},
-        {"bom-ws-fail", kBom + " \n" + job("Kiqd::Fail", "bom-ws-fail", R"(["boom"])")},
-        {"nul-noop", with_nul(job("Kiqd::Noop", "nul-noop", "[2]"), "junk")},
-        {"nul-fail", with_nul(job("Kiqd::Fail", "nul-fail", R"(["boom"])"), "")},
-        {"bom-sched", kBom + job("Kiqd::Noop", "bom-sched", "[3]")},
-        {"nul-sched", with_nul(job("Kiqd::Noop", "nul-sched", "[4]"), "{}")},
+        {"bom-noop", kBom + payload_job("Kiqd::Noop", "bom-noop", "[1]")},
+        {"bom-fail", kBom + payload_job("Kiqd::Fail", "bom-fail", R"(["boom"])")},
+        {"bom-ws-fail", kBom + " \n" + payload_job("Kiqd::Fail", "bom-ws-fail", R"(["boom"])")},
+        {"nul-noop", with_nul(payload_job("Kiqd::Noop", "nul-noop", "[2]"), "junk")},
+        {"nul-fail", with_nul(payload_job("Kiqd::Fail", "nul-fail", R"(["boom"])"), "")},
+        {"bom-sched", kBom + payload_job("Kiqd::Noop", "bom-sched", "[3]")},
+        {"nul-sched", with_nul(payload_job("Kiqd::Noop", "nul-sched", "[4]"), "{}")},
     };
-    const std::string good_fail = job("Kiqd::Fail", "good-fail", R"(["boom"])");
-    const std::string good_noop = job("Kiqd::Noop", "good-noop", "[5]");
+    const std::string good_fail = payload_job("Kiqd::Fail", "good-fail", R"(["boom"])");
+    const std::string good_noop = payload_job("Kiqd::Noop", "good-noop", "[5]");
     conn.command({"SADD", "queues", "default"});
     for (const auto& [jid, raw] : refused) {
         if (jid.ends_with("-sched"))

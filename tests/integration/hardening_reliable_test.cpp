@@ -38,8 +38,6 @@ using list_of = std::vector<std::string>;
 
 namespace {
 
-const std::string kWorking = "queue:sq|testhost:1:abcdef012345|default";
-
 std::string record_job(const std::string& jid, nlohmann::json args = nlohmann::json::array()) {
     return nlohmann::json{{"class", "Test::Record"},
                           {"args", std::move(args)},
@@ -214,7 +212,7 @@ TEST_CASE(
     // Deferred acknowledgements go out with the next write (here: a stop's release).
     if (auto release = t.fetcher.release_commands(); !release.empty()) conn.pipeline(release);
     // The copy the other thread runs is still protected by the working list.
-    CHECK(lrange(conn, kWorking) == list_of{second});
+    CHECK(lrange(conn, TestRuntime::kWorkingDefault) == list_of{second});
 }
 
 TEST_CASE(
@@ -236,8 +234,8 @@ TEST_CASE(
             .dump();
     // What a crash right after the move would leave behind.
     std::vector<std::string> working_after_move;
-    t.chain.add(
-        std::make_shared<After>([&](JobContext&) { working_after_move = lrange(conn, kWorking); }));
+    t.chain.add(std::make_shared<After>(
+        [&](JobContext&) { working_after_move = lrange(conn, TestRuntime::kWorkingDefault); }));
     t.chain.add(std::make_shared<FairTenantServerMiddleware>(t.config, t.keys));
     kiqd::test::push_raw(conn, "default", {raw});
     std::mt19937_64 rng(1);
@@ -247,7 +245,7 @@ TEST_CASE(
     p.process(conn, *unit);
     REQUIRE(llen(conn, "queue:throttled") == 1);
     CHECK(working_after_move.empty());  // not in both places at any time
-    CHECK(llen(conn, kWorking) == 0);
+    CHECK(llen(conn, TestRuntime::kWorkingDefault) == 0);
 }
 
 TEST_CASE("reliable fetch: a dead-set outcome and its acknowledgement are one transaction",
@@ -271,7 +269,7 @@ TEST_CASE("reliable fetch: a dead-set outcome and its acknowledgement are one tr
         p.process(conn, *unit);
     }
     CHECK(zcard(conn, "dead") == 2);
-    CHECK(llen(conn, kWorking) == 0);
+    CHECK(llen(conn, TestRuntime::kWorkingDefault) == 0);
     const auto logs = t.logs();
     CHECK_THAT(logs, !Catch::Contains("Redis refused"));
     CHECK_THAT(logs, !Catch::Contains("nested"));
@@ -349,7 +347,7 @@ TEST_CASE(
     t.reliable();
     // What another process's orphan recovery does while this one cannot reach Redis.
     auto recover = [&](const std::string& payload) {
-        REQUIRE(conn.command({"LREM", kWorking, "1", payload}).integer() == 1);
+        REQUIRE(conn.command({"LREM", TestRuntime::kWorkingDefault, "1", payload}).integer() == 1);
         conn.command({"RPUSH", "queue:default", payload});
     };
     std::mt19937_64 rng(1);
@@ -373,5 +371,5 @@ TEST_CASE(
     recover(unit->payload);
     conn.pipeline(t.fetcher.requeue_commands({*unit}));  // a shutdown's requeue
     CHECK(lrange(conn, "queue:default") == list_of{plain});
-    CHECK(llen(conn, kWorking) == 0);
+    CHECK(llen(conn, TestRuntime::kWorkingDefault) == 0);
 }

@@ -10,6 +10,7 @@
 
 #include "kiqd/keys.hpp"
 #include "kiqd/redis/script.hpp"
+#include "kiqd_cli.hpp"
 #include "middleware/limits/concurrency_scripts.hpp"
 #include "middleware/pause/pause_control.hpp"
 #include "redis/transaction.hpp"
@@ -19,6 +20,7 @@
 #include "support/test_runtime.hpp"
 #include "support/wait_until.hpp"
 
+using kiqd::test::kiqd_binary;
 using kiqd::test::KiqdProcess;
 using kiqd::test::llen;
 using kiqd::test::lrange;
@@ -31,11 +33,7 @@ using kiqd::test::zcard;
 
 namespace {
 
-std::string kiqd_binary() {
-    return kiqd::test::binary_under_test(KIQD_BINARY);
-}
-
-std::string job(const std::string& jid, const std::string& queue) {
+std::string script_job(const std::string& jid, const std::string& queue) {
     return nlohmann::json{{"class", "Kiqd::Noop"},
                           {"args", nlohmann::json::array()},
                           {"jid", jid},
@@ -56,8 +54,8 @@ TEST_CASE("scripts: a due job whose queue key is not a list stays due; one error
     RedisServer redis;
     auto c = redis.connect();
     c.command({"SET", "queue:default", "an application's string"});
-    c.command({"ZADD", "retry", past(), job("from-retry", "default")});
-    c.command({"ZADD", "schedule", past(), job("from-schedule", "default")});
+    c.command({"ZADD", "retry", past(), script_job("from-retry", "default")});
+    c.command({"ZADD", "schedule", past(), script_job("from-schedule", "default")});
     KiqdProcess kiqd(kiqd_binary(),
                      kiqd::test::kiqd_config(redis, "queues: [other]\nconcurrency: 1\n"));
     const std::string refusal = "Redis refused to enqueue";
@@ -72,7 +70,7 @@ TEST_CASE("scripts: a due job whose queue key is not a list stays due; one error
           std::string::npos);
     // Later polls leave them too, without a second error line: a job due for another queue is
     // moved by a poll that runs after the error was logged.
-    c.command({"ZADD", "schedule", past(), job("other", "other")});
+    c.command({"ZADD", "schedule", past(), script_job("other", "other")});
     REQUIRE(wait_until([&] { return zcard(c, "schedule") == 1 && llen(c, "queue:other") == 0; }));
     CHECK(zcard(c, "retry") == 1);
     CHECK(occurrences(kiqd.output(), refusal) == 1);
@@ -89,8 +87,8 @@ TEST_CASE("scripts: kiqd retries retry leaves an entry whose queue key is not a 
     RedisServer redis;
     auto c = redis.connect();
     c.command({"HSET", "queue:default", "field", "value"});
-    c.command(
-        {"ZADD", "retry", std::to_string(std::time(nullptr) + 3600), job("stuck", "default")});
+    c.command({"ZADD", "retry", std::to_string(std::time(nullptr) + 3600),
+               script_job("stuck", "default")});
     auto [status, output] =
         run_command({kiqd_binary(), "retries", "retry", "--all"}, {{"REDIS_URL", redis.url()}});
     INFO(output);
@@ -111,7 +109,8 @@ TEST_CASE("scripts: a batched basic fetch takes nothing when one of its queues i
     redis.flushall();
     TestRuntime t(redis, {{"a", 0}, {"b", 0}}, 1, kiqd::FetchMode::basic, 10);
     auto c = redis.connect();
-    for (const char* jid : {"a1", "a2", "a3"}) c.command({"LPUSH", "queue:a", job(jid, "a")});
+    for (const char* jid : {"a1", "a2", "a3"})
+        c.command({"LPUSH", "queue:a", script_job(jid, "a")});
     c.command({"SET", "queue:b", "not a list"});
     std::mt19937_64 rng(7);
     // The fetch pops the three jobs of `a`, then meets `b`: before the fix the script failed
@@ -130,8 +129,8 @@ TEST_CASE("scripts: resuming a paused worker leaves its jobs parked when a queue
     auto c = redis.connect();
     const kiqd::Keys keys;
     const kiqd::ParkedJobs parked(keys, kiqd::Compat::v7);
-    parked.park(c, "Kiqd::Noop", job("p1", "mail"), "manual", nullptr);
-    parked.park(c, "Kiqd::Noop", job("p2", "default"), "manual", nullptr);
+    parked.park(c, "Kiqd::Noop", script_job("p1", "mail"), "manual", nullptr);
+    parked.park(c, "Kiqd::Noop", script_job("p2", "default"), "manual", nullptr);
     c.command({"SET", "queue:mail", "not a list"});
     const std::string zset = keys.parked_jobs(kiqd::pause_control_worker_name("Kiqd::Noop"));
     CHECK_THROWS_WITH(parked.resume_batch(c, "Kiqd::Noop", 10), Catch::Contains("WRONGTYPE"));
@@ -148,7 +147,7 @@ TEST_CASE("scripts: a concurrency slot's release leaves parked jobs when a queue
     redis.flushall();
     auto c = redis.connect();
     const std::string slots = "kiqd:concurrency:s:slots", waiting = "kiqd:concurrency:s:waiting";
-    c.command({"RPUSH", waiting, job("w1", "mail")});
+    c.command({"RPUSH", waiting, script_job("w1", "mail")});
     c.command({"SET", "queue:mail", "not a list"});
     auto release = [&] {
         return c.command({"EVAL", kiqd::concurrency_release_script(), "2", slots, waiting, "me|x|1",

@@ -46,7 +46,7 @@ std::string recording_prelude(const TempDir& dir) {
 }
 const char* const kRecordEnd = "echo \"end $KIQD_JID $$ $EPOCHREALTIME\" >> \"$d/runs\"\n";
 
-struct Run {
+struct RecordedRun {
     std::string jid;
     std::string pid;
     double start = 0;
@@ -55,8 +55,8 @@ struct Run {
 };
 
 // The runs recorded in `dir`, in start order.
-std::vector<Run> runs_in(const TempDir& dir) {
-    std::vector<Run> runs;
+std::vector<RecordedRun> runs_in(const TempDir& dir) {
+    std::vector<RecordedRun> runs;
     std::map<std::string, size_t> by_pid;
     std::istringstream in(read_file(dir.file("runs")));
     for (std::string kind, jid, pid, time; in >> kind >> jid >> pid >> time;) {
@@ -78,14 +78,15 @@ std::vector<Run> runs_in(const TempDir& dir) {
     return runs;
 }
 
-size_t count_runs(const std::vector<Run>& runs, const std::string& jid, bool finished_only) {
-    return static_cast<size_t>(std::count_if(runs.begin(), runs.end(), [&](const Run& r) {
+size_t count_runs(const std::vector<RecordedRun>& runs, const std::string& jid,
+                  bool finished_only) {
+    return static_cast<size_t>(std::count_if(runs.begin(), runs.end(), [&](const RecordedRun& r) {
         return r.jid == jid && (r.finished || !finished_only);
     }));
 }
 
 // The largest overlap in seconds between two runs of one jid (negative: the smallest gap).
-double max_overlap(const std::vector<Run>& runs) {
+double max_run_overlap(const std::vector<RecordedRun>& runs) {
     double worst = -1e9;
     for (size_t i = 0; i < runs.size(); ++i)
         for (size_t j = 0; j < runs.size(); ++j)
@@ -94,8 +95,8 @@ double max_overlap(const std::vector<Run>& runs) {
     return worst;
 }
 
-void push(redis::Connection& conn, const std::string& cls, const std::string& jid,
-          nlohmann::json args = nlohmann::json::array()) {
+void push_recorded(redis::Connection& conn, const std::string& cls, const std::string& jid,
+                   nlohmann::json args = nlohmann::json::array()) {
     const nlohmann::json job{
         {"class", cls}, {"args", std::move(args)}, {"jid", jid},          {"queue", "default"},
         {"retry", 3},   {"created_at", 1.7e9},     {"enqueued_at", 1.7e9}};
@@ -140,15 +141,15 @@ TEST_CASE(
                     "'], timeout: 600}\n"
                     "  Test::Graceful: {exec: ['" +
                     graceful + "'], timeout: 600}\n");
-    push(conn, "Test::Stubborn", "stubborn1");
-    push(conn, "Test::Stubborn", "stubborn2");
-    push(conn, "Test::Graceful", "graceful1");
+    push_recorded(conn, "Test::Stubborn", "stubborn1");
+    push_recorded(conn, "Test::Stubborn", "stubborn2");
+    push_recorded(conn, "Test::Graceful", "graceful1");
 
     KiqdProcess first(KIQD_BINARY, yaml);
     REQUIRE(wait_until([&] { return runs_in(dir).size() == 3; }, std::chrono::seconds(20)));
     KiqdProcess second(KIQD_BINARY, yaml);
     // The second process fetches: every thread of the first is busy, so only it can take this.
-    push(conn, "Kiqd::Noop", "probe");
+    push_recorded(conn, "Kiqd::Noop", "probe");
     REQUIRE(wait_until([&] { return llen(conn, "queue:default") == 0; }, std::chrono::seconds(20)));
 
     first.signal(SIGTERM);
@@ -167,7 +168,7 @@ TEST_CASE(
     for (const auto& r : runs)
         std::printf("%s fetch: run of %s pid %s: %.3f → %.3f%s\n", fetch.c_str(), r.jid.c_str(),
                     r.pid.c_str(), r.start, r.end, r.finished ? "" : " (killed)");
-    const double overlap = max_overlap(runs);
+    const double overlap = max_run_overlap(runs);
     std::printf("%s fetch: largest overlap of two runs of one jid: %.3f s\n", fetch.c_str(),
                 overlap);
     // flock: a run that started while another run of its jid still existed.
@@ -198,7 +199,7 @@ TEST_CASE(
     server.flushall();
     auto conn = server.connect();
     // Test::Burn spins for args[0] seconds of CPU time and never looks at the stop signal.
-    push(conn, "Test::Burn", "burner", nlohmann::json::array({60}));
+    push_recorded(conn, "Test::Burn", "burner", nlohmann::json::array({60}));
     const std::string original(conn.command({"LINDEX", "queue:default", "0"}).str());
     KiqdProcess kiqd(KIQD_TEST_DAEMON,
                      kiqd::test::kiqd_config(server,

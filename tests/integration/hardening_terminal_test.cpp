@@ -10,9 +10,11 @@
 #include <nlohmann/json.hpp>
 
 #include "kiqd/keys.hpp"
+#include "kiqd_cli.hpp"
 #include "support/kiqd_process.hpp"
 #include "support/redis_server.hpp"
 
+using kiqd::test::kiqd_binary;
 using kiqd::test::RedisServer;
 using kiqd::test::run_command;
 
@@ -22,10 +24,6 @@ const std::string kEsc = "\x1b[2J";             // clear the screen
 const std::string kTitle = "\x1b]0;pwned\x07";  // set the window title
 const std::string kCsi = "\xc2\x9b";            // U+009B, the one-character CSI
 const std::string kBidi = "\xe2\x80\xae";       // U+202E RIGHT-TO-LEFT OVERRIDE
-
-std::string kiqd_binary() {
-    return kiqd::test::binary_under_test(KIQD_BINARY);
-}
 
 // What is wrong with `out` as terminal output, or "" when nothing is: a control byte other
 // than the line break, DEL, a C1 control, a bidi override or a byte sequence that is not UTF-8.
@@ -48,12 +46,12 @@ std::string terminal_problem(const std::string& out) {
     return "";
 }
 
-struct Run {
+struct CommandResult {
     int status;
     std::string output;  // stdout and stderr
 };
 
-Run admin(const RedisServer& redis, std::vector<std::string> args) {
+CommandResult run_admin(const RedisServer& redis, std::vector<std::string> args) {
     args.insert(args.begin(), kiqd_binary());
     auto [status, output] = run_command(args, {{"REDIS_URL", redis.url()}});
     return {status, output};
@@ -146,7 +144,7 @@ TEST_CASE("hardening: admin commands print stored strings escaped, never raw con
         {{"enqueue", "C", "--at", "+1" + kEsc}, "+1\\x1b[2J"},
     };
     for (const auto& [args, visible] : runs) {
-        const Run r = admin(redis, args);
+        const CommandResult r = run_admin(redis, args);
         INFO("kiqd " << nlohmann::json(args).dump(-1, ' ', true,
                                                   nlohmann::json::error_handler_t::replace)
                      << " → exit " << r.status << ":\n"
@@ -163,7 +161,7 @@ TEST_CASE("hardening: admin --json output parses even with bytes that are not UT
     auto c = redis.connect();
     fill(c);
     for (const std::string command : {"queues", "processes", "paused"}) {
-        const Run r = admin(redis, {command, "--json"});
+        const CommandResult r = run_admin(redis, {command, "--json"});
         INFO(command << " → exit " << r.status << ":\n" << r.output);
         REQUIRE(r.status == 0);
         nlohmann::json parsed;

@@ -42,19 +42,20 @@ using kiqd::test::zrange;
 
 namespace {
 
-std::string payload(const std::string& cls, const std::string& jid, const std::string& extra = "") {
+std::string limits_payload(const std::string& cls, const std::string& jid,
+                           const std::string& extra = "") {
     return R"({"class":")" + cls + R"(","queue":"default","args":[],"jid":")" + jid + "\"" + extra +
            "}";
 }
 
-struct Run {
+struct RunSpan {
     std::string jid;
     int pid;
     double started, ended;
 };
 
-std::vector<Run> recorded(redis::Connection& conn) {
-    std::vector<Run> out;
+std::vector<RunSpan> recorded(redis::Connection& conn) {
+    std::vector<RunSpan> out;
     for (auto r : kiqd::test::ran_records(conn)) {
         out.push_back({r["jid"].get<std::string>(), r["pid"].get<int>(), r["started"].get<double>(),
                        r["ended"].get<double>()});
@@ -63,7 +64,7 @@ std::vector<Run> recorded(redis::Connection& conn) {
 }
 
 // The largest number of recorded runs that were running at the same instant.
-size_t max_overlap(const std::vector<Run>& runs) {
+size_t max_concurrent_runs(const std::vector<RunSpan>& runs) {
     std::vector<std::pair<double, int>> events;  // (time, +1 start / −1 end); ends sort first
     for (const auto& r : runs) {
         events.emplace_back(r.started, 1);
@@ -95,7 +96,8 @@ TEST_CASE("throttle: over the limit a job goes to the start of the next window, 
         w = throttle_window(static_cast<long long>(epoch_seconds()), 86400);
         std::vector<bool> ran;
         for (int i = 0; i < 5; ++i)
-            ran.push_back(run_through(t, conn, throttle, payload("Report", std::to_string(i))));
+            ran.push_back(
+                run_through(t, conn, throttle, limits_payload("Report", std::to_string(i))));
         if (throttle_window(static_cast<long long>(epoch_seconds()), 86400).number != w.number)
             continue;
         CHECK(ran == std::vector<bool>{true, true, true, false, false});
@@ -118,23 +120,26 @@ TEST_CASE("throttle: over the limit a job goes to the start of the next window, 
         CHECK(at >= static_cast<double>(w.next_start));
         CHECK(at <= static_cast<double>(w.next_start) + 5.0);
     }
-    CHECK(members == std::set<std::string>{payload("Report", "3"), payload("Report", "4")});
+    CHECK(members ==
+          std::set<std::string>{limits_payload("Report", "3"), limits_payload("Report", "4")});
 
     // By tenant: each tenant has its own window; jobs without a tenant share the class's.
-    CHECK(run_through(t, conn, throttle, payload("Sync", "a1", R"(,"fair_tenant":"a")")));
-    CHECK(run_through(t, conn, throttle, payload("Sync", "b1", R"(,"fair_tenant":"b")")));
-    CHECK_FALSE(run_through(t, conn, throttle, payload("Sync", "a2", R"(,"fair_tenant":"a")")));
-    CHECK(run_through(t, conn, throttle, payload("Sync", "n1")));
-    CHECK_FALSE(run_through(t, conn, throttle, payload("Sync", "n2")));
+    CHECK(run_through(t, conn, throttle, limits_payload("Sync", "a1", R"(,"fair_tenant":"a")")));
+    CHECK(run_through(t, conn, throttle, limits_payload("Sync", "b1", R"(,"fair_tenant":"b")")));
+    CHECK_FALSE(
+        run_through(t, conn, throttle, limits_payload("Sync", "a2", R"(,"fair_tenant":"a")")));
+    CHECK(run_through(t, conn, throttle, limits_payload("Sync", "n1")));
+    CHECK_FALSE(run_through(t, conn, throttle, limits_payload("Sync", "n2")));
     // With reliable fetch the rescheduled job leaves its working list in the same transaction.
-    const std::string wl = "queue:sq|testhost:1:abcdef012345|default", n3 = payload("Sync", "n3");
+    const std::string wl = "queue:sq|testhost:1:abcdef012345|default",
+                      n3 = limits_payload("Sync", "n3");
     conn.command({"LPUSH", wl, n3});
     CHECK_FALSE(run_through(
         t, conn, throttle, n3, [] {}, &wl));
     CHECK(llen(conn, wl) == 0);
     CHECK(conn.command({"ZSCORE", "schedule", n3}).is_string());
     // A class without a throttle is not counted at all.
-    CHECK(run_through(t, conn, throttle, payload("Other", "o1")));
+    CHECK(run_through(t, conn, throttle, limits_payload("Other", "o1")));
     CHECK(conn.command({"KEYS", "kiqd:throttle:*Other*"}).size() == 0);
 }
 
@@ -158,7 +163,8 @@ TEST_CASE("throttle: tokens taken in advance never let more than the limit run i
         conn.command({"INCRBY", key, "10"});
         int ran = 0;
         for (int i = 0; i < 320; ++i)
-            ran += run_through(t, conn, throttle, payload("Bulk", std::to_string(i))) ? 1 : 0;
+            ran +=
+                run_through(t, conn, throttle, limits_payload("Bulk", std::to_string(i))) ? 1 : 0;
         if (throttle_window(static_cast<long long>(epoch_seconds()), 86400).number != w.number)
             continue;
         CHECK(ran == 290);  // exactly what the other process left
@@ -218,7 +224,7 @@ TEST_CASE("concurrency: a deferred release runs inside the next job's acquire, b
     // Tenant a has one slot: each next job of a finds its predecessor's slot free only because
     // the release runs first in the same script call.
     const auto job = [](const std::string& jid) {
-        return payload("Tenant", jid, R"(,"fair_tenant":"a")");
+        return limits_payload("Tenant", jid, R"(,"fair_tenant":"a")");
     };
     CHECK(run(job("a1"), [] {}));
     REQUIRE(pending.size() == 1);
@@ -239,7 +245,7 @@ TEST_CASE("concurrency: a deferred release runs inside the next job's acquire, b
     // A job parked behind a running one is moved back by the folded release: b2 parks while
     // b1 runs; b1's release, folded into the next acquire (another scope), moves b2 back.
     const auto b = [](const std::string& jid) {
-        return payload("Tenant", jid, R"(,"fair_tenant":"b")");
+        return limits_payload("Tenant", jid, R"(,"fair_tenant":"b")");
     };
     CHECK(run(b("b1"), [&] { CHECK_FALSE(run_through(f.t, f.conn, *f.limit, b("b2"))); }));
     CHECK(f.waiting("Tenant:tenant:b").size() == 1);
@@ -256,8 +262,9 @@ TEST_CASE("concurrency: slots, parking in Redis, release moves the oldest back w
     server.flushall();
     SlotsFixture f(server);
     auto& c = f.conn;
-    const std::string a = payload("Sync", "a"), b = payload("Sync", "b"), p = payload("Sync", "p"),
-                      q = payload("Sync", "q"), n = payload("Sync", "n");
+    const std::string a = limits_payload("Sync", "a"), b = limits_payload("Sync", "b"),
+                      p = limits_payload("Sync", "p"), q = limits_payload("Sync", "q"),
+                      n = limits_payload("Sync", "n");
     bool b_ran = false;
     const bool a_ran = f.run(a, [&] {
         CHECK(f.slots() == 1);
@@ -303,18 +310,18 @@ TEST_CASE("concurrency: slots, parking in Redis, release moves the oldest back w
     CHECK(f.slots() == 0);
 
     // By tenant: one slot per tenant; tenantless jobs share the class's scope.
-    const bool t1_ran = f.run(payload("Tenant", "t1", R"(,"fair_tenant":"x")"), [&] {
-        CHECK(f.run(payload("Tenant", "t2", R"(,"fair_tenant":"y")")));
-        CHECK_FALSE(f.run(payload("Tenant", "t3", R"(,"fair_tenant":"x")")));
+    const bool t1_ran = f.run(limits_payload("Tenant", "t1", R"(,"fair_tenant":"x")"), [&] {
+        CHECK(f.run(limits_payload("Tenant", "t2", R"(,"fair_tenant":"y")")));
+        CHECK_FALSE(f.run(limits_payload("Tenant", "t3", R"(,"fair_tenant":"x")")));
         CHECK(f.waiting("Tenant:tenant:x").size() == 1);
-        CHECK(f.run(payload("Tenant", "t4")));
+        CHECK(f.run(limits_payload("Tenant", "t4")));
     });
     CHECK(t1_ran);
     // With reliable fetch a parked job leaves its working list in the same script; a job that
     // runs stays there (the processor acknowledges it after its outcome).
     const std::string wl = "queue:sq|testhost:1:abcdef012345|default";
-    const std::string r1 = payload("Tenant", "r1", R"(,"fair_tenant":"z")"),
-                      r2 = payload("Tenant", "r2", R"(,"fair_tenant":"z")");
+    const std::string r1 = limits_payload("Tenant", "r1", R"(,"fair_tenant":"z")"),
+                      r2 = limits_payload("Tenant", "r2", R"(,"fair_tenant":"z")");
     c.command({"LPUSH", wl, r1, r2});
     const bool r1_ran = f.run(
         r1,
@@ -327,7 +334,7 @@ TEST_CASE("concurrency: slots, parking in Redis, release moves the oldest back w
         &wl);
     CHECK(r1_ran);
     // A class without a limit is not tracked at all.
-    CHECK(f.run(payload("Other", "o")));
+    CHECK(f.run(limits_payload("Other", "o")));
     CHECK(c.command({"HEXISTS", "kiqd:concurrency:scopes", "Other"}).integer() == 0);
 }
 
@@ -344,7 +351,7 @@ TEST_CASE(
     c.command({"ZADD", slots, "1000", "deadhost:1:000000000000|x|1", "1001",
                "deadhost:1:000000000000|y|2"});
     c.command({"HSET", "kiqd:concurrency:scopes", "Sync", "2"});
-    const std::string parked = payload("Sync", "w");
+    const std::string parked = limits_payload("Sync", "w");
     c.command({"RPUSH", "kiqd:concurrency:Sync:waiting", parked});
     // The periodic check (one process at a time) drops them and moves the parked job back.
     CHECK(f.keeper.check(c) == 1);
@@ -357,7 +364,7 @@ TEST_CASE(
     CHECK(c.command({"HEXISTS", "kiqd:concurrency:scopes", "Sync"}).integer() == 0);
 
     // A running job's slot is pushed ahead by the keeper; a slot taken back is not revived.
-    f.run(payload("Sync", "live"), [&] {
+    f.run(limits_payload("Sync", "live"), [&] {
         const auto members = zrange(c, slots);
         REQUIRE(members.size() == 1);
         const double before =
@@ -450,8 +457,8 @@ TEST_CASE(
         ran.insert(r.jid);
         pids.insert(std::to_string(r.pid));
     }
-    CHECK(max_overlap(runs) <= 3);
-    CHECK(max_overlap(runs) >= 2);  // the limit was the bound, not a single thread
+    CHECK(max_concurrent_runs(runs) <= 3);
+    CHECK(max_concurrent_runs(runs) >= 2);  // the limit was the bound, not a single thread
     CHECK(runs.size() == 40);
     CHECK(ran == std::set<std::string>(jids.begin(), jids.end()));
     CHECK(pids.size() == 2);  // both processes ran jobs
@@ -459,7 +466,7 @@ TEST_CASE(
     CHECK(llen(conn, "kiqd:concurrency:Test::Record:waiting") == 0);
     CHECK(conn.command({"GET", "stat:processed"}).str() == "40");
     std::printf("concurrency fleet test: max overlap %zu, up to %lld parked at once\n",
-                max_overlap(runs), most_parked);
+                max_concurrent_runs(runs), most_parked);
 }
 
 TEST_CASE(
@@ -506,7 +513,7 @@ TEST_CASE(
 
     const auto runs = recorded(conn);
     std::set<std::string> ran;
-    std::vector<Run> after;
+    std::vector<RunSpan> after;
     for (const auto& r : runs) {
         ran.insert(r.jid);
         if (r.pid == survivor.pid() && r.started > killed_at) after.push_back(r);
@@ -517,10 +524,10 @@ TEST_CASE(
     // in the instant between its handler's end and its acknowledgement would run again: reliable
     // fetch is at least once; with 1 s jobs the kill does not land there.)
     CHECK(runs.size() == jids.size());
-    CHECK(max_overlap(runs) <= 3);
+    CHECK(max_concurrent_runs(runs) <= 3);
     // Had the victim's three slots not come back, the survivor could never run anything; it ran
     // three at once after the kill.
-    CHECK(max_overlap(after) == 3);
+    CHECK(max_concurrent_runs(after) == 3);
     for (const auto& m : zrange(conn, slots)) CHECK(m.find(victim_tag) == std::string::npos);
     std::printf(
         "concurrency kill test: %zu runs for %zu jobs, %zu by the survivor after the kill\n",

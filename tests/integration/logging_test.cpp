@@ -12,6 +12,7 @@
 #include "support/wait_until.hpp"
 
 using kiqd::test::KiqdProcess;
+using kiqd::test::lines_of;
 using kiqd::test::RedisServer;
 using kiqd::test::TempDir;
 using kiqd::test::wait_until;
@@ -22,19 +23,12 @@ namespace {
 const std::string kTimestampPattern = R"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z)";
 const std::regex kTimestamp(kTimestampPattern);
 
-void push(RedisServer& server, const std::string& cls, const std::string& jid) {
+void push_logged(RedisServer& server, const std::string& cls, const std::string& jid) {
     auto conn = server.connect();
     const nlohmann::json job{{"class", cls},   {"args", nlohmann::json::array()},
                              {"jid", jid},     {"queue", "default"},
                              {"retry", false}, {"urgency", "high"}};
     conn.command({"LPUSH", "queue:default", job.dump()});
-}
-
-std::vector<std::string> lines_of(const std::string& text) {
-    std::vector<std::string> out;
-    std::istringstream in(text);
-    for (std::string line; std::getline(in, line);) out.push_back(line);
-    return out;
 }
 
 // The parsed JSON line about `jid` whose msg is `event` (null when there is none yet).
@@ -55,8 +49,8 @@ TEST_CASE("JSON logs: the job's fields are keys of the line, numbers as numbers"
     KiqdProcess kiqd(KIQD_BINARY, kiqd::test::kiqd_config(server,
                                                           "queues: [default]\nconcurrency: 1\n"
                                                           "logging: {format: json}\n"));
-    push(server, "Kiqd::Noop", "0123456789abcdef00000001");
-    push(server, "Kiqd::Fail", "0123456789abcdef00000002");
+    push_logged(server, "Kiqd::Noop", "0123456789abcdef00000001");
+    push_logged(server, "Kiqd::Fail", "0123456789abcdef00000002");
     REQUIRE(wait_until(
         [&] { return !json_line(kiqd.output(), "0123456789abcdef00000002", "fail").is_null(); }));
     const std::string out = kiqd.output();
@@ -94,7 +88,7 @@ std::string run_under_journal(bool matching, const std::string& format) {
     KiqdProcess kiqd(
         "/bin/sh", "",
         {"-c", "JOURNAL_STREAM=" + stream + " exec \"$0\" -C \"$1\"", KIQD_BINARY, config});
-    push(server, "Kiqd::Fail", "0123456789abcdef00000003");
+    push_logged(server, "Kiqd::Fail", "0123456789abcdef00000003");
     REQUIRE(wait_until([&] {
         return kiqd.output().find("0123456789abcdef00000003") != std::string::npos &&
                kiqd.output().find("Kiqd::Fail") != std::string::npos &&

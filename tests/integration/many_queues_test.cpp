@@ -35,7 +35,7 @@ int weight_of(const std::string& queue) {
     return std::stoi(queue.substr(1)) % 3 + 1;
 }
 
-void push(redis::Connection& conn, const std::string& queue, int jobs) {
+void push_many(redis::Connection& conn, const std::string& queue, int jobs) {
     redis::Command cmd{"LPUSH", "queue:" + queue};
     for (int i = 0; i < jobs; ++i) cmd.push_back(queue + ":" + std::to_string(i));
     conn.command(cmd);
@@ -75,7 +75,7 @@ TEST_CASE("500 queues, all non-empty: each weight class's share within 2 points 
     // 200 jobs each; a weight-3 queue is expected to give 30000 × 3/999 = 90 of them (±21: a
     // batch takes runs of 5 from one draw), so none runs dry during the test and every fetch
     // is a draw over all 500.
-    for (int i = 0; i < 500; ++i) push(conn, "q" + std::to_string(i), 200);
+    for (int i = 0; i < 500; ++i) push_many(conn, "q" + std::to_string(i), 200);
     std::mt19937_64 rng(20261128);
     constexpr int kFetches = 30000;
     std::map<int, int> by_weight;
@@ -110,7 +110,7 @@ TEST_CASE("500 queues, 5 non-empty: they share by weight and the empty ones are 
     // 12,000 jobs each: the weight-3 queue is expected to give 10,000 of the 30,000 fetches
     // (±190), and none runs dry.
     for (const auto& q : full) {
-        push(conn, q, 12000);
+        push_many(conn, q, 12000);
         sidekiq[q] = weight_of(q) / 9.0;
     }
     REQUIRE(weight_of("q3") + weight_of("q100") + weight_of("q200") + weight_of("q300") +
@@ -136,28 +136,28 @@ TEST_CASE("500 queues: a queue that fills after it was found empty is fetched fr
     ManyQueues setup(GENERATE(0, 1, 2));
     auto& [mode, batch, t, conn] = setup;
     std::mt19937_64 rng(3);
-    push(conn, "q7", 1);
+    push_many(conn, "q7", 1);
     auto first = t.fetcher.retrieve_work(conn, rng, 0);  // every other queue is found empty
     REQUIRE(first);
     CHECK(first->queue == "q7");
     // q7 is empty now too; a job in q499 (found empty a moment ago) is taken by the next fetch,
     // without waiting for the blocking wait: the fetch looks again before it blocks.
-    push(conn, "q499", 1);
+    push_many(conn, "q499", 1);
     auto second = t.fetcher.retrieve_work(conn, rng, 0);
     REQUIRE(second);
     CHECK(second->queue == "q499");
     CHECK(llen(conn, "queue:q499") == 0);
     // While q1 keeps the fetches busy (it never runs dry here), a job pushed to q2 is still
     // taken: the periodic sweep finds it (awaited, at most 20 s; it takes about a sweep period).
-    push(conn, "q1", 1000);
+    push_many(conn, "q1", 1000);
     auto third = t.fetcher.retrieve_work(conn, rng, 0);
     REQUIRE(third);
     CHECK(third->queue == "q1");
-    push(conn, "q2", 1);
+    push_many(conn, "q2", 1);
     bool from_q2 = false;
     const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (!from_q2 && std::chrono::steady_clock::now() < give_up) {
-        if (llen(conn, "queue:q1") < 200) push(conn, "q1", 1000);
+        if (llen(conn, "queue:q1") < 200) push_many(conn, "q1", 1000);
         auto u = t.fetcher.retrieve_work(conn, rng, 0);
         REQUIRE(u);
         from_q2 = u->queue == "q2";
@@ -169,8 +169,8 @@ TEST_CASE("500 queues: a paused queue is never fetched from, and is after its re
           "[fetch][pause][many_queues]") {
     ManyQueues setup(GENERATE(0, 1, 2));
     auto& [mode, batch, t, conn] = setup;
-    push(conn, "q5", 100);
-    push(conn, "q6", 100);
+    push_many(conn, "q5", 100);
+    push_many(conn, "q6", 100);
     t.order.set_paused({"q5"});
     std::mt19937_64 rng(5);
     for (int i = 0; i < 100; ++i) {
@@ -218,7 +218,7 @@ TEST_CASE("500 queues, one of them fair: its tenants take turns, the plain queue
                                            {"jid", tenant + std::to_string(n)}}
                                 .dump());
     kiqd::test::push_raw(conn, "q7", fair_jobs);
-    push(conn, "q300", 10);
+    push_many(conn, "q300", 10);
     std::mt19937_64 rng(9);
     std::vector<std::string> from_fair;
     int from_plain = 0;

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "kiqd/client.hpp"
+#include "kiqd_cli.hpp"
 #include "support/job_pushes.hpp"
 #include "support/kiqd_fleet.hpp"
 #include "support/kiqd_process.hpp"
@@ -21,6 +22,7 @@
 #include "support/wait_until.hpp"
 
 using namespace kiqd;
+using kiqd::test::kiqd_cli;
 using kiqd::test::KiqdFleet;
 using kiqd::test::KiqdProcess;
 using kiqd::test::llen;
@@ -34,12 +36,6 @@ using kiqd::test::zrange;
 namespace {
 
 constexpr std::chrono::seconds kLong{60};
-
-// `kiqd ARGS...` against `server`; returns {exit code, output}.
-std::pair<int, std::string> kiqd_cli(const RedisServer& server, std::vector<std::string> args) {
-    args.insert(args.begin(), KIQD_BINARY);
-    return kiqd::test::run_command(args, {{"REDIS_URL", server.url()}});
-}
 
 // Pushes `n` jobs of `job_class` to `queue` with args [0, i] (no sleep, sequence number i).
 void push_jobs(redis::Connection& conn, const std::string& job_class, const std::string& queue,

@@ -33,7 +33,6 @@ using list_of = std::vector<std::string>;
 
 namespace {
 
-const std::string kWorking = "queue:sq|testhost:1:abcdef012345|default";
 const std::string kDeadOwner = "gonehost:7:0123456789ab";
 
 // Leaves `payloads` in the working list of a process that died without a trace: registered,
@@ -43,10 +42,6 @@ void leave_orphans(redis::Connection& c, const std::vector<std::string>& payload
     const std::string working = "queue:sq|" + kDeadOwner + "|" + queue;
     for (const auto& p : payloads) c.command({"LPUSH", working, p});
     c.command({"SADD", "kiqd:reliable:working", working});
-}
-
-std::string job_json(const std::string& jid) {
-    return kiqd::test::noop_payload(jid);
 }
 
 }  // namespace
@@ -70,9 +65,9 @@ TEST_CASE("reliable fetch: a job stays in the working list until its outcome is 
         auto unit = t.fetcher.retrieve_work(conn, rng, 0);
         REQUIRE(unit);
         // Moved, not popped: the queue lost it and the working list has it, byte for byte.
-        CHECK(lrange(conn, kWorking) == list_of{unit->payload});
+        CHECK(lrange(conn, TestRuntime::kWorkingDefault) == list_of{unit->payload});
         p.process(conn, std::move(*unit));
-        CHECK(llen(conn, kWorking) == 0);
+        CHECK(llen(conn, TestRuntime::kWorkingDefault) == 0);
     }
     CHECK(llen(conn, "queue:default") == 0);
     CHECK(zcard(conn, "retry") == 1);  // Kiqd::Fail
@@ -115,17 +110,19 @@ TEST_CASE("orphan recovery: jobs of dead processes go back in order, live ones a
     OrphanRecovery recovery(t.rt, *t.reliable());
     auto conn = server.connect();
     recovery.register_alive(conn);
-    CHECK(conn.command({"SISMEMBER", "kiqd:reliable:working", kWorking}).integer() == 1);
+    CHECK(conn.command({"SISMEMBER", "kiqd:reliable:working", TestRuntime::kWorkingDefault})
+              .integer() == 1);
     CHECK(conn.command({"EXISTS", "kiqd:reliable:alive:testhost:1:abcdef012345"}).integer() == 1);
 
     // A live process (its liveness key exists) and a dead one, and this process's own list.
     const std::string live = "queue:sq|livehost:2:aaaaaaaaaaaa|default";
-    conn.command({"LPUSH", live, job_json("live1")});
+    conn.command({"LPUSH", live, kiqd::test::noop_payload("live1")});
     conn.command({"SADD", "kiqd:reliable:working", live});
     conn.command({"SET", "kiqd:reliable:alive:livehost:2:aaaaaaaaaaaa", "1", "EX", "60"});
-    conn.command({"LPUSH", kWorking, job_json("mine1")});
-    conn.command({"LPUSH", "queue:default", job_json("queued1")});
-    leave_orphans(conn, {job_json("o1"), job_json("o2"), "{not json"});
+    conn.command({"LPUSH", TestRuntime::kWorkingDefault, kiqd::test::noop_payload("mine1")});
+    conn.command({"LPUSH", "queue:default", kiqd::test::noop_payload("queued1")});
+    leave_orphans(conn,
+                  {kiqd::test::noop_payload("o1"), kiqd::test::noop_payload("o2"), "{not json"});
 
     auto r = recovery.recover_orphans(conn);
     CHECK(r.ran);
@@ -133,17 +130,18 @@ TEST_CASE("orphan recovery: jobs of dead processes go back in order, live ones a
     CHECK(r.requeued == 3);
     CHECK(r.dead == 0);
     // The orphans are at the popping end, the first-fetched one first; the queued job after them.
-    CHECK(lrange(conn, "queue:default") ==
-          list_of{job_json("queued1"), "{not json", job_json("o2"), job_json("o1")});
+    CHECK(lrange(conn, "queue:default") == list_of{kiqd::test::noop_payload("queued1"), "{not json",
+                                                   kiqd::test::noop_payload("o2"),
+                                                   kiqd::test::noop_payload("o1")});
     CHECK(conn.command({"EXISTS", "queue:sq|" + kDeadOwner + "|default"}).integer() == 0);
     CHECK(
         conn.command({"SISMEMBER", "kiqd:reliable:working", "queue:sq|" + kDeadOwner + "|default"})
             .integer() == 0);
-    CHECK(lrange(conn, live) == list_of{job_json("live1")});
-    CHECK(lrange(conn, kWorking) == list_of{job_json("mine1")});
+    CHECK(lrange(conn, live) == list_of{kiqd::test::noop_payload("live1")});
+    CHECK(lrange(conn, TestRuntime::kWorkingDefault) == list_of{kiqd::test::noop_payload("mine1")});
 
     // The cluster-wide lock: a second pass within the interval does not run.
-    leave_orphans(conn, {job_json("o3")});
+    leave_orphans(conn, {kiqd::test::noop_payload("o3")});
     CHECK_FALSE(recovery.recover_orphans(conn).ran);
     CHECK(llen(conn, "queue:sq|" + kDeadOwner + "|default") == 1);
     CHECK(recovery.recover_orphans(conn, false).requeued == 1);
@@ -159,15 +157,17 @@ TEST_CASE(
     OrphanRecovery recovery(t.rt, *t.reliable());
     auto conn = server.connect();
     // One job a processor runs, one that Redis moved but no processor ever received.
-    conn.command({"LPUSH", kWorking, job_json("running"), job_json("stranded")});
-    t.work.begin(0, RunningJob{"default", job_json("running"), "Kiqd::Noop", "running", 0,
-                               std::chrono::steady_clock::now()});
+    conn.command({"LPUSH", TestRuntime::kWorkingDefault, kiqd::test::noop_payload("running"),
+                  kiqd::test::noop_payload("stranded")});
+    t.work.begin(0, RunningJob{"default", kiqd::test::noop_payload("running"), "Kiqd::Noop",
+                               "running", 0, std::chrono::steady_clock::now()});
     const auto after = std::chrono::milliseconds(200);
     CHECK(recovery.return_stranded(conn, after) == 0);  // first sight: only a suspect
-    CHECK(llen(conn, kWorking) == 2);
+    CHECK(llen(conn, TestRuntime::kWorkingDefault) == 2);
     REQUIRE(wait_until([&] { return recovery.return_stranded(conn, after) == 1; }));
-    CHECK(lrange(conn, kWorking) == list_of{job_json("running")});
-    CHECK(lrange(conn, "queue:default") == list_of{job_json("stranded")});
+    CHECK(lrange(conn, TestRuntime::kWorkingDefault) ==
+          list_of{kiqd::test::noop_payload("running")});
+    CHECK(lrange(conn, "queue:default") == list_of{kiqd::test::noop_payload("stranded")});
     CHECK(conn.command({"HLEN", "kiqd:reliable:interruptions"}).integer() == 0);  // not counted
     t.work.finish(0);
 }
@@ -180,9 +180,10 @@ TEST_CASE("orphan recovery: a job interrupted max_interruptions times goes to th
     t.config.reliable_fetch.max_interruptions = 3;
     OrphanRecovery recovery(t.rt, *t.reliable());
     auto conn = server.connect();
-    const std::string pill = job_json("pill");
+    const std::string pill = kiqd::test::noop_payload("pill");
     for (int interruption = 1; interruption <= 3; ++interruption) {
-        leave_orphans(conn, {pill, job_json("innocent" + std::to_string(interruption))});
+        leave_orphans(conn,
+                      {pill, kiqd::test::noop_payload("innocent" + std::to_string(interruption))});
         auto r = recovery.recover_orphans(conn, false);
         CHECK(r.requeued == (interruption < 3 ? 2u : 1u));
         CHECK(r.dead == (interruption < 3 ? 0u : 1u));

@@ -16,7 +16,7 @@ namespace {
 
 const std::string kShards = std::string(KIQD_SOURCE_DIR) + "/examples/shards/";
 
-void push(RedisServer& server, const std::string& queue, int n) {
+void push_noop_jobs(RedisServer& server, const std::string& queue, int n) {
     auto conn = server.connect();
     for (int i = 0; i < n; ++i) {
         const nlohmann::json job{{"class", "Kiqd::Noop"},
@@ -28,7 +28,7 @@ void push(RedisServer& server, const std::string& queue, int n) {
     }
 }
 
-long long processed(RedisServer& server) {
+long long processed_on(RedisServer& server) {
     auto reply = server.connect().command({"GET", "stat:processed"});
     return reply.is_nil() ? 0 : std::stoll(std::string(reply.str()));
 }
@@ -38,17 +38,18 @@ long long processed(RedisServer& server) {
 TEST_CASE("scaling: two kiqd instances serve two Redis servers from one host (examples/shards)",
           "[scaling]") {
     RedisServer orders_redis, mail_redis;
-    push(orders_redis, "orders", 30);
-    push(orders_redis, "payments", 10);
-    push(mail_redis, "mailers", 20);
+    push_noop_jobs(orders_redis, "orders", 30);
+    push_noop_jobs(orders_redis, "payments", 10);
+    push_noop_jobs(mail_redis, "mailers", 20);
     // A queue name both shards have: each instance works its own Redis's copy only.
-    push(mail_redis, "orders", 5);
+    push_noop_jobs(mail_redis, "orders", 5);
     KiqdProcess orders(KIQD_BINARY, "", {"-C", kShards + "orders.yml"},
                        {{"ORDERS_REDIS_URL", orders_redis.url()}});
     KiqdProcess mail(KIQD_BINARY, "", {"-C", kShards + "mail.yml"},
                      {{"MAIL_REDIS_URL", mail_redis.url()}});
-    REQUIRE(wait_until([&] { return processed(orders_redis) == 40 && processed(mail_redis) == 20; },
-                       std::chrono::seconds(30)));
+    REQUIRE(wait_until(
+        [&] { return processed_on(orders_redis) == 40 && processed_on(mail_redis) == 20; },
+        std::chrono::seconds(30)));
     auto mail_conn = mail_redis.connect();
     auto orders_conn = orders_redis.connect();
     // The mail shard's "orders" queue is not served by anyone: that shard's config lists none.

@@ -86,7 +86,7 @@ TEST_CASE("scheduler: poll interval follows Sidekiq's randomisation", "[schedule
 namespace {
 
 // A Sidekiq-shaped payload for queue `queue` (none when empty) with jid `jid`.
-std::string payload(const std::string& jid, const std::string& queue) {
+std::string scheduled_payload(const std::string& jid, const std::string& queue) {
     std::string p = R"({"class":"W","args":[],)";
     if (!queue.empty()) p += R"("queue":")" + queue + "\",";
     return p + R"("jid":")" + jid + "\"}";
@@ -99,7 +99,7 @@ void add_due(redis::Connection& conn, const std::string& set, const std::string&
     redis::Command zadd{"ZADD", set};
     for (int i = 0; i < n; ++i) {
         zadd.push_back(score_text(now - 100 + i * 0.001));
-        zadd.push_back(payload(prefix + std::to_string(i), queues[i % queues.size()]));
+        zadd.push_back(scheduled_payload(prefix + std::to_string(i), queues[i % queues.size()]));
     }
     conn.command(zadd);
 }
@@ -131,7 +131,7 @@ TEST_CASE("scheduler: a backlog larger than a page moves in score order, each jo
     const int n = 2500;  // several pages
     add_due(conn, "schedule", "s", n, {"a", "b", "c"}, now);
     add_due(conn, "retry", "r", 700, {"a", ""}, now);  // no queue: "default"
-    conn.command({"ZADD", "schedule", score_text(now + 60), payload("later", "a")});
+    conn.command({"ZADD", "schedule", score_text(now + 60), scheduled_payload("later", "a")});
     Scheduler s(t.rt);
     CHECK(s.enqueue_due(conn, now) == static_cast<size_t>(n + 700));
     // retry first, then schedule, as Sidekiq's poller: each queue's jobs in score order.

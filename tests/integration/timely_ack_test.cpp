@@ -27,7 +27,7 @@ using list_of = std::vector<std::string>;
 
 namespace {
 
-std::string job(const std::string& klass, const std::string& jid, nlohmann::json args) {
+std::string ack_job(const std::string& klass, const std::string& jid, nlohmann::json args) {
     return nlohmann::json{
         {"class", klass}, {"args", std::move(args)}, {"jid", jid},          {"queue", "default"},
         {"retry", 3},     {"created_at", 1.7e9},     {"enqueued_at", 1.7e9}}
@@ -62,10 +62,12 @@ TEST_CASE(
     // gate, then more. Nothing refills while the gated job runs (the buffer is not low).
     std::vector<std::string> jobs;
     for (int i = 0; i < 10; ++i)
-        jobs.push_back(job("Test::Record", "short" + std::to_string(i), nlohmann::json::array()));
-    jobs.push_back(job("Test::Gated::WhileExecuting", "long", {"k", "g1", "pass"}));
+        jobs.push_back(
+            ack_job("Test::Record", "short" + std::to_string(i), nlohmann::json::array()));
+    jobs.push_back(ack_job("Test::Gated::WhileExecuting", "long", {"k", "g1", "pass"}));
     for (int i = 0; i < 30; ++i)
-        jobs.push_back(job("Test::Record", "after" + std::to_string(i), nlohmann::json::array()));
+        jobs.push_back(
+            ack_job("Test::Record", "after" + std::to_string(i), nlohmann::json::array()));
     kiqd::test::push_raw(conn, "default", jobs);
     KiqdProcess kiqd(KIQD_TEST_DAEMON,
                      kiqd::test::kiqd_config(server,
@@ -99,7 +101,8 @@ TEST_CASE(
     constexpr int kJobs = 200, kConcurrency = 2;
     std::vector<std::string> jobs;
     for (int i = 0; i < kJobs; ++i)
-        jobs.push_back(job("Test::Record", "j" + std::to_string(i), nlohmann::json::array({0.1})));
+        jobs.push_back(
+            ack_job("Test::Record", "j" + std::to_string(i), nlohmann::json::array({0.1})));
     kiqd::test::push_raw(conn, "default", jobs);
     const std::string yaml = kiqd::test::kiqd_config(
         server,
@@ -130,7 +133,7 @@ TEST_CASE(
     CHECK(b.stop() == 0);
     const size_t twice = jids_run_twice(conn);
     std::printf(
-        "%s with 100 ms jobs, batch 50, concurrency %d: %lld job(s) in its working list, "
+        "%s with 100 ms jobs, batch 50, concurrency %d: %lld ack_job(s) in its working list, "
         "%zu jid(s) ran twice\n",
         how == SIGSTOP ? "stall past liveness_ttl" : "kill -9", kConcurrency, held, twice);
     CHECK(twice <= static_cast<size_t>(kConcurrency));

@@ -18,7 +18,7 @@ using kiqd::test::UniqueFixture;
 
 namespace {
 
-std::string job(const std::string& jid, int n, bool gem) {
+std::string gem_lock_job(const std::string& jid, int n, bool gem) {
     const std::string head = R"({"class":"Sync","queue":"default","args":[)" + std::to_string(n) +
                              R"(],"jid":")" + jid + R"(","lock":"until_and_while_executing")";
     if (!gem) return head + "}";
@@ -46,7 +46,7 @@ TEST_CASE(
             const std::string digest = "uniquejobs:d" + std::to_string(n);
             if (gem) gem_client_lock(c, jid, digest);
             CHECK(f.run(
-                job(jid, n, gem),
+                gem_lock_job(jid, n, gem),
                 [&] {
                     // The gem's server frees the client lock before the run.
                     if (gem) CHECK(lock_holders(c, digest).empty());
@@ -87,7 +87,7 @@ TEST_CASE(
         c.command({"SADD", bad, "x"});  // a set: no command the script makes takes it
         const auto before = c.command({"KEYS", "*"}).size();
         bool ran = false;
-        CHECK_THROWS_WITH(f.run(job("A", 1, true), [&] { ran = true; }),
+        CHECK_THROWS_WITH(f.run(gem_lock_job("A", 1, true), [&] { ran = true; }),
                           Catch::Contains("WRONGTYPE"));
         CHECK_FALSE(ran);
         CHECK(c.command({"EXISTS", "uniquejobs:d1:EXEC"}).integer() == 0);
@@ -99,7 +99,7 @@ TEST_CASE(
     c.command({"FLUSHALL"});
     gem_client_lock(c, "A", "uniquejobs:d1");
     c.command({"SET", "kiqd:unique:held", "x"});
-    CHECK_THROWS_WITH(f.run(job("A", 1, true)), Catch::Contains("WRONGTYPE"));
+    CHECK_THROWS_WITH(f.run(gem_lock_job("A", 1, true)), Catch::Contains("WRONGTYPE"));
     CHECK(lock_holders(c, "uniquejobs:d1") == std::vector<std::string>{"A"});
     CHECK(c.command({"EXISTS", "uniquejobs:d1:EXEC"}).integer() == 0);
     // The digests ZSET of another type holds no entry to remove: the job runs.
@@ -107,6 +107,6 @@ TEST_CASE(
     gem_client_lock(c, "A", "uniquejobs:d1");
     c.command({"DEL", "uniquejobs:digests"});
     c.command({"SET", "uniquejobs:digests", "x"});
-    CHECK(f.run(job("A", 1, true)));
+    CHECK(f.run(gem_lock_job("A", 1, true)));
     CHECK(lock_holders(c, "uniquejobs:d1").empty());
 }

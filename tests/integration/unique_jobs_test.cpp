@@ -51,7 +51,7 @@ std::string payload(const std::string& jid, const std::string& lock = "until_and
            R"(","lock":")" + lock + R"(","lock_digest":"uniquejobs:acct1")" + extra + "}";
 }
 
-bool exists(redis::Connection& c, const std::string& key) {
+bool key_exists(redis::Connection& c, const std::string& key) {
     return c.command({"EXISTS", key}).integer() == 1;
 }
 
@@ -67,8 +67,8 @@ TEST_CASE(
     auto& c = f.conn;
     std::string parked;
     const bool a_ran = f.run(payload("A"), [&] {
-        CHECK(exists(c, "uniquejobs:acct1:EXEC"));
-        CHECK_FALSE(exists(c, "uniquejobs:acct1:WAIT"));
+        CHECK(key_exists(c, "uniquejobs:acct1:EXEC"));
+        CHECK_FALSE(key_exists(c, "uniquejobs:acct1:WAIT"));
         // B arrives while A runs: it takes the wait lock and is parked, not run.
         CHECK_FALSE(f.run(payload("B")));
         const auto wait_token = std::string(c.command({"GET", "uniquejobs:acct1:WAIT"}).str());
@@ -88,13 +88,13 @@ TEST_CASE(
         c.command({"ZREM", "schedule", parked});
     });
     CHECK(a_ran);
-    CHECK_FALSE(exists(c, "uniquejobs:acct1:EXEC"));  // released after the run
-    CHECK(exists(c, "uniquejobs:acct1:WAIT"));        // B still waits
+    CHECK_FALSE(key_exists(c, "uniquejobs:acct1:EXEC"));  // released after the run
+    CHECK(key_exists(c, "uniquejobs:acct1:WAIT"));        // B still waits
     // A new copy D now finds B waiting: a duplicate, even though nothing runs.
     CHECK_FALSE(f.run(payload("D")));
     CHECK(zrange(c, "schedule").empty());
     // B runs as the wait-lock holder and gives the wait lock up.
-    CHECK(f.run(parked, [&] { CHECK_FALSE(exists(c, "uniquejobs:acct1:WAIT")); }));
+    CHECK(f.run(parked, [&] { CHECK_FALSE(key_exists(c, "uniquejobs:acct1:WAIT")); }));
     CHECK(c.command({"KEYS", "uniquejobs:acct1*"}).size() == 0);
     CHECK(held_lock_count(c) == 0);
     CHECK(f.keeper.held() == 0);
@@ -115,7 +115,7 @@ TEST_CASE("unique: a deferred release runs inside the next job's acquire, before
         R"({"class":"Sync","queue":"default","args":["acct-2"],"jid":"O","lock":"while_executing","lock_digest":"uniquejobs:acct2"})";
     CHECK(run(payload("A", "while_executing"), [] {}));
     REQUIRE(pending.size() == 1);  // A's release, not sent yet
-    CHECK(exists(c, "uniquejobs:acct1:EXEC"));
+    CHECK(key_exists(c, "uniquejobs:acct1:EXEC"));
     CHECK(held_lock_count(c) == 1);
     // The per-job acquire wrote the held hash's marker with the lock: a hashtable already.
     CHECK(std::string(c.command({"OBJECT", "ENCODING", "kiqd:unique:held"}).str()) == "hashtable");
@@ -123,8 +123,8 @@ TEST_CASE("unique: a deferred release runs inside the next job's acquire, before
     // Another identity: its acquire call frees A's lock first.
     CHECK(run(other, [&] {
         CHECK(pending.empty());  // taken into the acquire call
-        CHECK_FALSE(exists(c, "uniquejobs:acct1:EXEC"));
-        CHECK(exists(c, "uniquejobs:acct2:EXEC"));
+        CHECK_FALSE(key_exists(c, "uniquejobs:acct1:EXEC"));
+        CHECK(key_exists(c, "uniquejobs:acct2:EXEC"));
         CHECK(held_lock_count(c) == 1);
     }));
     REQUIRE(pending.size() == 1);
@@ -133,7 +133,7 @@ TEST_CASE("unique: a deferred release runs inside the next job's acquire, before
     // release after the acquire it would find its own predecessor's lock busy).
     CHECK(run(
         R"({"class":"Sync","queue":"default","args":["acct-2"],"jid":"P","lock":"while_executing","lock_digest":"uniquejobs:acct2"})",
-        [&] { CHECK(exists(c, "uniquejobs:acct2:EXEC")); }));
+        [&] { CHECK(key_exists(c, "uniquejobs:acct2:EXEC")); }));
     CHECK(zrange(c, "dead").empty());  // not a duplicate
     // A release that Redis refuses (EXEC of another type) is ignored there, as it is when sent
     // on its own: the next job still runs.
@@ -141,13 +141,13 @@ TEST_CASE("unique: a deferred release runs inside the next job's acquire, before
     c.command({"DEL", "uniquejobs:acct2:EXEC"});
     c.command({"LPUSH", "uniquejobs:acct2:EXEC", "x"});
     CHECK(run(payload("B", "while_executing"), [&] {
-        CHECK(exists(c, "uniquejobs:acct1:EXEC"));
+        CHECK(key_exists(c, "uniquejobs:acct1:EXEC"));
         CHECK(held_lock_count(c) == 1);  // B's alone
     }));
     c.command({"DEL", "uniquejobs:acct2:EXEC"});
     REQUIRE(pending.size() == 1);
     c.command(pending.back());
-    CHECK_FALSE(exists(c, "uniquejobs:acct1:EXEC"));
+    CHECK_FALSE(key_exists(c, "uniquejobs:acct1:EXEC"));
     CHECK(held_lock_count(c) == 0);
     CHECK(f.keeper.held() == 0);
 }
@@ -159,7 +159,7 @@ TEST_CASE("unique: a failing job releases its lock; tokens protect other owners'
     UniqueFixture f(server);
     auto& c = f.conn;
     CHECK_THROWS_AS(f.run(payload("A"), [] { throw JobError("Boom", "failed"); }), JobError);
-    CHECK_FALSE(exists(c, "uniquejobs:acct1:EXEC"));
+    CHECK_FALSE(key_exists(c, "uniquejobs:acct1:EXEC"));
     CHECK(f.keeper.held() == 0);
     // The retry (same jid) contends like a new copy and runs.
     CHECK(f.run(payload("A")));
@@ -205,7 +205,7 @@ TEST_CASE("unique: the gem's client lock is released when the gem's server would
         c.command({"HSET", "uniquejobs:acct1:LOCKED", jid, "1700000000.0"});
         c.command({"ZADD", "uniquejobs:digests", "1700000000", "uniquejobs:acct1"});
     };
-    auto client_locked = [&] { return exists(c, "uniquejobs:acct1:LOCKED"); };
+    auto client_locked = [&] { return key_exists(c, "uniquejobs:acct1:LOCKED"); };
 
     client_lock("J1");  // until_executing: released before the run
     CHECK(f.run(payload("J1", "until_executing"), [&] { CHECK_FALSE(client_locked()); }));
@@ -225,7 +225,7 @@ TEST_CASE("unique: the gem's client lock is released when the gem's server would
     client_lock("J5");  // until_and_while_executing: released when the run starts
     CHECK(f.run(payload("J5"), [&] {
         CHECK_FALSE(client_locked());
-        CHECK(exists(c, "uniquejobs:acct1:EXEC"));
+        CHECK(key_exists(c, "uniquejobs:acct1:EXEC"));
     }));
     // Another jid's client lock is not ours to release.
     client_lock("OTHER");
@@ -271,7 +271,7 @@ TEST_CASE(
         gem_client_lock(c, "C");
         CHECK_FALSE(f.run(payload("C", "until_and_while_executing", gem)));  // B waits: dropped
         CHECK(lock_holders(c).empty());
-        CHECK_FALSE(exists(c, "uniquejobs:acct1"));
+        CHECK_FALSE(key_exists(c, "uniquejobs:acct1"));
     }));
     auto parked = zrange(c, "schedule");
     REQUIRE(parked.size() == 1);  // B, whatever lock_timeout 0 says: the update is not lost
@@ -345,7 +345,7 @@ TEST_CASE(
         CHECK(std::stod(std::string(c.command({"ZSCORE", "schedule", again[0]}).str())) >
               epoch_seconds() + 3);
         CHECK(lock_holders(c) == std::vector<std::string>{"B"});
-        CHECK_FALSE(exists(c, "uniquejobs:acct1:WAIT"));
+        CHECK_FALSE(key_exists(c, "uniquejobs:acct1:WAIT"));
     }));
 
     // Without the gem's client lock (kiqd's own digest): one copy waits, the next copy is
@@ -444,8 +444,8 @@ TEST_CASE("unique: the keeper extends running locks and reaps those of dead proc
                "uniquejobs:y:EXEC", "livehost:2:bbbbbbbbbbbb t2"});
     c.command({"HSET", "livehost:2:bbbbbbbbbbbb", "beat", "1"});
     CHECK(f.keeper.reap(c) == 1);
-    CHECK_FALSE(exists(c, "uniquejobs:x:EXEC"));
-    CHECK(exists(c, "uniquejobs:y:EXEC"));
+    CHECK_FALSE(key_exists(c, "uniquejobs:x:EXEC"));
+    CHECK(key_exists(c, "uniquejobs:y:EXEC"));
     CHECK(held_lock_count(c) == 1);
     CHECK(f.keeper.reap(c) == 0);  // within the interval another pass does not run
 }

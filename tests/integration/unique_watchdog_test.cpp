@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "kiqd_cli.hpp"
 #include "middleware/pause/pause_control.hpp"
 #include "middleware/unique/lock_keeper.hpp"
 #include "middleware/unique/lock_survey.hpp"
@@ -17,19 +18,15 @@
 #include "support/wait_until.hpp"
 
 using namespace kiqd;
+using kiqd::test::kiqd_cli;
 using kiqd::test::RedisServer;
 using kiqd::test::TestRuntime;
 using kiqd::test::wait_until;
 
 namespace {
 
-std::pair<int, std::string> kiqd_cli(const RedisServer& server, std::vector<std::string> args) {
-    args.insert(args.begin(), KIQD_BINARY);
-    return kiqd::test::run_command(args, {{"REDIS_URL", server.url()}});
-}
-
 // What sidekiq-unique-jobs' client leaves after pushing `jid` under `digest`.
-void gem_client_lock(redis::Connection& c, const std::string& digest, const std::string& jid) {
+void push_client_lock(redis::Connection& c, const std::string& digest, const std::string& jid) {
     c.command({"SET", digest, jid});
     c.command({"HSET", digest + ":LOCKED", jid, "1700000000.5"});
     c.command({"ZADD", "uniquejobs:digests", "1700000000", digest});
@@ -56,13 +53,13 @@ TEST_CASE("unique watchdog: kiqd unique locks lists holders and stale locks; unl
     auto c = server.connect();
     // A client lock whose job waits in a queue (alive), one whose job is running in a process
     // (alive: its busy hash names the jid), one whose job is nowhere (stale).
-    gem_client_lock(c, "uniquejobs:queued", "J1");
+    push_client_lock(c, "uniquejobs:queued", "J1");
     queued_job(c, "J1");
-    gem_client_lock(c, "uniquejobs:busy", "J2");
+    push_client_lock(c, "uniquejobs:busy", "J2");
     live_process(c, "host:1:aaaaaaaaaaaa");
     c.command({"HSET", "host:1:aaaaaaaaaaaa:work", "tid",
                R"({"queue":"default","payload":"{\"jid\":\"J2\"}","run_at":1})"});
-    gem_client_lock(c, "uniquejobs:lost", "J3");
+    push_client_lock(c, "uniquejobs:lost", "J3");
     // kiqd run locks: one of a live process, one of a process that is gone.
     const std::string live_owner = LockKeeper::new_owner("host:1:aaaaaaaaaaaa");
     c.command({"SET", "uniquejobs:run1:EXEC", live_owner});
@@ -114,10 +111,10 @@ TEST_CASE("unique watchdog: the reaper frees a client lock whose holder is missi
     TestRuntime t(server);
     LockKeeper keeper(t.keys, server.options(), std::chrono::seconds(60), TestRuntime::kIdentity,
                       *t.log);
-    gem_client_lock(c, "uniquejobs:queued", "J1");
+    push_client_lock(c, "uniquejobs:queued", "J1");
     queued_job(c, "J1");
-    gem_client_lock(c, "uniquejobs:lost", "J3");
-    gem_client_lock(c, "uniquejobs:late", "J4");
+    push_client_lock(c, "uniquejobs:lost", "J3");
+    push_client_lock(c, "uniquejobs:late", "J4");
     CHECK(keeper.reap(c, false) == 0);  // first sighting: only suspected
     // J4's job shows up (it was on its way, e.g. being scheduled): not freed.
     c.command({"ZADD", "retry", "1", R"({"class":"X","jid":"J4","args":[]})"});
@@ -138,7 +135,7 @@ TEST_CASE("unique watchdog: a paused worker's parked job keeps its client lock",
     LockKeeper keeper(t.keys, server.options(), std::chrono::seconds(60), TestRuntime::kIdentity,
                       *t.log);
     // The parked set is keyed by the worker name ("kiqd/parked_worker"), not the class name.
-    gem_client_lock(c, "uniquejobs:parked", "J5");
+    push_client_lock(c, "uniquejobs:parked", "J5");
     const ParkedJobs parked(t.keys, Compat::v7);
     parked.park(c, "Kiqd::ParkedWorker",
                 R"({"class":"Kiqd::ParkedWorker","queue":"default","jid":"J5","args":[]})",
@@ -157,7 +154,7 @@ TEST_CASE("unique watchdog: a daemon's reaper frees stale locks and /metrics cou
     auto& server = RedisServer::shared();
     server.flushall();
     auto c = server.connect();
-    gem_client_lock(c, "uniquejobs:lost", "J3");
+    push_client_lock(c, "uniquejobs:lost", "J3");
     const int port = kiqd::test::free_port();
     kiqd::test::KiqdProcess kiqd(
         KIQD_BINARY,

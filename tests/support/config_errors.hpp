@@ -20,6 +20,19 @@ inline std::string config_error_of(const std::string& yaml,
     }
 }
 
+// The Config a whole text loads as (parsed for environment "production" and validated);
+// throws ConfigError.
+inline Config load_validated(const std::string& yaml) {
+    auto c = parse_config(yaml, "sidekiq.yml", "production");
+    validate_config(c);
+    return c;
+}
+
+// The error a whole text produces once validated, or "" when it loads.
+inline std::string validation_error_of(const std::string& yaml) {
+    return config_error_of(yaml, validate_config);
+}
+
 // A config text serving queue `default` followed by `yaml`, parsed for environment "production"
 // and validated (what the daemon loads); throws ConfigError.
 inline Config load_default_queue(const std::string& yaml) {

@@ -57,4 +57,7 @@ std::pair<int, std::string> check_config(const std::string& binary, const std::s
 // How many times `needle` occurs in `text` (a log line in a process's output, ...).
 size_t occurrences(const std::string& text, const std::string& needle);
 
+// The lines of `text`, without their line breaks.
+std::vector<std::string> lines_of(const std::string& text);
+
 }  // namespace kiqd::test

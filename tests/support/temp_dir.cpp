@@ -1,6 +1,7 @@
 #include "support/temp_dir.hpp"
 
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -40,6 +41,10 @@ std::string read_file(const std::string& path) {
     std::stringstream s;
     s << in.rdbuf();
     return s.str();
+}
+
+bool file_exists(const std::string& path) {
+    return ::access(path.c_str(), F_OK) == 0;
 }
 
 }  // namespace kiqd::test

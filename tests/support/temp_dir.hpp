@@ -27,4 +27,7 @@ class TempDir {
 // The whole content of a file; "" when it cannot be read (not written yet).
 std::string read_file(const std::string& path);
 
+// Whether something exists at `path`.
+bool file_exists(const std::string& path);
+
 }  // namespace kiqd::test

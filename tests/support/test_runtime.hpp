@@ -14,6 +14,8 @@ namespace kiqd::test {
 
 struct TestRuntime {
     static constexpr const char* kIdentity = "testhost:1:abcdef012345";
+    // Reliable fetch's working list of queue `default` in this process (kIdentity).
+    static constexpr const char* kWorkingDefault = "queue:sq|testhost:1:abcdef012345|default";
 
     explicit TestRuntime(const RedisServer& server,
                          std::vector<QueueWeight> queues = {{"default", 0}}, int concurrency = 2,

@@ -7,15 +7,7 @@
 
 using kiqd::ConfigError;
 using kiqd::parse_config;
-
-namespace {
-
-// The error a config text produces, or "" when it loads.
-std::string error_of(const std::string& yaml) {
-    return kiqd::test::config_error_of(yaml, kiqd::validate_config);
-}
-
-}  // namespace
+using kiqd::test::validation_error_of;
 
 TEST_CASE("a real sidekiq.yml loads unchanged", "[config]") {
     // The shape of config/sidekiq.yml in Sidekiq's own docs: symbol keys, weighted pairs,
@@ -81,28 +73,33 @@ server_middleware: [timing, {throttle: {limit: 3}}]
 }
 
 TEST_CASE("bad configs name the key and the line", "[config]") {
-    CHECK_THAT(error_of("queues: [default]\nconcurency: 5\n"),
+    CHECK_THAT(validation_error_of("queues: [default]\nconcurency: 5\n"),
                Catch::Contains("concurency (line 2): unknown key"));
-    CHECK_THAT(error_of("queues: [default]\nconcurrency: lots\n"),
+    CHECK_THAT(validation_error_of("queues: [default]\nconcurrency: lots\n"),
                Catch::Contains("concurrency (line 2): must be an integer"));
-    CHECK_THAT(error_of("queues:\n  - [critical, 0]\n"),
+    CHECK_THAT(validation_error_of("queues:\n  - [critical, 0]\n"),
                Catch::Contains("queues[0] (line 2): weight must be at least 1"));
-    CHECK_THAT(error_of("queues: []\n"), Catch::Contains("queues (line 1): is empty"));
-    CHECK_THAT(error_of("concurrency: 5\n"), Catch::Contains("queues: no queues configured"));
-    CHECK_THAT(error_of("queues: [default, default]\n"), Catch::Contains("listed twice"));
-    CHECK_THAT(error_of("queues: ['bad name']\n"), Catch::Contains("invalid queue name"));
-    CHECK_THAT(error_of("queues: [a]\nredis: {url: http://x}\n"), Catch::Contains("redis.url"));
-    CHECK_THAT(error_of("queues: [a]\nlogging: {format: xml}\n"),
+    CHECK_THAT(validation_error_of("queues: []\n"), Catch::Contains("queues (line 1): is empty"));
+    CHECK_THAT(validation_error_of("concurrency: 5\n"),
+               Catch::Contains("queues: no queues configured"));
+    CHECK_THAT(validation_error_of("queues: [default, default]\n"),
+               Catch::Contains("listed twice"));
+    CHECK_THAT(validation_error_of("queues: ['bad name']\n"),
+               Catch::Contains("invalid queue name"));
+    CHECK_THAT(validation_error_of("queues: [a]\nredis: {url: http://x}\n"),
+               Catch::Contains("redis.url"));
+    CHECK_THAT(validation_error_of("queues: [a]\nlogging: {format: xml}\n"),
                Catch::Contains("logging.format"));
-    CHECK_THAT(error_of("queues: [a]\nredis: {bogus: 1}\n"),
+    CHECK_THAT(validation_error_of("queues: [a]\nredis: {bogus: 1}\n"),
                Catch::Contains("redis.bogus (line 2): unknown key"));
-    CHECK_THAT(error_of("queues: [a\n"), Catch::Contains("(yaml)"));
-    CHECK_THAT(error_of("- just\n- a list\n"), Catch::Contains("must be a map"));
-    CHECK_THAT(error_of("queues: [a]\ncompat: 5\n"), Catch::Contains("compat (line 2)"));
-    CHECK_THAT(error_of("queues: [a]\ncompat: automatic\n"),
+    CHECK_THAT(validation_error_of("queues: [a\n"), Catch::Contains("(yaml)"));
+    CHECK_THAT(validation_error_of("- just\n- a list\n"), Catch::Contains("must be a map"));
+    CHECK_THAT(validation_error_of("queues: [a]\ncompat: 5\n"), Catch::Contains("compat (line 2)"));
+    CHECK_THAT(validation_error_of("queues: [a]\ncompat: automatic\n"),
                Catch::Contains("compat (line 2): must be auto, 6, 7 or 8"));
-    CHECK_THAT(error_of("queues: [a]\ncompat: [7]\n"), Catch::Contains("compat (line 2)"));
-    CHECK(error_of("queues: [a]\n") == "");
+    CHECK_THAT(validation_error_of("queues: [a]\ncompat: [7]\n"),
+               Catch::Contains("compat (line 2)"));
+    CHECK(validation_error_of("queues: [a]\n") == "");
 }
 
 TEST_CASE("ERB: the ENV forms sidekiq.yml files use", "[config]") {
@@ -117,9 +114,9 @@ TEST_CASE("ERB: the ENV forms sidekiq.yml files use", "[config]") {
     CHECK(c.concurrency == 7);
     CHECK(c.timeout == std::chrono::seconds(9));
     CHECK(c.tag == "fallback");
-    CHECK_THAT(error_of("queues: [a]\ntag: <%= `rm -rf /` %>\n"),
+    CHECK_THAT(validation_error_of("queues: [a]\ntag: <%= `rm -rf /` %>\n"),
                Catch::Contains("unsupported ERB expression"));
-    CHECK_THAT(error_of("queues: [a]\n<% require 'x' %>\n"), Catch::Contains("line 2"));
+    CHECK_THAT(validation_error_of("queues: [a]\n<% require 'x' %>\n"), Catch::Contains("line 2"));
 }
 
 TEST_CASE("ERB: the conversions and defaults real sidekiq.yml files use", "[config]") {
@@ -148,14 +145,16 @@ TEST_CASE("ERB: the conversions and defaults real sidekiq.yml files use", "[conf
               .concurrency == 3);
     // Integer() refuses what is not an integer, without showing the value (it may be a secret).
     const std::string bad =
-        error_of("queues: [a]\nconcurrency: <%= Integer(ENV['KIQD_TEST_SECRET']) %>\n");
+        validation_error_of("queues: [a]\nconcurrency: <%= Integer(ENV['KIQD_TEST_SECRET']) %>\n");
     CHECK_THAT(bad, Catch::Contains("line 2") && Catch::Contains("not an integer"));
     CHECK_THAT(bad, !Catch::Contains("hunter2"));
-    CHECK_THAT(error_of("queues: [a]\nconcurrency: <%= Integer(ENV['KIQD_TEST_MISSING']) %>\n"),
-               Catch::Contains("nil"));
-    CHECK_THAT(error_of("queues: [a]\nconcurrency: <%= ENV.fetch('KIQD_TEST_MISSING') %>\n"),
-               Catch::Contains("KIQD_TEST_MISSING") && Catch::Contains("not set"));
-    CHECK_THAT(error_of("queues: [a]\nconcurrency: <%= ENV['X'].to_sym %>\n"),
+    CHECK_THAT(
+        validation_error_of("queues: [a]\nconcurrency: <%= Integer(ENV['KIQD_TEST_MISSING']) %>\n"),
+        Catch::Contains("nil"));
+    CHECK_THAT(
+        validation_error_of("queues: [a]\nconcurrency: <%= ENV.fetch('KIQD_TEST_MISSING') %>\n"),
+        Catch::Contains("KIQD_TEST_MISSING") && Catch::Contains("not set"));
+    CHECK_THAT(validation_error_of("queues: [a]\nconcurrency: <%= ENV['X'].to_sym %>\n"),
                Catch::Contains("unsupported ERB expression"));
 }
 
@@ -201,15 +200,15 @@ TEST_CASE("fetch: basic by default, reliable with its options", "[config]") {
     CHECK(c.reliable_fetch.liveness_ttl == std::chrono::seconds(15));
     CHECK(c.reliable_fetch.max_interruptions == 5);
 
-    CHECK(error_of("queues: [a]\nfetch: super\n") ==
+    CHECK(validation_error_of("queues: [a]\nfetch: super\n") ==
           "fetch (line 2): must be basic or reliable, not 'super'");
-    CHECK(error_of("queues: [a]\nreliable_fetch: {liveness_ttl: 1}\n") ==
+    CHECK(validation_error_of("queues: [a]\nreliable_fetch: {liveness_ttl: 1}\n") ==
           "reliable_fetch.liveness_ttl (line 2): must be at least 3 seconds");
-    CHECK(error_of("queues: [a]\nreliable_fetch: {max_interruptions: 0}\n") ==
+    CHECK(validation_error_of("queues: [a]\nreliable_fetch: {max_interruptions: 0}\n") ==
           "reliable_fetch.max_interruptions (line 2): must be at least 1");
-    CHECK(error_of("queues: [a]\nreliable_fetch: {orphan_check_interval: -1}\n") ==
+    CHECK(validation_error_of("queues: [a]\nreliable_fetch: {orphan_check_interval: -1}\n") ==
           "reliable_fetch.orphan_check_interval (line 2): must be greater than 0");
-    CHECK(error_of("queues: [a]\nreliable_fetch: {orphan_interval: 1}\n") ==
+    CHECK(validation_error_of("queues: [a]\nreliable_fetch: {orphan_interval: 1}\n") ==
           "reliable_fetch.orphan_interval (line 2): unknown key");
 }
 
@@ -221,15 +220,15 @@ TEST_CASE("batched fetch: reliable_fetch.batch_size and prefetch", "[config][bat
                           "t.yml", "production");
     CHECK(c.reliable_fetch.batch_size == 1);
     CHECK(parse_config("queues: [a]\nprefetch: 20\n", "t.yml", "production").prefetch == 20);
-    CHECK(error_of("queues: [a]\nreliable_fetch: {batch_size: 0}\n") ==
+    CHECK(validation_error_of("queues: [a]\nreliable_fetch: {batch_size: 0}\n") ==
           "reliable_fetch.batch_size (line 2): must be between 1 and 1000");
-    CHECK(error_of("queues: [a]\nreliable_fetch: {batch_size: 1001}\n") ==
+    CHECK(validation_error_of("queues: [a]\nreliable_fetch: {batch_size: 1001}\n") ==
           "reliable_fetch.batch_size (line 2): must be between 1 and 1000");
-    CHECK_THAT(error_of("queues: [a]\nreliable_fetch: {batch_size: many}\n"),
+    CHECK_THAT(validation_error_of("queues: [a]\nreliable_fetch: {batch_size: many}\n"),
                Catch::StartsWith("reliable_fetch.batch_size (line 2): "));
-    CHECK(error_of("queues: [a]\nprefetch: 0\n") ==
+    CHECK(validation_error_of("queues: [a]\nprefetch: 0\n") ==
           "prefetch (line 2): must be between 1 and 1000");
-    CHECK(error_of("queues: [a]\nfetch: reliable\nprefetch: 10\n") ==
+    CHECK(validation_error_of("queues: [a]\nfetch: reliable\nprefetch: 10\n") ==
           "prefetch: applies to fetch: basic only; reliable fetch batches with "
           "reliable_fetch.batch_size");
 }

@@ -17,15 +17,11 @@
 #include "support/config_errors.hpp"
 #include "support/wait_until.hpp"
 
-using kiqd::test::config_error_of;
+using kiqd::test::validation_error_of;
 
 namespace {
 
 const std::string kTooLong = "must be at most 31622400 seconds (366 days)";
-
-std::string error_of(const std::string& yaml) {
-    return config_error_of(yaml, kiqd::validate_config);
-}
 
 }  // namespace
 
@@ -79,7 +75,7 @@ TEST_CASE("every duration key beyond 366 days names the key and its line", "[con
     };
     for (const auto& c : cases) {
         INFO(c.yaml);
-        CHECK(error_of(c.yaml) == c.expected);
+        CHECK(validation_error_of(c.yaml) == c.expected);
     }
 }
 
@@ -95,7 +91,7 @@ TEST_CASE("durations at the bound load", "[config][durations]") {
 }
 
 TEST_CASE("redis.connect_timeout must be greater than 0", "[config][durations]") {
-    CHECK(error_of("redis:\n  connect_timeout: 0\n") ==
+    CHECK(validation_error_of("redis:\n  connect_timeout: 0\n") ==
           "redis.connect_timeout (line 2): must be greater than 0");
 }
 

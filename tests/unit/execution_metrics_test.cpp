@@ -25,7 +25,7 @@ std::vector<std::string> joined(const std::vector<kiqd::redis::Command>& cmds) {
     return out;
 }
 
-ExecutionMetrics::Batch sample() {
+ExecutionMetrics::Batch sample_batch() {
     ExecutionMetrics m;
     m.enable({true, false});
     m.record("HardJob", false, 12);    // bucket 0 (< 20 ms)
@@ -49,7 +49,7 @@ TEST_CASE("metrics: Sidekiq's 26 histogram buckets", "[metrics][sidekiq7]") {
 
 TEST_CASE("metrics: counts per class; failures are not timed; off counts nothing",
           "[metrics][sidekiq7]") {
-    const auto batch = sample();
+    const auto batch = sample_batch();
     REQUIRE(batch.size() == 2);
     const auto& hard = batch.at("HardJob");
     CHECK(hard.processed == 3);
@@ -74,7 +74,7 @@ TEST_CASE("metrics: counts per class; failures are not timed; off counts nothing
 
 TEST_CASE("metrics: Sidekiq 7.3's keys, fields and expiries", "[metrics][sidekiq7]") {
     const auto cmds =
-        joined(ExecutionMetrics::flush_commands(sample(), Keys{}, kAt, {true, false}));
+        joined(ExecutionMetrics::flush_commands(sample_batch(), Keys{}, kAt, {true, false}));
     CHECK(cmds == std::vector<std::string>{
                       "HINCRBY j|20260205|8:3 HardJob|p 3",
                       "HINCRBY j|20260205|8:3 HardJob|f 1",
@@ -88,7 +88,7 @@ TEST_CASE("metrics: Sidekiq 7.3's keys, fields and expiries", "[metrics][sidekiq
     CHECK(ExecutionMetrics::flush_commands({}, Keys{}, kAt, {true, true}).empty());
     // A key prefix (redis-namespace) goes in front of every key.
     const auto prefixed =
-        joined(ExecutionMetrics::flush_commands(sample(), Keys{"ns"}, kAt, {true, false}));
+        joined(ExecutionMetrics::flush_commands(sample_batch(), Keys{"ns"}, kAt, {true, false}));
     CHECK(prefixed.front() == "HINCRBY ns:j|20260205|8:3 HardJob|p 3");
     CHECK(prefixed.back() == "EXPIRE ns:HardJob-05-08:3 28800");
 }
@@ -100,7 +100,7 @@ TEST_CASE(
     // 2026-12-25 13:47:05 UTC: the ten-minute bucket is "13:4"; nothing needs padding.
     const std::time_t late = 1798206425;
     const auto cmds =
-        joined(ExecutionMetrics::flush_commands(sample(), Keys{}, late, {false, true}));
+        joined(ExecutionMetrics::flush_commands(sample_batch(), Keys{}, late, {false, true}));
     const std::string minute = "j|261225|13:47";
     const std::string tens = "j|261225|13:4";
     const std::string hist = "h|HardJob-25-13:47";
@@ -123,12 +123,13 @@ TEST_CASE(
     // Early in the hour and the day: 8.x pads the minute of the hash ("8:03", bucket "8:0") but
     // not the day, hour or minute of the histogram ("h|C-5-8:3").
     const auto early =
-        joined(ExecutionMetrics::flush_commands(sample(), Keys{}, kAt, {false, true}));
+        joined(ExecutionMetrics::flush_commands(sample_batch(), Keys{}, kAt, {false, true}));
     CHECK(early.front() == "HINCRBY j|260205|8:03 HardJob|p 3");
     CHECK(early[6] == "HINCRBY j|260205|8:0 HardJob|p 3");
     CHECK(early[12] == "BITFIELD h|HardJob-5-8:3 OVERFLOW SAT INCRBY u16 #0 1 INCRBY u16 #7 1");
     // Both layouts at once (a cluster of 7 and 8 processes): 7's keys, then 8's.
-    const auto both = joined(ExecutionMetrics::flush_commands(sample(), Keys{}, kAt, {true, true}));
+    const auto both =
+        joined(ExecutionMetrics::flush_commands(sample_batch(), Keys{}, kAt, {true, true}));
     CHECK(both.size() == 8 + 14);
     CHECK(both[0] == "HINCRBY j|20260205|8:3 HardJob|p 3");
     CHECK(both[8] == "HINCRBY j|260205|8:03 HardJob|p 3");

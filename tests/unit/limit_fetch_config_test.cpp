@@ -8,24 +8,11 @@
 #include "support/config_errors.hpp"
 
 using kiqd::Config;
-using kiqd::test::config_error_of;
-
-namespace {
-
-Config load(const std::string& yaml) {
-    auto c = kiqd::parse_config(yaml, "sidekiq.yml", "production");
-    kiqd::validate_config(c);
-    return c;
-}
-
-std::string error_of(const std::string& yaml) {
-    return config_error_of(yaml, kiqd::validate_config);
-}
-
-}  // namespace
+using kiqd::test::load_validated;
+using kiqd::test::validation_error_of;
 
 TEST_CASE("limit fetch: the gem's keys, as a sidekiq.yml gives them", "[config][limit_fetch]") {
-    const Config c = load(
+    const Config c = load_validated(
         ":queues: [default, imports, critical, a, b]\n"
         ":limits:\n  imports: 2\n  :critical: 1\n"
         ":process_limits:\n  default: 5\n"
@@ -39,20 +26,21 @@ TEST_CASE("limit fetch: the gem's keys, as a sidekiq.yml gives them", "[config][
     CHECK(c.limit_fetch.line == 3);
     // The heartbeat's connection is counted.
     CHECK(kiqd::redis_connection_count(c).parts.find("limit fetch heartbeat") != std::string::npos);
-    CHECK_FALSE(load(":queues: [default]\n").limit_fetch.enabled);
+    CHECK_FALSE(load_validated(":queues: [default]\n").limit_fetch.enabled);
 }
 
 TEST_CASE("limit fetch: bad values and combinations name the key", "[config][limit_fetch]") {
-    CHECK(error_of(":queues: [a]\n:limits:\n  a: -1\n") ==
+    CHECK(validation_error_of(":queues: [a]\n:limits:\n  a: -1\n") ==
           "limits.a (line 3): must be between 0 and 1000000");
-    CHECK(error_of(":queues: [a]\n:limits: [a]\n").rfind("limits (line 2): ", 0) == 0);
-    CHECK(error_of(":queues: [a]\n:blocking:\n  - []\n") ==
+    CHECK(validation_error_of(":queues: [a]\n:limits: [a]\n").rfind("limits (line 2): ", 0) == 0);
+    CHECK(validation_error_of(":queues: [a]\n:blocking:\n  - []\n") ==
           "blocking[0] (line 3): is an empty group");
-    CHECK(error_of(":queues: [a]\n:limits:\n  a: 1\n:fetch: reliable\n") ==
+    CHECK(validation_error_of(":queues: [a]\n:limits:\n  a: 1\n:fetch: reliable\n") ==
           "limits (line 3): sidekiq-limit_fetch's limits need fetch: basic (the gem's fetch is "
           "Sidekiq's basic fetch with limits)");
-    CHECK(error_of(":queues: [a]\n:limits:\n  a: 1\n:prefetch: 10\n") ==
+    CHECK(validation_error_of(":queues: [a]\n:limits:\n  a: 1\n:prefetch: 10\n") ==
           "limits (line 3): cannot be combined with prefetch: a limit counts jobs one by one");
-    CHECK(error_of(":queues: [a]\n:process_limits:\n  a: 1\n:capsules:\n  r:\n    concurrency: 1\n"
-                   "    queues: [r]\n") == "limits (line 3): cannot be combined with capsules");
+    CHECK(validation_error_of(
+              ":queues: [a]\n:process_limits:\n  a: 1\n:capsules:\n  r:\n    concurrency: 1\n"
+              "    queues: [r]\n") == "limits (line 3): cannot be combined with capsules");
 }

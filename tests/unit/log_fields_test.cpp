@@ -12,7 +12,7 @@ struct StructuredLines {
     explicit StructuredLines(bool on) { kiqd::set_structured_log_lines(on); }
     ~StructuredLines() { kiqd::set_structured_log_lines(false); }
 };
-LogLine sample() {
+LogLine sample_line() {
     LogLine line;
     line.field("class",
                "Hard\x1e\x1f"
@@ -26,14 +26,14 @@ LogLine sample() {
 
 TEST_CASE("log line: text form puts the fields first and the tags last", "[logging]") {
     StructuredLines text(false);
-    CHECK(sample().message("done", "done: 1.500 ms") ==
+    CHECK(sample_line().message("done", "done: 1.500 ms") ==
           "class=Hard\x1e\x1f"
           "3:x jid=j1 done: 1.500 ms urgency=high cpu=0.125ms n=42");
 }
 
 TEST_CASE("log line: JSON form round-trips hostile values and types the tags", "[logging]") {
     StructuredLines json(true);
-    const std::string m = sample().message("done\x1d", "unused");
+    const std::string m = sample_line().message("done\x1d", "unused");
     const auto d = decode_log_line(m);
     REQUIRE(d);
     CHECK(d->event == "done\x1d");

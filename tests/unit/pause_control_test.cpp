@@ -15,7 +15,7 @@ using namespace kiqd;
 
 namespace {
 
-std::string error_of(const std::string& yaml) {
+std::string pause_error_of(const std::string& yaml) {
     return kiqd::test::config_error_of(
         yaml, [](Config& c) { PauseStrategies strategies(c, PauseStrategyRegistry{}); });
 }
@@ -72,25 +72,25 @@ TEST_CASE("pause_control: defaults, and custom strategies from C++", "[pause][co
 }
 
 TEST_CASE("pause_control: bad values name the key", "[pause][config]") {
-    CHECK_THAT(error_of("handlers: {A: {pause_control: nope}}\n"),
+    CHECK_THAT(pause_error_of("handlers: {A: {pause_control: nope}}\n"),
                Catch::Contains("handlers.A.pause_control") &&
                    Catch::Contains("unknown strategy \"nope\"") && Catch::Contains("redis_flag"));
-    CHECK_THAT(error_of("handlers: {A: {pause_control: redis_flag}}\n"),
+    CHECK_THAT(pause_error_of("handlers: {A: {pause_control: redis_flag}}\n"),
                Catch::Contains("handlers.A.pause_control") && Catch::Contains("key"));
-    CHECK_THAT(error_of("handlers: {A: {pause_control: {key: x}}}\n"),
+    CHECK_THAT(pause_error_of("handlers: {A: {pause_control: {key: x}}}\n"),
                Catch::Contains("handlers.A.pause_control.strategy") && Catch::Contains("required"));
-    CHECK_THAT(error_of("handlers: {A: {pause_control: [manual]}}\n"),
+    CHECK_THAT(pause_error_of("handlers: {A: {pause_control: [manual]}}\n"),
                Catch::Contains("handlers.A.pause_control"));
     CHECK_THAT(
-        error_of("pause_control: {refresh_interval: 2}\n"),
+        pause_error_of("pause_control: {refresh_interval: 2}\n"),
         Catch::Contains("pause_control.refresh_interval") && Catch::Contains("at most 1 second"));
-    CHECK_THAT(error_of("pause_control: {resume_interval: 0}\n"),
+    CHECK_THAT(pause_error_of("pause_control: {resume_interval: 0}\n"),
                Catch::Contains("pause_control.resume_interval"));
-    CHECK_THAT(error_of("pause_control: {batch_size: 0}\n"),
+    CHECK_THAT(pause_error_of("pause_control: {batch_size: 0}\n"),
                Catch::Contains("pause_control.batch_size"));
-    CHECK_THAT(error_of("pause_control: {batch: 10}\n"),
+    CHECK_THAT(pause_error_of("pause_control: {batch: 10}\n"),
                Catch::Contains("pause_control.batch") && Catch::Contains("unknown key"));
-    CHECK(error_of("handlers: {A: {pause_control: manual}}\n").empty());
+    CHECK(pause_error_of("handlers: {A: {pause_control: manual}}\n").empty());
 }
 
 TEST_CASE("parked-jobs keys use ActiveSupport's underscore, as GitLab does", "[pause]") {

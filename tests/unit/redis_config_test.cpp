@@ -12,11 +12,13 @@
 #include "kiqd/redis/connection.hpp"
 #include "kiqd/redis/sentinel.hpp"
 #include "support/config_errors.hpp"
+#include "support/scoped_env.hpp"
 
 namespace {
 
-constexpr auto load = &kiqd::test::load_default_queue;
-constexpr auto error_of = &kiqd::test::default_queue_error_of;
+using kiqd::test::default_queue_error_of;
+using kiqd::test::load_default_queue;
+using kiqd::test::ScopedEnv;
 
 // A temporary file with `content`, removed at scope exit.
 struct TempFile {
@@ -32,18 +34,11 @@ struct TempFile {
     std::string path;
 };
 
-// Sets an environment variable for the scope.
-struct ScopedEnv {
-    ScopedEnv(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
-    ~ScopedEnv() { ::unsetenv(name_); }
-    const char* name_;
-};
-
 }  // namespace
 
 TEST_CASE("redis: no credentials and no sentinels by default", "[config][redis]") {
     ScopedEnv no_url("REDIS_URL", "");
-    auto c = load("");
+    auto c = load_default_queue("");
     CHECK(c.redis.endpoint.host == "127.0.0.1");
     CHECK(c.redis.endpoint.port == 6379);
     CHECK(c.redis.endpoint.password.empty());
@@ -52,8 +47,8 @@ TEST_CASE("redis: no credentials and no sentinels by default", "[config][redis]"
 }
 
 TEST_CASE("redis: password and username from YAML", "[config][redis]") {
-    auto c =
-        load("redis:\n  url: redis://10.0.0.5:6380/2\n  username: worker\n  password: s3cret\n");
+    auto c = load_default_queue(
+        "redis:\n  url: redis://10.0.0.5:6380/2\n  username: worker\n  password: s3cret\n");
     CHECK(c.redis.endpoint.host == "10.0.0.5");
     CHECK(c.redis.endpoint.port == 6380);
     CHECK(c.redis.endpoint.db == 2);
@@ -65,7 +60,7 @@ TEST_CASE("redis: password and username from YAML", "[config][redis]") {
 }
 
 TEST_CASE("redis: password from the URL", "[config][redis]") {
-    auto c = load("redis: {url: 'redis://alice:p%40ss@127.0.0.1:6379/0'}\n");
+    auto c = load_default_queue("redis: {url: 'redis://alice:p%40ss@127.0.0.1:6379/0'}\n");
     CHECK(c.redis.endpoint.username == "alice");
     CHECK(c.redis.endpoint.password == "p@ss");
     CHECK(c.redis.password_key.empty());
@@ -73,26 +68,27 @@ TEST_CASE("redis: password from the URL", "[config][redis]") {
 
 TEST_CASE("redis: password_file reads the first line without its newline", "[config][redis]") {
     TempFile f("fr0m-file\nsecond line ignored\n");
-    auto c = load("redis:\n  password_file: " + f.path + "\n");
+    auto c = load_default_queue("redis:\n  password_file: " + f.path + "\n");
     CHECK(c.redis.endpoint.password == "fr0m-file");
     TempFile crlf("crlf-pass\r\n");
-    CHECK(load("redis: {password_file: " + crlf.path + "}\n").redis.endpoint.password ==
-          "crlf-pass");
+    CHECK(
+        load_default_queue("redis: {password_file: " + crlf.path + "}\n").redis.endpoint.password ==
+        "crlf-pass");
     TempFile no_newline("no-newline");
-    CHECK(load("redis: {password_file: " + no_newline.path + "}\n").redis.endpoint.password ==
-          "no-newline");
+    CHECK(load_default_queue("redis: {password_file: " + no_newline.path + "}\n")
+              .redis.endpoint.password == "no-newline");
 }
 
 TEST_CASE("redis: password_env reads the variable", "[config][redis]") {
     ScopedEnv env("KIQD_TEST_REDIS_PASSWORD", "fr0m-env");
-    auto c = load("redis:\n  password_env: KIQD_TEST_REDIS_PASSWORD\n");
+    auto c = load_default_queue("redis:\n  password_env: KIQD_TEST_REDIS_PASSWORD\n");
     CHECK(c.redis.endpoint.password == "fr0m-env");
     CHECK(c.redis.password_key == "redis.password_env");
 }
 
 TEST_CASE("redis: an environment's redis section replaces the top level's password",
           "[config][redis]") {
-    auto c = load("redis: {password: top}\nproduction:\n  redis: {password: prod}\n");
+    auto c = load_default_queue("redis: {password: top}\nproduction:\n  redis: {password: prod}\n");
     CHECK(c.redis.endpoint.password == "prod");
 }
 
@@ -100,40 +96,45 @@ TEST_CASE("redis: exactly one password source, errors name the key and line", "[
     TempFile f("x\n");
     ScopedEnv env("KIQD_TEST_REDIS_PASSWORD", "fr0m-env");
     // Lines count from 1 and the test prepends "queues: [default]".
-    CHECK(error_of("redis:\n  password: a\n  password_file: " + f.path + "\n") ==
+    CHECK(default_queue_error_of("redis:\n  password: a\n  password_file: " + f.path + "\n") ==
           "redis.password_file (line 4): conflicts with redis.password (line 3): give the Redis "
           "password in exactly one place");
-    CHECK_THAT(error_of("redis:\n  password_env: KIQD_TEST_REDIS_PASSWORD\n  password: a\n"),
-               Catch::StartsWith("redis.password (line 4): conflicts with redis.password_env"));
-    CHECK_THAT(error_of("redis:\n  url: redis://:u@127.0.0.1:6379/0\n  password: a\n"),
-               Catch::StartsWith("redis.password (line 4): conflicts with the password in the "
-                                 "Redis URL"));
+    CHECK_THAT(
+        default_queue_error_of("redis:\n  password_env: KIQD_TEST_REDIS_PASSWORD\n  password: a\n"),
+        Catch::StartsWith("redis.password (line 4): conflicts with redis.password_env"));
+    CHECK_THAT(
+        default_queue_error_of("redis:\n  url: redis://:u@127.0.0.1:6379/0\n  password: a\n"),
+        Catch::StartsWith("redis.password (line 4): conflicts with the password in the "
+                          "Redis URL"));
     {
         ScopedEnv url("REDIS_URL", "redis://:fromenv@127.0.0.1:6379/0");
-        CHECK_THAT(error_of("redis:\n  password_file: " + f.path + "\n"),
+        CHECK_THAT(default_queue_error_of("redis:\n  password_file: " + f.path + "\n"),
                    Catch::StartsWith("redis.password_file (line 3): conflicts with the password "
                                      "in the Redis URL (redis.url or REDIS_URL)"));
     }
-    CHECK_THAT(error_of("redis:\n  url: redis://bob:pw@127.0.0.1:6379/0\n  username: alice\n"),
+    CHECK_THAT(default_queue_error_of(
+                   "redis:\n  url: redis://bob:pw@127.0.0.1:6379/0\n  username: alice\n"),
                Catch::StartsWith("redis.username (line 4): conflicts with the user name"));
 }
 
 TEST_CASE("redis: bad AUTH keys are configuration errors", "[config][redis]") {
     ::unsetenv("KIQD_TEST_NO_SUCH_VARIABLE");
-    CHECK(error_of("redis:\n  password_file: /nonexistent/kiqd-pw\n") ==
+    CHECK(default_queue_error_of("redis:\n  password_file: /nonexistent/kiqd-pw\n") ==
           "redis.password_file (line 3): cannot read '/nonexistent/kiqd-pw'");
     TempFile empty("\nsecond\n");
-    CHECK_THAT(error_of("redis:\n  password_file: " + empty.path + "\n"),
+    CHECK_THAT(default_queue_error_of("redis:\n  password_file: " + empty.path + "\n"),
                Catch::StartsWith("redis.password_file (line 3): the first line of"));
-    CHECK(error_of("redis:\n  password_env: KIQD_TEST_NO_SUCH_VARIABLE\n") ==
+    CHECK(default_queue_error_of("redis:\n  password_env: KIQD_TEST_NO_SUCH_VARIABLE\n") ==
           "redis.password_env (line 3): environment variable KIQD_TEST_NO_SUCH_VARIABLE is not "
           "set or empty");
-    CHECK(error_of("redis:\n  password: ''\n") == "redis.password (line 3): is empty");
-    CHECK(error_of("redis:\n  password: [a, b]\n") == "redis.password (line 3): must be a string");
-    CHECK(error_of("redis:\n  username: alice\n") ==
+    CHECK(default_queue_error_of("redis:\n  password: ''\n") ==
+          "redis.password (line 3): is empty");
+    CHECK(default_queue_error_of("redis:\n  password: [a, b]\n") ==
+          "redis.password (line 3): must be a string");
+    CHECK(default_queue_error_of("redis:\n  username: alice\n") ==
           "redis.username (line 3): needs a password (redis.password, redis.password_file, "
           "redis.password_env or the URL)");
-    CHECK(error_of("redis:\n  passwd: x\n") == "redis.passwd (line 3): unknown key");
+    CHECK(default_queue_error_of("redis:\n  passwd: x\n") == "redis.passwd (line 3): unknown key");
 }
 
 TEST_CASE("redis: no error message contains the password", "[config][redis]") {
@@ -144,14 +145,14 @@ TEST_CASE("redis: no error message contains the password", "[config][redis]") {
              std::string("redis:\n  url: redis://:hunter2-secret@127.0.0.1:99999/0\n"),
              std::string("redis:\n  password: hunter2-secret\n  sentinels: [a:1]\n"),
          }) {
-        const auto e = error_of(yaml);
+        const auto e = default_queue_error_of(yaml);
         CHECK_FALSE(e.empty());
         CHECK(e.find("hunter2-secret") == std::string::npos);
     }
 }
 
 TEST_CASE("redis: sentinels and master name", "[config][redis][sentinel]") {
-    auto c = load(
+    auto c = load_default_queue(
         "redis:\n"
         "  url: redis://:s3cret@ignored-host:1/3\n"
         "  sentinels: ['127.0.0.1:26379', 'sentinel-b:26380', {host: sentinel-c, port: 5000},\n"
@@ -184,29 +185,32 @@ TEST_CASE("redis: sentinels and master name", "[config][redis][sentinel]") {
 }
 
 TEST_CASE("redis: bad sentinel keys are configuration errors", "[config][redis][sentinel]") {
-    CHECK(error_of("redis:\n  sentinels: ['127.0.0.1:26379']\n") ==
+    CHECK(default_queue_error_of("redis:\n  sentinels: ['127.0.0.1:26379']\n") ==
           "redis.master_name (line 3): is required with redis.sentinels (the name the sentinels "
           "monitor)");
-    CHECK(error_of("redis:\n  master_name: mymaster\n") ==
+    CHECK(default_queue_error_of("redis:\n  master_name: mymaster\n") ==
           "redis.master_name (line 3): is only used with redis.sentinels");
-    CHECK(error_of("redis:\n  sentinel_password: x\n") ==
+    CHECK(default_queue_error_of("redis:\n  sentinel_password: x\n") ==
           "redis.sentinel_password (line 3): is only used with redis.sentinels");
-    CHECK(error_of("redis:\n  sentinels: []\n  master_name: m\n") ==
+    CHECK(default_queue_error_of("redis:\n  sentinels: []\n  master_name: m\n") ==
           "redis.sentinels (line 3): must be a non-empty list of host:port addresses");
-    CHECK(error_of("redis:\n  sentinels: '127.0.0.1:26379'\n  master_name: m\n") ==
+    CHECK(default_queue_error_of("redis:\n  sentinels: '127.0.0.1:26379'\n  master_name: m\n") ==
           "redis.sentinels (line 3): must be a non-empty list of host:port addresses");
-    CHECK(error_of("redis:\n  sentinels: ['127.0.0.1:0']\n  master_name: m\n") ==
+    CHECK(default_queue_error_of("redis:\n  sentinels: ['127.0.0.1:0']\n  master_name: m\n") ==
           "redis.sentinels[0] (line 3): invalid port in sentinel address '127.0.0.1:0'");
-    CHECK(error_of("redis:\n  sentinels:\n    - a:1\n    - 'b:x'\n  master_name: m\n") ==
+    CHECK(default_queue_error_of(
+              "redis:\n  sentinels:\n    - a:1\n    - 'b:x'\n  master_name: m\n") ==
           "redis.sentinels[1] (line 5): invalid port in sentinel address 'b:x'");
-    CHECK(error_of("redis:\n  sentinels: [{host: a, port: 70000}]\n  master_name: m\n") ==
+    CHECK(default_queue_error_of(
+              "redis:\n  sentinels: [{host: a, port: 70000}]\n  master_name: m\n") ==
           "redis.sentinels[0].port (line 3): must be between 1 and 65535");
-    CHECK(error_of("redis:\n  sentinels: [[a, 1]]\n  master_name: m\n") ==
+    CHECK(default_queue_error_of("redis:\n  sentinels: [[a, 1]]\n  master_name: m\n") ==
           "redis.sentinels[0] (line 3): must be host:port or {host: h, port: p}");
-    CHECK(error_of("redis:\n  sentinels: ['a:1']\n  master_name: ''\n") ==
+    CHECK(default_queue_error_of("redis:\n  sentinels: ['a:1']\n  master_name: ''\n") ==
           "redis.master_name (line 4): is empty");
-    CHECK(error_of("redis:\n  url: unix:///tmp/redis.sock\n  sentinels: ['a:1']\n  master_name: "
-                   "m\n") ==
+    CHECK(default_queue_error_of(
+              "redis:\n  url: unix:///tmp/redis.sock\n  sentinels: ['a:1']\n  master_name: "
+              "m\n") ==
           "redis.sentinels (line 4): cannot be combined with a unix:// Redis "
           "URL");
 }

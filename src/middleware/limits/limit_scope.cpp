@@ -4,7 +4,7 @@ namespace kiqd {
 
 namespace {
 
-std::optional<std::string> tenant_text(const nlohmann::json& v) {
+std::optional<std::string> scope_tenant_text(const nlohmann::json& v) {
     if (v.is_string()) {
         const auto& s = v.get_ref<const std::string&>();
         if (s.empty()) return std::nullopt;
@@ -25,10 +25,10 @@ std::optional<nlohmann::json> arg_value(const Job& job, int i) {
 }  // namespace
 
 std::optional<std::string> job_tenant(const Job& job, std::optional<int> tenant_arg) {
-    if (auto tenant = job.member("fair_tenant")) return tenant_text(*tenant);
+    if (auto tenant = job.member("fair_tenant")) return scope_tenant_text(*tenant);
     if (!tenant_arg) return std::nullopt;
     const auto arg = arg_value(job, *tenant_arg);
-    return arg ? tenant_text(*arg) : std::nullopt;
+    return arg ? scope_tenant_text(*arg) : std::nullopt;
 }
 
 std::string limit_scope(const Job& job, LimitScope by, int arg, std::optional<int> tenant_arg) {

@@ -15,7 +15,7 @@ namespace {
 // ARGV[1]     -> the slot TTL in ms
 // ARGV[i + 1] -> the member held in KEYS[i] ("<identity>|<jid>|<token>")
 // Returns an array with one entry per key: 1 when that slot was extended, 0 when it was gone.
-constexpr const char* kExtendScript = R"lua(
+constexpr const char* kExtendSlotsScript = R"lua(
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('time')
 local exp = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1])
@@ -31,7 +31,7 @@ end
 return out
 )lua";
 
-constexpr auto kTick = std::chrono::milliseconds(250);
+constexpr auto kSlotTick = std::chrono::milliseconds(250);
 
 }  // namespace
 
@@ -42,7 +42,7 @@ SlotKeeper::SlotKeeper(const Keys& keys, redis::ConnectionOptions options,
       config_(config),
       identity_(std::move(identity)),
       log_(log),
-      extend_script_(kExtendScript),
+      extend_script_(kExtendSlotsScript),
       check_script_(concurrency_check_script()),
       worker_("slot-keeper", log) {}
 
@@ -53,7 +53,7 @@ SlotKeeper::~SlotKeeper() {
 void SlotKeeper::start() {
     conn_.emplace(options_);
     next_check_ = DueTime(config_.check_interval);
-    worker_.start(kTick, kTick, [this] { round(); });
+    worker_.start(kSlotTick, kSlotTick, [this] { round(); });
 }
 
 void SlotKeeper::stop() noexcept {

@@ -39,7 +39,7 @@ constexpr const char* kReleaseScript = KIQD_LOCK_RELEASE_LUA R"lua(
 return release_lock(KEYS[1], KEYS[2], ARGV[1])
 )lua";
 
-constexpr auto kTick = std::chrono::milliseconds(500);
+constexpr auto kLockTick = std::chrono::milliseconds(500);
 
 }  // namespace
 
@@ -117,7 +117,7 @@ void LockKeeper::start() {
     } catch (const redis::Error& e) {
         log_.debug("unique locks: liveness not written yet: {}", e.what());
     }
-    worker_.start(kTick, kTick, [this] { round(); });
+    worker_.start(kLockTick, kLockTick, [this] { round(); });
 }
 
 void LockKeeper::stop() noexcept {

@@ -10,7 +10,7 @@
 namespace kiqd {
 namespace {
 
-constexpr long long kPage = 500;
+constexpr long long kSurveyPage = 500;
 
 std::vector<std::string> strings_of(const redis::ReplyRef& r) {
     std::vector<std::string> out;
@@ -36,16 +36,16 @@ void search(redis::Connection& conn, const std::string& key, std::set<std::strin
     const std::string type(conn.command({"TYPE", key}).str());
     if (type == "list" || type == "zset") {
         const std::string cmd = type == "list" ? "LRANGE" : "ZRANGE";
-        for (long long start = 0; !wanted.empty(); start += kPage) {
-            auto page = strings_of(
-                conn.command({cmd, key, std::to_string(start), std::to_string(start + kPage - 1)}));
+        for (long long start = 0; !wanted.empty(); start += kSurveyPage) {
+            auto page = strings_of(conn.command(
+                {cmd, key, std::to_string(start), std::to_string(start + kSurveyPage - 1)}));
             strike(wanted, page);
-            if (static_cast<long long>(page.size()) < kPage) return;
+            if (static_cast<long long>(page.size()) < kSurveyPage) return;
         }
     } else if (type == "hash") {
         std::string cursor = "0";
         do {
-            auto r = conn.command({"HSCAN", key, cursor, "COUNT", std::to_string(kPage)});
+            auto r = conn.command({"HSCAN", key, cursor, "COUNT", std::to_string(kSurveyPage)});
             cursor = std::string(r[0].str());
             strike(wanted, strings_of(r[1]));
         } while (cursor != "0" && !wanted.empty());

@@ -18,8 +18,6 @@
 namespace kiqd {
 namespace {
 
-constexpr const char* kUntilAndWhile = "until_and_while_executing";
-constexpr const char* kWhileExecuting = "while_executing";
 constexpr auto kWaitLockTtl = std::chrono::seconds(60);
 constexpr double kRescheduleSeconds = 5.0;  // the gem's default schedule_in
 

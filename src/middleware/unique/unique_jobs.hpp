@@ -53,6 +53,10 @@
 
 namespace kiqd {
 
+// The two lock types whose run lock kiqd takes around the job (LockSpec::type).
+inline constexpr const char* kUntilAndWhile = "until_and_while_executing";
+inline constexpr const char* kWhileExecuting = "while_executing";
+
 // The lock a job asks for, resolved from its payload and its class's YAML defaults.
 struct LockSpec {
     std::string type;    // canonical: until_and_while_executing, while_executing, ...
