@@ -13,6 +13,8 @@
 #include <optional>
 #include <string>
 
+#include "server/metrics_answer.hpp"
+
 namespace kiqd::metrics_http {
 
 using Request = boost::beast::http::request<boost::beast::http::string_body>;
@@ -24,12 +26,7 @@ using Parser = boost::beast::http::request_parser<boost::beast::http::string_bod
 constexpr std::size_t kMaxRequestHeader = 8 * 1024;
 constexpr std::size_t kMaxRequestBody = 64 * 1024;
 
-// What the server answers to a path: status, content type and body.
-struct Answer {
-    int status;
-    std::string content_type;
-    std::string body;
-};
+// What the server answers to a path (Answer: status, content type and body).
 using Handler = std::function<Answer(const std::string& target)>;
 
 // Sets the limits above on a fresh parser (one per request).

@@ -19,6 +19,7 @@
 #include "kiqd/job.hpp"
 #include "server/eviction_policy.hpp"
 #include "server/fair_metrics.hpp"
+#include "server/metrics_http.hpp"
 #include "server/process_metrics.hpp"
 #include "server/prometheus_text.hpp"
 

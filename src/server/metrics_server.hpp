@@ -30,7 +30,7 @@
 #include "kiqd/keys.hpp"
 #include "kiqd/redis/connection.hpp"
 #include "middleware/job_metrics.hpp"
-#include "server/metrics_http.hpp"
+#include "server/metrics_answer.hpp"
 #include "server/work_state.hpp"
 
 namespace kiqd {
