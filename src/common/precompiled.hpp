@@ -43,8 +43,10 @@
 // headers do not say so (fmt 10's do): without this declaration every file that logs or
 // formats instantiates and optimises its own copy of it and of the number formatting under it
 // (~50 KB of code each time), and the linker keeps one. With it, each call goes to libfmt's.
+// GCC only: clang names the instance's context type differently from the libfmt that Debian's
+// GCC built, so a clang build (the fuzz targets) would call a symbol libfmt does not have.
 #if defined(FMT_VERSION) && FMT_VERSION >= 90000 && FMT_VERSION < 100000 && \
-    !defined(FMT_HEADER_ONLY)
+    !defined(FMT_HEADER_ONLY) && !defined(__clang__)
 namespace fmt {
 inline namespace v9 {
 namespace detail {
