@@ -31,6 +31,7 @@ module KiqdRubyRunner
   class Server
     TERM_GRACE = 0.5 # seconds the abandoned jobs' ensure blocks get after SIGTERM
     QUIET_TICK = 0.05
+    FATAL_LOCK = Mutex.new # one protocol error message, then exit (#fatal)
 
     def initialize(channel, glue, threads)
       @channel = channel
@@ -297,10 +298,14 @@ module KiqdRubyRunner
 
     public
 
-    # A protocol error: the process exits, kiqd fails the jobs it held and replaces it.
+    # A protocol error: the process exits, kiqd fails the jobs it held and replaces it. Several
+    # threads can meet the same error (a bad length stays at the head of the shared read buffer),
+    # so the first one says it and exits; the others wait on the lock until the process is gone.
     def fatal(message)
-      $stderr.puts "kiqd-ruby-runner: #{message}"
-      Process.exit!(2)
+      FATAL_LOCK.synchronize do
+        $stderr.puts "kiqd-ruby-runner: #{message}"
+        Process.exit!(2)
+      end
     end
   end
 end
