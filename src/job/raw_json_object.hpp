@@ -27,12 +27,13 @@ class RawJsonObject {
     void erase(std::string_view key);
     std::string dump() const;  // compact, in the original member order
 
-  private:
     struct Member {
         std::string key;        // decoded
         std::string raw_key;    // as written, with quotes
         std::string raw_value;  // as written
     };
+
+  private:
     std::vector<Member> members_;
 };
 

@@ -38,6 +38,11 @@ TEST_CASE("RawJsonObject edits top-level members only", "[codec]") {
     CHECK_FALSE(RawJsonObject::parse("[1,2]"));
     CHECK_FALSE(RawJsonObject::parse("{\"a\":"));
     CHECK(RawJsonObject::parse("{}")->dump() == "{}");
+    // Nested deeper than the fast scan goes: judged and read by the slow path, the same result.
+    const std::string deep = R"({"args":)" + std::string(300, '[') + std::string(300, ']') + "}";
+    REQUIRE(RawJsonObject::parse(deep));
+    CHECK(RawJsonObject::parse(deep)->dump() == deep);
+    CHECK_FALSE(RawJsonObject::parse(deep + "x"));
     CHECK(json_nesting_depth(R"({"a":[[["]]]]]"]]]})") == 4);
     CHECK(json_string("\xff") == "\"\xef\xbf\xbd\"");  // invalid UTF-8 becomes U+FFFD
 }
