@@ -91,8 +91,8 @@ module UnitHarness
       ENV["KIQD_RUNNER_DECISIONS"] = "1" if decisions
       @glue = KiqdRubyRunner::Glue.new(threads)
       ENV.delete("KIQD_RUNNER_DECISIONS")
-      server = KiqdRubyRunner::Server.new(KiqdRubyRunner::Channel.new(@theirs), @glue, threads)
-      @server = Thread.new { server.run }
+      @runner_server = KiqdRubyRunner::Server.new(KiqdRubyRunner::Channel.new(@theirs), @glue, threads)
+      @server = Thread.new { @runner_server.run }
       read_frame(@ours, @buf)
     end
 

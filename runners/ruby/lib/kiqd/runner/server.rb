@@ -128,7 +128,7 @@ module KiqdRubyRunner
         terminate(@workers) if wake_r.read_nonblock(64, exception: false).to_s.include?("t")
         break if @workers.none?(&:alive?)
       end
-      @workers.each(&:join)
+      @workers.each { |t| settle(t) }
       # End of file: kiqd stopped or recycled this process, and its jobs are answered.
       stop_events
       @glue.lifecycle.exit
@@ -285,9 +285,19 @@ module KiqdRubyRunner
       stop_events
       workers.each { |t| t.raise(Sidekiq::Shutdown) if t.alive? }
       deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + TERM_GRACE
-      workers.each { |t| t.join([deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC), 0].max) }
+      workers.each { |t| settle(t, [deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC), 0].max) }
       @glue.lifecycle.exit
       Process.exit!(0)
+    end
+
+    # Waits for a worker thread to end. Thread#join raises in the caller whatever the thread ended
+    # with, and a worker can end with an exception its own rescue never saw: Sidekiq::Shutdown from
+    # #terminate arriving while it runs its ensure. The main thread must go on to the `exit` event
+    # and a clean exit all the same.
+    def settle(thread, timeout = nil)
+      thread.join(timeout)
+    rescue Exception # rubocop:disable Lint/RescueException
+      nil
     end
 
     # Sidekiq's stop: `quiet` (unless it fired already), then `shutdown`; each fires once.
