@@ -13,6 +13,7 @@
 #
 # Fails, naming the world and `bash scripts/install-gems sidekiq73`, when that world is missing.
 require "minitest/autorun"
+require_relative "../support/minitest_interrupt"
 require "open3"
 require_relative "worlds"
 

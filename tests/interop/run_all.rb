@@ -16,6 +16,7 @@
 # The worlds are installed by `bash scripts/install-gems`; a test whose world is missing fails,
 # naming the world and that command.
 require "minitest/autorun"
+require_relative "../support/minitest_interrupt"
 SIDEKIQ7_FILES = %w[test_sidekiq7_interop.rb test_sidekiq7_suite_interop.rb test_capsules7_interop.rb].freeze
 GROUPS = {
   "sidekiq7" => SIDEKIQ7_FILES,

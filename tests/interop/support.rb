@@ -8,6 +8,7 @@
 # (both variables default to those build/ paths). KIQD_INTEROP_FAST=1 skips the one check that
 # waits ~60 s for a Redis TTL to run out; KIQD_INTEROP_KEEP=1 keeps every test's logs.
 require "minitest/autorun"
+require_relative "../support/minitest_interrupt"
 require "socket"
 require "tmpdir"
 require "fileutils"

@@ -16,6 +16,7 @@
 # Jobs that must overlap wait at gates (FIFOs the test opens), so overlap and answer order are
 # facts the jobs record, not timings.
 require "minitest/autorun"
+require_relative "../support/minitest_interrupt"
 require "socket"
 require "io/nonblock"
 require "json"

@@ -11,6 +11,7 @@
 #   bash scripts/world sidekiq81 ruby tests/runners/unit/run_all.rb
 #   ruby tests/runners/unit/run_all.rb channel_test.rb -n /pieces/
 require "minitest/autorun"
+require_relative "../../support/minitest_interrupt"
 require "socket"
 require "json"
 require "timeout"
