@@ -57,6 +57,7 @@ module KiqdRubyRunner
       return nil unless fill(4)
       len = @buf.unpack1("N")
       raise "frame of #{len} bytes" if len > MAX_FRAME
+      raise "an empty frame (no type)" if len.zero?
       return nil unless fill(4 + len)
       body = @buf.byteslice(4, len)
       @buf = @buf.bytesize == 4 + len ? "".b : @buf.byteslice(4 + len, @buf.bytesize)
