@@ -66,8 +66,12 @@ class ChannelTest < Minitest::Test
   def test_a_body_without_a_newline_has_empty_data
     @ours.write([5].pack("N") + "quiet")
     assert_equal ["quiet", ""], @channel.read_frame
+  end
+
+  def test_an_empty_body_is_refused
     @ours.write([0].pack("N"))
-    assert_equal [nil, ""], @channel.read_frame, "an empty body has no type (the Server calls it unknown)"
+    error = assert_raises(RuntimeError) { @channel.read_frame }
+    assert_equal "an empty frame (no type)", error.message
   end
 
   def test_a_declared_length_over_64_mib_is_refused_before_its_body

@@ -71,10 +71,7 @@ module KiqdRubyRunner
       queue = job["queue"]
       @job_logger.prepare(job) do
         @reloader.call do
-          klass = KiqdRubyRunner.constantize(job["class"].to_s)
-          instance = klass.new
-          instance.jid = job["jid"] if instance.respond_to?(:jid=)
-          instance._context = @stopping if instance.respond_to?(:_context=)
+          instance = job_instance(job)
           @middleware.invoke(instance, job, queue) do
             instance.perform(*job["args"])
           end
@@ -103,10 +100,7 @@ module KiqdRubyRunner
       @job_logger.prepare(job) do
         @retrier.global(raw, queue) do
           @reloader.call do
-            klass = KiqdRubyRunner.constantize(job["class"].to_s)
-            instance = klass.new
-            instance.jid = job["jid"] if instance.respond_to?(:jid=)
-            instance._context = @stopping if instance.respond_to?(:_context=)
+            instance = job_instance(job)
             @retrier.local(instance, raw, queue) do
               @middleware.invoke(instance, job, queue) do
                 instance.perform(*job["args"])
@@ -137,6 +131,15 @@ module KiqdRubyRunner
     end
 
     private
+
+    # A new instance of the job's class, as Sidekiq's processor makes one: its jid, and the
+    # context iterable jobs ask `stopping?` of.
+    def job_instance(job)
+      instance = KiqdRubyRunner.constantize(job["class"].to_s).new
+      instance.jid = job["jid"] if instance.respond_to?(:jid=)
+      instance._context = @stopping if instance.respond_to?(:_context=)
+      instance
+    end
 
     # The version's JobRetry, as its processor makes it, with the Redis writes handed to kiqd.
     def deciding_retrier
