@@ -1,6 +1,9 @@
 #include "kiqd/config.hpp"
 
 #include <catch2/catch.hpp>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "fetch/queue_order.hpp"
 #include "support/config_errors.hpp"
@@ -73,32 +76,28 @@ server_middleware: [timing, {throttle: {limit: 3}}]
 }
 
 TEST_CASE("bad configs name the key and the line", "[config]") {
-    CHECK_THAT(validation_error_of("queues: [default]\nconcurency: 5\n"),
-               Catch::Contains("concurency (line 2): unknown key"));
-    CHECK_THAT(validation_error_of("queues: [default]\nconcurrency: lots\n"),
-               Catch::Contains("concurrency (line 2): must be an integer"));
-    CHECK_THAT(validation_error_of("queues:\n  - [critical, 0]\n"),
-               Catch::Contains("queues[0] (line 2): weight must be at least 1"));
-    CHECK_THAT(validation_error_of("queues: []\n"), Catch::Contains("queues (line 1): is empty"));
-    CHECK_THAT(validation_error_of("concurrency: 5\n"),
-               Catch::Contains("queues: no queues configured"));
-    CHECK_THAT(validation_error_of("queues: [default, default]\n"),
-               Catch::Contains("listed twice"));
-    CHECK_THAT(validation_error_of("queues: ['bad name']\n"),
-               Catch::Contains("invalid queue name"));
-    CHECK_THAT(validation_error_of("queues: [a]\nredis: {url: http://x}\n"),
-               Catch::Contains("redis.url"));
-    CHECK_THAT(validation_error_of("queues: [a]\nlogging: {format: xml}\n"),
-               Catch::Contains("logging.format"));
-    CHECK_THAT(validation_error_of("queues: [a]\nredis: {bogus: 1}\n"),
-               Catch::Contains("redis.bogus (line 2): unknown key"));
-    CHECK_THAT(validation_error_of("queues: [a\n"), Catch::Contains("(yaml)"));
-    CHECK_THAT(validation_error_of("- just\n- a list\n"), Catch::Contains("must be a map"));
-    CHECK_THAT(validation_error_of("queues: [a]\ncompat: 5\n"), Catch::Contains("compat (line 2)"));
-    CHECK_THAT(validation_error_of("queues: [a]\ncompat: automatic\n"),
-               Catch::Contains("compat (line 2): must be auto, 6, 7 or 8"));
-    CHECK_THAT(validation_error_of("queues: [a]\ncompat: [7]\n"),
-               Catch::Contains("compat (line 2)"));
+    // {config text, what its error must say}
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {"queues: [default]\nconcurency: 5\n", "concurency (line 2): unknown key"},
+        {"queues: [default]\nconcurrency: lots\n", "concurrency (line 2): must be an integer"},
+        {"queues:\n  - [critical, 0]\n", "queues[0] (line 2): weight must be at least 1"},
+        {"queues: []\n", "queues (line 1): is empty"},
+        {"concurrency: 5\n", "queues: no queues configured"},
+        {"queues: [default, default]\n", "listed twice"},
+        {"queues: ['bad name']\n", "invalid queue name"},
+        {"queues: [a]\nredis: {url: http://x}\n", "redis.url"},
+        {"queues: [a]\nlogging: {format: xml}\n", "logging.format"},
+        {"queues: [a]\nredis: {bogus: 1}\n", "redis.bogus (line 2): unknown key"},
+        {"queues: [a\n", "(yaml)"},
+        {"- just\n- a list\n", "must be a map"},
+        {"queues: [a]\ncompat: 5\n", "compat (line 2)"},
+        {"queues: [a]\ncompat: automatic\n", "compat (line 2): must be auto, 6, 7 or 8"},
+        {"queues: [a]\ncompat: [7]\n", "compat (line 2)"},
+    };
+    for (const auto& [yaml, expected] : cases) {
+        INFO(yaml);
+        CHECK_THAT(validation_error_of(yaml), Catch::Contains(expected));
+    }
     CHECK(validation_error_of("queues: [a]\n") == "");
 }
 
