@@ -105,9 +105,9 @@ std::optional<RawJsonObject> RawJsonObject::parse(std::string_view text, std::st
     const size_t i = skip_ws(text, 0);
     if (i >= text.size() || text[i] != '{') return fail("not a JSON object");
     RawJsonObject obj;
+    MemberCollector collector(obj.members_);
     for_each_json_member(text, [&](std::string_view raw_key, std::string_view raw_value) {
-        obj.members_.push_back(
-            {json_unquote(raw_key), std::string(raw_key), std::string(raw_value)});
+        collector.member(raw_key, raw_value);
     });
     return obj;
 }
