@@ -4,6 +4,7 @@
 // mixed with good ones. Each asserts outcomes (nothing lost, nothing counted twice, the process
 // survives), never timings.
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -29,6 +30,19 @@ using kiqd::test::llen;
 using kiqd::test::RedisServer;
 using kiqd::test::wait_until;
 using kiqd::test::zcard;
+
+TEST_CASE("harness: a redis-server that cannot start is reported with its exit status",
+          "[fault][harness]") {
+    // An option redis-server refuses: it exits at once. The fixture says so instead of waiting
+    // out its deadline, and reaps the child (no redis-server is left behind).
+    try {
+        RedisServer refused({"--no-such-option", "yes"});
+        FAIL("redis-server started with an unknown option");
+    } catch (const std::runtime_error& e) {
+        CHECK_THAT(e.what(), Catch::Contains("exited with status 1"));
+    }
+    CHECK(::waitpid(-1, nullptr, WNOHANG) <= 0);  // no unreaped child
+}
 
 TEST_CASE("fault: a stats flush sent twice counts once", "[fault][heartbeat]") {
     auto& server = RedisServer::shared();

@@ -66,9 +66,12 @@ class Sentinel {
             ::_exit(127);
         }
         if (pid_ < 0) throw std::runtime_error("fork failed");
-        if (!kiqd::test::wait_until_answering(options(), std::chrono::seconds(5))) {
-            stop();  // the destructor does not run when the constructor throws
-            throw std::runtime_error("redis-server --sentinel did not start");
+        // On failure the child is already reaped (the destructor does not run when the
+        // constructor throws).
+        const std::string failure = kiqd::test::await_started(pid_, options());
+        if (!failure.empty()) {
+            pid_ = -1;
+            throw std::runtime_error("redis-server --sentinel " + failure);
         }
     }
     ~Sentinel() { stop(); }
@@ -88,6 +91,7 @@ class Sentinel {
 
   private:
     void stop() {
+        if (pid_ <= 0) return;
         ::kill(pid_, SIGTERM);
         int status = 0;
         ::waitpid(pid_, &status, 0);

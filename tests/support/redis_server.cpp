@@ -36,10 +36,13 @@ std::string default_queue_config(const RedisServer& server, const std::string& e
     return kiqd_config(server, "queues: [default]\n" + extra);
 }
 
-bool wait_until_answering(const redis::ConnectionOptions& options,
-                          std::chrono::milliseconds timeout) {
-    return wait_until(
+std::string await_started(pid_t pid, const redis::ConnectionOptions& options) {
+    int status = 0;
+    bool exited = false;
+    const bool answering = wait_until(
         [&] {
+            if (::waitpid(pid, &status, WNOHANG) == pid) exited = true;
+            if (exited) return true;
             try {
                 redis::Connection c(options);
                 return c.command({"PING"}).str() == "PONG";
@@ -47,7 +50,14 @@ bool wait_until_answering(const redis::ConnectionOptions& options,
                 return false;
             }
         },
-        timeout);
+        std::chrono::seconds(60));
+    if (answering && !exited) return "";
+    if (exited)
+        return WIFEXITED(status) ? "exited with status " + std::to_string(WEXITSTATUS(status))
+                                 : "was killed by signal " + std::to_string(WTERMSIG(status));
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+    return "did not answer PING in 60 s";
 }
 
 RedisServer::RedisServer(std::vector<std::string> extra_args)
@@ -101,8 +111,13 @@ void RedisServer::start() {
         ::_exit(127);
     }
     if (pid_ < 0) throw std::runtime_error("fork failed");
-    if (!wait_until_answering(options(), std::chrono::seconds(5)))
-        throw std::runtime_error("redis-server did not start on port " + port);
+    // A slow start must not be cut short: a constructor that throws removes dir_ while the server
+    // may still be reading its options. await_started reaps the child whenever it fails.
+    const std::string failure = await_started(pid_, options());
+    if (!failure.empty()) {
+        pid_ = -1;
+        throw std::runtime_error("redis-server on port " + port + " " + failure);
+    }
 }
 
 void RedisServer::stop() {

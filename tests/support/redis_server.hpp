@@ -66,9 +66,10 @@ class RedisServer {
 
 int free_port();
 
-// Waits until a server at `options` answers PING (a redis-server or sentinel just started).
-bool wait_until_answering(const redis::ConnectionOptions& options,
-                          std::chrono::milliseconds timeout);
+// Waits for the redis-server `pid` (a child of this process) to answer PING at `options`. It
+// gives a loaded machine a minute, and gives up early if the child exits. On failure the child is
+// killed and reaped, and the error names its fate: "" when it answers.
+std::string await_started(pid_t pid, const redis::ConnectionOptions& options);
 
 // A kiqd YAML config pointing at `server`, with a fast scheduler poll, followed by `extra`.
 std::string kiqd_config(const RedisServer& server, const std::string& extra);
