@@ -192,7 +192,9 @@ module KiqdInterop
       children << @redis_server
       @redis_url = "redis://127.0.0.1:#{port}/0"
       @redis = Redis.new(url: @redis_url)
-      wait_until(10, "redis-server on port #{port}") do
+      # A minute for a loaded machine; a server that exits (a port taken meanwhile) fails at once.
+      wait_until(60, "redis-server on port #{port}") do
+        flunk("redis-server on port #{port} exited:\n#{File.read(log)}") unless @redis_server.alive?
         @redis.ping == "PONG"
       rescue Redis::CannotConnectError
         false

@@ -64,11 +64,11 @@ module RunnerHarness
       end
       url = "redis://127.0.0.1:#{port}/0"
       r = Redis.new(url: url)
-      deadline = now + 10
+      deadline = now + 60 # a loaded machine
       begin
         r.ping
       rescue Redis::CannotConnectError
-        raise "redis-server did not start on port #{port}" if now > deadline
+        raise "redis-server did not start on port #{port}" if now > deadline || Process.wait(@redis_pid, Process::WNOHANG)
         sleep 0.02
         retry
       end
