@@ -137,7 +137,9 @@ def cmd_run(args):
         if line.startswith("cmdstat_evalsha:"):
             evalsha = dict(kv.split("=") for kv in line.split(":", 1)[1].split(","))
     processed = int(r.call("GET", "stat:processed") or 0)
-    moved_s = emptied - first_move
+    # A small set can go from full to empty between two polls: then it took at most one poll
+    # interval, which is what is reported (a smoke's 3,000 jobs do; the real rows take seconds).
+    moved_s = max(emptied - first_move, poll)
     result = {
         "system": args.label, "set": args.set, "jobs": args.jobs,
         "empty_s": round(moved_s, 4), "moves_per_s": round(args.jobs / moved_s, 1),
