@@ -5,7 +5,6 @@
 // and with TLS between everything (sentinel, master, replica, kiqd).
 // Every server is a child process on a free loopback port, stopped by PID.
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,6 +19,7 @@
 #include "support/redis_reads.hpp"
 #include "support/redis_server.hpp"
 #include "support/temp_dir.hpp"
+#include "support/test_child.hpp"
 #include "support/tls_certs.hpp"
 #include "support/wait_until.hpp"
 
@@ -60,11 +60,8 @@ class Sentinel {
                             << "sentinel down-after-milliseconds mymaster 1000\n"
                             << "sentinel failover-timeout mymaster 3000\n"
                             << extra_conf;
-        const pid_t parent = ::getpid();
-        pid_ = ::fork();
+        pid_ = kiqd::test::fork_test_child();
         if (pid_ == 0) {
-            ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // stopped with a test binary that is killed
-            if (::getppid() != parent) ::_exit(127);
             ::execlp("redis-server", "redis-server", conf.c_str(), "--sentinel",
                      static_cast<char*>(nullptr));
             ::_exit(127);

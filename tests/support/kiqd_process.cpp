@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,6 +10,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "support/test_child.hpp"
 #include "support/wait_until.hpp"
 
 namespace kiqd::test {
@@ -18,14 +18,9 @@ namespace {
 
 pid_t spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
             const std::string& log_path) {
-    const pid_t parent = ::getpid();
-    pid_t pid = ::fork();
+    pid_t pid = fork_test_child();
     if (pid < 0) throw std::runtime_error("fork failed");
     if (pid == 0) {
-        // A test binary that is killed (CI stopping a failed run) runs no destructor: the child
-        // is stopped with it, not left running in its own process group.
-        ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (::getppid() != parent) ::_exit(127);
         int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
         ::dup2(fd, 1);
         ::dup2(fd, 2);

@@ -3,13 +3,13 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <stdexcept>
 
+#include "support/test_child.hpp"
 #include "support/tls_certs.hpp"
 #include "support/wait_until.hpp"
 
@@ -106,11 +106,8 @@ void RedisServer::start() {
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
-    const pid_t parent = ::getpid();
-    pid_ = ::fork();
+    pid_ = fork_test_child();
     if (pid_ == 0) {
-        ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // stopped with a test binary that is killed
-        if (::getppid() != parent) ::_exit(127);
         ::execvp("redis-server", argv.data());
         ::_exit(127);
     }
