@@ -68,6 +68,21 @@ module Test::Gated::RetryAware
   end
 end
 
+# Outermost on the reference server: counts the jobs inside the server's middleware chain, so
+# that a copy the gem holds in its server middleware (waiting for or rescheduled by the run
+# lock) counts as work in flight, not as a drained queue. RPUSH kiqd-test:entered <jid> on the
+# way in and kiqd-test:left <jid> on the way out, whatever the chain did.
+class Test::Gated::InFlight
+  include Sidekiq::ServerMiddleware if defined?(Sidekiq::ServerMiddleware)
+
+  def call(_worker, job, _queue)
+    Sidekiq.redis { |r| r.call("RPUSH", "kiqd-test:entered", job["jid"]) }
+    yield
+  ensure
+    Sidekiq.redis { |r| r.call("RPUSH", "kiqd-test:left", job["jid"]) }
+  end
+end
+
 class Test::Gated::RetryMarker
   include Test::Gated::RetryAware
   include Sidekiq::ServerMiddleware if defined?(Sidekiq::ServerMiddleware)
@@ -92,6 +107,7 @@ Sidekiq.configure_server do |config|
   end
   config.client_middleware { |chain| chain.add SidekiqUniqueJobs::Middleware::Client }
   config.server_middleware do |chain|
+    chain.add Test::Gated::InFlight
     chain.add Test::Gated::RetryMarker
     chain.add SidekiqUniqueJobs::Middleware::Server
   end
