@@ -123,10 +123,14 @@ module KiqdRubyRunner
       # Seat threads join @workers when the seats come (#route).
       @threads.times { |slot| @workers << thread(wake_w) { work(slot) } }
       @workers << thread(wake_w) { watch }
+      # A thread of #thread says "e" from its ensure, while it is still alive: it marks itself
+      # ended first, so that the last one to go is seen as done (asking alive? alone can miss it
+      # and wait for ever).
       loop do
         IO.select([wake_r])
-        terminate(@workers) if wake_r.read_nonblock(64, exception: false).to_s.include?("t")
-        break if @workers.none?(&:alive?)
+        bytes = wake_r.read_nonblock(64, exception: false)
+        terminate(@workers) if bytes.is_a?(String) && bytes.include?("t")
+        break if @workers.all? { |t| t[:kiqd_ended] || !t.alive? }
       end
       @workers.each { |t| settle(t) }
       # End of file: kiqd stopped or recycled this process, and its jobs are answered.
@@ -146,6 +150,7 @@ module KiqdRubyRunner
       rescue Exception => e # rubocop:disable Lint/RescueException
         fatal("#{e.class}: #{e.message}")
       ensure
+        Thread.current[:kiqd_ended] = true # nothing more runs here: see #run
         wake_w.write_nonblock("e", exception: false)
       end
     end
