@@ -32,17 +32,19 @@ using kiqd::test::zcard;
 namespace {
 
 // What every run of a recording bash script ($EPOCHREALTIME) does first: takes an exclusive flock
-// on a file of its jid, held until the run's last process is gone (SIGKILL included), and notes in
+// on a file of its jid, held by the run's shell until it is gone (SIGKILL included), and notes in
 // `overlaps` when another run of the same jid still holds it; then appends "start <jid> <pid>
 // <time>". While it runs it appends the time to alive.<pid> every 10 ms; at its end it appends "end
-// <jid> <pid> <time>".
+// <jid> <pid> <time>". The ticks' `sleep` does not hold the lock: when the group is killed, kiqd
+// reaps the shell, the command's leader, and a killed `sleep` may take a moment longer to be gone
+// on a loaded machine, while it can no longer do anything.
 std::string recording_prelude(const TempDir& dir) {
     return "d='" + dir.path() +
            "'\n"
            "exec 9>>\"$d/lock.$KIQD_JID\"\n"
            "flock -n 9 || echo \"$KIQD_JID\" >> \"$d/overlaps\"\n"
            "echo \"start $KIQD_JID $$ $EPOCHREALTIME\" >> \"$d/runs\"\n"
-           "tick() { echo \"$EPOCHREALTIME\" >> \"$d/alive.$$\"; sleep 0.01; }\n";
+           "tick() { echo \"$EPOCHREALTIME\" >> \"$d/alive.$$\"; sleep 0.01 9>&-; }\n";
 }
 const char* const kRecordEnd = "echo \"end $KIQD_JID $$ $EPOCHREALTIME\" >> \"$d/runs\"\n";
 
