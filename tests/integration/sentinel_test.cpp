@@ -1,15 +1,17 @@
 // Redis AUTH and Redis Sentinel against real servers: the kiqd binary authenticating with a
 // password from YAML, a file, an environment variable or an ACL user; a wrong or missing password
 // giving one clear log line and never the password; and a fail-over (kill -9 of the master
-// under a sentinel) that kiqd follows to the promoted replica without losing a job, on plain TCP
-// and with TLS between everything (sentinel, master, replica, kiqd).
+// under a sentinel) that kiqd follows to the promoted replica, finishing every job it started, on
+// plain TCP and with TLS between everything (sentinel, master, replica, kiqd).
 // Every server is a child process on a free loopback port, stopped by PID.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <fstream>
+#include <iostream>
 #include <regex>
 #include <set>
 
@@ -334,22 +336,57 @@ void run_failover(bool tls) {
             }
         },
         std::chrono::seconds(90)));
-    // Every job finished at least once (jobs popped from the master but not yet replicated
-    // run again: basic fetch is at-least-once). The log is the evidence that survives the crash.
-    static const std::regex done(R"(jid=([0-9a-f]+) queue=default done)");
-    std::set<std::string> finished;
-    const auto all_done = [&] {
+    // Every job kiqd started finished, and the jobs it did not start were lost in the fail-over
+    // itself, at most one per processor thread. Jobs popped from the master but not yet
+    // replicated run again (basic fetch is at-least-once). The other way round, a pop the
+    // replica received whose reply never reached kiqd, is lost: Redis sends a command's
+    // replication stream before its reply, and a master killed between the two took that job
+    // with it. Basic fetch has at most one pop in flight per thread, so at most `concurrency`
+    // (5) such jobs. The log is the evidence that survives the crash.
+    constexpr size_t concurrency = 5;
+    static const std::regex line(R"(jid=([0-9a-f]+) queue=default (start|done))");
+    std::set<std::string> started, finished;
+    const auto read_log = [&] {
+        started.clear();
         finished.clear();
         const auto out = kiqd.output();
-        for (std::sregex_iterator it(out.begin(), out.end(), done), end; it != end; ++it)
-            finished.insert((*it)[1]);
-        return finished.size() >= jids.size();
+        for (std::sregex_iterator it(out.begin(), out.end(), line), end; it != end; ++it)
+            ((*it)[2] == "start" ? started : finished).insert((*it)[1]);
     };
-    CHECK(wait_until(all_done, std::chrono::seconds(10)));
-    std::vector<std::string> missing;
+    const auto settled = [&] {
+        read_log();
+        return finished.size() >= jids.size() ||
+               (finished.size() + concurrency >= jids.size() &&
+                std::includes(finished.begin(), finished.end(), started.begin(), started.end()));
+    };
+    CHECK(wait_until(settled, std::chrono::seconds(10)));
+    read_log();
+    std::vector<std::string> missing;  // jobs that never finished
     for (const auto& jid : jids)
         if (!finished.count(jid)) missing.push_back(jid);
-    CHECK(missing.empty());
+    {
+        // On a failure, what kiqd's log says of (at most five of) the missing jobs.
+        const auto out = kiqd.output();
+        std::string about_missing = std::to_string(missing.size()) + " job(s) missing\n";
+        for (size_t i = 0; i < missing.size() && i < 5; ++i) {
+            about_missing += missing[i] + ":\n";
+            for (size_t at = out.find(missing[i]); at != std::string::npos;
+                 at = out.find(missing[i], at + 1)) {
+                const size_t begin = out.rfind('\n', at);
+                const size_t end = out.find('\n', at);
+                about_missing +=
+                    "  " + out.substr(begin == std::string::npos ? 0 : begin + 1,
+                                      end == std::string::npos ? std::string::npos : end - begin);
+            }
+        }
+        INFO(about_missing);
+        // Every finished job logged its start too (the start lines are read right).
+        CHECK(std::includes(started.begin(), started.end(), finished.begin(), finished.end()));
+        CHECK(missing.size() <= concurrency);
+        for (const auto& jid : missing) CHECK(!started.count(jid));
+    }
+    std::cout << "sentinel fail-over" << (tls ? " with TLS" : "") << ": " << jids.size()
+              << " jobs, " << missing.size() << " lost in the fail-over\n";
     CHECK(kiqd.stop() == 0);
     const auto out = kiqd.output();
     std::string redis_lines;  // the log without the per-job lines
@@ -374,12 +411,13 @@ void run_failover(bool tls) {
 
 }  // namespace
 
-TEST_CASE("sentinel: kiqd follows a fail-over (kill -9 of the master) and every job completes",
-          "[sentinel][failover]") {
+TEST_CASE(
+    "sentinel: kiqd follows a fail-over (kill -9 of the master) and finishes every job it started",
+    "[sentinel][failover]") {
     run_failover(false);
 }
 
-TEST_CASE("sentinel: a fail-over with TLS between everything: every job completes",
+TEST_CASE("sentinel: a fail-over with TLS between everything: every job kiqd started finishes",
           "[sentinel][failover][tls]") {
     run_failover(true);
 }
