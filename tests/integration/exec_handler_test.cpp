@@ -344,8 +344,9 @@ TEST_CASE("exec: a command dies with kiqd when kiqd is killed with SIGKILL", "[e
 
 namespace {
 
-// The pids the processes of a test's script wrote, one a line, once there are `count`.
-std::vector<pid_t> await_pids(const std::string& file, size_t count) {
+// The pids the processes of a test's script wrote, one a line, once there are `count`. On a
+// failure, kiqd's log says what became of the job.
+std::vector<pid_t> await_pids(const KiqdProcess& kiqd, const std::string& file, size_t count) {
     std::vector<pid_t> pids;
     const bool all = wait_until([&] {
         if (!file_exists(file)) return false;
@@ -354,6 +355,7 @@ std::vector<pid_t> await_pids(const std::string& file, size_t count) {
         for (pid_t p; in >> p;) pids.push_back(p);
         return pids.size() == count;
     });
+    INFO(kiqd.output());
     REQUIRE(all);
     return pids;
 }
@@ -391,7 +393,7 @@ TEST_CASE("exec: a command's own children die with a killed kiqd, SIGTERM ignore
     KiqdProcess kiqd(KIQD_BINARY,
                      config_for(server, "handlers:\n  Tree:\n    exec: [\"" + script + "\"]\n"), {},
                      {{"OUT", dir.path()}});
-    const auto pids = await_pids(dir.file("pids"), 2);
+    const auto pids = await_pids(kiqd, dir.file("pids"), 2);
     for (pid_t p : pids) REQUIRE(!process_ended(p));
     // The keeper names itself once it runs: on a loaded machine, after the command's children.
     pid_t keeper = -1;
@@ -425,7 +427,7 @@ TEST_CASE("exec: a killed group keeper is replaced, and the next command's child
     ::kill(first, SIGKILL);
     REQUIRE(wait_until([&] { return process_ended(first); }));
     client.push(conn, {{"class", "Tree"}});
-    const auto pids = await_pids(dir.file("pids"), 2);
+    const auto pids = await_pids(kiqd, dir.file("pids"), 2);
     // The new keeper names itself once it runs (it may start after the command's children).
     pid_t second = -1;
     CHECK(wait_until([&] {
