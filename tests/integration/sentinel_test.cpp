@@ -339,10 +339,10 @@ void run_failover(bool tls) {
     // Every job kiqd started finished, and the jobs it did not start were lost in the fail-over
     // itself, at most one per processor thread. Jobs popped from the master but not yet
     // replicated run again (basic fetch is at-least-once). The other way round, a pop the
-    // replica received whose reply never reached kiqd, is lost: Redis sends a command's
-    // replication stream before its reply, and a master killed between the two took that job
-    // with it. Basic fetch has at most one pop in flight per thread, so at most `concurrency`
-    // (5) such jobs. The log is the evidence that survives the crash.
+    // replica received whose reply never reached kiqd, is lost: Redis may send a command
+    // to its replicas before it answers the client, and a master killed between the two took
+    // that job with it. Basic fetch has at most one pop in flight per thread, so at most
+    // `concurrency` (5) such jobs. The log is the evidence that survives the crash.
     constexpr size_t concurrency = 5;
     static const std::regex line(R"(jid=([0-9a-f]+) queue=default (start|done))");
     std::set<std::string> started, finished;
