@@ -140,7 +140,11 @@ std::string run_jobs(const RedisServer& server, const std::string& yaml, int n,
     auto conn = server.connect();
     push_noops(conn, n);
     KiqdProcess kiqd(KIQD_BINARY, yaml, {}, std::move(env));
-    CHECK(wait_until([&] { return llen(conn, "queue:default") == 0; }));
+    // Every job's done line, not an empty queue: a job popped just before the stop is put back
+    // in its queue, not run.
+    CHECK(wait_until([&] {
+        return occurrences(kiqd.output(), "queue=default done") == static_cast<size_t>(n);
+    }));
     CHECK(kiqd.stop() == 0);
     INFO(kiqd.output());
     CHECK(processed(conn) == n);  // stats flush at exit
