@@ -4,7 +4,9 @@
 #include <thread>
 
 namespace kiqd::test {
+namespace {
 
+// KIQD_TEST_DEADLINE_SCALE, or 1 when it is unset or not a number >= 1.
 double deadline_scale() {
     static const double scale = [] {
         const char* text = std::getenv("KIQD_TEST_DEADLINE_SCALE");
@@ -15,6 +17,8 @@ double deadline_scale() {
     }();
     return scale;
 }
+
+}  // namespace
 
 bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
     const auto deadline =

@@ -16,7 +16,4 @@ namespace kiqd::test {
 bool wait_until(const std::function<bool()>& pred,
                 std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
-// KIQD_TEST_DEADLINE_SCALE, or 1 when it is unset or not a number >= 1.
-double deadline_scale();
-
 }  // namespace kiqd::test
