@@ -30,6 +30,7 @@ using kiqd::test::parse_each;
 using kiqd::test::RedisServer;
 using kiqd::test::TempDir;
 using kiqd::test::wait_until;
+using kiqd::test::llen;
 using kiqd::test::zcard;
 using kiqd::test::zrange;
 namespace fs = std::filesystem;
@@ -345,8 +346,9 @@ TEST_CASE("exec: a command dies with kiqd when kiqd is killed with SIGKILL", "[e
 namespace {
 
 // The pids the processes of a test's script wrote, one a line, once there are `count`. On a
-// failure, kiqd's log says what became of the job.
-std::vector<pid_t> await_pids(const KiqdProcess& kiqd, const std::string& file, size_t count) {
+// failure: kiqd's log, where the job is in Redis, and who else is connected to the server.
+std::vector<pid_t> await_pids(const KiqdProcess& kiqd, redis::Connection& conn,
+                              const std::string& file, size_t count) {
     std::vector<pid_t> pids;
     const bool all = wait_until([&] {
         if (!file_exists(file)) return false;
@@ -355,8 +357,17 @@ std::vector<pid_t> await_pids(const KiqdProcess& kiqd, const std::string& file, 
         for (pid_t p; in >> p;) pids.push_back(p);
         return pids.size() == count;
     });
-    INFO(kiqd.output());
-    REQUIRE(all);
+    if (!all) {
+        std::string where = "queue:default " + std::to_string(llen(conn, "queue:default")) +
+                            ", retry " + std::to_string(zcard(conn, "retry")) + ", dead " +
+                            std::to_string(zcard(conn, "dead")) + "\n";
+        for (const auto& set : {"retry", "dead"})
+            for (const auto& entry : zrange(conn, set)) where += set + (": " + entry) + "\n";
+        where += "CLIENT LIST:\n" + std::string(conn.command({"CLIENT", "LIST"}).str());
+        INFO(where);
+        INFO(kiqd.output());
+        REQUIRE(all);
+    }
     return pids;
 }
 
@@ -393,7 +404,7 @@ TEST_CASE("exec: a command's own children die with a killed kiqd, SIGTERM ignore
     KiqdProcess kiqd(KIQD_BINARY,
                      config_for(server, "handlers:\n  Tree:\n    exec: [\"" + script + "\"]\n"), {},
                      {{"OUT", dir.path()}});
-    const auto pids = await_pids(kiqd, dir.file("pids"), 2);
+    const auto pids = await_pids(kiqd, conn, dir.file("pids"), 2);
     for (pid_t p : pids) REQUIRE(!process_ended(p));
     // The keeper names itself once it runs: on a loaded machine, after the command's children.
     pid_t keeper = -1;
@@ -427,7 +438,7 @@ TEST_CASE("exec: a killed group keeper is replaced, and the next command's child
     ::kill(first, SIGKILL);
     REQUIRE(wait_until([&] { return process_ended(first); }));
     client.push(conn, {{"class", "Tree"}});
-    const auto pids = await_pids(kiqd, dir.file("pids"), 2);
+    const auto pids = await_pids(kiqd, conn, dir.file("pids"), 2);
     // The new keeper names itself once it runs (it may start after the command's children).
     pid_t second = -1;
     CHECK(wait_until([&] {
