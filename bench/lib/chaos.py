@@ -341,7 +341,7 @@ class Faults(threading.Thread):
                 return
             pid = rng.choice(children)
             os.kill(pid, signal.SIGKILL)
-            self.record(kind, k.proc_name, start, pid=pid)
+            self.record(kind, k.proc_name, start, pid=pid, killed=now())
         elif kind == "deploy":
             k = self.fleet[rng.choice("ABC")]
             incarnation = k.proc_name

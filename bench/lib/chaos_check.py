@@ -142,7 +142,9 @@ def cut_by(run, faults):
         elif f["kind"] == "deploy" and f["target"] == run["proc"]:
             t = f["stopped"]
         elif f["kind"] == "runner_kill9" and f["pid"] == run["pid"] and f["target"] == run["proc"]:
-            t = f["start"]
+            # The signal went out after the fault's start (the runner's children are listed
+            # first): a run that started in between was killed by it too.
+            t = f.get("killed", f["end"])
         if t is not None and t >= run["start"] and (best is None or t < best[1]):
             best = (f["kind"], t)
     return best
