@@ -26,11 +26,11 @@
 using namespace kiqd;
 using kiqd::test::counter;
 using kiqd::test::KiqdProcess;
+using kiqd::test::llen;
 using kiqd::test::parse_each;
 using kiqd::test::RedisServer;
 using kiqd::test::TempDir;
 using kiqd::test::wait_until;
-using kiqd::test::llen;
 using kiqd::test::zcard;
 using kiqd::test::zrange;
 namespace fs = std::filesystem;
@@ -394,8 +394,10 @@ bool all_ended(const std::vector<pid_t>& pids) {
 // with no service manager or container around it.
 TEST_CASE("exec: a command's own children die with a killed kiqd, SIGTERM ignored or not",
           "[exec][pdeathsig]") {
-    auto& server = RedisServer::shared();
-    server.flushall();
+    // A server of its own: what these tests wait for is a process tree on this machine, and a
+    // job taken by anything else connected to a shared server would look like a spawn that
+    // never happened.
+    RedisServer server;
     auto conn = server.connect();
     TempDir dir;
     const std::string script = stubborn_tree(dir);
@@ -419,8 +421,10 @@ TEST_CASE("exec: a command's own children die with a killed kiqd, SIGTERM ignore
 // A keeper killed on its own is started again by the next command, which it then covers.
 TEST_CASE("exec: a killed group keeper is replaced, and the next command's children are covered",
           "[exec][pdeathsig]") {
-    auto& server = RedisServer::shared();
-    server.flushall();
+    // A server of its own: what these tests wait for is a process tree on this machine, and a
+    // job taken by anything else connected to a shared server would look like a spawn that
+    // never happened.
+    RedisServer server;
     auto conn = server.connect();
     TempDir dir;
     const std::string script = stubborn_tree(dir);
