@@ -63,19 +63,32 @@ class Sidekiq7SuiteInteropTest < Minitest::Test
   # and ZINCRBYs that string by (at - score): it moves the entry only when kiqd's bytes are
   # exactly what Ruby's JSON.generate writes for the same data. 100 retry entries kiqd wrote, each
   # rescheduled an hour ahead through the world's API, must stay 100 entries, all an hour ahead.
+  # kiqd is stopped before the reschedule: its scheduler would otherwise move an entry that came
+  # due (15 s or more after its failure, reachable on a loaded machine) between RetrySet#to_a and
+  # #reschedule, and ZINCRBY would then add that entry anew, which says nothing of kiqd's bytes.
   def test_reschedule_of_retry_entries_kiqd_wrote
     @api = ApiChild.new(self, world)
-    start_kiqd({ "concurrency" => 5, "queues" => %w[kiqdonly] })
+    kiqd = start_kiqd({ "concurrency" => 5, "queues" => %w[kiqdonly] })
     api(<<~RUBY)
       100.times do |i|
         Sidekiq::Client.push("class" => "Kiqd::Fail", "queue" => "kiqdonly", "args" => [i], "retry" => 5)
       end
     RUBY
     wait_until(30, "100 retry entries") { redis.zcard("retry") == 100 }
+    refute_nil kiqd.stop, "kiqd must stop on TERM"
+    members = redis.zrange("retry", 0, -1)
+    assert_equal 100, members.size, "kiqd's stop must leave the 100 entries in place"
+    regenerated = api("args[0].map { |m| Sidekiq.dump_json(Sidekiq.load_json(m)) }", members)
+    differing = members.zip(regenerated).reject { |m, r| m == r }
+    assert_empty differing, "entries whose bytes Ruby's JSON writes differently (kiqd's, Ruby's)"
     t0 = Time.now.to_f
     api("Sidekiq::RetrySet.new.to_a.each { |e| e.reschedule(Time.now.to_f + 3600) }")
-    scores = redis.zrange("retry", 0, -1, with_scores: true).map(&:last)
-    assert_equal 100, scores.size, "reschedule must move entries, not add new ones"
+    entries = redis.zrange("retry", 0, -1, with_scores: true)
+    scores = entries.map(&:last)
+    assert_equal 100, scores.size, lambda {
+      "reschedule must move entries, not add new ones; not moved: " +
+        entries.reject { |_, sc| sc > t0 + 3000 }.inspect
+    }
     assert(scores.all? { |sc| sc > t0 + 3000 }, "every entry an hour ahead: #{scores.min}")
   end
 
