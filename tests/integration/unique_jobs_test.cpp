@@ -499,12 +499,26 @@ TEST_CASE(
             std::chrono::seconds(30)));
         burst(3);
     }
-    // Quiet at the end: nothing queued, parked or locked.
+    // Quiet at the end: nothing queued, parked or locked, and a run of each identity that
+    // started after its last copy was pushed. The first four alone are not enough: the last
+    // burst's 9 copies can all be popped by the 15 threads and not yet started, and on the stop
+    // such copies go back to the queue unrun (as Sidekiq's do).
+    auto ran_after_last_push = [&] {
+        std::map<std::string, double> last_start;
+        for (const auto& r : kiqd::test::ran_records(conn)) {
+            double& t = last_start[r["args"][1].get<std::string>()];
+            t = std::max(t, r["started"].get<double>());
+        }
+        return std::all_of(ids.begin(), ids.end(), [&](const std::string& id) {
+            return last_start[id] >= pushed[id].back();
+        });
+    };
     REQUIRE(wait_until(
         [&] {
             sample_waiters();
             return kiqd::test::llen(conn, "queue:default") == 0 && zcard(conn, "schedule") == 0 &&
-                   held_lock_count(conn) == 0 && conn.command({"KEYS", "uniquejobs:*"}).size() == 0;
+                   held_lock_count(conn) == 0 &&
+                   conn.command({"KEYS", "uniquejobs:*"}).size() == 0 && ran_after_last_push();
         },
         std::chrono::seconds(60)));
     for (int status : fleet.stop()) CHECK(status == 0);
