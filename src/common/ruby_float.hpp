@@ -15,8 +15,10 @@ std::string ruby_float_text(double v);
 // A double as the json gem's own generator writes it since 2.15 (3.x too), instead of
 // Float#to_s: fixed notation up to 15 integer digits ("100.0", "123456789012345.0") and down to
 // 1e-7 or, for short mantissas, further ("0.0000001", "0.000025"); otherwise scientific without
-// a ".0" or exponent padding ("1e+20", "1.5e-10", "5e-324"). An app's JSON.generate writes this
-// when its bundle has such a json gem. Throws as ruby_float_text.
+// a ".0" or exponent padding ("1e+20", "1.5e-10", "5e-324"). Its digits are Grisu2's (the
+// gem's fpconv, since 2.10), not always the shortest: 1814033939.7751229 where Float#to_s writes
+// 1814033939.775123. An app's JSON.generate writes this when its bundle has such a json gem.
+// Throws as ruby_float_text.
 std::string json_gem_float_text(double v);
 
 }  // namespace kiqd

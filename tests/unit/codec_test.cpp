@@ -1,5 +1,8 @@
 #include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdlib>
 
+#include "common/ruby_float.hpp"
 #include "job/backtrace_codec.hpp"
 #include "job/raw_json_object.hpp"
 #include "kiqd/clock.hpp"
@@ -58,6 +61,33 @@ TEST_CASE("payload timestamps per Sidekiq major", "[codec]") {
     CHECK(payload_timestamp(Compat::v8, 1700000000.1234) == "1700000000123");
     CHECK(timestamp_seconds(1700000000123.0, true) == Approx(1700000000.123));
     CHECK(timestamp_seconds(1700000000.5, false) == 1700000000.5);
+}
+
+// Ruby's two float writers: Float#to_s (the shortest digits) and the json gem's own since 2.10
+// (Grisu2, sometimes a digit longer). The pairs below are what Ruby 3.3 with json 3.1.0 writes.
+TEST_CASE("the json gem's float text, and payload timestamps both Ruby writers keep", "[codec]") {
+    CHECK(kiqd::ruby_float_text(1814033939.7751229) == "1814033939.775123");
+    CHECK(kiqd::json_gem_float_text(1814033939.7751229) == "1814033939.7751229");
+    CHECK(kiqd::json_gem_float_text(1796007562.231408) == "1796007562.2314081");
+    CHECK(kiqd::json_gem_float_text(1700000000.0) == "1700000000.0");
+    CHECK(kiqd::json_gem_float_text(-0.000025) == "-0.000025");
+    CHECK(kiqd::json_gem_float_text(1e20) == "1e+20");
+    CHECK(kiqd::json_gem_float_text(1.5e-10) == "1.5e-10");
+    // A timestamp the two write differently is moved by a few microseconds to one they write
+    // alike; over a year of microsecond timestamps, every one comes back unchanged from both.
+    CHECK(payload_timestamp(Compat::v7, 1796007562.231408) != "1796007562.231408");
+    size_t moved = 0;
+    for (int i = 0; i < 100000; ++i) {
+        const double t = std::round((1796007562.0 + i * 315.36 + i * 0.000001) * 1e6) / 1e6;
+        const std::string text = payload_timestamp(Compat::v7, t);
+        const double back = std::strtod(text.c_str(), nullptr);
+        INFO(text);
+        REQUIRE(kiqd::ruby_float_text(back) == text);
+        REQUIRE(kiqd::json_gem_float_text(back) == text);
+        REQUIRE(std::abs(back - t) <= 3.5e-6);
+        if (text != kiqd::ruby_float_text(t)) ++moved;
+    }
+    CHECK(moved > 0);  // the case is real: some were moved
 }
 
 TEST_CASE("Redis URLs", "[codec]") {
