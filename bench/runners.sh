@@ -16,6 +16,8 @@
 #   bench/runners.sh                     # JOBS=5000 IO_JOBS=2500 CPU_JOBS=1000 CONCURRENCY=25
 #   JOBS=300 IO_JOBS=200 CPU_JOBS=50 bench/runners.sh   # smoke mode
 #   WORKLOADS="io mixed" bench/runners.sh               # some workloads only
+#   WORKLOADS=none PY_JOBS=30000 bench/runners.sh       # the Python rows only (PYRUNNER= picks
+#                                                       # the runner file)
 #   WORKLOADS=rails RAILS_JOBS=5000 bench/runners.sh    # the Rails app only
 #
 # Method, per row: a private redis-server (127.0.0.1, free port, no persistence); start the
@@ -37,7 +39,8 @@ WORKLOADS=${WORKLOADS:-noop io mixed cpu rails}
 PROCESSES=${PROCESSES:-$(nproc)}
 KIQD=${KIQD:-$repo/build/kiqd}
 RUNNER=$repo/runners/ruby/kiqd-ruby-runner
-PYRUNNER=$repo/runners/python/kiqd_runner.py
+PYRUNNER=${PYRUNNER:-$repo/runners/python/kiqd_runner.py}
+PY_JOBS=${PY_JOBS:-$CPU_JOBS}  # for the Python runner row (exec: gets CPU_JOBS)
 
 die() { echo "runners bench: $*" >&2; exit 1; }
 [[ -x $KIQD ]] || die "no kiqd binary at $KIQD"
@@ -185,7 +188,8 @@ for w in $WORKLOADS; do
         mixed) set -- Bench::RubyMixed "$IO_JOBS" ;;
         cpu) set -- Bench::RubyCpu "$CPU_JOBS" ;;
         rails) run_rails_rows; continue ;;
-        *) die "unknown workload $w (noop io mixed cpu rails)" ;;
+        none) continue ;;
+        *) die "unknown workload $w (noop io mixed cpu rails none)" ;;
     esac
     [[ -n $sidekiq_bin ]] && run_sidekiq "$1" "$2" 1
     run_kiqd_ruby "$1" "$2" default
@@ -230,9 +234,15 @@ YAML
     pids=($!)
     if [[ $mode == runner ]]; then wait_runners_idle "$mport" "$PROCESSES"; else wait_processes 1; fi
     n=$CPU_JOBS
+    [[ $mode == runner ]] && n=$PY_JOBS
+    k0=$(cpu_s --self "${pids[@]}"); c0=$(cpu_s --children "${pids[@]}")
     rate=$(CLASS=Bench::PyNoop drain "$n")
+    k1=$(cpu_s --self "${pids[@]}"); c1=$(cpu_s --children "${pids[@]}")
     stop_all
-    row "kiqd python $mode, Bench::PyNoop" "$rate" "-" "concurrency $CONCURRENCY"
+    # (an exec: command's CPU is not counted: the processes are gone when it is read)
+    notes="concurrency $CONCURRENCY; $n jobs"
+    [[ $mode == runner ]] && notes+="; CPU µs/job: kiqd $(cpu_us_per_job "$k0" "$k1" "$n"), runners $(cpu_us_per_job "$c0" "$c1" "$n")"
+    row "kiqd python $mode, Bench::PyNoop" "$rate" "-" "$notes"
 done
 
 echo

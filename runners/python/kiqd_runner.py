@@ -35,9 +35,14 @@ shows Ruby's); retries and the dead set are kiqd's. Standard library only.
 KIQD_RUNNER_THREADS (default 1) jobs run at once, on a pool of threads that share the socket: a
 thread reads one frame under the read lock, runs the job and writes its answer under the write
 lock (the tagged dialect: `job TAG` is answered `done TAG` / `fail TAG`; an untagged `job` is
-answered untagged); a watcher thread reads `quiet` while every worker runs a long job. After kiqd's `quiet` (or SIGTERM), `kiqd_runner.stopping()` is true: a long job may stop
-early. SIGTERM exits at once without answering for the running jobs (kiqd requeues them); end
-of file on the socket lets the running jobs finish and answer, then the process exits 0.
+answered untagged); a watcher thread reads `quiet` while every worker runs a long job. The
+runner asks for a socket per seat ("seats": true in `ready`): a kiqd that gives them sends each
+job on a seat's own socket, untagged, and a seat thread per socket reads it, runs it and answers
+there, so no read lock changes hands per job and kiqd's thread that sent the job reads the answer
+itself; the workers then only read `quiet` and the end of file. After kiqd's `quiet` (or
+SIGTERM), `kiqd_runner.stopping()` is true: a long job may stop early. SIGTERM exits at once
+without answering for the running jobs (kiqd requeues them); end of file on the socket lets the
+running jobs finish and answer, then the process exits 0.
 """
 
 import importlib
@@ -57,6 +62,7 @@ _registry = {}
 _stopping = threading.Event()
 MAX_FRAME = 64 * 1024 * 1024
 MAX_THREADS = 1024
+MAX_FDS_PER_FRAME = 256  # kiqd attaches at most 250 seats to one `seats` frame
 
 
 def stopping():
@@ -84,14 +90,20 @@ def job(name_or_class=None):
 
 
 class _Channel:
-    """The protocol socket. recv() is called under read_lock (one reader at a time); send() takes
-    write_lock, so that frames of several threads never interleave."""
+    """The protocol socket, or one seat's. recv() is called under read_lock (one reader at a time);
+    send() takes write_lock, so that frames of several threads never interleave. On the protocol
+    socket, descriptors attached to a frame (the `seats` frame) are kept in `fds`, in order."""
 
-    def __init__(self, fd):
-        self.sock = socket.socket(fileno=fd)
+    def __init__(self, fd=None, sock=None):
+        self.sock = sock if sock is not None else socket.socket(fileno=fd)
         self.sock.setblocking(True)  # worker threads wait in recv() itself
         self.read_lock = threading.Lock()
         self.write_lock = threading.Lock()
+        self.fds = None  # a list once accept_fds() is called
+
+    def accept_fds(self):
+        """From now on reads use recvmsg(2) and keep the descriptors that come with the bytes."""
+        self.fds = []
 
     def send(self, kind, obj):
         body = kind.encode() + b"\n" + json.dumps(obj).encode()
@@ -101,7 +113,11 @@ class _Channel:
     def _exactly(self, n):
         chunks = []
         while n:
-            chunk = self.sock.recv(min(n, 1 << 20))
+            if self.fds is None:
+                chunk = self.sock.recv(min(n, 1 << 20))
+            else:
+                chunk, fds, _flags, _addr = socket.recv_fds(self.sock, min(n, 1 << 20), MAX_FDS_PER_FRAME)
+                self.fds.extend(fds)
             if not chunk:
                 return None
             chunks.append(chunk)
@@ -191,20 +207,61 @@ class _Server:
         self.threads = threads
         self.eof = False
         self.running = [None] * threads  # per worker: its job count while it runs one
+        # Seat threads and their channels join these when a `seats` frame comes (under the read
+        # lock); the main thread and SIGTERM's handler only read them.
+        self.workers = []
+        self.seats = []
 
     def _next_frame(self):
         with self.channel.read_lock:
             while not self.eof:
                 kind, data = self.channel.recv()
                 if kind is None:
-                    self.eof = True
+                    self._end_of_file()
                 elif kind == "quiet":
                     _stopping.set()
+                elif kind == "seats":
+                    self._take_seats(data)
                 else:
                     return kind, data
             return None, None
 
-    def _serve(self, kind, data):
+    def _take_seats(self, data):
+        """A `seats` frame: one seat thread per socket that came with it."""
+        count = int(json.loads(data)["count"])
+        fds = self.channel.fds[:count]
+        del self.channel.fds[:count]
+        if len(fds) != count:
+            _fatal("a 'seats' frame for %d sockets came with %d" % (count, len(fds)))
+        for fd in fds:
+            seat = _Channel(fd)
+            self.seats.append(seat)
+            t = threading.Thread(target=self._seat, args=(seat,), name="kiqd-runner-seat-%d" % fd, daemon=True)
+            self.workers.append(t)
+            t.start()
+
+    def _end_of_file(self):
+        """kiqd closed the protocol socket: no new job comes, on any seat either. The seats' reading
+        sides are shut, so that their threads end once their job is answered."""
+        self.eof = True
+        for seat in self.seats:
+            try:
+                seat.sock.shutdown(socket.SHUT_RD)
+            except OSError:
+                pass
+
+    def _seat(self, seat):
+        """A seat's jobs, one at a time, untagged, until kiqd closes the seat (or the process)."""
+        try:
+            while True:
+                kind, data = seat.recv()
+                if kind is None:
+                    return
+                self._serve(kind, data, seat)
+        except BaseException as exc:
+            _fatal("%s: %s" % (type(exc).__name__, exc))
+
+    def _serve(self, kind, data, channel=None):
         name, _, tag = kind.partition(" ")
         if name == "job":
             answer, obj = _run(data)
@@ -212,7 +269,7 @@ class _Server:
             answer, obj = _exhausted(data)
         else:
             _fatal("unknown frame %r" % kind)
-        self.channel.send(answer + " " + tag if tag else answer, obj)
+        (channel or self.channel).send(answer + " " + tag if tag else answer, obj)
 
     def _work(self, slot):
         try:
@@ -248,21 +305,30 @@ class _Server:
         # No answer for the running jobs (kiqd requeues them once this process is gone); a frame
         # being written is finished first, so kiqd never reads half of one.
         _stopping.set()
-        self.channel.write_lock.acquire(timeout=0.5)
+        deadline = time.monotonic() + 0.5
+        for channel in [self.channel] + list(self.seats):
+            channel.write_lock.acquire(timeout=max(deadline - time.monotonic(), 0))
         os._exit(0)
 
     def run(self):
         signal.signal(signal.SIGTERM, self._terminate)
-        self.channel.send("ready", {"pid": os.getpid(), "threads": self.threads,
+        self.channel.accept_fds()
+        self.channel.send("ready", {"pid": os.getpid(), "threads": self.threads, "seats": True,
                                     "runner": "kiqd_runner.py (python %s)" % sys.version.split()[0]})
         workers = [threading.Thread(target=self._work, args=(i,), name="kiqd-runner-%d" % i, daemon=True)
                    for i in range(self.threads)]
         workers.append(threading.Thread(target=self._watch, name="kiqd-runner-watch", daemon=True))
+        self.workers.extend(workers)
         for w in workers:
             w.start()
-        for w in workers:
+        # Seat threads are appended while this runs; they end after the workers (end of file on
+        # the protocol socket shuts the seats), so the list is complete once the loop reaches them.
+        i = 0
+        while i < len(self.workers):
+            w = self.workers[i]
             while w.is_alive():
                 w.join(1.0)  # a timed join: SIGTERM's handler runs meanwhile
+            i += 1
 
 
 def _fatal(message):

@@ -195,7 +195,8 @@ module KiqdInterop
       # A minute for a loaded machine; a server that exits (a port taken meanwhile) fails at once.
       wait_until(60, "redis-server on port #{port}") do
         flunk("redis-server on port #{port} exited:\n#{File.read(log)}") unless @redis_server.alive?
-        @redis.ping == "PONG"
+        # Its own answer: another server that took the port first does not count.
+        @redis.info("server")["process_id"].to_i == pid
       rescue Redis::CannotConnectError
         false
       end

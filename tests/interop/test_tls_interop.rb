@@ -41,7 +41,8 @@ class TlsInteropTest < Minitest::Test
     @redis_url = "rediss://127.0.0.1:#{port}/0"
     @redis = Redis.new(url: @redis_url, ssl_params: ssl_params)
     wait_until(10, "redis-server (TLS) on port #{port}") do
-      @redis.ping == "PONG"
+      flunk("redis-server on port #{port} exited:\n#{File.read(log)}") unless @redis_server.alive?
+      @redis.info("server")["process_id"].to_i == pid  # not another server's answer
     rescue Redis::CannotConnectError, OpenSSL::SSL::SSLError, Errno::ECONNREFUSED
       false
     end

@@ -66,7 +66,8 @@ module RunnerHarness
       r = Redis.new(url: url)
       deadline = now + 60 # a loaded machine
       begin
-        r.ping
+        # Its own answer, not another server's that took the port first.
+        raise Redis::CannotConnectError unless r.info("server")["process_id"].to_i == @redis_pid
       rescue Redis::CannotConnectError
         raise "redis-server did not start on port #{port}" if now > deadline || Process.wait(@redis_pid, Process::WNOHANG)
         sleep 0.02
@@ -695,5 +696,37 @@ class PythonRunnerTest < Minitest::Test
     assert_equal "kill", JSON.parse(r.read_frame[1])["retry_in"]
     r.job(3, payload("FailJob", "discard"))
     assert_equal "discard", JSON.parse(r.read_frame[1])["retry_in"]
+  end
+
+  # A socket per seat, as kiqd gives them (a `seats` frame with the sockets attached): each job
+  # goes to its seat, untagged, and is answered there, by a thread of that seat. With one worker
+  # thread, two jobs at once can only be the seats'. End of file on the protocol socket ends the
+  # seats once their jobs are answered.
+  def test_seats_run_jobs_on_their_own_sockets
+    r = start_runner(threads: 1)
+    pairs = Array.new(2) { Socket.pair(:UNIX, :STREAM) }
+    r.send_fds("seats", JSON.generate("count" => 2), pairs.map(&:last))
+    pairs.each { |_, theirs| theirs.close }
+    seats = pairs.map { |ours, _| RunnerHarness::Runner.new(ours, r.pid, r.log, own: false) }
+    %w[s0 s1].each { |k| gate(k) }
+    seats.each_with_index { |seat, i| seat.job(nil, payload("GateJob", "s#{i}")) }
+    started = wait_until("a job running on each seat") do
+      s = records("started")
+      s if s.size == 2
+    end
+    assert_equal 2, started.map(&:last).uniq.size, "each seat's job on its own thread"
+    release("s1")
+    assert_equal ["done", "{}"], seats[1].read_frame
+    release("s0")
+    assert_equal ["done", "{}"], seats[0].read_frame
+    seats[0].job(nil, payload("FailJob", "kill"))
+    type, data = seats[0].read_frame
+    assert_equal ["fail", "kill"], [type, JSON.parse(data)["retry_in"]]
+    r.close_write
+    seats.each { |seat| assert_equal :eof, seat.read_frame, "the seat ends with the protocol socket" }
+    assert_equal :eof, r.read_frame
+    assert_equal 0, r.wait_exit.exitstatus
+  ensure
+    seats&.each(&:stop)
   end
 end

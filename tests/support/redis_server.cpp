@@ -45,8 +45,11 @@ std::string await_started(pid_t pid, const redis::ConnectionOptions& options) {
             if (::waitpid(pid, &status, WNOHANG) == pid) exited = true;
             if (exited) return true;
             try {
+                // Its own answer, not another server's: a port picked free (free_port) can be
+                // taken by someone else before this server binds it, and then this one exits.
                 redis::Connection c(options);
-                return c.command({"PING"}).str() == "PONG";
+                const std::string info(c.command({"INFO", "server"}).str());
+                return info.find("\nprocess_id:" + std::to_string(pid) + "\r") != std::string::npos;
             } catch (const redis::Error&) {
                 return false;
             }
@@ -58,7 +61,7 @@ std::string await_started(pid_t pid, const redis::ConnectionOptions& options) {
                                  : "was killed by signal " + std::to_string(WTERMSIG(status));
     ::kill(pid, SIGKILL);
     ::waitpid(pid, &status, 0);
-    return "did not answer PING in 60 s";
+    return "did not answer INFO with its own process id in 60 s";
 }
 
 RedisServer::RedisServer(std::vector<std::string> extra_args)

@@ -66,7 +66,8 @@ class RedisServer {
 
 int free_port();
 
-// Waits for the redis-server `pid` (a child of this process) to answer PING at `options`. It
+// Waits for the redis-server `pid` (a child of this process) to answer at `options` (INFO's
+// process_id is `pid`: a server that took the port first does not count). It
 // gives a loaded machine a minute, and gives up early if the child exits. On failure the child is
 // killed and reaped, and the error names its fate: "" when it answers.
 std::string await_started(pid_t pid, const redis::ConnectionOptions& options);

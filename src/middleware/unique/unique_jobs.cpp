@@ -437,7 +437,9 @@ void UniqueJobsMiddleware::park(JobContext& ctx, const LockSpec& lock,
     auto obj = RawJsonObject::parse(ctx.job.raw);
     if (!obj) throw JobError("Kiqd::InvalidLock", "payload is not a JSON object");
     if (!wait_token.empty()) obj->set_string("lock_wait_token", wait_token);
-    obj->set("lock_wait_since", score_text(since));
+    // A payload member: written as both Ruby JSON writers write it, so that a Ruby client that
+    // reschedules the parked copy (SortedEntry#reschedule) finds it by its bytes.
+    obj->set("lock_wait_since", payload_seconds_text(since));
     const double at =
         epoch_seconds() + std::chrono::duration<double>(config_.unique_jobs.wait_interval).count();
     if (holds_client_lock_while_waiting(lock))

@@ -54,12 +54,23 @@ module UnitHarness
       Process.wait(pid)
     end
     wait_until("redis-server on port #{port}", 10) do
-      TCPSocket.new("127.0.0.1", port).close
-      true
+      raise "redis-server on port #{port} exited" if Process.wait(pid, Process::WNOHANG)
+      server_pid(port) == pid # not another server that took the port first
     rescue Errno::ECONNREFUSED
       false
     end
     "redis://127.0.0.1:#{port}/0"
+  end
+
+  # The process_id the server on `port` reports (INFO server, spoken raw: the worlds' Redis
+  # clients differ).
+  def self.server_pid(port)
+    s = TCPSocket.new("127.0.0.1", port)
+    s.write("INFO server\r\n")
+    len = s.gets("\r\n")&.delete_prefix("$").to_i
+    s.read(len).to_s[/^process_id:(\d+)/, 1].to_i
+  ensure
+    s&.close
   end
 
   # The app booted once for the whole process, as the runner boots one (Sidekiq in server mode,
