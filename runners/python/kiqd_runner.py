@@ -90,12 +90,13 @@ def job(name_or_class=None):
 
 
 class _Channel:
-    """The protocol socket, or one seat's. recv() is called under read_lock (one reader at a time);
-    send() takes write_lock, so that frames of several threads never interleave. On the protocol
-    socket, descriptors attached to a frame (the `seats` frame) are kept in `fds`, in order."""
+    """The protocol socket, or one seat's. recv() has one reader at a time: on the protocol socket
+    the holder of read_lock, on a seat its thread. send() takes write_lock, so that frames of
+    several threads never interleave. On the protocol socket, descriptors attached to a frame (the
+    `seats` frame) are kept in `fds`, in order."""
 
-    def __init__(self, fd=None, sock=None):
-        self.sock = sock if sock is not None else socket.socket(fileno=fd)
+    def __init__(self, fd):
+        self.sock = socket.socket(fileno=fd)
         self.sock.setblocking(True)  # worker threads wait in recv() itself
         self.read_lock = threading.Lock()
         self.write_lock = threading.Lock()
