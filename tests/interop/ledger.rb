@@ -3,7 +3,7 @@
 # ends, so that concurrency is measured from the jobs themselves, whichever server ran them.
 #
 #   app side (inside Sidekiq or a runner):  Ledger.record(jid, "imports") { work }
-#   test side (KiqdInterop::LedgerReads):   most_at_once("imports"), most_starts_within(...)
+#   test side (KiqdInterop::LedgerReads):   most_at_once("imports")
 require "json"
 
 module Ledger
@@ -27,12 +27,6 @@ module KiqdInterop
     def most_at_once(scope = nil)
       spans = ledger(scope).map { |e| [e[2], e[3]] }
       spans.map { |s, _| spans.count { |a, b| a <= s && s < b } }.max.to_i
-    end
-
-    # The most starts of `scope` within any `period` seconds.
-    def most_starts_within(scope, period)
-      starts = ledger(scope).map { |e| e[2] }.sort
-      starts.map { |s| starts.count { |t| t >= s && t < s + period } }.max.to_i
     end
   end
 end

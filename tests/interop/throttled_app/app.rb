@@ -31,3 +31,17 @@ class TenantJob
 
   def perform(tenant, _n) = Ledger.record(jid, "tenant:#{tenant}") { sleep 0.2 }
 end
+
+# The threshold's admissions as the gem makes them: the `now` its script was given, recorded when
+# the script admits a job. A job starts some time after its admission (its thread has to get the
+# CPU and Ruby's lock first; longer on a loaded machine), so the jobs' own start times can bunch
+# closer together than the admissions the limit is about. Test instrumentation only: the gem
+# decides exactly as without it.
+module ThresholdAdmissions
+  def call(redis, keys: [], argv: [])
+    result = super
+    redis.call("RPUSH", "threshold_admissions", argv[2].to_s) if result == 0
+    result
+  end
+end
+Sidekiq::Throttled::Strategy::Threshold.const_get(:SCRIPT).singleton_class.prepend(ThresholdAdmissions)
