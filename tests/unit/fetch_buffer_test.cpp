@@ -247,17 +247,20 @@ TEST_CASE(
         if (seen.size() == 20) break;  // leave some piled for the stop below
     }
 
-    // A stop: a thread's acknowledgement not yet shared and every piled job come back.
-    buffer.defer_ack({"default", "done-1"}, 1);
+    // A stop: a thread's acknowledgement not yet shared and every piled job come back. Slot 1's
+    // acknowledgement is deferred unless its job counts as long (5 ms or more since its take, on a
+    // thread whose jobs are not short: under ASan on a busy machine it can), and then nothing is
+    // recorded and the caller acknowledges it itself.
+    const bool deferred = buffer.defer_ack({"default", "done-1"}, 1);
     const size_t left = buffer.buffered();
-    CHECK(buffer.held_payloads().size() == left + 1);
+    CHECK(buffer.held_payloads().size() == left + (deferred ? 1 : 0));
     auto back = buffer.take_buffered();
     CHECK(back.size() == left);
     for (const auto& u : back) CHECK(seen.insert(u.payload).second);
     CHECK(seen.size() == 40);  // jobs 40..79, none twice
     auto acks = buffer.take_acks();
-    REQUIRE(acks.size() == 1);
-    CHECK(acks[0].payload == "done-1");
+    REQUIRE(acks.size() == (deferred ? 1u : 0u));
+    if (deferred) CHECK(acks[0].payload == "done-1");
     CHECK(buffer.buffered() == 0);
     CHECK(buffer.held_payloads().empty());
 }
