@@ -9,6 +9,7 @@
 # waits ~60 s for a Redis TTL to run out; KIQD_INTEROP_KEEP=1 keeps every test's logs.
 require "minitest/autorun"
 require_relative "../support/minitest_interrupt"
+require_relative "../support/test_redis"
 require "socket"
 require "tmpdir"
 require "fileutils"
@@ -57,12 +58,7 @@ module KiqdInterop
     [RUBY, File.join(sidekiq_gem_dir, "bin", name)]
   end
 
-  def self.free_port
-    server = TCPServer.new("127.0.0.1", 0)
-    server.addr[1]
-  ensure
-    server&.close
-  end
+  def self.free_port = TestRedis.free_port
 
   # Every child started by this suite, so that an interrupted run (Ctrl-C, a ctest timeout's
   # TERM) still kills what it started, by PID.
@@ -183,23 +179,17 @@ module KiqdInterop
 
     # Starts a private redis-server and points Sidekiq's client (and REDIS_URL for children) at it.
     def start_redis
-      port = KiqdInterop.free_port
+      port = TestRedis.free_port
       log = File.join(tmpdir, "redis-#{port}.log")
-      pid = Process.spawn("redis-server", "--port", port.to_s, "--bind", "127.0.0.1",
-                          "--save", "", "--appendonly", "no",
-                          in: File::NULL, out: log, err: [:child, :out], chdir: tmpdir)
+      pid = TestRedis.spawn(port, out: log, err: [:child, :out], chdir: tmpdir)
       @redis_server = Child.new("redis-server", pid, log)
       children << @redis_server
+      # A minute for a loaded machine; a server that exits (a port taken meanwhile) fails at once.
+      TestRedis.await(port, pid, exited: lambda {
+        @redis_server.alive? ? false : flunk("redis-server on port #{port} exited:\n#{File.read(log)}")
+      })
       @redis_url = "redis://127.0.0.1:#{port}/0"
       @redis = Redis.new(url: @redis_url)
-      # A minute for a loaded machine; a server that exits (a port taken meanwhile) fails at once.
-      wait_until(60, "redis-server on port #{port}") do
-        flunk("redis-server on port #{port} exited:\n#{File.read(log)}") unless @redis_server.alive?
-        # Its own answer: another server that took the port first does not count.
-        @redis.info("server")["process_id"].to_i == pid
-      rescue Redis::CannotConnectError
-        false
-      end
       old_pool = Sidekiq.instance_variable_get(:@redis)
       Sidekiq.configure_client { |c| c.redis = { url: @redis_url, size: 5 } }
       old_pool&.shutdown(&:close) rescue nil

@@ -10,6 +10,7 @@ require "fileutils"
 require "securerandom"
 require "time"
 require "redis"
+require_relative "../support/test_redis"
 Redis.silence_deprecations = true if Redis.respond_to?(:silence_deprecations=)
 
 module RunnerHarness
@@ -19,13 +20,6 @@ module RunnerHarness
   PY_RUNNER = File.join(ROOT, "runners/python/kiqd_runner.py")
 
   def self.now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-
-  def self.free_port
-    s = TCPServer.new("127.0.0.1", 0)
-    s.addr[1]
-  ensure
-    s&.close
-  end
 
   # One redis-server for the whole file, stopped by its PID at the end; each test running at
   # the same time has a database of its own (DATABASES).
@@ -37,28 +31,14 @@ module RunnerHarness
   end
 
   def self.start_redis
-    begin
-      port = free_port
-      @redis_pid = Process.spawn("redis-server", "--port", port.to_s, "--bind", "127.0.0.1", "--save", "",
-                                 "--appendonly", "no", in: File::NULL, out: File::NULL, err: File::NULL)
-      Minitest.after_run do
-        Process.kill("TERM", @redis_pid)
-        Process.wait(@redis_pid)
-      end
-      url = "redis://127.0.0.1:#{port}/0"
-      r = Redis.new(url: url)
-      deadline = now + 60 # a loaded machine
-      begin
-        # Its own answer, not another server's that took the port first.
-        raise Redis::CannotConnectError unless r.info("server")["process_id"].to_i == @redis_pid
-      rescue Redis::CannotConnectError
-        raise "redis-server did not start on port #{port}" if now > deadline || Process.wait(@redis_pid, Process::WNOHANG)
-        sleep 0.02
-        retry
-      end
-      r.close
-      url
+    port = TestRedis.free_port
+    pid = TestRedis.spawn(port)
+    Minitest.after_run do
+      Process.kill("TERM", pid)
+      Process.wait(pid)
     end
+    TestRedis.await(port, pid)
+    "redis://127.0.0.1:#{port}/0"
   end
 
   # A runner process and our end of its protocol socket.

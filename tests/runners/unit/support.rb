@@ -12,6 +12,7 @@
 #   ruby tests/runners/unit/run_all.rb channel_test.rb -n /pieces/
 require "minitest/autorun"
 require_relative "../../support/minitest_interrupt"
+require_relative "../../support/test_redis"
 require "socket"
 require "json"
 require "timeout"
@@ -38,39 +39,15 @@ module UnitHarness
     end
   end
 
-  def self.free_port
-    s = TCPServer.new("127.0.0.1", 0)
-    s.addr[1]
-  ensure
-    s&.close
-  end
-
   def self.start_redis
-    port = free_port
-    pid = Process.spawn("redis-server", "--port", port.to_s, "--bind", "127.0.0.1", "--save", "",
-                        "--appendonly", "no", in: File::NULL, out: File::NULL, err: File::NULL)
+    port = TestRedis.free_port
+    pid = TestRedis.spawn(port)
     Minitest.after_run do
       Process.kill("TERM", pid)
       Process.wait(pid)
     end
-    wait_until("redis-server on port #{port}", 10) do
-      raise "redis-server on port #{port} exited" if Process.wait(pid, Process::WNOHANG)
-      server_pid(port) == pid # not another server that took the port first
-    rescue Errno::ECONNREFUSED
-      false
-    end
+    TestRedis.await(port, pid, timeout: 10)
     "redis://127.0.0.1:#{port}/0"
-  end
-
-  # The process_id the server on `port` reports (INFO server, spoken raw: the worlds' Redis
-  # clients differ).
-  def self.server_pid(port)
-    s = TCPSocket.new("127.0.0.1", port)
-    s.write("INFO server\r\n")
-    len = s.gets("\r\n")&.delete_prefix("$").to_i
-    s.read(len).to_s[/^process_id:(\d+)/, 1].to_i
-  ensure
-    s&.close
   end
 
   # The app booted once for the whole process, as the runner boots one (Sidekiq in server mode,
