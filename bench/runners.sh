@@ -80,9 +80,13 @@ push() {
 # same trees; `cpu_s --self PID...`: of the given pids alone.
 pss_mb() { /usr/bin/python3 "$here/lib/proc_tree.py" pss "$@"; }
 cpu_s() { /usr/bin/python3 "$here/lib/proc_tree.py" cpu "$@"; }
+# Times the tree's threads have slept and been woken so far (voluntary context switches).
+waits() { /usr/bin/python3 "$here/lib/proc_tree.py" waits "$@"; }
 
 # cpu_us_per_job BEFORE AFTER N: µs of CPU per job between two cpu_s readings.
 cpu_us_per_job() { /usr/bin/python3 -c "print(round(($2 - $1) * 1e6 / $3, 1))"; }
+# waits_per_job BEFORE AFTER N: thread wake-ups per job between two waits readings.
+waits_per_job() { /usr/bin/python3 -c "print(round(($2 - $1) / $3, 2))"; }
 
 wait_processes() {  # wait_processes N: N entries in Sidekiq's processes set
     for _ in $(seq 600); do
@@ -141,14 +145,16 @@ YAML
     "$KIQD" -C "$work/kiqd.yml" >"$work/kiqd.log" 2>&1 &
     pids=($!)
     wait_runners_idle "$mport" "$nproc_"
-    local k0 c0 r0 k1 c1 r1
+    local k0 c0 r0 k1 c1 r1 kw0 cw0 kw1 cw1
+    kw0=$(waits --self "${pids[@]}"); cw0=$(waits --children "${pids[@]}")
     k0=$(cpu_s --self "${pids[@]}"); c0=$(cpu_s --children "${pids[@]}"); r0=$(cpu_s "$redis_pid")
     rate=$(CLASS=$1 drain "$2")
     k1=$(cpu_s --self "${pids[@]}"); c1=$(cpu_s --children "${pids[@]}"); r1=$(cpu_s "$redis_pid")
+    kw1=$(waits --self "${pids[@]}"); cw1=$(waits --children "${pids[@]}")
     local pss pool; pss=$(pss_mb "${pids[@]}"); pool=$(pss_mb --children "${pids[@]}")
     stop_all
     local cpu
-    cpu="CPU µs/job: kiqd $(cpu_us_per_job "$k0" "$k1" "$2"), runners $(cpu_us_per_job "$c0" "$c1" "$2"), redis $(cpu_us_per_job "$r0" "$r1" "$2")"
+    cpu="CPU µs/job: kiqd $(cpu_us_per_job "$k0" "$k1" "$2"), runners $(cpu_us_per_job "$c0" "$c1" "$2"), redis $(cpu_us_per_job "$r0" "$r1" "$2"); thread wake-ups/job: kiqd $(waits_per_job "$kw0" "$kw1" "$2"), runners $(waits_per_job "$cw0" "$cw1" "$2")"
     local shape="processes $3"
     [[ $3 == default ]] && shape="default runner settings (processes $nproc_, threads $(( (CONCURRENCY + nproc_ - 1) / nproc_ )))"
     row "kiqd + ruby runner, $shape${4:+, $4 fetch}, $1" "$rate" "$pss" "concurrency $CONCURRENCY; runner pool alone (master + processes) $pool MB; $cpu"
@@ -167,16 +173,16 @@ run_sidekiq() {  # run_sidekiq CLASS N PROCESSES
     # Proof that the Sidekiq rows are quiet: the lines its processes write during the drain,
     # and how many of them are per-job start/done lines (0 when the WARN level took effect).
     local before; before=$(wc -l <"$work/sidekiq.log")
-    local w0 r0 w1 r1
-    w0=$(cpu_s "${pids[@]}"); r0=$(cpu_s "$redis_pid")
+    local w0 r0 w1 r1 ww0 ww1
+    ww0=$(waits "${pids[@]}"); w0=$(cpu_s "${pids[@]}"); r0=$(cpu_s "$redis_pid")
     rate=$(CLASS=$1 drain "$2")
-    w1=$(cpu_s "${pids[@]}"); r1=$(cpu_s "$redis_pid")
+    w1=$(cpu_s "${pids[@]}"); r1=$(cpu_s "$redis_pid"); ww1=$(waits "${pids[@]}")
     local lines perjob
     lines=$(( $(wc -l <"$work/sidekiq.log") - before ))
     perjob=$(tail -n +"$((before + 1))" "$work/sidekiq.log" | grep -cE ' (start|done: .*sec)$' || true)
     local pss; pss=$(pss_mb "${pids[@]}")
     stop_all
-    local quiet="log lines during drain: $lines (per-job: $perjob); CPU µs/job: sidekiq $(cpu_us_per_job "$w0" "$w1" "$2"), redis $(cpu_us_per_job "$r0" "$r1" "$2")"
+    local quiet="log lines during drain: $lines (per-job: $perjob); CPU µs/job: sidekiq $(cpu_us_per_job "$w0" "$w1" "$2"), redis $(cpu_us_per_job "$r0" "$r1" "$2"); thread wake-ups/job: sidekiq $(waits_per_job "$ww0" "$ww1" "$2")"
     (( perjob > 0 )) && quiet="$quiet, NOT QUIET"
     row "sidekiq 6.4.1 x$3, $1" "$rate" "$pss" "concurrency $per each; $quiet"
 }

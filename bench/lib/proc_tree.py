@@ -3,6 +3,9 @@
 
     proc_tree.py pss [--children|--self] PID...   PSS in MB (smaps_rollup)
     proc_tree.py cpu [--children|--self] PID...   CPU seconds so far (utime+stime)
+    proc_tree.py waits [--children|--self] PID...  times a thread has slept and been woken so
+                                                   far (voluntary context switches, summed
+                                                   over every thread)
 
 The tree is the given pids and all their descendants; --children leaves the given pids out
 (a runner pool without kiqd itself), --self takes the given pids alone.
@@ -38,6 +41,9 @@ def main(argv):
     if what == "cpu":
         print(sum(ticks.get(p, 0) for p in seen) / os.sysconf("SC_CLK_TCK"))
         return
+    if what == "waits":
+        print(sum(voluntary_switches(p) for p in seen))
+        return
     kb = 0
     for p in seen:
         try:
@@ -47,6 +53,23 @@ def main(argv):
         except OSError:
             pass
     print(round(kb / 1024))
+
+
+def voluntary_switches(pid):
+    # Per thread: a process's own status counts only its main thread.
+    total = 0
+    try:
+        tids = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return 0
+    for tid in tids:
+        try:
+            for line in open("/proc/%d/task/%s/status" % (pid, tid)):
+                if line.startswith("voluntary_ctxt_switches:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
 
 
 if __name__ == "__main__":
