@@ -6,7 +6,8 @@
 # the rows are kiqd + kiqd-ruby-runner with the *default* runner settings (processes = the
 # CPUs, threads = ceil(concurrency / processes)), one Sidekiq process at concurrency C, and a
 # Sidekiq swarm shape (P processes at C/P each); no-op and CPU-bound add kiqd with one process
-# and kiqd with batched reliable fetch. Each row reports jobs/s and the PSS of the whole tree.
+# and kiqd with batched reliable fetch. Each row reports jobs/s and the PSS of the whole tree,
+# and the kiqd and Sidekiq rows CPU and thread wake-ups (voluntary context switches) per job.
 # Then a Python no-op job through `exec:` (a process per job) vs the Python runner. The `rails`
 # workload (bench/lib/rails_pg.sh) is the Rails app on PostgreSQL: an ActiveJob that reads and
 # updates one row, RAILS_JOBS (default IO_JOBS) of them, kiqd with the default runner settings
