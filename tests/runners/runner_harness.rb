@@ -27,18 +27,7 @@ module RunnerHarness
   DATABASES = Queue.new.tap { |q| 16.times { |i| q << i } }
 
   def self.redis_url
-    REDIS_LOCK.synchronize { @redis_url ||= start_redis }
-  end
-
-  def self.start_redis
-    port = TestRedis.free_port
-    pid = TestRedis.spawn(port)
-    Minitest.after_run do
-      Process.kill("TERM", pid)
-      Process.wait(pid)
-    end
-    TestRedis.await(port, pid)
-    "redis://127.0.0.1:#{port}/0"
+    REDIS_LOCK.synchronize { @redis_url ||= TestRedis.start_for_run }
   end
 
   # A runner process and our end of its protocol socket.

@@ -26,6 +26,19 @@ module TestRedis
                   **{ in: File::NULL, out: File::NULL, err: File::NULL }.merge(opts))
   end
 
+  # A server for a whole Minitest run (the runner protocol test, the runner unit tests): started
+  # now, stopped by its PID after the last test; returns its URL.
+  def start_for_run(timeout: 60)
+    port = free_port
+    pid = spawn(port)
+    Minitest.after_run do
+      Process.kill("TERM", pid)
+      Process.wait(pid)
+    end
+    await(port, pid, timeout: timeout)
+    "redis://127.0.0.1:#{port}/0"
+  end
+
   # Returns once the server on `port` reports `pid` as its process_id. Raises when `exited`
   # returns true (by default: the process is gone or a zombie; it is not reaped here, so the
   # caller still stops it by its PID) or after `timeout` seconds (a deadline for a hung start on

@@ -39,24 +39,13 @@ module UnitHarness
     end
   end
 
-  def self.start_redis
-    port = TestRedis.free_port
-    pid = TestRedis.spawn(port)
-    Minitest.after_run do
-      Process.kill("TERM", pid)
-      Process.wait(pid)
-    end
-    TestRedis.await(port, pid, timeout: 10)
-    "redis://127.0.0.1:#{port}/0"
-  end
-
   # The app booted once for the whole process, as the runner boots one (Sidekiq in server mode,
   # REDIS_URL from the environment); returns the Glue that boot made.
   BOOT_LOCK = Mutex.new
   def self.booted_glue
     BOOT_LOCK.synchronize do
       @glue ||= begin
-        ENV["REDIS_URL"] = start_redis
+        ENV["REDIS_URL"] = TestRedis.start_for_run(timeout: 10)
         KiqdRubyRunner.boot({require: [APP]}, THREADS)
       end
     end
