@@ -86,6 +86,10 @@ void run_through_refusal(RedisServer& server, const std::string& code,
     REQUIRE(wait_until(
         [&] { return ledger_runs(ledger).size() == kJobs && llen(conn, "queue:default") == 0; },
         std::chrono::seconds(120)));
+    // A process says writes work again at its first accepted write that could grow Redis's
+    // memory: a fetch, or else its next heartbeat. The jobs may all be done before that beat.
+    CHECK(a.wait_for_output("Redis accepts writes again after", std::chrono::seconds(30)));
+    CHECK(b.wait_for_output("Redis accepts writes again after", std::chrono::seconds(30)));
     CHECK(a.stop() == 0);
     CHECK(b.stop() == 0);
     size_t twice = 0;
