@@ -103,9 +103,10 @@ std::set<int> open_fds(pid_t pid) {
 // the holes below a high-numbered descriptor would be free too, and a process whose descriptors
 // are spread out (a reconnect, a closed session) could take many more.
 rlim_t limit_leaving(const std::set<int>& fds, size_t n) {
-    int fd = 0;
-    for (size_t free = 0;; ++fd)
-        if (!fds.count(fd) && ++free == n) return static_cast<rlim_t>(fd) + 1;
+    // The limit is the (n+1)-th free number: the n free ones below it stay usable.
+    size_t free = 0;
+    for (int fd = 0;; ++fd)
+        if (!fds.count(fd) && free++ == n) return static_cast<rlim_t>(fd);
 }
 
 // Only the test client's own connection is left on `server`: every connection kiqd had is

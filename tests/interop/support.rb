@@ -58,8 +58,6 @@ module KiqdInterop
     [RUBY, File.join(sidekiq_gem_dir, "bin", name)]
   end
 
-  def self.free_port = TestRedis.free_port
-
   # Every child started by this suite, so that an interrupted run (Ctrl-C, a ctest timeout's
   # TERM) still kills what it started, by PID.
   CHILDREN = []
@@ -321,7 +319,7 @@ module KiqdInterop
     # (rack 2's Rack::Handler::WEBrick, or rackup's Rackup::Handler::WEBrick under rack 3).
     # Returns the base URL once "/" answers 200.
     def start_web_ui(world = nil, name: "web-ui")
-      port = KiqdInterop.free_port
+      port = TestRedis.free_port
       script = File.join(tmpdir, "#{name}.rb")
       quiet = world ? "" : "require #{File.join(__dir__, "quiet_redis.rb").inspect}\n"
       File.write(script, quiet + <<~RUBY)

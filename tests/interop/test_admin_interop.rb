@@ -102,7 +102,7 @@ class AdminInteropTest < Minitest::Test
     assert_equal 1234, JSON.parse(out)["processed"]
 
     # Redis unreachable: one line on stderr, exit 69.
-    out, err, st = admin("stats", env: { "REDIS_URL" => "redis://127.0.0.1:#{KiqdInterop.free_port}/0" })
+    out, err, st = admin("stats", env: { "REDIS_URL" => "redis://127.0.0.1:#{TestRedis.free_port}/0" })
     assert_equal 69, st.exitstatus
     assert_empty out
     assert_equal 1, err.lines.size, err

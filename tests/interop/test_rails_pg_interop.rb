@@ -39,7 +39,7 @@ module KiqdInterop
       @cluster ||= begin
         require "pg"
         dir = Dir.mktmpdir("kiqd-pg-")
-        port = KiqdInterop.free_port
+        port = TestRedis.free_port
         log = "#{dir}.log"
         pid = Process.spawn("/bin/sh", SCRIPT, dir, port.to_s, in: File::NULL, out: log, err: [:child, :out])
         child = Child.new("postgres", pid, log)

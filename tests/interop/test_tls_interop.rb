@@ -29,7 +29,7 @@ class TlsInteropTest < Minitest::Test
 
   # Replaces the suite's plain redis-server with one that has only a TLS port.
   def start_redis
-    port = KiqdInterop.free_port
+    port = TestRedis.free_port
     log = File.join(tmpdir, "redis-#{port}.log")
     pid = Process.spawn("redis-server", "--port", "0", "--tls-port", port.to_s,
                         "--tls-cert-file", cert("server.crt"), "--tls-key-file", cert("server.key"),
