@@ -97,10 +97,18 @@ wait_processes() {  # wait_processes N: N entries in Sidekiq's processes set
     die "workers did not register"
 }
 
+# metrics_text PORT: kiqd's /metrics page, or nothing while it does not answer (Debian's Python,
+# which the benchmarks use anyway: a base Debian 12 has no curl).
+metrics_text() {
+    /usr/bin/python3 -c 'import sys, urllib.request
+try: print(urllib.request.urlopen(sys.argv[1], timeout=2).read().decode())
+except Exception: pass' "http://127.0.0.1:$1/metrics"
+}
+
 wait_runners_idle() {  # wait_runners_idle METRICS_PORT N
     for _ in $(seq 600); do
         local n
-        n=$(curl -s "http://127.0.0.1:$1/metrics" | grep -c '^kiqd_runner_child_state{.*state="idle"} 1' || true)
+        n=$(metrics_text "$1" | grep -c '^kiqd_runner_child_state{.*state="idle"} 1' || true)
         [[ $n -ge $2 ]] && return 0
         sleep 0.1
     done
